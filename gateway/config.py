@@ -1,0 +1,259 @@
+"""Configuration: one pydantic-settings model per `[section]` of DESIGN.md section 7.
+
+Sources, strongest first: keyword arguments (tests), `AGENT_GATEWAY_<SECTION>__<KEY>` env
+vars, the TOML file (`$AGENT_GATEWAY_CONFIG` or `~/.agent-cli-gateway/config.toml`), defaults.
+No file is needed to start. Unknown keys are rejected everywhere: a typo must never be
+silently ignored. `load_settings` turns every validation problem into one readable line
+(`ConfigError`), so the CLI can exit 2 without a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+ENV_PREFIX = "AGENT_GATEWAY_"
+CONFIG_ENV = "AGENT_GATEWAY_CONFIG"
+PROVIDER_NAMES = ("claude", "codex", "gemini", "grok", "mistral", "devin", "cursor")
+
+
+def gateway_home() -> Path:
+    """`~/.agent-cli-gateway`, resolved at call time so tests can point HOME elsewhere."""
+    return Path(os.path.expanduser("~")) / ".agent-cli-gateway"
+
+
+def default_config_path() -> Path:
+    env = os.environ.get(CONFIG_ENV)
+    return Path(env).expanduser() if env else gateway_home() / "config.toml"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PersistenceConfig(_Section):
+    backend: Literal["sqlite", "postgres", "memory"] = "sqlite"
+    path: Path = Field(default_factory=lambda: gateway_home() / "jobs.db")
+    dsn: str | None = None
+    retention_days: float = Field(default=30, gt=0)
+    dedup_window_s: float = Field(default=3600, ge=0)
+
+    @model_validator(mode="after")
+    def _postgres_needs_dsn(self) -> PersistenceConfig:
+        if self.backend == "postgres" and not self.dsn:
+            raise ValueError(
+                "persistence.dsn is required when persistence.backend = 'postgres' "
+                "(e.g. dsn = 'postgresql://user@host/dbname')"
+            )
+        return self
+
+    @field_validator("path")
+    @classmethod
+    def _expand_home(cls, value: Path) -> Path:
+        return value.expanduser()
+
+
+class LeaseConfig(_Section):
+    heartbeat_s: float = Field(default=15, gt=0)
+    ttl_s: float = Field(default=90, gt=0)
+    http_job_grace_s: float = Field(default=300, gt=0)
+    sweep_interval_s: float = Field(default=30, gt=0)
+    instance_gc_s: float = Field(default=3600, gt=0)
+    cancel_poll_s: float = Field(default=5, gt=0)
+    max_heartbeat_failures: int = Field(default=3, ge=1)
+    drain_timeout_s: float = Field(default=1.5, gt=0)
+
+    @model_validator(mode="after")
+    def _lease_invariants(self) -> LeaseConfig:
+        # These orderings are what make "never falsely orphaned" hold: a lease must survive
+        # at least one missed heartbeat, and an http job or an instance row must outlive it.
+        problems = []
+        if self.ttl_s < 2 * self.heartbeat_s:
+            problems.append(
+                f"lease.ttl_s ({self.ttl_s:g}) must be at least 2 * lease.heartbeat_s "
+                f"({2 * self.heartbeat_s:g}) so one late heartbeat never expires a lease"
+            )
+        if self.http_job_grace_s < self.ttl_s:
+            problems.append(
+                f"lease.http_job_grace_s ({self.http_job_grace_s:g}) must be >= lease.ttl_s "
+                f"({self.ttl_s:g})"
+            )
+        if self.instance_gc_s < self.ttl_s:
+            problems.append(
+                f"lease.instance_gc_s ({self.instance_gc_s:g}) must be >= lease.ttl_s "
+                f"({self.ttl_s:g})"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+class LimitsConfig(_Section):
+    max_running_jobs: int = Field(default=32, ge=1)
+    max_running_per_provider: int = Field(default=16, ge=1)
+    max_queued_jobs: int = Field(default=128, ge=0)
+    queue_timeout_s: float = Field(default=120, gt=0)
+    max_output_bytes: int = Field(default=52_428_800, ge=1)
+    max_prompt_bytes: int = Field(default=1_048_576, ge=1)
+    sync_defer_after_s: float = Field(default=45, gt=0)
+    default_timeout_s: float = Field(default=3600, gt=0)
+    idle_timeout_s: float = Field(default=600, gt=0)
+    kill_grace_s: float = Field(default=5, ge=0)
+
+
+class HttpConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=0, le=65535)
+    path: str = "/mcp"
+    auth_token: str | None = Field(default=None, repr=False)
+    max_body_bytes: int = Field(default=8_388_608, ge=1)
+    max_sessions: int = Field(default=100, ge=1)
+
+
+class LoggingConfig(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "json", "console"] = "auto"
+
+
+class ProviderConfig(_Section):
+    enabled: bool = True
+    command: str | None = None
+    default_model: str | None = None
+    extra_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict, repr=False)
+
+
+class ApiProviderConfig(_Section):
+    kind: Literal["openai", "anthropic"]
+    base_url: str
+    api_key_env: str | None = None
+    default_model: str | None = None
+    timeout_s: float = Field(default=600, gt=0)
+    headers: dict[str, str] = Field(default_factory=dict, repr=False)
+
+
+def _default_providers() -> dict[str, ProviderConfig]:
+    return {name: ProviderConfig() for name in PROVIDER_NAMES}
+
+
+class Settings(BaseSettings):
+    """The whole configuration. Build it with `load_settings`, not directly."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+    )
+
+    persistence: PersistenceConfig = Field(default_factory=PersistenceConfig)
+    lease: LeaseConfig = Field(default_factory=LeaseConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    providers: dict[str, ProviderConfig] = Field(default_factory=_default_providers)
+    api_providers: dict[str, ApiProviderConfig] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known_providers(self) -> Settings:
+        unknown = sorted(set(self.providers) - set(PROVIDER_NAMES))
+        if unknown:
+            raise ValueError(
+                f"unknown provider section(s) {unknown}: [providers.<name>] takes one of "
+                f"{list(PROVIDER_NAMES)}; HTTP model APIs go under [api_providers.<name>]"
+            )
+        # A section that names only some keys still gets every other provider's defaults.
+        for name in PROVIDER_NAMES:
+            self.providers.setdefault(name, ProviderConfig())
+        clash = sorted(set(self.api_providers) & set(PROVIDER_NAMES))
+        if clash:
+            raise ValueError(f"api_providers {clash} clash with CLI provider names; rename them")
+        return self
+
+    @property
+    def state_dir(self) -> Path:
+        """Where per-job spool directories live: beside the SQLite file, else the home dir."""
+        if self.persistence.backend == "sqlite":
+            return self.persistence.path.parent
+        return gateway_home()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _FileSource(settings_cls))
+
+
+# The parsed TOML of the file being loaded; a source below env so env vars override it.
+_FILE_DATA: ContextVar[dict[str, Any]] = ContextVar("_FILE_DATA", default={})
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return _FILE_DATA.get().get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_FILE_DATA.get())
+
+
+class ConfigError(Exception):
+    """The configuration is invalid. `problems` holds one readable line per problem."""
+
+    def __init__(self, path: Path | None, problems: list[str]) -> None:
+        self.path = path
+        self.problems = problems
+        where = f" in {path}" if path else ""
+        super().__init__(f"invalid configuration{where}:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def _describe(err: dict[str, Any]) -> str:
+    loc = ".".join(str(p) for p in err.get("loc", ()) if p not in ("function-after",))
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    if err.get("type") == "extra_forbidden":
+        return f"unknown key '{loc}' (check the spelling; see config.example.toml for every key)"
+    value = err.get("input")
+    shown = "" if isinstance(value, dict) or value is None else f" (got {value!r})"
+    if not loc or msg.startswith(loc.split(".")[0]):
+        return f"{msg}{shown}"
+    return f"{loc}: {msg}{shown}"
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, [f"not valid TOML: {exc}"]) from None
+    except OSError as exc:
+        raise ConfigError(path, [f"cannot read config file: {exc.strerror}"]) from None
+
+
+def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
+    """Load and validate the configuration.
+
+    Raises ConfigError (never a pydantic traceback) with one line per problem.
+    """
+    explicit = path is not None or CONFIG_ENV in os.environ
+    path = path or default_config_path()
+    data: dict[str, Any] = {}
+    if path.exists():
+        data = read_config_file(path)
+    elif explicit:
+        raise ConfigError(path, ["config file does not exist (run `agent-cli-gateway init`)"])
+    token = _FILE_DATA.set(data)
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(path if path.exists() else None, [_describe(e) for e in exc.errors()]) from None
+    finally:
+        _FILE_DATA.reset(token)

@@ -1,0 +1,189 @@
+"""The job as every layer sees it: statuses, error kinds and the row of the `jobs` table.
+
+Column names are the contract of DESIGN.md section 3; both store backends use them verbatim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    ORPHANED = "orphaned"
+
+    @property
+    def is_active(self) -> bool:
+        return self in ACTIVE_STATUSES
+
+    @property
+    def is_terminal(self) -> bool:
+        return self not in ACTIVE_STATUSES
+
+
+ACTIVE_STATUSES = frozenset({JobStatus.QUEUED, JobStatus.RUNNING})
+# What a finished run may be written as (orphaned is the reaper's, never a run's outcome).
+FINAL_STATUSES = frozenset(
+    {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.TIMED_OUT}
+)
+
+
+class ErrorKind(StrEnum):
+    """What a caller can branch on (DESIGN.md section 3)."""
+
+    NOT_FOUND = "not_found"  # CLI missing (127)
+    LAUNCH_FAILED = "launch_failed"  # 126
+    OUTPUT_LIMIT = "output_limit"  # 126
+    TIMEOUT = "timeout"  # wall clock, 124
+    IDLE_TIMEOUT = "idle_timeout"  # 125
+    QUEUE_TIMEOUT = "queue_timeout"  # 75
+    SATURATED = "saturated"  # retryable
+    INVALID_INPUT = "invalid_input"
+    AUTH = "auth"
+    PROVIDER_ERROR = "provider_error"  # non-zero exit
+    SHUTDOWN = "shutdown"
+    ORPHANED = "orphaned"
+    UNAVAILABLE = "unavailable"  # durable admission off; retryable
+    CANCELLED = "cancelled"
+    JOB_NOT_FOUND = "job_not_found"  # unknown job id asked of llm_job_*
+
+
+EXIT_CODES: dict[ErrorKind, int] = {
+    ErrorKind.NOT_FOUND: 127,
+    ErrorKind.LAUNCH_FAILED: 126,
+    ErrorKind.OUTPUT_LIMIT: 126,
+    ErrorKind.TIMEOUT: 124,
+    ErrorKind.IDLE_TIMEOUT: 125,
+    ErrorKind.QUEUE_TIMEOUT: 75,
+}
+
+RETRYABLE = frozenset({ErrorKind.SATURATED, ErrorKind.UNAVAILABLE, ErrorKind.QUEUE_TIMEOUT})
+
+
+class GatewayError(Exception):
+    """An error with a kind the caller can branch on and a message that says what to do."""
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in RETRYABLE
+
+
+@dataclass(slots=True)
+class JobRow:
+    """One row of the `jobs` table. Times are timezone-aware UTC datetimes."""
+
+    id: str
+    provider: str
+    status: JobStatus
+    request_key: str
+    transport: str = "process"  # "process" | "http"
+    correlation_id: str | None = None
+    owner_instance: str | None = None
+    lease_deadline: datetime | None = None
+    hostname: str | None = None
+    pid: int | None = None
+    pgid: int | None = None
+    pid_started_at: float | None = None  # process start time, seconds since the epoch
+    working_dir: str | None = None
+    model: str | None = None
+    session_id: str | None = None
+    request_json: str = "{}"
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    updated_at: datetime | None = None
+    exit_code: int | None = None
+    error: str | None = None
+    error_kind: str | None = None
+    output: str | None = None
+    stderr_tail: str | None = None
+    output_bytes: int = 0
+    truncated: bool = False
+    result_json: str | None = None
+    cancel_requested_at: datetime | None = None
+    forced: bool = False
+    boot_id: str | None = None
+
+    @classmethod
+    def column_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_mapping(cls, row: Any) -> JobRow:
+        data = {name: row[name] for name in cls.column_names()}
+        data["status"] = JobStatus(data["status"])
+        data["truncated"] = bool(data["truncated"])
+        data["forced"] = bool(data["forced"])
+        data["output_bytes"] = int(data["output_bytes"] or 0)
+        return cls(**data)
+
+
+@dataclass(slots=True)
+class NewJob:
+    """What admission inserts. The store stamps created_at/updated_at and lease_deadline."""
+
+    id: str
+    provider: str
+    request_key: str
+    owner_instance: str
+    transport: str = "process"
+    correlation_id: str | None = None
+    hostname: str | None = None
+    boot_id: str | None = None
+    working_dir: str | None = None
+    model: str | None = None
+    session_id: str | None = None
+    request_json: str = "{}"
+    forced: bool = False
+
+
+@dataclass(slots=True)
+class Completion:
+    """The terminal write of a run (guarded complete)."""
+
+    status: JobStatus  # one of FINAL_STATUSES
+    exit_code: int | None = None
+    error: str | None = None
+    error_kind: str | None = None
+    output: str | None = None
+    stderr_tail: str | None = None
+    output_bytes: int = 0
+    truncated: bool = False
+    result_json: str | None = None
+
+
+@dataclass(slots=True)
+class InstanceRow:
+    instance_id: str
+    hostname: str
+    boot_id: str
+    pid: int
+    pid_started_at: float | None
+    role: str  # "stdio" | "http" | "cli"
+    version: str
+    started_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    lease_expires_at: datetime | None = None
+    stopped_at: datetime | None = None
+
+
+@dataclass(slots=True)
+class Progress:
+    """Partial output of a running job, flushed every few seconds for other readers."""
+
+    output_bytes: int  # stdout bytes so far
+    output: str  # the last part of stdout so far (bounded by the caller), into `output`
+    stderr_tail: str = ""

@@ -1,0 +1,137 @@
+"""The JobStore protocol: the persistence every backend implements (DESIGN.md sections 3, 4).
+
+The store is a dumb executor of named statements; the manager and the lease tasks own the
+meaning. Every state transition is a compare-and-set whose WHERE clause is the invariant, so
+two instances racing on one row can never both win. Backends: `memory.py`, `sqlite.py`,
+`postgres.py`; all pass `tests/store/test_contract.py`.
+
+Clocks: PostgreSQL compares times with the database clock `now()`; SQLite and memory use the
+local clock. Durations are passed in seconds. A `clock_skew_s` hook is never needed: callers
+never pass a wall-clock time to compare against (only durations).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Protocol, runtime_checkable
+
+from gateway.jobs.model import Completion, InstanceRow, JobRow, JobStatus, NewJob, Progress
+
+SCHEMA_VERSION = 1
+
+
+class StoreUnavailable(Exception):
+    """The store cannot be reached or refused a statement (connection lost, disk full...).
+
+    The message never contains a DSN password or any secret.
+    """
+
+
+class DuplicateActiveJob(Exception):
+    """insert_job lost the race: a non-forced active job with the same request_key exists.
+
+    `existing_id` names it so admission can answer with that job instead (exactly-once).
+    """
+
+    def __init__(self, existing_id: str | None) -> None:
+        super().__init__(f"an active job with the same request key exists: {existing_id}")
+        self.existing_id = existing_id
+
+
+@runtime_checkable
+class JobStore(Protocol):
+    """Async persistence of jobs and gateway instances."""
+
+    backend: str  # "memory" | "sqlite" | "postgres"
+
+    async def open(self) -> None:
+        """Connect, create/migrate the schema (PostgreSQL: under an advisory lock)."""
+
+    async def close(self) -> None: ...
+
+    async def schema_version(self) -> int: ...
+
+    # -- instances -------------------------------------------------------------------------
+    async def register_instance(self, instance: InstanceRow, ttl_s: float) -> None:
+        """Upsert the instance row; heartbeat_at = now, lease_expires_at = now + ttl_s."""
+
+    async def mark_instance_stopped(self, instance_id: str) -> None:
+        """Clean shutdown: stopped_at = now (the row stays for GC and observability)."""
+
+    async def heartbeat(self, instance_id: str, ttl_s: float) -> int:
+        """One transaction: renew the instance row AND set lease_deadline = now + ttl_s on all
+        of its queued/running jobs. A constant number of statements whatever the job count.
+
+        Returns the number of instance rows renewed (0 means the row is gone: re-register).
+        """
+
+    async def gc_instances(self, older_than_s: float) -> int:
+        """Delete instance rows stopped, or whose lease expired, more than older_than_s ago."""
+
+    async def list_instances(self) -> list[InstanceRow]: ...
+
+    # -- admission and transitions --------------------------------------------------------
+    async def find_reusable(self, request_key: str, dedup_window_s: float) -> JobRow | None:
+        """The job an identical request should reuse: non-forced, and queued/running (any
+        age), or completed with finished_at within dedup_window_s. Newest first. Never
+        failed, cancelled, timed_out or orphaned."""
+
+    async def insert_job(self, job: NewJob, ttl_s: float) -> JobRow:
+        """Insert a queued row, lease_deadline = now + ttl_s.
+
+        Raises DuplicateActiveJob when a non-forced active row has the same request_key (a
+        partial unique index enforces it, so two instances racing get exactly one job).
+        """
+
+    async def mark_running(
+        self, job_id: str, owner_instance: str, pid: int | None, pgid: int | None,
+        pid_started_at: float | None, ttl_s: float,
+    ) -> bool:
+        """CAS queued -> running for this owner; stamps pid/pgid/pid_started_at/started_at
+        and renews the lease. False if the row is no longer queued (orphaned, cancelled)."""
+
+    async def complete(self, job_id: str, owner_instance: str, completion: Completion) -> bool:
+        """Guarded terminal write: applies only if the row is queued/running, or orphaned AND
+        owned by owner_instance (self-heal). A cancel request on the row makes the final
+        status `cancelled` whatever the completion says (cancelled wins). Terminal rows never
+        change. Returns whether it applied."""
+
+    async def request_cancel(self, job_id: str) -> JobRow | None:
+        """Set cancel_requested_at = now if the row is still active (first request wins; a
+        second leaves the first time). Returns the row after the write, or None if unknown."""
+
+    async def cancel_queued(self, job_id: str, owner_instance: str, error: str) -> bool:
+        """CAS queued -> cancelled for this owner (a queued job cancelled before spawning)."""
+
+    async def list_cancel_requested(self, owner_instance: str) -> list[str]:
+        """Ids of this instance's queued/running jobs whose cancel was requested."""
+
+    async def save_progress(self, job_id: str, owner_instance: str, progress: Progress) -> bool:
+        """Write partial output of a running job (only while running and owned by owner)."""
+
+    # -- the reaper -----------------------------------------------------------------------
+    async def list_expired_candidates(self, http_grace_s: float) -> list[JobRow]:
+        """Active jobs whose own lease passed (http jobs: lease + http_grace_s). Read-only:
+        the reaper probes these for a provably live process before recovering."""
+
+    async def recover_expired_leases(
+        self, http_grace_s: float, alive_ids: Collection[str] = ()
+    ) -> list[JobRow]:
+        """Orphan queued/running jobs whose own lease_deadline passed (+http_grace_s for http
+        jobs), except alive_ids. The predicate is re-checked inside the UPDATE (no
+        select-then-flip). Returns the rows it flipped."""
+
+    # -- retention and reads --------------------------------------------------------------
+    async def purge_terminal(self, older_than_s: float) -> list[str]:
+        """Delete terminal jobs finished more than older_than_s ago; returns their ids."""
+
+    async def get_job(self, job_id: str) -> JobRow | None: ...
+
+    async def list_jobs(
+        self, *, statuses: Sequence[JobStatus] | None = None, provider: str | None = None,
+        owner_instance: str | None = None, limit: int = 50,
+    ) -> list[JobRow]:
+        """Newest first."""
+
+    async def now(self) -> float:
+        """The store's clock (epoch seconds): the database clock on PostgreSQL."""

@@ -1,0 +1,105 @@
+"""The adapter interface every provider module implements.
+
+A provider is data plus two small functions: `build_invocation` (request -> argv/env/stdin)
+and `parse_output` (bytes -> ProviderResult). It knows nothing about jobs, stores or MCP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+
+class OutputDiscipline(StrEnum):
+    STREAMS = "streams"  # prints as it works: an idle timeout is meaningful
+    AT_EXIT = "at_exit"  # prints nothing until it exits: never idle-killed
+
+
+class InvalidRequest(ValueError):
+    """The request cannot be turned into a safe invocation (message says what to change)."""
+
+
+class ProviderOptions(BaseModel):
+    """Provider-specific options (permission mode, output format...). Subclass per provider.
+
+    Field descriptions become the MCP tool's input schema, so write them for an agent.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderRequest:
+    """A validated request, common fields plus the provider's own options."""
+
+    prompt: str
+    model: str | None = None
+    working_dir: str | None = None
+    session_id: str | None = None  # the native session to resume (None: a fresh one)
+    options: ProviderOptions | None = None
+
+
+@dataclass(slots=True)
+class Invocation:
+    """How to run one request. argv[0] is the command as configured (not yet resolved)."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)  # added to the child's environment
+    stdin: bytes | None = None  # written then closed; None means stdin is /dev/null
+
+
+@dataclass(slots=True)
+class Usage:
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_creation_tokens: int | None = None
+    cost_usd: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        names = ("input_tokens", "output_tokens", "cache_read_tokens",
+                 "cache_creation_tokens", "cost_usd")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+
+@dataclass(slots=True)
+class ProviderResult:
+    text: str
+    session_id: str | None = None  # the native session id the CLI reported
+    usage: Usage | None = None
+    is_error: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)  # model, num_turns, stop_reason...
+
+
+class CliProvider:
+    """Base class of the seven CLI adapters. Subclasses set the class attributes and
+    implement `build_invocation` and `parse_output`."""
+
+    name: ClassVar[str]
+    commands: ClassVar[tuple[str, ...]]  # binaries to look for, preferred first
+    discipline: ClassVar[OutputDiscipline]
+    login_hint: ClassVar[str]  # "Run `codex login` and retry."
+    install_hint: ClassVar[str]  # "npm install -g @openai/codex"
+    options_model: ClassVar[type[ProviderOptions]] = ProviderOptions
+    known_models: ClassVar[tuple[str, ...]] = ()
+
+    def build_invocation(
+        self, request: ProviderRequest, command: str, extra_args: list[str] | None = None,
+        default_model: str | None = None,
+    ) -> Invocation:
+        raise NotImplementedError
+
+    def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
+                     options: ProviderOptions | None = None) -> ProviderResult:
+        raise NotImplementedError
+
+    def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
+        raise NotImplementedError
+
+
+def options_from(model: type[ProviderOptions], raw: Mapping[str, Any] | None) -> ProviderOptions:
+    return model.model_validate(dict(raw or {}))
