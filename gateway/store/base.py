@@ -135,3 +135,20 @@ class JobStore(Protocol):
 
     async def now(self) -> float:
         """The store's clock (epoch seconds): the database clock on PostgreSQL."""
+
+    # -- appended after the skeleton (backwards compatible additions) ----------------------
+    async def record_process(
+        self, job_id: str, owner_instance: str, pid: int, pgid: int, pid_started_at: float
+    ) -> bool:
+        """Stamp pid/pgid/pid_started_at on a running row owned by owner_instance.
+
+        The manager marks a row running BEFORE it spawns (so a row that was orphaned while
+        queued never gets a child), then records the process it started. False if the row is
+        no longer running or no longer this instance's: the caller must kill the child."""
+
+    async def fail_active(
+        self, owner_instance: str, error_kind: str, error: str, exit_code: int | None
+    ) -> int:
+        """Drain: terminal-write every queued/running job of owner_instance as `failed`
+        (`cancelled` where a cancel was requested: cancelled wins). One statement. Returns
+        the number of rows written."""
