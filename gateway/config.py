@@ -120,6 +120,12 @@ class LoggingConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
 
+    @field_validator("level", "format", mode="before")
+    @classmethod
+    def _lower_case(cls, value: Any) -> Any:
+        # `level = "INFO"` and AGENT_GATEWAY_LOGGING__LEVEL=DEBUG are what people type.
+        return value.lower() if isinstance(value, str) else value
+
 
 class ProviderConfig(_Section):
     enabled: bool = True
@@ -216,16 +222,30 @@ class ConfigError(Exception):
         super().__init__(f"invalid configuration{where}:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
+def _env_source(parts: list[str]) -> str:
+    """` (set by env NAME)` when an env var supplied this key: the file does not contain it."""
+    if not parts:
+        return ""
+    name = ENV_PREFIX + "__".join(parts).upper()
+    present = {key.upper() for key in os.environ}
+    return f" (set by env {name})" if name in present else ""
+
+
 def _describe(err: dict[str, Any]) -> str:
-    loc = ".".join(str(p) for p in err.get("loc", ()) if p not in ("function-after",))
+    parts = [str(p) for p in err.get("loc", ()) if p not in ("function-after",)]
+    loc = ".".join(parts)
     msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    source = _env_source(parts)
     if err.get("type") == "extra_forbidden":
-        return f"unknown key '{loc}' (check the spelling; see config.example.toml for every key)"
+        return (
+            f"unknown key '{loc}'{source} (check the spelling; see config.example.toml "
+            "for every key)"
+        )
     value = err.get("input")
     shown = "" if isinstance(value, dict) or value is None else f" (got {value!r})"
     if not loc or msg.startswith(loc.split(".")[0]):
-        return f"{msg}{shown}"
-    return f"{loc}: {msg}{shown}"
+        return f"{msg}{shown}{source}"
+    return f"{loc}: {msg}{shown}{source}"
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
