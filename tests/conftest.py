@@ -1,0 +1,363 @@
+"""Fixtures shared by every test area.
+
+- `anyio_backend`: the anyio pytest plugin runs `pytest.mark.anyio` tests on asyncio.
+- A throwaway PostgreSQL server for the whole session (`postgres_server`) and a fresh
+  database per test (`postgres_dsn`). Real PostgreSQL, never a mock: the lease invariants
+  rely on its row locks and its clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncpg
+import pytest
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+# -- throwaway PostgreSQL -----------------------------------------------------------------
+
+PG_START_TIMEOUT_S = 60  # first start after initdb on a busy 2-core CI box can be slow
+PG_STOP_TIMEOUT_S = 30  # immediate stop is near-instant; the bound only guards a hang
+PG_ADMIN_TIMEOUT_S = 30  # CREATE/DROP DATABASE copies template1; generous on slow disks
+PG_PORT_ATTEMPTS = 3  # a free port can be taken between probing it and the server binding
+PG_SUPERUSER = "postgres"  # initdb -U: the same name whether or not we run as root
+PG_SYSTEM_USER = "postgres"  # who runs initdb/pg_ctl when the tests run as root
+
+# Fast and disposable: nothing here survives the session, so durability against an OS crash
+# or power loss (fsync, full_page_writes) is wasted time. synchronous_commit stays ON: with
+# it off, a `stop()` in immediate mode (the crash the chaos tests simulate) loses the last
+# commits, which a real server never does; with fsync off, on costs one write() per commit.
+PG_SERVER_SETTINGS = {
+    "listen_addresses": "'127.0.0.1'",
+    "fsync": "off",
+    "synchronous_commit": "on",
+    "full_page_writes": "off",
+    "max_connections": "200",
+    "shared_buffers": "32MB",
+    "log_min_messages": "warning",
+    "log_timezone": "'UTC'",
+}
+
+T = TypeVar("T")
+
+
+class PostgresUnavailable(Exception):
+    """The throwaway server could not be set up; the message says why."""
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+def find_pg_bindir() -> Path | None:
+    """Where initdb/pg_ctl live: `pg_config --bindir`, Debian's versioned dirs, or PATH."""
+    candidates: list[Path] = []
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run(
+                [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=True
+            ).stdout.strip()
+            if out:
+                candidates.append(Path(out))
+
+    def version_of(path: Path) -> float:
+        try:
+            return float(path.parent.name)
+        except ValueError:
+            return 0.0
+
+    debian = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=version_of, reverse=True)
+    candidates.extend(debian)
+    initdb = shutil.which("initdb")
+    if initdb:
+        candidates.append(Path(initdb).resolve().parent)
+    for bindir in candidates:
+        if (bindir / "initdb").is_file() and (bindir / "pg_ctl").is_file():
+            return bindir
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _run_in_fresh_loop(make: Callable[[], Awaitable[T]], timeout: float) -> T:
+    """Run a coroutine on its own event loop in a helper thread.
+
+    Sync fixtures must not touch the event loop the anyio plugin drives in the main thread.
+    """
+
+    async def runner() -> T:
+        return await make()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, runner()).result(timeout=timeout)
+
+
+class PostgresServer:
+    """A PostgreSQL cluster in a temp dir, listening on 127.0.0.1:<free port>, trust auth.
+
+    Chaos tests may `stop()` and `start()` it; `postgres_dsn` makes sure it runs again
+    before it drops its database.
+    """
+
+    def __init__(self, bindir: Path) -> None:
+        self.bindir = bindir
+        self.as_root = os.geteuid() == 0
+        self.base_dir = Path(tempfile.mkdtemp(prefix="acg-pg-"))
+        self.data_dir = self.base_dir / "data"
+        self.socket_dir = self.base_dir / "sock"
+        self.log_file = self.base_dir / "server.log"
+        self.port = 0
+        self._running = False
+        self._version_num = 0
+
+    # -- DSNs -------------------------------------------------------------------------------
+    def dsn_for(self, dbname: str, *, password: str | None = None) -> str:
+        """A DSN to `dbname`; trust auth ignores `password`, so tests can check redaction."""
+        secret = f":{password}" if password else ""
+        return f"postgresql://{PG_SUPERUSER}{secret}@127.0.0.1:{self.port}/{dbname}"
+
+    @property
+    def admin_dsn(self) -> str:
+        return self.dsn_for("postgres")
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def _as_server_user(self, argv: list[str]) -> list[str]:
+        # initdb refuses to run as root; the cluster belongs to the postgres system user.
+        return ["runuser", "-u", PG_SYSTEM_USER, "--", *argv] if self.as_root else argv
+
+    def _run(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self._as_server_user(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def _log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_file.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def init(self) -> None:
+        """initdb into a temp dir the server user owns."""
+        self.socket_dir.mkdir()
+        if self.as_root:
+            if shutil.which("runuser") is None:
+                raise PostgresUnavailable("running as root but `runuser` is missing")
+            try:
+                import pwd
+
+                entry = pwd.getpwnam(PG_SYSTEM_USER)
+            except KeyError:
+                raise PostgresUnavailable(
+                    f"running as root but there is no '{PG_SYSTEM_USER}' system user to run "
+                    "initdb (install the postgresql package)"
+                ) from None
+            for path in (self.base_dir, self.socket_dir):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+        self.base_dir.chmod(0o755)
+        result = self._run(
+            [
+                str(self.bindir / "initdb"),
+                "-D", str(self.data_dir),
+                "-U", PG_SUPERUSER,
+                "-A", "trust",
+                "-E", "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ],
+            timeout=PG_START_TIMEOUT_S,
+        )
+        if result.returncode != 0:
+            raise PostgresUnavailable(f"initdb failed: {(result.stderr or result.stdout).strip()}")
+        version = (self.data_dir / "PG_VERSION").read_text().strip()
+        self._version_num = int(version.split(".")[0]) * 10000
+
+    def _write_settings(self) -> None:
+        settings = dict(PG_SERVER_SETTINGS)
+        settings["port"] = str(self.port)
+        settings["unix_socket_directories"] = f"'{self.socket_dir}'"
+        # postgresql.auto.conf is read last, so it overrides postgresql.conf. Rewriting the
+        # existing file in place keeps its owner (the server user) even when we are root.
+        conf = self.data_dir / "postgresql.auto.conf"
+        with conf.open("w") as fh:
+            fh.write("# written by tests/conftest.py\n")
+            for key, value in settings.items():
+                fh.write(f"{key} = {value}\n")
+
+    def start(self) -> None:
+        """Start (or restart after `stop`) the server; blocks until it accepts connections."""
+        if self._running:
+            return
+        # A restart keeps its port (DSNs handed out stay valid); a first start may retry.
+        first_start = not self.port
+        reason = ""
+        for _ in range(PG_PORT_ATTEMPTS if first_start else 1):
+            if first_start:
+                self.port = _free_port()
+                self._write_settings()
+            result = self._run(
+                [
+                    str(self.bindir / "pg_ctl"),
+                    "-D", str(self.data_dir),
+                    "-l", str(self.log_file),
+                    "-w", "-t", str(PG_START_TIMEOUT_S),
+                    "start",
+                ],
+                timeout=PG_START_TIMEOUT_S + 10,
+            )
+            if result.returncode == 0:
+                self._running = True
+                return
+            reason = f"{(result.stderr or result.stdout).strip()}\n{self._log_tail()}"
+        raise PostgresUnavailable(f"pg_ctl start failed: {reason}")
+
+    def stop(self, mode: str = "immediate") -> None:
+        """Stop the server (`immediate`: like a crash; the next start runs recovery)."""
+        if not self.data_dir.exists():
+            return
+        result = self._run(
+            [str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "stop"],
+            timeout=PG_STOP_TIMEOUT_S,
+        )
+        self._running = False
+        if result.returncode != 0 and "not running" not in (result.stderr + result.stdout):
+            raise PostgresUnavailable(f"pg_ctl stop failed: {result.stderr.strip()}")
+
+    def is_running(self) -> bool:
+        return self._running
+
+    def ensure_running(self) -> None:
+        if not self._running:
+            self.start()
+
+    def destroy(self) -> None:
+        """Stop the server and delete its files; safe to call twice."""
+        with contextlib.suppress(Exception):
+            self.stop()
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    # -- databases --------------------------------------------------------------------------
+    def _admin(self, statements: list[str]) -> None:
+        async def run() -> None:
+            conn = await asyncpg.connect(self.admin_dsn, timeout=PG_ADMIN_TIMEOUT_S)
+            try:
+                for statement in statements:
+                    await conn.execute(statement)
+            finally:
+                await conn.close()
+
+        _run_in_fresh_loop(run, timeout=PG_ADMIN_TIMEOUT_S * (len(statements) + 1))
+
+    def create_database(self, name: str) -> None:
+        self._admin([f'CREATE DATABASE "{name}"'])
+
+    def drop_database(self, name: str) -> None:
+        """Drop even while a test's pool still holds connections to it."""
+        if self._version_num >= 130000:
+            self._admin([f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'])
+            return
+        self._admin(
+            [
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                f"WHERE datname = '{name}' AND pid <> pg_backend_pid()",
+                f'DROP DATABASE IF EXISTS "{name}"',
+            ]
+        )
+
+
+def _start_or_give_up() -> PostgresServer:
+    bindir = find_pg_bindir()
+    if bindir is None:
+        raise PostgresUnavailable(
+            "no PostgreSQL server binaries (initdb, pg_ctl) found via pg_config, "
+            "/usr/lib/postgresql/*/bin or PATH; install the postgresql package"
+        )
+    server = PostgresServer(bindir)
+    try:
+        server.init()
+        server.start()
+    except BaseException:
+        server.destroy()
+        raise
+    return server
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One throwaway PostgreSQL server for the session, stopped and deleted at the end.
+
+    Skips PostgreSQL tests when the server cannot be started locally; in CI (CI=true) that
+    is a failure, never a skip.
+    """
+    try:
+        server = _start_or_give_up()
+    except (PostgresUnavailable, OSError, subprocess.SubprocessError) as exc:
+        message = f"throwaway PostgreSQL could not be started: {exc}"
+        if in_ci():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    # Belt and braces: an interrupted session must not leave a server running.
+    atexit.register(server.destroy)
+    try:
+        yield server
+    finally:
+        server.destroy()
+        atexit.unregister(server.destroy)
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: PostgresServer) -> Iterator[str]:
+    """A DSN to a fresh, empty database (`t_<hex>`), dropped after the test."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    postgres_server.ensure_running()
+    postgres_server.create_database(name)
+    try:
+        yield postgres_server.dsn_for(name)
+    finally:
+        # A chaos test that failed half-way may have left the server stopped.
+        postgres_server.ensure_running()
+        postgres_server.drop_database(name)
+
+
+_POSTGRES_FIXTURES = frozenset({"postgres_server", "postgres_dsn"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that needs the server `postgres` (so `-m "not postgres"` works).
+
+    Covers tests that request the fixtures directly and parametrized matrices whose
+    parameter id names postgres (e.g. a `store` fixture over memory/sqlite/postgres).
+    """
+    for item in items:
+        names: Any = getattr(item, "fixturenames", ())
+        callspec = getattr(item, "callspec", None)
+        param_ids = callspec.id.split("-") if callspec is not None else []
+        if _POSTGRES_FIXTURES & set(names) or "postgres" in param_ids:
+            item.add_marker(pytest.mark.postgres)
