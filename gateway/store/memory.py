@@ -1,0 +1,415 @@
+"""In-process JobStore: the same rules as SQLite and PostgreSQL, held in two dicts.
+
+For tests and ephemeral runs (`persistence.backend = "memory"`): nothing survives the
+process, and only this process can see the jobs. Every method takes one asyncio lock for its
+whole body, so each call is atomic exactly like one SQL transaction; the checks inside each
+method are the same WHERE clauses the SQL backends use (see `sqlite.py` for the reasons).
+Rows are copied in and out, so a caller can never mutate the stored state by accident.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import anyio
+
+from gateway.jobs.model import (
+    ACTIVE_STATUSES,
+    FINAL_STATUSES,
+    Completion,
+    ErrorKind,
+    InstanceRow,
+    JobRow,
+    JobStatus,
+    NewJob,
+    Progress,
+)
+from gateway.store.base import SCHEMA_VERSION, DuplicateActiveJob
+
+ORPHANED_ERROR = "owning gateway instance stopped renewing its lease"
+CANCELLED_ERROR = "cancelled at the caller's request"
+
+
+def _utc(epoch_s: float) -> datetime:
+    return datetime.fromtimestamp(epoch_s, UTC)
+
+
+class MemoryJobStore:
+    """A dict-backed JobStore for one process (tests, `backend = "memory"`)."""
+
+    backend = "memory"
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, JobRow] = {}
+        self._instances: dict[str, InstanceRow] = {}
+        # One lock for everything: each method is one "transaction".
+        self._lock = anyio.Lock()
+
+    async def open(self) -> None:
+        """Nothing to connect to; present for the protocol."""
+
+    async def close(self) -> None:
+        """Nothing to release; the data lives as long as this object."""
+
+    async def schema_version(self) -> int:
+        return SCHEMA_VERSION
+
+    async def now(self) -> float:
+        return time.time()
+
+    def _now(self) -> datetime:
+        return _utc(time.time())
+
+    # -- instances -------------------------------------------------------------------------
+    async def register_instance(self, instance: InstanceRow, ttl_s: float) -> None:
+        async with self._lock:
+            now = self._now()
+            previous = self._instances.get(instance.instance_id)
+            started_at = (
+                previous.started_at if previous else (instance.started_at or now)
+            )
+            # Re-registering (after a heartbeat outage) revives the row: it is not stopped.
+            self._instances[instance.instance_id] = replace(
+                instance,
+                started_at=started_at,
+                heartbeat_at=now,
+                lease_expires_at=now + timedelta(seconds=ttl_s),
+                stopped_at=None,
+            )
+
+    async def mark_instance_stopped(self, instance_id: str) -> None:
+        async with self._lock:
+            row = self._instances.get(instance_id)
+            if row is not None and row.stopped_at is None:
+                row.stopped_at = self._now()
+
+    async def heartbeat(self, instance_id: str, ttl_s: float) -> int:
+        async with self._lock:
+            now = self._now()
+            deadline = now + timedelta(seconds=ttl_s)
+            renewed = 0
+            row = self._instances.get(instance_id)
+            if row is not None:
+                row.heartbeat_at = now
+                row.lease_expires_at = deadline
+                renewed = 1
+            # Invariant: only this instance's active jobs get a longer lease.
+            for job in self._jobs.values():
+                if job.owner_instance == instance_id and job.status in ACTIVE_STATUSES:
+                    job.lease_deadline = deadline
+            return renewed
+
+    async def gc_instances(self, older_than_s: float) -> int:
+        async with self._lock:
+            cutoff = self._now() - timedelta(seconds=older_than_s)
+            doomed = [
+                key
+                for key, row in self._instances.items()
+                if (row.stopped_at is not None and row.stopped_at < cutoff)
+                or (row.lease_expires_at is not None and row.lease_expires_at < cutoff)
+            ]
+            for key in doomed:
+                del self._instances[key]
+            return len(doomed)
+
+    async def list_instances(self) -> list[InstanceRow]:
+        async with self._lock:
+            rows = sorted(
+                self._instances.values(),
+                key=lambda r: (r.started_at or _utc(0), r.instance_id),
+            )
+            return [replace(r) for r in rows]
+
+    # -- admission and transitions --------------------------------------------------------
+    async def find_reusable(self, request_key: str, dedup_window_s: float) -> JobRow | None:
+        async with self._lock:
+            cutoff = self._now() - timedelta(seconds=dedup_window_s)
+            candidates = [
+                job
+                for job in self._jobs.values()
+                if job.request_key == request_key
+                and not job.forced
+                and (
+                    job.status in ACTIVE_STATUSES
+                    or (
+                        job.status is JobStatus.COMPLETED
+                        and job.finished_at is not None
+                        and job.finished_at >= cutoff
+                    )
+                )
+            ]
+            if not candidates:
+                return None
+            newest = max(candidates, key=lambda j: (j.created_at or _utc(0), j.id))
+            return replace(newest)
+
+    async def insert_job(self, job: NewJob, ttl_s: float) -> JobRow:
+        async with self._lock:
+            if job.id in self._jobs:
+                raise ValueError(f"job id {job.id} already exists")
+            if not job.forced:
+                # Invariant: at most one active non-forced job per request_key.
+                for other in self._jobs.values():
+                    if (
+                        other.request_key == job.request_key
+                        and not other.forced
+                        and other.status in ACTIVE_STATUSES
+                    ):
+                        raise DuplicateActiveJob(other.id)
+            now = self._now()
+            row = JobRow(
+                id=job.id,
+                provider=job.provider,
+                status=JobStatus.QUEUED,
+                request_key=job.request_key,
+                transport=job.transport,
+                correlation_id=job.correlation_id,
+                owner_instance=job.owner_instance,
+                lease_deadline=now + timedelta(seconds=ttl_s),
+                hostname=job.hostname,
+                working_dir=job.working_dir,
+                model=job.model,
+                session_id=job.session_id,
+                request_json=job.request_json,
+                created_at=now,
+                updated_at=now,
+                forced=job.forced,
+                boot_id=job.boot_id,
+            )
+            self._jobs[job.id] = row
+            return replace(row)
+
+    async def mark_running(
+        self, job_id: str, owner_instance: str, pid: int | None, pgid: int | None,
+        pid_started_at: float | None, ttl_s: float,
+    ) -> bool:
+        async with self._lock:
+            job = self._jobs.get(job_id)
+            # Invariant: only a queued row of this owner starts running.
+            if job is None or job.status is not JobStatus.QUEUED:
+                return False
+            if job.owner_instance != owner_instance:
+                return False
+            now = self._now()
+            job.status = JobStatus.RUNNING
+            job.pid, job.pgid, job.pid_started_at = pid, pgid, pid_started_at
+            job.started_at = now
+            job.updated_at = now
+            job.lease_deadline = now + timedelta(seconds=ttl_s)
+            return True
+
+    async def record_process(
+        self, job_id: str, owner_instance: str, pid: int, pgid: int, pid_started_at: float
+    ) -> bool:
+        async with self._lock:
+            job = self._jobs.get(job_id)
+            # Invariant: only a running row of this owner gets a process identity.
+            if job is None or job.status is not JobStatus.RUNNING:
+                return False
+            if job.owner_instance != owner_instance:
+                return False
+            job.pid, job.pgid, job.pid_started_at = pid, pgid, pid_started_at
+            job.updated_at = self._now()
+            return True
+
+    async def complete(self, job_id: str, owner_instance: str, completion: Completion) -> bool:
+        if completion.status not in FINAL_STATUSES:
+            raise ValueError(f"a completion cannot be {completion.status!s}")
+        async with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                return False
+            # Invariant: active rows, or an orphaned row of this owner (self-heal); never
+            # any other terminal row.
+            allowed = job.status in ACTIVE_STATUSES or (
+                job.status is JobStatus.ORPHANED and job.owner_instance == owner_instance
+            )
+            if not allowed:
+                return False
+            now = self._now()
+            _apply_completion(job, completion)
+            job.finished_at = now
+            job.updated_at = now
+            job.lease_deadline = None
+            return True
+
+    async def fail_active(
+        self, owner_instance: str, error_kind: str, error: str, exit_code: int | None
+    ) -> int:
+        async with self._lock:
+            now = self._now()
+            count = 0
+            for job in self._jobs.values():
+                if job.owner_instance != owner_instance or job.status not in ACTIVE_STATUSES:
+                    continue
+                _apply_completion(
+                    job,
+                    Completion(
+                        status=JobStatus.FAILED,
+                        exit_code=exit_code,
+                        error=error,
+                        error_kind=error_kind,
+                        output=job.output,
+                        stderr_tail=job.stderr_tail,
+                        output_bytes=job.output_bytes,
+                        truncated=job.truncated,
+                        result_json=job.result_json,
+                    ),
+                )
+                job.finished_at = now
+                job.updated_at = now
+                job.lease_deadline = None
+                count += 1
+            return count
+
+    async def request_cancel(self, job_id: str) -> JobRow | None:
+        async with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                return None
+            # Invariant: only an active row takes a cancel; the first request's time stays.
+            if job.status in ACTIVE_STATUSES and job.cancel_requested_at is None:
+                now = self._now()
+                job.cancel_requested_at = now
+                job.updated_at = now
+            return replace(job)
+
+    async def cancel_queued(self, job_id: str, owner_instance: str, error: str) -> bool:
+        async with self._lock:
+            job = self._jobs.get(job_id)
+            # Invariant: only a queued row of this owner, so a spawned child is never lost.
+            if job is None or job.status is not JobStatus.QUEUED:
+                return False
+            if job.owner_instance != owner_instance:
+                return False
+            now = self._now()
+            job.status = JobStatus.CANCELLED
+            job.error = error
+            job.error_kind = ErrorKind.CANCELLED.value
+            job.cancel_requested_at = job.cancel_requested_at or now
+            job.finished_at = now
+            job.updated_at = now
+            job.lease_deadline = None
+            return True
+
+    async def list_cancel_requested(self, owner_instance: str) -> list[str]:
+        async with self._lock:
+            return [
+                job.id
+                for job in self._jobs.values()
+                if job.owner_instance == owner_instance
+                and job.status in ACTIVE_STATUSES
+                and job.cancel_requested_at is not None
+            ]
+
+    async def save_progress(self, job_id: str, owner_instance: str, progress: Progress) -> bool:
+        async with self._lock:
+            job = self._jobs.get(job_id)
+            # Invariant: partial output only for a running row of this owner.
+            if job is None or job.status is not JobStatus.RUNNING:
+                return False
+            if job.owner_instance != owner_instance:
+                return False
+            job.output_bytes = progress.output_bytes
+            job.output = progress.output
+            job.stderr_tail = progress.stderr_tail
+            job.updated_at = self._now()
+            return True
+
+    # -- the reaper -----------------------------------------------------------------------
+    def _expired(self, job: JobRow, now: datetime, http_grace_s: float) -> bool:
+        if job.status not in ACTIVE_STATUSES or job.lease_deadline is None:
+            return False
+        deadline = job.lease_deadline
+        if job.transport == "http":
+            deadline = deadline + timedelta(seconds=http_grace_s)
+        return deadline < now
+
+    async def list_expired_candidates(self, http_grace_s: float) -> list[JobRow]:
+        async with self._lock:
+            now = self._now()
+            return [
+                replace(job)
+                for job in self._jobs.values()
+                if self._expired(job, now, http_grace_s)
+            ]
+
+    async def recover_expired_leases(
+        self, http_grace_s: float, alive_ids: Collection[str] = ()
+    ) -> list[JobRow]:
+        async with self._lock:
+            now = self._now()
+            spared = set(alive_ids)
+            flipped = []
+            for job in self._jobs.values():
+                # Invariant: the job's OWN lease passed (+grace for http) and it is active.
+                if job.id in spared or not self._expired(job, now, http_grace_s):
+                    continue
+                job.status = JobStatus.ORPHANED
+                job.error = job.error or ORPHANED_ERROR
+                job.error_kind = ErrorKind.ORPHANED.value
+                job.finished_at = now
+                job.updated_at = now
+                job.lease_deadline = None
+                flipped.append(replace(job))
+            return flipped
+
+    # -- retention and reads --------------------------------------------------------------
+    async def purge_terminal(self, older_than_s: float) -> list[str]:
+        async with self._lock:
+            cutoff = self._now() - timedelta(seconds=older_than_s)
+            doomed = [
+                job.id
+                for job in self._jobs.values()
+                if job.status not in ACTIVE_STATUSES
+                and job.finished_at is not None
+                and job.finished_at < cutoff
+            ]
+            for job_id in doomed:
+                del self._jobs[job_id]
+            return doomed
+
+    async def get_job(self, job_id: str) -> JobRow | None:
+        async with self._lock:
+            job = self._jobs.get(job_id)
+            return replace(job) if job is not None else None
+
+    async def list_jobs(
+        self, *, statuses: Sequence[JobStatus] | None = None, provider: str | None = None,
+        owner_instance: str | None = None, limit: int = 50,
+    ) -> list[JobRow]:
+        async with self._lock:
+            wanted = {JobStatus(s) for s in statuses} if statuses is not None else None
+            rows = [
+                job
+                for job in self._jobs.values()
+                if (wanted is None or job.status in wanted)
+                and (provider is None or job.provider == provider)
+                and (owner_instance is None or job.owner_instance == owner_instance)
+            ]
+            rows.sort(key=lambda j: (j.created_at or _utc(0), j.id), reverse=True)
+            return [replace(job) for job in rows[: max(limit, 0)]]
+
+
+def _apply_completion(job: JobRow, completion: Completion) -> None:
+    """Write a terminal outcome onto `job`; a pending cancel request turns it into cancelled."""
+    status = completion.status
+    error_kind = completion.error_kind
+    error = completion.error
+    if job.cancel_requested_at is not None and status is not JobStatus.CANCELLED:
+        # Cancelled wins: the caller asked to stop while the run was still active.
+        status = JobStatus.CANCELLED
+        error_kind = ErrorKind.CANCELLED.value
+        error = error or CANCELLED_ERROR
+    job.status = status
+    job.exit_code = completion.exit_code
+    job.error = error
+    job.error_kind = error_kind
+    job.output = completion.output
+    job.stderr_tail = completion.stderr_tail
+    job.output_bytes = completion.output_bytes
+    job.truncated = completion.truncated
+    job.result_json = completion.result_json
