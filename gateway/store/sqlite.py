@@ -1,0 +1,669 @@
+"""SQLite JobStore (aiosqlite): the default backend, one file shared by every gateway on a host.
+
+All SQL of this backend is below as named module constants; each says which invariant its
+WHERE clause enforces. Every write runs in `BEGIN IMMEDIATE`, so two processes sharing the
+file take the write lock before they read the rows they decide on: a compare-and-set can
+never act on a stale view. Within one process, one lock serializes the single connection.
+
+Times are REAL epoch seconds (the local clock is the clock: SQLite is one host); rows come
+back with timezone-aware UTC datetimes. `now` is read after the write lock is held, so a
+lease computed by one writer is never older than a decision taken by the next.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+import time
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import anyio
+import structlog
+
+from gateway.config import gateway_home
+from gateway.jobs.model import FINAL_STATUSES, Completion, InstanceRow, JobRow, JobStatus, NewJob, Progress
+from gateway.store.base import SCHEMA_VERSION, DuplicateActiveJob, StoreUnavailable
+
+log = structlog.get_logger(__name__)
+
+BUSY_TIMEOUT_MS = 5000  # another process holding the write lock gets this long before we give up
+FILE_MODE = 0o600  # job rows hold prompts and outputs: owner only
+DIR_MODE = 0o700  # the directory also holds the -wal/-shm files and spool dirs
+
+ORPHANED_ERROR = "owning gateway instance stopped renewing its lease"
+CANCELLED_ERROR = "cancelled at the caller's request"
+
+_JOB_COLUMNS = ", ".join(JobRow.column_names())
+_JOB_TIME_FIELDS = (
+    "lease_deadline", "created_at", "started_at", "finished_at", "updated_at",
+    "cancel_requested_at",
+)
+_INSTANCE_COLUMNS = (
+    "instance_id, hostname, boot_id, pid, pid_started_at, role, version, started_at, "
+    "heartbeat_at, lease_expires_at, stopped_at"
+)
+_INSTANCE_TIME_FIELDS = ("started_at", "heartbeat_at", "lease_expires_at", "stopped_at")
+
+# -- schema -------------------------------------------------------------------------------
+
+CREATE_SCHEMA_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version    INTEGER PRIMARY KEY,
+    applied_at REAL NOT NULL
+)"""
+
+READ_SCHEMA_VERSION = "SELECT COALESCE(MAX(version), 0) FROM schema_version"
+
+RECORD_SCHEMA_VERSION = "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)"
+
+_SCHEMA_V1 = (
+    """
+    CREATE TABLE IF NOT EXISTS jobs (
+        id                  TEXT PRIMARY KEY,
+        provider            TEXT NOT NULL,
+        status              TEXT NOT NULL CHECK (status IN
+                            ('queued','running','completed','failed','cancelled',
+                             'timed_out','orphaned')),
+        request_key         TEXT NOT NULL,
+        correlation_id      TEXT,
+        transport           TEXT NOT NULL DEFAULT 'process'
+                            CHECK (transport IN ('process','http')),
+        owner_instance      TEXT,
+        lease_deadline      REAL,
+        hostname            TEXT,
+        pid                 INTEGER,
+        pgid                INTEGER,
+        pid_started_at      REAL,
+        working_dir         TEXT,
+        model               TEXT,
+        session_id          TEXT,
+        request_json        TEXT NOT NULL DEFAULT '{}',
+        created_at          REAL NOT NULL,
+        started_at          REAL,
+        finished_at         REAL,
+        updated_at          REAL NOT NULL,
+        exit_code           INTEGER,
+        error               TEXT,
+        error_kind          TEXT,
+        output              TEXT,
+        stderr_tail         TEXT,
+        output_bytes        INTEGER NOT NULL DEFAULT 0,
+        truncated           INTEGER NOT NULL DEFAULT 0,
+        result_json         TEXT,
+        cancel_requested_at REAL,
+        forced              INTEGER NOT NULL DEFAULT 0,
+        boot_id             TEXT
+    )""",
+    """
+    CREATE TABLE IF NOT EXISTS gateway_instances (
+        instance_id      TEXT PRIMARY KEY,
+        hostname         TEXT NOT NULL,
+        boot_id          TEXT NOT NULL,
+        pid              INTEGER NOT NULL,
+        pid_started_at   REAL,
+        role             TEXT NOT NULL,
+        version          TEXT NOT NULL,
+        started_at       REAL NOT NULL,
+        heartbeat_at     REAL NOT NULL,
+        lease_expires_at REAL NOT NULL,
+        stopped_at       REAL
+    )""",
+    # Exactly-once dedup: at most one active, non-forced job per request key, whoever races.
+    """
+    CREATE UNIQUE INDEX IF NOT EXISTS jobs_active_request_key
+        ON jobs (request_key) WHERE status IN ('queued','running') AND forced = 0""",
+    # The reaper's range scan: active rows ordered by their own lease deadline.
+    "CREATE INDEX IF NOT EXISTS jobs_status_lease_deadline ON jobs (status, lease_deadline)",
+    # The heartbeat, the cancel poller and drain: one instance's active rows.
+    "CREATE INDEX IF NOT EXISTS jobs_owner_status ON jobs (owner_instance, status)",
+    # find_reusable: newest rows of one request key.
+    "CREATE INDEX IF NOT EXISTS jobs_request_key_created ON jobs (request_key, created_at)",
+    # purge_terminal: terminal rows by age.
+    "CREATE INDEX IF NOT EXISTS jobs_status_finished ON jobs (status, finished_at)",
+    # list_jobs: newest first.
+    "CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at)",
+)
+
+# (version, statements) in order; every statement is idempotent on its own as well.
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _SCHEMA_V1),)
+assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
+
+# -- instances ----------------------------------------------------------------------------
+
+# Upsert: a re-registering instance (after a heartbeat outage) keeps its started_at and is
+# alive again (stopped_at cleared); its lease restarts from now.
+UPSERT_INSTANCE = """
+INSERT INTO gateway_instances (instance_id, hostname, boot_id, pid, pid_started_at, role,
+                               version, started_at, heartbeat_at, lease_expires_at, stopped_at)
+VALUES (:instance_id, :hostname, :boot_id, :pid, :pid_started_at, :role, :version,
+        COALESCE(:started_at, :now), :now, :now + :ttl_s, NULL)
+ON CONFLICT (instance_id) DO UPDATE SET
+    hostname = excluded.hostname, boot_id = excluded.boot_id, pid = excluded.pid,
+    pid_started_at = excluded.pid_started_at, role = excluded.role,
+    version = excluded.version, heartbeat_at = excluded.heartbeat_at,
+    lease_expires_at = excluded.lease_expires_at, stopped_at = NULL"""
+
+# Only the first stop counts: the row records when the instance really went away.
+MARK_INSTANCE_STOPPED = """
+UPDATE gateway_instances SET stopped_at = :now
+WHERE instance_id = :instance_id AND stopped_at IS NULL"""
+
+# Renews exactly one instance row (the caller's own).
+RENEW_INSTANCE_LEASE = """
+UPDATE gateway_instances SET heartbeat_at = :now, lease_expires_at = :now + :ttl_s
+WHERE instance_id = :instance_id"""
+
+# Only this instance's ACTIVE jobs get a longer lease: a terminal row keeps lease NULL and
+# another instance's jobs are never kept alive by us. One statement for all of them.
+RENEW_LEASES = """
+UPDATE jobs SET lease_deadline = :now + :ttl_s
+WHERE owner_instance = :instance_id AND status IN ('queued','running')"""
+
+# Only rows stopped, or whose lease expired, more than the threshold ago: a live instance's
+# row (lease in the future) is never collected.
+GC_INSTANCES = """
+DELETE FROM gateway_instances
+WHERE (stopped_at IS NOT NULL AND stopped_at < :now - :older_than_s)
+   OR lease_expires_at < :now - :older_than_s"""
+
+LIST_INSTANCES = f"""
+SELECT {_INSTANCE_COLUMNS} FROM gateway_instances ORDER BY started_at, instance_id"""
+
+# -- admission and transitions ------------------------------------------------------------
+
+# Reuse only non-forced rows that are active (any age) or completed within the window
+# measured from finished_at; failed/cancelled/timed_out/orphaned never match.
+FIND_REUSABLE = f"""
+SELECT {_JOB_COLUMNS} FROM jobs
+WHERE request_key = :request_key AND forced = 0
+  AND (status IN ('queued','running')
+       OR (status = 'completed' AND finished_at >= :now - :dedup_window_s))
+ORDER BY created_at DESC, id DESC
+LIMIT 1"""
+
+# The partial unique index jobs_active_request_key is the arbiter: a second active,
+# non-forced row with the same key is not inserted (no row returned), whoever races.
+INSERT_JOB = f"""
+INSERT INTO jobs (id, provider, status, request_key, transport, correlation_id,
+                  owner_instance, lease_deadline, hostname, working_dir, model, session_id,
+                  request_json, created_at, updated_at, forced, boot_id)
+VALUES (:id, :provider, 'queued', :request_key, :transport, :correlation_id,
+        :owner_instance, :now + :ttl_s, :hostname, :working_dir, :model, :session_id,
+        :request_json, :now, :now, :forced, :boot_id)
+ON CONFLICT (request_key) WHERE status IN ('queued','running') AND forced = 0 DO NOTHING
+RETURNING {_JOB_COLUMNS}"""
+
+# The one active, non-forced row the index let win (read in the same transaction).
+FIND_ACTIVE_BY_KEY = """
+SELECT id FROM jobs
+WHERE request_key = :request_key AND forced = 0 AND status IN ('queued','running')"""
+
+# queued -> running only for the owner: a row orphaned or cancelled while it waited in the
+# queue never starts (the manager spawns only after this returns true).
+MARK_RUNNING = """
+UPDATE jobs SET status = 'running', pid = :pid, pgid = :pgid, pid_started_at = :pid_started_at,
+                started_at = :now, updated_at = :now, lease_deadline = :now + :ttl_s
+WHERE id = :job_id AND owner_instance = :owner_instance AND status = 'queued'"""
+
+# A process identity is stamped only on a running row this instance still owns.
+RECORD_PROCESS = """
+UPDATE jobs SET pid = :pid, pgid = :pgid, pid_started_at = :pid_started_at, updated_at = :now
+WHERE id = :job_id AND owner_instance = :owner_instance AND status = 'running'"""
+
+# Guarded terminal write: an active row, or an orphaned row of the same owner (self-heal of
+# a stale owner that revived); every other terminal row is final. A cancel request on the
+# row turns any outcome into `cancelled` (cancelled wins over a late completion).
+COMPLETE_JOB = """
+UPDATE jobs SET
+    status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE :status END,
+    error_kind = CASE WHEN cancel_requested_at IS NOT NULL AND :status <> 'cancelled'
+                      THEN 'cancelled' ELSE :error_kind END,
+    error = CASE WHEN cancel_requested_at IS NOT NULL AND :status <> 'cancelled'
+                 THEN COALESCE(:error, :cancelled_error) ELSE :error END,
+    exit_code = :exit_code, output = :output, stderr_tail = :stderr_tail,
+    output_bytes = :output_bytes, truncated = :truncated, result_json = :result_json,
+    finished_at = :now, updated_at = :now, lease_deadline = NULL
+WHERE id = :job_id
+  AND (status IN ('queued','running')
+       OR (status = 'orphaned' AND owner_instance = :owner_instance))"""
+
+# Drain: only this instance's ACTIVE rows become terminal (cancelled where a cancel was
+# requested); terminal rows and other instances' rows are untouched. Output is kept.
+FAIL_ACTIVE = """
+UPDATE jobs SET
+    status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'failed' END,
+    error_kind = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                      ELSE :error_kind END,
+    error = :error, exit_code = :exit_code,
+    finished_at = :now, updated_at = :now, lease_deadline = NULL
+WHERE owner_instance = :owner_instance AND status IN ('queued','running')"""
+
+# A cancel lands only on an active row, and the first request's time is kept.
+REQUEST_CANCEL = """
+UPDATE jobs SET cancel_requested_at = :now, updated_at = :now
+WHERE id = :job_id AND status IN ('queued','running') AND cancel_requested_at IS NULL"""
+
+# queued -> cancelled only for the owner, so a job that already has a child (running) is
+# never marked cancelled without its process being killed first.
+CANCEL_QUEUED = """
+UPDATE jobs SET status = 'cancelled', error = :error, error_kind = 'cancelled',
+                cancel_requested_at = COALESCE(cancel_requested_at, :now),
+                finished_at = :now, updated_at = :now, lease_deadline = NULL
+WHERE id = :job_id AND owner_instance = :owner_instance AND status = 'queued'"""
+
+# Only this instance's still-active rows: a cancel on a finished job needs no kill.
+LIST_CANCEL_REQUESTED = """
+SELECT id FROM jobs
+WHERE owner_instance = :owner_instance AND status IN ('queued','running')
+  AND cancel_requested_at IS NOT NULL
+ORDER BY created_at"""
+
+# Partial output only while running and owned: a late flush never touches a terminal row
+# or a row that another instance now answers for.
+SAVE_PROGRESS = """
+UPDATE jobs SET output_bytes = :output_bytes, output = :output, stderr_tail = :stderr_tail,
+                updated_at = :now
+WHERE id = :job_id AND owner_instance = :owner_instance AND status = 'running'"""
+
+# -- the reaper ---------------------------------------------------------------------------
+
+# A job is a candidate only when ITS OWN lease passed (plus the grace for http jobs); never
+# because another instance started. `lease_deadline < :now` first, so the range scan on
+# jobs_status_lease_deadline does the work.
+LIST_EXPIRED_CANDIDATES = f"""
+SELECT {_JOB_COLUMNS} FROM jobs
+WHERE status IN ('queued','running') AND lease_deadline < :now
+  AND (transport <> 'http' OR lease_deadline + :http_grace_s < :now)
+ORDER BY lease_deadline"""
+
+# The same predicate, re-checked inside the UPDATE (no select-then-flip): a heartbeat that
+# committed first moved lease_deadline forward and the row no longer matches. Rows proven
+# alive by the reaper's probe (:alive_ids, a JSON array) are spared.
+RECOVER_EXPIRED_LEASES = f"""
+UPDATE jobs SET status = 'orphaned', error = COALESCE(error, :orphaned_error),
+                error_kind = 'orphaned', finished_at = :now, updated_at = :now,
+                lease_deadline = NULL
+WHERE status IN ('queued','running') AND lease_deadline < :now
+  AND (transport <> 'http' OR lease_deadline + :http_grace_s < :now)
+  AND id NOT IN (SELECT value FROM json_each(:alive_ids))
+RETURNING {_JOB_COLUMNS}"""
+
+# -- retention and reads ------------------------------------------------------------------
+
+# Only terminal rows past retention; an active row is never deleted, whatever its age.
+PURGE_TERMINAL = """
+DELETE FROM jobs
+WHERE status IN ('completed','failed','cancelled','timed_out','orphaned')
+  AND finished_at < :now - :older_than_s
+RETURNING id"""
+
+GET_JOB = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = :job_id"
+
+# Optional filters as NULL-able parameters (statuses: a JSON array) keep one statement text.
+LIST_JOBS = f"""
+SELECT {_JOB_COLUMNS} FROM jobs
+WHERE (:statuses IS NULL OR status IN (SELECT value FROM json_each(:statuses)))
+  AND (:provider IS NULL OR provider = :provider)
+  AND (:owner_instance IS NULL OR owner_instance = :owner_instance)
+ORDER BY created_at DESC, id DESC
+LIMIT :limit"""
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+def _utc(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, UTC)
+
+
+def _epoch(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+def _job(row: Mapping[str, Any]) -> JobRow:
+    data = {name: row[name] for name in JobRow.column_names()}
+    for name in _JOB_TIME_FIELDS:
+        data[name] = _utc(data[name])
+    return JobRow.from_mapping(data)
+
+
+def _instance(row: Mapping[str, Any]) -> InstanceRow:
+    data = {key: row[key] for key in row.keys()}  # type: ignore[attr-defined]
+    for name in _INSTANCE_TIME_FIELDS:
+        data[name] = _utc(data[name])
+    return InstanceRow(**data)
+
+
+@contextmanager
+def _store_errors(action: str) -> Iterator[None]:
+    """Turn SQLite and OS failures into StoreUnavailable (integrity errors are bugs: kept)."""
+    try:
+        yield
+    except sqlite3.IntegrityError:
+        raise
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(f"sqlite store: {action} failed: {exc}") from exc
+    except OSError as exc:
+        raise StoreUnavailable(f"sqlite store: {action} failed: {exc.strerror or exc}") from exc
+
+
+def _ensure_private_dir(directory: Path) -> None:
+    """Create missing directories 0700; tighten the gateway's own home if it is looser."""
+    missing: list[Path] = []
+    probe = directory
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    for path in reversed(missing):
+        with suppress(FileExistsError):  # another process created it a moment ago
+            os.mkdir(path, DIR_MODE)
+        os.chmod(path, DIR_MODE)  # the umask may have removed bits, never adds: be exact
+    if not missing:
+        mode = stat.S_IMODE(directory.stat().st_mode)
+        if directory == gateway_home() and mode != DIR_MODE:
+            os.chmod(directory, DIR_MODE)
+        elif mode & 0o077:
+            # A directory the user chose: not ours to change, but worth saying.
+            log.warning(
+                "store directory is accessible to other users",
+                action="open_store", directory=str(directory), mode=oct(mode),
+            )
+
+
+def _ensure_private_file(path: Path) -> None:
+    """Create the database file 0600 before SQLite opens it (its -wal/-shm copy the mode)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    os.close(fd)
+    if stat.S_IMODE(path.stat().st_mode) != FILE_MODE:
+        os.chmod(path, FILE_MODE)
+
+
+class SqliteJobStore:
+    """JobStore on one SQLite file (WAL), safe to share between processes on one host."""
+
+    backend = "sqlite"
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path).expanduser()
+        self._conn: aiosqlite.Connection | None = None
+        # One connection per store: a transaction must never interleave with another task's.
+        self._lock = anyio.Lock()
+
+    # -- connection -----------------------------------------------------------------------
+    async def open(self) -> None:
+        """Create the file (0600) and directory (0700), set WAL, migrate the schema.
+
+        Raises StoreUnavailable when the file cannot be created or opened, or the schema
+        was written by a newer gateway.
+        """
+        if self._conn is not None:
+            return
+        with _store_errors("open"):
+            _ensure_private_dir(self.path.parent)
+            _ensure_private_file(self.path)
+            conn = await aiosqlite.connect(self.path, isolation_level=None)
+        try:
+            with _store_errors("open"):
+                conn.row_factory = sqlite3.Row
+                # busy_timeout first: switching to WAL may wait for another opener's lock.
+                await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                await conn.execute("PRAGMA journal_mode = WAL")
+                await conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn = conn
+            await self._migrate()
+        except BaseException:
+            self._conn = None
+            with anyio.CancelScope(shield=True), suppress(sqlite3.Error, ValueError):
+                await conn.close()
+            raise
+        log.debug("sqlite store open", action="open_store", path=str(self.path))
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            async with self._lock:
+                with anyio.CancelScope(shield=True), suppress(sqlite3.Error, ValueError):
+                    await conn.close()
+
+    def _connection(self) -> aiosqlite.Connection:
+        if self._conn is None:
+            raise StoreUnavailable("sqlite store is not open")
+        return self._conn
+
+    @asynccontextmanager
+    async def _read(self, action: str) -> AsyncIterator[aiosqlite.Connection]:
+        async with self._lock:
+            conn = self._connection()
+            with _store_errors(action):
+                yield conn
+
+    @asynccontextmanager
+    async def _write(self, action: str) -> AsyncIterator[aiosqlite.Connection]:
+        """One IMMEDIATE transaction: the write lock is held before the first read, so two
+        processes on the same file serialize. Rolled back on any error or cancellation."""
+        async with self._lock:
+            conn = self._connection()
+            with _store_errors(action):
+                await conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    with anyio.CancelScope(shield=True), suppress(sqlite3.Error):
+                        await conn.execute("ROLLBACK")
+                    raise
+                # Shielded: once the statements ran, a cancelled caller must not leave the
+                # transaction open on the shared connection.
+                with anyio.CancelScope(shield=True):
+                    await conn.execute("COMMIT")
+
+    async def _migrate(self) -> None:
+        async with self._write("migrate") as conn:
+            await conn.execute(CREATE_SCHEMA_VERSION_TABLE)
+            current = (await conn.execute_fetchall(READ_SCHEMA_VERSION))[0][0]
+            if current > SCHEMA_VERSION:
+                raise StoreUnavailable(
+                    f"sqlite store {self.path} has schema version {current}, newer than this "
+                    f"gateway understands ({SCHEMA_VERSION}): upgrade agent-cli-gateway"
+                )
+            for version, statements in MIGRATIONS:
+                if version <= current:
+                    continue
+                for statement in statements:
+                    await conn.execute(statement)
+                await conn.execute(RECORD_SCHEMA_VERSION, (version, time.time()))
+                log.info("sqlite schema migrated", action="migrate", version=version)
+
+    async def schema_version(self) -> int:
+        async with self._read("schema_version") as conn:
+            return int((await conn.execute_fetchall(READ_SCHEMA_VERSION))[0][0])
+
+    async def now(self) -> float:
+        return time.time()
+
+    @staticmethod
+    async def _changes(conn: aiosqlite.Connection, sql: str, params: Mapping[str, Any]) -> int:
+        async with conn.execute(sql, params) as cursor:
+            return cursor.rowcount
+
+    # -- instances -------------------------------------------------------------------------
+    async def register_instance(self, instance: InstanceRow, ttl_s: float) -> None:
+        async with self._write("register_instance") as conn:
+            await conn.execute(UPSERT_INSTANCE, {
+                "instance_id": instance.instance_id, "hostname": instance.hostname,
+                "boot_id": instance.boot_id, "pid": instance.pid,
+                "pid_started_at": instance.pid_started_at, "role": instance.role,
+                "version": instance.version, "started_at": _epoch(instance.started_at),
+                "now": time.time(), "ttl_s": ttl_s,
+            })
+
+    async def mark_instance_stopped(self, instance_id: str) -> None:
+        async with self._write("mark_instance_stopped") as conn:
+            await conn.execute(MARK_INSTANCE_STOPPED, {"instance_id": instance_id, "now": time.time()})
+
+    async def heartbeat(self, instance_id: str, ttl_s: float) -> int:
+        async with self._write("heartbeat") as conn:
+            params = {"instance_id": instance_id, "now": time.time(), "ttl_s": ttl_s}
+            renewed = await self._changes(conn, RENEW_INSTANCE_LEASE, params)
+            await conn.execute(RENEW_LEASES, params)
+            return renewed
+
+    async def gc_instances(self, older_than_s: float) -> int:
+        async with self._write("gc_instances") as conn:
+            return await self._changes(
+                conn, GC_INSTANCES, {"now": time.time(), "older_than_s": older_than_s}
+            )
+
+    async def list_instances(self) -> list[InstanceRow]:
+        async with self._read("list_instances") as conn:
+            return [_instance(r) for r in await conn.execute_fetchall(LIST_INSTANCES)]
+
+    # -- admission and transitions --------------------------------------------------------
+    async def find_reusable(self, request_key: str, dedup_window_s: float) -> JobRow | None:
+        async with self._read("find_reusable") as conn:
+            rows = await conn.execute_fetchall(FIND_REUSABLE, {
+                "request_key": request_key, "now": time.time(),
+                "dedup_window_s": dedup_window_s,
+            })
+            return _job(rows[0]) if rows else None
+
+    async def insert_job(self, job: NewJob, ttl_s: float) -> JobRow:
+        async with self._write("insert_job") as conn:
+            try:
+                rows = await conn.execute_fetchall(INSERT_JOB, {
+                    "id": job.id, "provider": job.provider, "request_key": job.request_key,
+                    "transport": job.transport, "correlation_id": job.correlation_id,
+                    "owner_instance": job.owner_instance, "hostname": job.hostname,
+                    "working_dir": job.working_dir, "model": job.model,
+                    "session_id": job.session_id, "request_json": job.request_json,
+                    "forced": job.forced, "boot_id": job.boot_id,
+                    "now": time.time(), "ttl_s": ttl_s,
+                })
+            except sqlite3.IntegrityError as exc:
+                raise ValueError(f"job id {job.id} already exists") from exc
+            if rows:
+                return _job(rows[0])
+            existing = await conn.execute_fetchall(
+                FIND_ACTIVE_BY_KEY, {"request_key": job.request_key}
+            )
+            raise DuplicateActiveJob(existing[0][0] if existing else None)
+
+    async def mark_running(
+        self, job_id: str, owner_instance: str, pid: int | None, pgid: int | None,
+        pid_started_at: float | None, ttl_s: float,
+    ) -> bool:
+        async with self._write("mark_running") as conn:
+            return 1 == await self._changes(conn, MARK_RUNNING, {
+                "job_id": job_id, "owner_instance": owner_instance, "pid": pid,
+                "pgid": pgid, "pid_started_at": pid_started_at, "now": time.time(),
+                "ttl_s": ttl_s,
+            })
+
+    async def record_process(
+        self, job_id: str, owner_instance: str, pid: int, pgid: int, pid_started_at: float
+    ) -> bool:
+        async with self._write("record_process") as conn:
+            return 1 == await self._changes(conn, RECORD_PROCESS, {
+                "job_id": job_id, "owner_instance": owner_instance, "pid": pid,
+                "pgid": pgid, "pid_started_at": pid_started_at, "now": time.time(),
+            })
+
+    async def complete(self, job_id: str, owner_instance: str, completion: Completion) -> bool:
+        if completion.status not in FINAL_STATUSES:
+            raise ValueError(f"a completion cannot be {completion.status!s}")
+        async with self._write("complete") as conn:
+            return 1 == await self._changes(conn, COMPLETE_JOB, {
+                "job_id": job_id, "owner_instance": owner_instance,
+                "status": completion.status.value, "exit_code": completion.exit_code,
+                "error": completion.error, "error_kind": completion.error_kind,
+                "output": completion.output, "stderr_tail": completion.stderr_tail,
+                "output_bytes": completion.output_bytes, "truncated": completion.truncated,
+                "result_json": completion.result_json, "cancelled_error": CANCELLED_ERROR,
+                "now": time.time(),
+            })
+
+    async def fail_active(
+        self, owner_instance: str, error_kind: str, error: str, exit_code: int | None
+    ) -> int:
+        async with self._write("fail_active") as conn:
+            return await self._changes(conn, FAIL_ACTIVE, {
+                "owner_instance": owner_instance, "error_kind": error_kind, "error": error,
+                "exit_code": exit_code, "now": time.time(),
+            })
+
+    async def request_cancel(self, job_id: str) -> JobRow | None:
+        async with self._write("request_cancel") as conn:
+            await conn.execute(REQUEST_CANCEL, {"job_id": job_id, "now": time.time()})
+            rows = await conn.execute_fetchall(GET_JOB, {"job_id": job_id})
+            return _job(rows[0]) if rows else None
+
+    async def cancel_queued(self, job_id: str, owner_instance: str, error: str) -> bool:
+        async with self._write("cancel_queued") as conn:
+            return 1 == await self._changes(conn, CANCEL_QUEUED, {
+                "job_id": job_id, "owner_instance": owner_instance, "error": error,
+                "now": time.time(),
+            })
+
+    async def list_cancel_requested(self, owner_instance: str) -> list[str]:
+        async with self._read("list_cancel_requested") as conn:
+            rows = await conn.execute_fetchall(
+                LIST_CANCEL_REQUESTED, {"owner_instance": owner_instance}
+            )
+            return [r[0] for r in rows]
+
+    async def save_progress(self, job_id: str, owner_instance: str, progress: Progress) -> bool:
+        async with self._write("save_progress") as conn:
+            return 1 == await self._changes(conn, SAVE_PROGRESS, {
+                "job_id": job_id, "owner_instance": owner_instance,
+                "output_bytes": progress.output_bytes, "output": progress.output,
+                "stderr_tail": progress.stderr_tail, "now": time.time(),
+            })
+
+    # -- the reaper -----------------------------------------------------------------------
+    async def list_expired_candidates(self, http_grace_s: float) -> list[JobRow]:
+        async with self._read("list_expired_candidates") as conn:
+            rows = await conn.execute_fetchall(
+                LIST_EXPIRED_CANDIDATES, {"now": time.time(), "http_grace_s": http_grace_s}
+            )
+            return [_job(r) for r in rows]
+
+    async def recover_expired_leases(
+        self, http_grace_s: float, alive_ids: Collection[str] = ()
+    ) -> list[JobRow]:
+        async with self._write("recover_expired_leases") as conn:
+            rows = await conn.execute_fetchall(RECOVER_EXPIRED_LEASES, {
+                "now": time.time(), "http_grace_s": http_grace_s,
+                "alive_ids": json.dumps(list(alive_ids)), "orphaned_error": ORPHANED_ERROR,
+            })
+            return [_job(r) for r in rows]
+
+    # -- retention and reads --------------------------------------------------------------
+    async def purge_terminal(self, older_than_s: float) -> list[str]:
+        async with self._write("purge_terminal") as conn:
+            rows = await conn.execute_fetchall(
+                PURGE_TERMINAL, {"now": time.time(), "older_than_s": older_than_s}
+            )
+            return [r[0] for r in rows]
+
+    async def get_job(self, job_id: str) -> JobRow | None:
+        async with self._read("get_job") as conn:
+            rows = await conn.execute_fetchall(GET_JOB, {"job_id": job_id})
+            return _job(rows[0]) if rows else None
+
+    async def list_jobs(
+        self, *, statuses: Sequence[JobStatus] | None = None, provider: str | None = None,
+        owner_instance: str | None = None, limit: int = 50,
+    ) -> list[JobRow]:
+        async with self._read("list_jobs") as conn:
+            rows = await conn.execute_fetchall(LIST_JOBS, {
+                "statuses": None if statuses is None
+                else json.dumps([JobStatus(s).value for s in statuses]),
+                "provider": provider, "owner_instance": owner_instance,
+                "limit": max(limit, 0),
+            })
+            return [_job(r) for r in rows]
