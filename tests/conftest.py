@@ -13,6 +13,7 @@ import atexit
 import concurrent.futures
 import contextlib
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -39,6 +40,7 @@ PG_ADMIN_TIMEOUT_S = 30  # CREATE/DROP DATABASE copies template1; generous on sl
 PG_PORT_ATTEMPTS = 3  # a free port can be taken between probing it and the server binding
 PG_SUPERUSER = "postgres"  # initdb -U: the same name whether or not we run as root
 PG_SYSTEM_USER = "postgres"  # who runs initdb/pg_ctl when the tests run as root
+SBIN_PATH = "/usr/sbin:/sbin"  # where runuser lives on Debian; not always on a CI PATH
 
 # Fast and disposable: nothing here survives the session, so durability against an OS crash
 # or power loss (fsync, full_page_writes) is wasted time. synchronous_commit stays ON: with
@@ -143,18 +145,28 @@ class PostgresServer:
         return self.dsn_for("postgres")
 
     # -- lifecycle --------------------------------------------------------------------------
-    def _as_server_user(self, argv: list[str]) -> list[str]:
-        # initdb refuses to run as root; the cluster belongs to the postgres system user.
-        return ["runuser", "-u", PG_SYSTEM_USER, "--", *argv] if self.as_root else argv
-
     def _run(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        """Run a server binary; as root, as the postgres system user (initdb refuses root).
+
+        `runuser` (often only in /usr/sbin, which a CI PATH may lack) when it exists, else
+        Python's own setuid switch; cwd is our temp dir, which that user can enter.
+        """
+        switch: dict[str, Any] = {}
+        if self.as_root:
+            runuser = shutil.which("runuser", path=f"{os.environ.get('PATH', '')}:{SBIN_PATH}")
+            if runuser:
+                argv = [runuser, "-u", PG_SYSTEM_USER, "--", *argv]
+            else:
+                switch = {"user": PG_SYSTEM_USER, "group": PG_SYSTEM_USER, "extra_groups": []}
         return subprocess.run(
-            self._as_server_user(argv),
+            argv,
             capture_output=True,
             text=True,
             timeout=timeout,
             check=False,
             stdin=subprocess.DEVNULL,
+            cwd=self.base_dir,
+            **switch,
         )
 
     def _log_tail(self, lines: int = 15) -> str:
@@ -168,11 +180,7 @@ class PostgresServer:
         """initdb into a temp dir the server user owns."""
         self.socket_dir.mkdir()
         if self.as_root:
-            if shutil.which("runuser") is None:
-                raise PostgresUnavailable("running as root but `runuser` is missing")
             try:
-                import pwd
-
                 entry = pwd.getpwnam(PG_SYSTEM_USER)
             except KeyError:
                 raise PostgresUnavailable(
