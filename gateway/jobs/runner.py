@@ -1,15 +1,72 @@
 """Runs one provider invocation as its own process group (DESIGN.md section 5).
 
-INTERFACE CONTRACT (implementation pending): the job manager relies on exactly this API.
+`ProcessRun(spec)`: `await start()` spawns the CLI (argv list, never a shell) in a new session,
+so it leads its own process group; `await wait()` returns the `RunOutcome` once the run is over
+and the whole group is gone; `cancel()` asks for a stop. stdout and stderr go straight into two
+spool files (`<spool_dir>/stdout`, `<spool_dir>/stderr`): the event loop copies no bytes, memory
+stays flat whatever the output size, partial output can be read while the run goes on, and it
+survives a gateway crash. A monitor loop stats those files to enforce the output cap and the
+idle timeout, and watches the wall clock.
+
+Every stop (cancel, timeouts, output cap, shutdown) is the same escalation: SIGTERM to the
+whole group, then SIGKILL to the group after the grace, even if the leader has already exited,
+so grandchildren that ignore SIGTERM die too. Output written during the grace is kept.
+
+A gateway *crash* kills nothing: the group is in its own session and keeps writing its spool
+files (DESIGN.md section 5). Cancelling the supervising task inside a live gateway is not a
+crash, though; then the group is killed at once so that nothing leaks.
 """
 
 from __future__ import annotations
 
+import asyncio
+import codecs
+import contextlib
+import glob
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.jobs.model import ErrorKind
+import structlog
+
+from gateway import proc
+from gateway.jobs.model import EXIT_CODES, ErrorKind, GatewayError
 from providers.base import Invocation
+
+log = structlog.get_logger(__name__)
+
+# How often the spool files are stat()ed while the leader runs. Bounds how late the output cap,
+# the idle timeout and the wall clock are noticed; two stat() calls per tick cost nothing.
+MONITOR_INTERVAL_S = 0.1
+# During a stop's grace (or after the leader's exit) how often the group is re-checked, so
+# wait() returns soon after the last member exits instead of sitting out the whole grace.
+GROUP_POLL_INTERVAL_S = 0.05
+# After SIGKILL: how long to wait for the group's members to vanish before giving up with a
+# warning. SIGKILL cannot be ignored; only uninterruptible sleep (e.g. a hung NFS read) delays it.
+REAP_TIMEOUT_S = 5.0
+
+STDOUT_NAME = "stdout"
+STDERR_NAME = "stderr"
+ERROR_TAIL_BYTES = 4096  # how much of the end of stderr is read to quote a provider's error
+ERROR_TAIL_LINES = 3  # how many last non-empty stderr lines become the error text
+STDIN_CHUNK_BYTES = 64 * 1024  # one pipe buffer: the most a non-blocking write can take at once
+TEMP_DIR_PREFIX = "agent-cli-gateway-run-"
+
+# Where provider CLIs are installed for the user. MCP clients started from a GUI pass a bare
+# PATH (macOS: /usr/bin:/bin:/usr/sbin:/sbin), so these are searched after the given PATH.
+USER_BIN_DIRS = (
+    "~/.local/bin",
+    "/opt/homebrew/bin",
+    "/usr/local/bin",
+    "~/.npm-global/bin",
+    "~/.nvm/versions/node/*/bin",
+    "~/.bun/bin",
+)
 
 
 @dataclass(slots=True)
@@ -45,3 +102,521 @@ class RunOutcome:
     duration_s: float
     signal: int | None = None  # set when the leader died of a signal
     extra: dict[str, object] = field(default_factory=dict)
+
+
+# -- helpers: PATH, spool reads --------------------------------------------------------------
+
+
+def extended_path(path: str | None) -> str:
+    """`path` followed by the user bin dirs that exist (USER_BIN_DIRS), without duplicates."""
+    entries = [p for p in (path or os.defpath).split(os.pathsep) if p]
+    for pattern in USER_BIN_DIRS:
+        expanded = os.path.expanduser(pattern)
+        entries.extend(m for m in sorted(glob.glob(expanded)) if os.path.isdir(m))
+    return os.pathsep.join(dict.fromkeys(entries))
+
+
+def resolve_command(command: str, path: str) -> str | None:
+    """The executable `command` names, searched on `path`; None when there is none."""
+    if os.sep in command:
+        candidate = os.path.abspath(command)
+        return candidate if os.path.isfile(candidate) and os.access(candidate, os.X_OK) else None
+    return shutil.which(command, path=path)
+
+
+def read_range(path: Path, offset: int, max_bytes: int) -> bytes:
+    """Up to `max_bytes` bytes of a spool file from `offset` (b"" past the end or if absent)."""
+    if offset < 0 or max_bytes < 0:
+        raise ValueError("offset and max_bytes must not be negative")
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read(max_bytes)
+    except FileNotFoundError:
+        return b""
+
+
+def read_tail(path: Path, max_bytes: int) -> str:
+    """The last `max_bytes` bytes (at most) of a spool file as text ("" if absent).
+
+    The cut never splits a UTF-8 character: continuation bytes at the start of the window are
+    skipped, and an incomplete character at the end (a writer still mid-character) is left
+    out. Bytes that are not UTF-8 at all become U+FFFD.
+    """
+    if max_bytes <= 0:
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            start = max(0, size - max_bytes)
+            fh.seek(start)
+            data = fh.read(max_bytes)
+    except FileNotFoundError:
+        return ""
+    if start > 0:
+        skip = 0
+        # A UTF-8 character is at most 4 bytes: at most 3 continuation bytes (10xxxxxx) lead.
+        while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
+            skip += 1
+        data = data[skip:]
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    return decoder.decode(data, final=False)
+
+
+def _last_lines(text: str, count: int) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return "\n".join(lines[-count:])
+
+
+def _default_stop_message(kind: ErrorKind, spec: RunSpec) -> str:
+    if kind == ErrorKind.TIMEOUT:
+        return (f"The run exceeded its wall-clock timeout of {spec.timeout_s:g} s and was "
+                "stopped; pass a larger timeout_s (default: limits.default_timeout_s).")
+    if kind == ErrorKind.IDLE_TIMEOUT:
+        return (f"The provider wrote no output for {spec.idle_timeout_s or 0:g} s and was "
+                "stopped (limits.idle_timeout_s).")
+    if kind == ErrorKind.OUTPUT_LIMIT:
+        return (f"Output exceeded the maximum of {spec.max_output_bytes} bytes "
+                "(limits.max_output_bytes); the run was stopped and its output truncated.")
+    if kind == ErrorKind.SHUTDOWN:
+        return "The gateway shut down before the run finished."
+    if kind == ErrorKind.CANCELLED:
+        return "The run was cancelled."
+    return f"The run was stopped ({kind})."
+
+
+@dataclass(slots=True)
+class _StopRequest:
+    kind: ErrorKind
+    message: str
+    grace_s: float
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+
+class ProcessRun:
+    """One invocation as a process group, from spawn until the whole group is gone."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+        self.stdout_path = spec.spool_dir / STDOUT_NAME
+        self.stderr_path = spec.spool_dir / STDERR_NAME
+        self._identity: ProcessIdentity | None = None
+        self._supervisor: asyncio.Task[RunOutcome] | None = None
+        self._stop: _StopRequest | None = None
+        self._stop_requested = asyncio.Event()
+        self._kill_at: float | None = None  # monotonic time of the SIGKILL, once SIGTERM is sent
+        self._finished = False
+        self._temp_dir: Path | None = None
+        self._started_mono = 0.0
+        self._last_growth_mono = 0.0
+        self._stdout_bytes = 0
+        self._stderr_bytes = 0
+        self._stdin_task: asyncio.Task[None] | None = None
+        self._stdin_incomplete = False
+
+    # -- public surface ----------------------------------------------------------------------
+
+    @property
+    def identity(self) -> ProcessIdentity | None:
+        return self._identity
+
+    @property
+    def stdout_bytes(self) -> int:
+        """stdout size at the last check (live progress; exact once wait() returned)."""
+        return self._stdout_bytes
+
+    @property
+    def stderr_bytes(self) -> int:
+        return self._stderr_bytes
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    async def start(self) -> ProcessIdentity:
+        """Spawn the invocation; returns its pid, pgid and start time.
+
+        Raises GatewayError: INVALID_INPUT (bad working_dir or empty argv), NOT_FOUND (the
+        command is not installed; the message carries the install hint), LAUNCH_FAILED (the
+        OS refused to start it), or the stop's kind if cancel() came before start().
+        """
+        if self._supervisor is not None:
+            raise RuntimeError("ProcessRun.start() called twice")
+        if self._stop is not None:
+            raise GatewayError(self._stop.kind, self._stop.message)
+        spec = self.spec
+        argv = list(spec.invocation.argv)
+        if not argv or not argv[0]:
+            raise GatewayError(ErrorKind.INVALID_INPUT, "The invocation has no command to run.")
+        if spec.working_dir is not None and not Path(spec.working_dir).is_dir():
+            raise GatewayError(
+                ErrorKind.INVALID_INPUT,
+                f"working_dir {spec.working_dir!r} does not exist or is not a directory; "
+                "pass an existing directory (or omit it to run in a fresh temp dir).",
+            )
+        env = self._child_env()
+        executable = resolve_command(argv[0], env["PATH"])
+        if executable is None:
+            raise self._not_found(argv[0])
+
+        spec.spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        cwd = spec.working_dir
+        if cwd is None:
+            # mkdtemp creates it with mode 0700: private to the gateway's user. It lies outside
+            # any repository, so no project instructions are picked up from it.
+            self._temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_DIR_PREFIX))
+            cwd = str(self._temp_dir)
+        try:
+            process, stdin_write_fd = await self._spawn(executable, argv, env, cwd)
+        except BaseException:
+            self._remove_temp_dir()
+            raise
+
+        self._started_mono = self._last_growth_mono = time.monotonic()
+        started_at = proc.process_start_time(process.pid)
+        if started_at is None:
+            # Already exited and reaped: no start time to read. Any later liveness check of
+            # this identity must say "gone", which the spawn time gives as well as any.
+            started_at = time.time()
+        # start_new_session=True made the leader's pid the pgid; asking getpgid() instead
+        # would fail once the leader is reaped.
+        self._identity = ProcessIdentity(pid=process.pid, pgid=process.pid,
+                                         started_at=started_at)
+        if stdin_write_fd is not None:
+            payload = spec.invocation.stdin or b""
+            self._stdin_task = asyncio.create_task(
+                self._feed_stdin(stdin_write_fd, payload), name=f"run-stdin:{spec.job_id}")
+        self._supervisor = asyncio.create_task(
+            self._supervise(process), name=f"run-supervise:{spec.job_id}")
+        log.info("provider process started", action="run_start", job_id=spec.job_id,
+                 pid=process.pid, command=os.path.basename(executable),
+                 temp_cwd=self._temp_dir is not None)
+        return self._identity
+
+    async def wait(self) -> RunOutcome:
+        """The outcome, once the run is over and its whole process group is gone.
+
+        Cancelling the caller of wait() does not stop the run (use cancel() for that).
+        """
+        if self._supervisor is None:
+            raise RuntimeError("ProcessRun.wait() called before start()")
+        return await asyncio.shield(self._supervisor)
+
+    def cancel(self, reason: ErrorKind = ErrorKind.CANCELLED, message: str | None = None,
+               *, grace_s: float | None = None) -> None:
+        """Ask the run to stop: SIGTERM to the group, SIGKILL after the grace.
+
+        Idempotent: the first reason is the one wait() reports. A later call may only shorten
+        the grace (e.g. a shutdown during a cancel's grace). `grace_s` defaults to the spec's
+        kill_grace_s. After the leader has exited by itself the outcome stays the provider's.
+        """
+        if self._finished:
+            return
+        grace = self.spec.kill_grace_s if grace_s is None else max(0.0, grace_s)
+        if self._stop is None:
+            self._stop = _StopRequest(reason, message or _default_stop_message(reason, self.spec),
+                                      grace)
+            self._stop_requested.set()
+            log.info("stop requested", action="run_stop_request", job_id=self.spec.job_id,
+                     reason=str(reason), grace_s=grace)
+        else:
+            self._stop.grace_s = min(self._stop.grace_s, grace)
+        self._shorten_grace(grace)
+
+    def _shorten_grace(self, grace: float) -> None:
+        # Once SIGTERM is out, a stop (or a later, more urgent one) can only bring the SIGKILL
+        # forward, never push it back.
+        if self._kill_at is not None:
+            self._kill_at = min(self._kill_at, time.monotonic() + grace)
+
+    # -- spawn helpers ------------------------------------------------------------------------
+
+    async def _spawn(self, executable: str, argv: list[str], env: dict[str, str],
+                     cwd: str) -> tuple[asyncio.subprocess.Process, int | None]:
+        """Start the child with stdout/stderr on the spool files; returns it and, when a
+        stdin payload is due, the write end of its stdin pipe."""
+        stdin_payload = self.spec.invocation.stdin
+        # O_CLOEXEC: these fds reach this child only (as its 1 and 2), never a sibling run
+        # spawned at the same moment.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        opened: list[int] = []
+        stdin_write_fd: int | None = None
+        try:
+            out_fd = os.open(self.stdout_path, flags, 0o600)
+            opened.append(out_fd)
+            err_fd = os.open(self.stderr_path, flags, 0o600)
+            opened.append(err_fd)
+            stdin: int = asyncio.subprocess.DEVNULL
+            if stdin_payload is not None:
+                stdin, stdin_write_fd = os.pipe2(os.O_CLOEXEC)
+                opened.append(stdin)
+            process = await asyncio.create_subprocess_exec(
+                executable, *argv[1:], stdin=stdin, stdout=out_fd, stderr=err_fd, cwd=cwd,
+                env=env,
+                start_new_session=True,  # its own session and process group: pgid == pid
+            )
+        except FileNotFoundError:
+            self._close_quietly(stdin_write_fd)
+            if not os.path.isdir(cwd):
+                raise GatewayError(ErrorKind.INVALID_INPUT,
+                                   f"working_dir {cwd!r} disappeared before the run started."
+                                   ) from None
+            raise self._not_found(argv[0]) from None
+        except OSError as exc:
+            self._close_quietly(stdin_write_fd)
+            raise GatewayError(
+                ErrorKind.LAUNCH_FAILED, f"Failed to launch '{argv[0]}': {exc.strerror or exc}."
+            ) from None
+        except BaseException:
+            self._close_quietly(stdin_write_fd)
+            raise
+        finally:
+            # The child holds its own copies; the gateway keeps none of them open.
+            for fd in opened:
+                self._close_quietly(fd)
+        return process, stdin_write_fd
+
+    def _child_env(self) -> dict[str, str]:
+        extra = self.spec.invocation.env
+        env = dict(os.environ)
+        env["NO_COLOR"] = "1"  # no ANSI escapes in output we parse and store
+        env["TERM"] = "dumb"  # no cursor movement, spinners or pagers
+        env.update({k: v for k, v in extra.items() if k != "PATH"})
+        env["PATH"] = extended_path(extra.get("PATH", os.environ.get("PATH")))
+        return env
+
+    def _not_found(self, command: str) -> GatewayError:
+        hint = self.spec.install_hint.strip().rstrip(".")
+        how = f"Install it ({hint})" if hint else "Install it"
+        return GatewayError(
+            ErrorKind.NOT_FOUND,
+            f"The '{command}' command was not found. {how} and make sure it is on PATH.",
+        )
+
+    @staticmethod
+    def _close_quietly(fd: int | None) -> None:
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _remove_temp_dir(self) -> None:
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
+
+    async def _feed_stdin(self, fd: int, payload: bytes) -> None:
+        """Write the payload into the child's stdin, then close it (the child sees EOF).
+
+        A raw non-blocking pipe instead of asyncio's pipe transport: on Python 3.11 the
+        transport makes process.wait() wait until the pipe is closed, so a child (or a
+        grandchild) that never reads would also hide the leader's exit from us.
+        """
+        loop = asyncio.get_running_loop()
+        view = memoryview(payload)
+        try:
+            os.set_blocking(fd, False)
+            while view:
+                try:
+                    written = os.write(fd, view[:STDIN_CHUNK_BYTES])
+                    view = view[written:]
+                except BlockingIOError:
+                    writable = loop.create_future()
+                    loop.add_writer(fd, lambda: writable.done() or writable.set_result(None))
+                    try:
+                        await writable
+                    finally:
+                        loop.remove_writer(fd)
+        except (BrokenPipeError, ConnectionResetError):
+            # EPIPE: the child exited or closed stdin before reading everything.
+            self._stdin_incomplete = True
+        except OSError as exc:
+            self._stdin_incomplete = True
+            log.warning("writing the provider's stdin failed", action="run_stdin",
+                        job_id=self.spec.job_id, error=str(exc))
+        finally:
+            view.release()
+            os.close(fd)
+
+    # -- supervision --------------------------------------------------------------------------
+
+    def _refresh_sizes(self) -> None:
+        out = self._size(self.stdout_path)
+        err = self._size(self.stderr_path)
+        if out != self._stdout_bytes or err != self._stderr_bytes:
+            self._last_growth_mono = time.monotonic()
+        self._stdout_bytes, self._stderr_bytes = out, err
+
+    @staticmethod
+    def _size(path: Path) -> int:
+        try:
+            return os.stat(path).st_size
+        except FileNotFoundError:
+            return 0
+
+    def _limit_breached(self) -> ErrorKind | None:
+        spec = self.spec
+        now = time.monotonic()
+        if self._stdout_bytes + self._stderr_bytes > spec.max_output_bytes:
+            return ErrorKind.OUTPUT_LIMIT
+        if now - self._started_mono >= spec.timeout_s:
+            return ErrorKind.TIMEOUT
+        if spec.idle_timeout_s is not None and now - self._last_growth_mono >= spec.idle_timeout_s:
+            return ErrorKind.IDLE_TIMEOUT
+        return None
+
+    async def _supervise(self, process: asyncio.subprocess.Process) -> RunOutcome:
+        assert self._identity is not None
+        pgid = self._identity.pgid
+        leader_exit = asyncio.ensure_future(process.wait())
+        stop_requested = asyncio.ensure_future(self._stop_requested.wait())
+        try:
+            while not leader_exit.done() and self._stop is None:
+                await asyncio.wait({leader_exit, stop_requested}, timeout=MONITOR_INTERVAL_S,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                self._refresh_sizes()
+                if self._stop is None and not leader_exit.done():
+                    breach = self._limit_breached()
+                    if breach is not None:
+                        self.cancel(breach)
+            # A stop asked for before we saw the leader exit decides the outcome.
+            stop = self._stop
+            strays = 0
+            if stop is not None:
+                await self._stop_group(pgid, leader_exit, stop.grace_s)
+            else:
+                strays = len(proc.group_members(pgid))
+                if strays:
+                    # The leader is done but left processes in its group: stop them the same
+                    # way, so that nothing leaks past the run.
+                    log.info("stopping processes left behind by the provider",
+                             action="run_strays", job_id=self.spec.job_id, count=strays)
+                    await self._stop_group(pgid, leader_exit, self.spec.kill_grace_s)
+            returncode = await leader_exit
+            if self._stdin_task is not None and not self._stdin_task.done():
+                # The whole group is gone, so nobody can read the rest of the payload.
+                self._stdin_incomplete = True
+                self._stdin_task.cancel()
+                await asyncio.wait({self._stdin_task})
+            self._refresh_sizes()
+            outcome = self._outcome(stop, returncode, strays)
+            log.info("provider process finished", action="run_end", job_id=self.spec.job_id,
+                     exit_code=outcome.exit_code, error_kind=outcome.error_kind,
+                     duration_s=round(outcome.duration_s, 3))
+            return outcome
+        except asyncio.CancelledError:
+            # Not a gateway crash: the gateway lives on, so the group must not outlive us.
+            if not (leader_exit.done() and not proc.group_alive(pgid)):
+                proc.signal_group(pgid, signal.SIGKILL)
+            if self._stdin_task is not None:
+                self._stdin_task.cancel()
+            raise
+        finally:
+            stop_requested.cancel()
+            self._finished = True
+            self._remove_temp_dir()
+
+    async def _stop_group(self, pgid: int, leader_exit: asyncio.Future[int],
+                          grace_s: float) -> None:
+        """SIGTERM the group; SIGKILL it after the grace unless every member is gone by then.
+
+        The SIGKILL goes to the group even when the leader has already exited: grandchildren
+        that ignore SIGTERM would otherwise live on. Returns once the leader is reaped (the
+        asyncio child watcher does that) and no member runs any more.
+        """
+
+        def group_gone() -> bool:
+            # While the leader runs (or is a zombie not yet reaped) the pgid cannot be reused,
+            # so signalling it can only reach this run's processes.
+            return leader_exit.done() and not proc.group_alive(pgid)
+
+        if group_gone():
+            return
+        proc.signal_group(pgid, signal.SIGTERM)
+        self._kill_at = time.monotonic() + grace_s
+        if await self._group_gone_by(group_gone, lambda: self._kill_at or 0.0, leader_exit):
+            return
+        proc.signal_group(pgid, signal.SIGKILL)
+        log.info("process group killed after its grace", action="run_kill",
+                 job_id=self.spec.job_id, pgid=pgid)
+        await leader_exit  # SIGKILL cannot be ignored: the leader will exit
+        reap_deadline = time.monotonic() + REAP_TIMEOUT_S
+        if not await self._group_gone_by(group_gone, lambda: reap_deadline, leader_exit):
+            log.warning("process group members survive SIGKILL", action="run_kill",
+                        job_id=self.spec.job_id, pgid=pgid, members=proc.group_members(pgid))
+
+    async def _group_gone_by(self, group_gone: Callable[[], bool], deadline: Callable[[], float],
+                             leader_exit: asyncio.Future[int]) -> bool:
+        """Poll until the group is gone (True) or the deadline passes (False). The deadline
+        is re-read each round: a shutdown may shorten a cancel's grace."""
+        while not group_gone():
+            remaining = deadline() - time.monotonic()
+            if remaining <= 0:
+                return False
+            # Wakes at once on the leader's exit; later members are polled for.
+            await asyncio.wait({leader_exit}, timeout=min(GROUP_POLL_INTERVAL_S, remaining))
+            self._refresh_sizes()
+        return True
+
+    def _truncate_to_cap(self) -> bool:
+        """Cut the spool files to max_output_bytes in total (stdout first: it carries the
+        answer). Runs only after the group is gone, so no writer can extend them again."""
+        cap = self.spec.max_output_bytes
+        out, err = self._stdout_bytes, self._stderr_bytes
+        if out + err <= cap:
+            return False
+        keep_out = min(out, cap)
+        keep_err = min(err, cap - keep_out)
+        for path, size, keep in ((self.stdout_path, out, keep_out),
+                                 (self.stderr_path, err, keep_err)):
+            if size > keep:
+                os.truncate(path, keep)
+        self._stdout_bytes, self._stderr_bytes = keep_out, keep_err
+        return True
+
+    def _outcome(self, stop: _StopRequest | None, returncode: int, strays: int) -> RunOutcome:
+        written = self._stdout_bytes + self._stderr_bytes
+        truncated = self._truncate_to_cap()
+        extra: dict[str, object] = {"provider_exit_code": returncode}
+        if strays:
+            extra["stray_processes"] = strays
+        if truncated:
+            extra["bytes_written"] = written
+        died_of = -returncode if returncode < 0 else None
+        kind: ErrorKind | None
+        exit_code: int | None
+        error: str | None
+        if stop is not None:
+            kind, error = stop.kind, stop.message
+            exit_code = EXIT_CODES.get(kind)  # 124/125/126; None for cancel and shutdown
+        elif truncated:
+            kind, error = ErrorKind.OUTPUT_LIMIT, _default_stop_message(
+                ErrorKind.OUTPUT_LIMIT, self.spec)
+            exit_code = EXIT_CODES[kind]
+        elif died_of is not None:
+            kind = ErrorKind.PROVIDER_ERROR
+            exit_code = 128 + died_of  # the shell's convention for "killed by signal N"
+            error = f"The provider was killed by {proc.signal_name(died_of)} (not by the gateway)."
+            tail = self._stderr_tail()
+            error = f"{error}\n{tail}" if tail else error
+        elif returncode == 0 and self._stdin_incomplete:
+            kind, exit_code = ErrorKind.LAUNCH_FAILED, EXIT_CODES[ErrorKind.LAUNCH_FAILED]
+            error = "The provider closed stdin before the whole request was delivered."
+            extra["stdin_incomplete"] = True
+        elif returncode == 0:
+            kind, exit_code, error = None, 0, None
+        else:
+            kind, exit_code = ErrorKind.PROVIDER_ERROR, returncode
+            error = self._stderr_tail() or (
+                f"The provider exited with code {returncode} and wrote nothing to stderr.")
+        return RunOutcome(
+            exit_code=exit_code, error_kind=kind, error=error,
+            stdout_path=self.stdout_path, stderr_path=self.stderr_path,
+            stdout_bytes=self._stdout_bytes, stderr_bytes=self._stderr_bytes,
+            truncated=truncated, duration_s=time.monotonic() - self._started_mono,
+            signal=died_of, extra=extra,
+        )
+
+    def _stderr_tail(self) -> str:
+        return _last_lines(read_tail(self.stderr_path, ERROR_TAIL_BYTES), ERROR_TAIL_LINES)

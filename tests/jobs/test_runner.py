@@ -1,0 +1,567 @@
+"""ProcessRun against real processes: process groups, stops, limits, spool files, stdin, env.
+
+The children are small Python scripts written to tmp files (stdlib only, started with -S so
+they start fast). Grandchildren report their pid through a pid file so the test can check
+that they are really dead afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import tempfile
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+
+from gateway import proc
+from gateway.jobs.model import ErrorKind, GatewayError
+from gateway.jobs.runner import (
+    ProcessRun,
+    RunOutcome,
+    RunSpec,
+    extended_path,
+    read_range,
+    read_tail,
+)
+from providers.base import Invocation
+
+pytestmark = pytest.mark.anyio
+
+DEADLINE_S = 15.0  # bound on every wait in these tests; never reached when things work
+SHORT_GRACE_S = 0.3  # kill grace for tests that expect the SIGKILL to be needed
+LONG_S = 60.0  # a limit that must not be what ends the run
+
+# Imported by every child: helpers to publish a pid and to wait for a file.
+PRELUDE = """
+import os, signal, sys, time, json
+def publish_pid(path):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(str(os.getpid()))
+    os.replace(tmp, path)
+def fork_grandchild(pid_file, ignore_term):
+    if os.fork() == 0:
+        if ignore_term:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        publish_pid(pid_file)
+        time.sleep(60)
+        os._exit(0)
+"""
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def child(tmp_path: Path, body: str, *args: str, stdin: bytes | None = None,
+          env: dict[str, str] | None = None, name: str = "child.py") -> Invocation:
+    script = tmp_path / name
+    script.write_text(PRELUDE + textwrap.dedent(body))
+    return Invocation(argv=[sys.executable, "-S", str(script), *args], env=env or {},
+                      stdin=stdin)
+
+
+def make_spec(tmp_path: Path, invocation: Invocation, **overrides: Any) -> RunSpec:
+    values: dict[str, Any] = {
+        "job_id": "job-1", "invocation": invocation, "spool_dir": tmp_path / "spool",
+        "working_dir": None, "timeout_s": LONG_S, "idle_timeout_s": None,
+        "max_output_bytes": 10 * 1024 * 1024, "kill_grace_s": SHORT_GRACE_S,
+    }
+    values.update(overrides)
+    return RunSpec(**values)
+
+
+async def run_to_end(spec: RunSpec) -> tuple[ProcessRun, RunOutcome]:
+    run = ProcessRun(spec)
+    with anyio.fail_after(DEADLINE_S):
+        await run.start()
+        return run, await run.wait()
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Poll another process's state (there is no event to await for it), with a deadline."""
+    with anyio.fail_after(DEADLINE_S):
+        while not condition():
+            await anyio.sleep(0.01)
+    assert condition(), what
+
+
+async def published_pid(path: Path) -> tuple[int, float]:
+    """The pid a child published in `path`, with its start time (to survive pid reuse)."""
+    await until(path.exists, f"{path.name} to be written")
+    pid = int(path.read_text())
+    started_at = proc.process_start_time(pid)
+    assert started_at is not None
+    return pid, started_at
+
+
+def running(pid: int, started_at: float) -> bool:
+    return proc.is_process_alive(pid, started_at)
+
+
+def assert_no_zombie_children_of_ours() -> None:
+    zombies = [c.pid for c in psutil.Process().children()
+               if c.status() == psutil.STATUS_ZOMBIE]
+    assert zombies == []
+
+
+# -- stops kill the whole group ------------------------------------------------------------
+
+
+async def test_cancel_kills_a_grandchild_that_ignores_sigterm(tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    invocation = child(tmp_path, f"""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        fork_grandchild({str(pid_file)!r}, ignore_term=True)
+        time.sleep(60)
+    """)
+    run = ProcessRun(make_spec(tmp_path, invocation))
+    with anyio.fail_after(DEADLINE_S):
+        identity = await run.start()
+        grandchild, started_at = await published_pid(pid_file)
+        assert running(grandchild, started_at)
+        run.cancel()
+        outcome = await run.wait()
+    assert outcome.error_kind == ErrorKind.CANCELLED
+    assert outcome.exit_code is None
+    assert outcome.signal == 9  # SIGTERM was ignored; only the SIGKILL ended the leader
+    assert not running(grandchild, started_at)
+    assert not proc.group_alive(identity.pgid)
+    assert_no_zombie_children_of_ours()
+
+
+async def test_sigkill_reaches_the_group_even_after_the_leader_obeyed_sigterm(
+    tmp_path: Path,
+) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    invocation = child(tmp_path, f"""
+        fork_grandchild({str(pid_file)!r}, ignore_term=True)
+        time.sleep(60)  # the leader dies of the SIGTERM at once
+    """)
+    run = ProcessRun(make_spec(tmp_path, invocation))
+    with anyio.fail_after(DEADLINE_S):
+        identity = await run.start()
+        grandchild, started_at = await published_pid(pid_file)
+        run.cancel()
+        outcome = await run.wait()
+    assert outcome.signal == 15
+    assert outcome.error_kind == ErrorKind.CANCELLED
+    assert not running(grandchild, started_at)
+    assert not proc.group_alive(identity.pgid)
+
+
+async def test_processes_left_behind_after_a_normal_exit_are_stopped(tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    invocation = child(tmp_path, f"""
+        fork_grandchild({str(pid_file)!r}, ignore_term=False)
+        while not os.path.exists({str(pid_file)!r}):
+            time.sleep(0.01)
+        print("answer")
+    """)
+    run, outcome = await run_to_end(make_spec(tmp_path, invocation, kill_grace_s=LONG_S))
+    grandchild_pid = int(pid_file.read_text())
+    assert outcome.error_kind is None and outcome.exit_code == 0
+    assert outcome.extra.get("stray_processes") == 1
+    assert not psutil.pid_exists(grandchild_pid) or (
+        psutil.Process(grandchild_pid).status() == psutil.STATUS_ZOMBIE)
+    assert run.identity is not None and not proc.group_alive(run.identity.pgid)
+
+
+async def test_the_leader_is_reaped_and_leaves_no_zombie(tmp_path: Path) -> None:
+    invocation = child(tmp_path, "print('done')")
+    run, outcome = await run_to_end(make_spec(tmp_path, invocation))
+    assert outcome.exit_code == 0
+    assert run.identity is not None
+    assert run.identity.pid not in {c.pid for c in psutil.Process().children()}
+    assert not proc.is_process_alive(run.identity.pid, run.identity.started_at)
+
+
+async def test_a_shutdown_shortens_the_grace_of_a_pending_cancel(tmp_path: Path) -> None:
+    invocation = child(tmp_path, """
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("ready", flush=True)
+        time.sleep(60)
+    """)
+    # The cancel's grace is longer than the test's deadline: only the shutdown's grace of
+    # zero lets wait() return in time.
+    run = ProcessRun(make_spec(tmp_path, invocation, kill_grace_s=LONG_S))
+    with anyio.fail_after(DEADLINE_S):
+        await run.start()
+        await until(lambda: run.stdout_bytes > 0, "the child to be ready")
+        run.cancel()
+        run.cancel()  # idempotent
+        run.cancel(ErrorKind.SHUTDOWN, grace_s=0)
+        outcome = await run.wait()
+    assert outcome.error_kind == ErrorKind.CANCELLED  # the first reason is the one reported
+    assert outcome.signal == 9
+
+
+async def test_cancel_before_start_spawns_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "spawned"
+    invocation = child(tmp_path, f"open({str(marker)!r}, 'w').close()")
+    run = ProcessRun(make_spec(tmp_path, invocation))
+    run.cancel(ErrorKind.SHUTDOWN)
+    with pytest.raises(GatewayError) as caught:
+        await run.start()
+    assert caught.value.kind == ErrorKind.SHUTDOWN
+    assert not marker.exists()
+
+
+# -- limits ----------------------------------------------------------------------------------
+
+
+async def test_wall_clock_timeout_stops_the_run_with_124(tmp_path: Path) -> None:
+    invocation = child(tmp_path, """
+        while True:
+            print("still working", flush=True)
+            time.sleep(0.05)
+    """)
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation, timeout_s=0.5,
+                                            idle_timeout_s=LONG_S))
+    assert outcome.error_kind == ErrorKind.TIMEOUT
+    assert outcome.exit_code == 124
+    assert "timeout_s" in (outcome.error or "")
+    assert outcome.stdout_bytes > 0
+
+
+async def test_silence_longer_than_the_idle_timeout_stops_the_run_with_125(
+    tmp_path: Path,
+) -> None:
+    # Five lines with gaps shorter than the idle timeout keep the run alive; the silence
+    # after them ends it.
+    invocation = child(tmp_path, """
+        for n in range(5):
+            print(f"step {n}", flush=True)
+            time.sleep(0.2)
+        time.sleep(60)
+    """)
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation, idle_timeout_s=1.0))
+    assert outcome.error_kind == ErrorKind.IDLE_TIMEOUT
+    assert outcome.exit_code == 125
+    assert outcome.stdout_path.read_text() == "".join(f"step {n}\n" for n in range(5))
+
+
+async def test_a_provider_silent_until_exit_is_never_idle_killed(tmp_path: Path) -> None:
+    # Silent for 1.5 s: an idle timeout of 0.3 s would have killed it five times over.
+    invocation = child(tmp_path, """
+        time.sleep(1.5)
+        print("the whole answer at once")
+    """)
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation, idle_timeout_s=None))
+    assert outcome.error_kind is None and outcome.exit_code == 0
+    assert outcome.stdout_path.read_text() == "the whole answer at once\n"
+    assert outcome.duration_s >= 1.5
+
+
+async def test_output_past_the_cap_ends_the_run_and_keeps_the_first_bytes(
+    tmp_path: Path,
+) -> None:
+    invocation = child(tmp_path, """
+        line = 0
+        while True:
+            sys.stdout.write(f"line {line:08d}\\n")
+            line += 1
+    """)
+    cap = 200_000
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation, max_output_bytes=cap))
+    assert outcome.error_kind == ErrorKind.OUTPUT_LIMIT
+    assert outcome.exit_code == 126
+    assert outcome.truncated is True
+    data = outcome.stdout_path.read_bytes()
+    assert len(data) == cap == outcome.stdout_bytes
+    expected = "".join(f"line {n:08d}\n" for n in range(cap // 14 + 1)).encode()
+    assert data == expected[:cap]
+    assert int(outcome.extra["bytes_written"]) > cap  # type: ignore[call-overload]
+
+
+async def test_output_past_the_cap_from_a_run_that_exits_at_once_is_still_cut(
+    tmp_path: Path,
+) -> None:
+    invocation = child(tmp_path, """
+        sys.stdout.write("x" * 300_000)
+        sys.stderr.write("e" * 1000)
+    """)
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation, max_output_bytes=100_000))
+    assert outcome.error_kind == ErrorKind.OUTPUT_LIMIT
+    assert outcome.truncated is True
+    assert outcome.stdout_bytes == 100_000 and outcome.stderr_bytes == 0
+    assert outcome.stdout_path.stat().st_size + outcome.stderr_path.stat().st_size == 100_000
+
+
+async def test_output_written_during_the_grace_is_kept(tmp_path: Path) -> None:
+    invocation = child(tmp_path, """
+        def on_term(signum, frame):
+            sys.stdout.write("late-" * 2000)  # ~10 KB, like Claude's flush after SIGTERM
+            sys.stdout.flush()
+            os._exit(143)
+        signal.signal(signal.SIGTERM, on_term)
+        print("ready", flush=True)
+        time.sleep(60)
+    """)
+    run = ProcessRun(make_spec(tmp_path, invocation, kill_grace_s=LONG_S))
+    with anyio.fail_after(DEADLINE_S):
+        await run.start()
+        await until(lambda: run.stdout_bytes > 0, "the child to be ready")
+        run.cancel()
+        outcome = await run.wait()
+    assert outcome.error_kind == ErrorKind.CANCELLED
+    assert outcome.extra["provider_exit_code"] == 143
+    assert outcome.stdout_path.read_text() == "ready\n" + "late-" * 2000
+    assert outcome.stdout_bytes == len("ready\n") + 10_000
+
+
+# -- exit codes ------------------------------------------------------------------------------
+
+
+async def test_a_nonzero_exit_is_a_provider_error_quoting_the_last_stderr_lines(
+    tmp_path: Path,
+) -> None:
+    invocation = child(tmp_path, """
+        sys.stderr.write("warming up\\n" * 10 + "\\nfatal: model not available\\n")
+        sys.exit(3)
+    """)
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation))
+    assert outcome.error_kind == ErrorKind.PROVIDER_ERROR
+    assert outcome.exit_code == 3
+    assert outcome.error is not None
+    assert outcome.error.splitlines()[-1] == "fatal: model not available"
+    assert len(outcome.error.splitlines()) <= 3
+
+
+async def test_a_provider_killed_by_a_foreign_signal_reports_it(tmp_path: Path) -> None:
+    invocation = child(tmp_path, "os.kill(os.getpid(), signal.SIGKILL)")
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation))
+    assert outcome.error_kind == ErrorKind.PROVIDER_ERROR
+    assert outcome.signal == 9 and outcome.exit_code == 137
+    assert "SIGKILL" in (outcome.error or "")
+
+
+async def test_wait_returns_after_a_fast_exit_without_sitting_out_grace_or_timeouts(
+    tmp_path: Path,
+) -> None:
+    # Every limit and the grace are longer than the deadline: only learning of the exit from
+    # the process itself lets wait() return in time.
+    invocation = child(tmp_path, "print('quick')")
+    spec = make_spec(tmp_path, invocation, timeout_s=LONG_S, idle_timeout_s=LONG_S,
+                     kill_grace_s=LONG_S)
+    run, outcome = await run_to_end(spec)
+    assert outcome.exit_code == 0 and outcome.error_kind is None
+    assert run.finished
+    assert outcome.stdout_path.read_text() == "quick\n"
+    assert outcome.duration_s < LONG_S
+
+
+# -- launch ----------------------------------------------------------------------------------
+
+
+async def test_a_missing_binary_is_not_found_with_the_install_hint(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, Invocation(argv=["no-such-agent-cli-xyz", "--", "hi"]),
+                     install_hint="npm install -g no-such-agent-cli-xyz")
+    with pytest.raises(GatewayError) as caught:
+        await ProcessRun(spec).start()
+    assert caught.value.kind == ErrorKind.NOT_FOUND
+    message = caught.value.message
+    assert "'no-such-agent-cli-xyz' command was not found" in message
+    assert "npm install -g no-such-agent-cli-xyz" in message
+    assert "PATH" in message
+
+
+async def test_a_nonexistent_working_dir_is_invalid_input_and_spawns_nothing(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "spawned"
+    invocation = child(tmp_path, f"open({str(marker)!r}, 'w').close()")
+    spec = make_spec(tmp_path, invocation, working_dir=str(tmp_path / "missing"))
+    with pytest.raises(GatewayError) as caught:
+        await ProcessRun(spec).start()
+    assert caught.value.kind == ErrorKind.INVALID_INPUT
+    assert "missing" in caught.value.message
+    assert not marker.exists()
+    assert not (tmp_path / "spool").exists()
+
+
+async def test_a_working_dir_that_is_a_file_is_invalid_input(tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    spec = make_spec(tmp_path, child(tmp_path, "pass"), working_dir=str(a_file))
+    with pytest.raises(GatewayError) as caught:
+        await ProcessRun(spec).start()
+    assert caught.value.kind == ErrorKind.INVALID_INPUT
+
+
+async def test_a_prompt_that_looks_like_a_flag_reaches_the_child_as_text(
+    tmp_path: Path,
+) -> None:
+    prompt = "--dangerously-skip-permissions; rm -rf / $(whoami) `id` *"
+    invocation = child(tmp_path, "print(json.dumps(sys.argv[1:]))", "--print", "--", prompt)
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation))
+    assert json.loads(outcome.stdout_path.read_text()) == ["--print", "--", prompt]
+
+
+async def test_a_given_working_dir_is_the_childs_cwd(tmp_path: Path) -> None:
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    invocation = child(tmp_path, "print(os.getcwd())")
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation, working_dir=str(workdir)))
+    assert outcome.stdout_path.read_text().strip() == str(workdir)
+    assert workdir.is_dir()
+
+
+async def test_without_a_working_dir_the_child_runs_in_a_private_temp_dir_removed_after(
+    tmp_path: Path,
+) -> None:
+    invocation = child(tmp_path, """
+        cwd = os.getcwd()
+        print(json.dumps({"cwd": cwd, "mode": os.stat(cwd).st_mode & 0o777}))
+    """)
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation))
+    seen = json.loads(outcome.stdout_path.read_text())
+    assert seen["mode"] == 0o700
+    assert Path(seen["cwd"]).parent == Path(tempfile.gettempdir()).resolve()
+    assert not Path(seen["cwd"]).exists()
+
+
+async def test_the_stdin_payload_is_delivered_whole_and_closed(tmp_path: Path) -> None:
+    payload = os.urandom(1024 * 1024)  # larger than a pipe buffer: needs several writes
+    invocation = child(tmp_path, """
+        import hashlib
+        data = sys.stdin.buffer.read()  # returns only at EOF: stdin must be closed
+        print(len(data), hashlib.sha256(data).hexdigest())
+    """, stdin=payload)
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation))
+    import hashlib
+    assert outcome.error_kind is None
+    assert outcome.stdout_path.read_text().split() == [
+        str(len(payload)), hashlib.sha256(payload).hexdigest()]
+
+
+async def test_without_a_payload_stdin_is_empty(tmp_path: Path) -> None:
+    invocation = child(tmp_path, "print(repr(sys.stdin.read()))")
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation))
+    assert outcome.stdout_path.read_text() == "''\n"
+
+
+async def test_a_provider_that_exits_0_without_reading_its_stdin_is_a_failed_launch(
+    tmp_path: Path,
+) -> None:
+    invocation = child(tmp_path, "print('ignored my input')", stdin=b"p" * (4 * 1024 * 1024))
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation))
+    assert outcome.error_kind == ErrorKind.LAUNCH_FAILED
+    assert outcome.exit_code == 126
+    assert outcome.extra.get("stdin_incomplete") is True
+
+
+async def test_the_child_env_has_no_color_dumb_term_extended_path_and_the_invocation_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    home = tmp_path / "home"
+    (home / ".local" / "bin").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("TERM", "xterm-256color")
+    invocation = child(tmp_path, """
+        keys = ("NO_COLOR", "TERM", "PATH", "PROVIDER_FLAG")
+        print(json.dumps({k: os.environ.get(k) for k in keys}))
+    """, env={"PROVIDER_FLAG": "on"})
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation))
+    seen = json.loads(outcome.stdout_path.read_text())
+    assert seen["NO_COLOR"] == "1"
+    assert seen["TERM"] == "dumb"
+    assert seen["PROVIDER_FLAG"] == "on"
+    assert seen["PATH"].split(os.pathsep)[:3] == ["/usr/bin", "/bin", str(home / ".local/bin")]
+
+
+async def test_a_cli_installed_in_a_user_bin_dir_is_found_with_a_bare_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    home = tmp_path / "home"
+    node_bin = home / ".nvm" / "versions" / "node" / "v22.1.0" / "bin"
+    node_bin.mkdir(parents=True)
+    cli = node_bin / "my-agent-cli"
+    cli.write_text(f"#!{sys.executable} -S\nprint('found me')\n")
+    cli.chmod(cli.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    _, outcome = await run_to_end(make_spec(tmp_path, Invocation(argv=["my-agent-cli"])))
+    assert outcome.stdout_path.read_text() == "found me\n"
+
+
+def test_extended_path_keeps_the_given_path_first_and_adds_no_duplicates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    home = tmp_path / "home"
+    local_bin = home / ".local" / "bin"
+    local_bin.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    result = extended_path(f"/usr/bin:{local_bin}:/bin").split(os.pathsep)
+    assert result[:3] == ["/usr/bin", str(local_bin), "/bin"]
+    assert result.count(str(local_bin)) == 1
+    assert str(home / ".bun" / "bin") not in result  # dirs that do not exist are left out
+
+
+# -- live counters and spool reads -----------------------------------------------------------
+
+
+async def test_live_counters_follow_the_spool_files_while_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    invocation = child(tmp_path, """
+        sys.stdout.write("o" * 1000); sys.stdout.flush()
+        sys.stderr.write("e" * 10); sys.stderr.flush()
+        time.sleep(60)
+    """)
+    run = ProcessRun(make_spec(tmp_path, invocation))
+    with anyio.fail_after(DEADLINE_S):
+        identity = await run.start()
+        await until(lambda: (run.stdout_bytes, run.stderr_bytes) == (1000, 10), "the counters")
+        assert proc.is_process_alive(identity.pid, identity.started_at)
+        assert read_tail(run.stdout_path, 5) == "ooooo"
+        run.cancel()
+        outcome = await run.wait()
+    assert (outcome.stdout_bytes, outcome.stderr_bytes) == (1000, 10)
+
+
+def test_read_tail_never_splits_a_character(tmp_path: Path) -> None:
+    path = tmp_path / "out"
+    path.write_bytes("aé€😀".encode())  # 1 + 2 + 3 + 4 bytes
+    for max_bytes in range(1, 11):
+        text = read_tail(path, max_bytes)
+        assert "\ufffd" not in text
+        assert "aé€😀".endswith(text)
+        assert len(text.encode()) <= max_bytes
+    assert read_tail(path, 4) == "😀"
+    assert read_tail(path, 3) == ""
+
+
+def test_read_tail_leaves_out_a_character_still_being_written(tmp_path: Path) -> None:
+    path = tmp_path / "out"
+    path.write_bytes("ok".encode() + "€".encode()[:2])
+    assert read_tail(path, 100) == "ok"
+
+
+def test_read_tail_replaces_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "out"
+    path.write_bytes(b"a\xffb")
+    assert read_tail(path, 100) == "a\ufffdb"
+
+
+def test_spool_reads_of_a_missing_file_are_empty(tmp_path: Path) -> None:
+    assert read_tail(tmp_path / "nothing", 10) == ""
+    assert read_range(tmp_path / "nothing", 0, 10) == b""
+
+
+def test_read_range_pages_through_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "out"
+    path.write_bytes(b"0123456789")
+    assert read_range(path, 0, 4) == b"0123"
+    assert read_range(path, 8, 4) == b"89"
+    assert read_range(path, 20, 4) == b""
+    with pytest.raises(ValueError):
+        read_range(path, -1, 4)
