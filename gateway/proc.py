@@ -49,7 +49,7 @@ def process_start_time(pid: int) -> float | None:
     if pid <= 0:
         return None
     try:
-        return psutil.Process(pid).create_time()
+        return float(psutil.Process(pid).create_time())
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return None
 
@@ -64,7 +64,7 @@ def is_process_alive(pid: int, started_at: float) -> bool:
         if process.status() == psutil.STATUS_ZOMBIE:
             # A zombie has finished; only its exit status waits to be collected.
             return False
-        return abs(process.create_time() - started_at) <= START_TIME_TOLERANCE_S
+        return bool(abs(process.create_time() - started_at) <= START_TIME_TOLERANCE_S)
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return False
     except psutil.AccessDenied:

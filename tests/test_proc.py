@@ -28,7 +28,7 @@ def _wait_until(condition: Callable[[], bool], what: str) -> None:
 
 def _status(pid: int) -> str | None:
     try:
-        return psutil.Process(pid).status()
+        return str(psutil.Process(pid).status())
     except psutil.NoSuchProcess:
         return None
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
-import glob
 import os
 import shutil
 import signal
@@ -37,6 +36,7 @@ import structlog
 from gateway import proc
 from gateway.jobs.model import EXIT_CODES, ErrorKind, GatewayError
 from providers.base import Invocation
+from providers.registry import extended_path
 
 log = structlog.get_logger(__name__)
 
@@ -56,17 +56,6 @@ ERROR_TAIL_BYTES = 4096  # how much of the end of stderr is read to quote a prov
 ERROR_TAIL_LINES = 3  # how many last non-empty stderr lines become the error text
 STDIN_CHUNK_BYTES = 64 * 1024  # one pipe buffer: the most a non-blocking write can take at once
 TEMP_DIR_PREFIX = "agent-cli-gateway-run-"
-
-# Where provider CLIs are installed for the user. MCP clients started from a GUI pass a bare
-# PATH (macOS: /usr/bin:/bin:/usr/sbin:/sbin), so these are searched after the given PATH.
-USER_BIN_DIRS = (
-    "~/.local/bin",
-    "/opt/homebrew/bin",
-    "/usr/local/bin",
-    "~/.npm-global/bin",
-    "~/.nvm/versions/node/*/bin",
-    "~/.bun/bin",
-)
 
 
 @dataclass(slots=True)
@@ -104,20 +93,11 @@ class RunOutcome:
     extra: dict[str, object] = field(default_factory=dict)
 
 
-# -- helpers: PATH, spool reads --------------------------------------------------------------
-
-
-def extended_path(path: str | None) -> str:
-    """`path` followed by the user bin dirs that exist (USER_BIN_DIRS), without duplicates."""
-    entries = [p for p in (path or os.defpath).split(os.pathsep) if p]
-    for pattern in USER_BIN_DIRS:
-        expanded = os.path.expanduser(pattern)
-        entries.extend(m for m in sorted(glob.glob(expanded)) if os.path.isdir(m))
-    return os.pathsep.join(dict.fromkeys(entries))
+# -- helpers: command lookup, spool reads ----------------------------------------------------
 
 
 def resolve_command(command: str, path: str) -> str | None:
-    """The executable `command` names, searched on `path`; None when there is none."""
+    """The executable `command` names (a path, or a name searched on `path`); None if none."""
     if os.sep in command:
         candidate = os.path.abspath(command)
         return candidate if os.path.isfile(candidate) and os.access(candidate, os.X_OK) else None
@@ -161,6 +141,12 @@ def read_tail(path: Path, max_bytes: int) -> str:
         data = data[skip:]
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     return decoder.decode(data, final=False)
+
+
+def _resolve_once(future: asyncio.Future[None]) -> None:
+    # A ready-callback can fire again before the awaiting task runs and removes it.
+    if not future.done():
+        future.set_result(None)
 
 
 def _last_lines(text: str, count: int) -> str:
@@ -384,7 +370,8 @@ class ProcessRun:
         env["NO_COLOR"] = "1"  # no ANSI escapes in output we parse and store
         env["TERM"] = "dumb"  # no cursor movement, spinners or pagers
         env.update({k: v for k, v in extra.items() if k != "PATH"})
-        env["PATH"] = extended_path(extra.get("PATH", os.environ.get("PATH")))
+        # The user bin dirs (providers/registry.py): MCP clients often pass a bare PATH.
+        env["PATH"] = extended_path(extra.get("PATH", os.environ.get("PATH", "")))
         return env
 
     def _not_found(self, command: str) -> GatewayError:
@@ -423,7 +410,7 @@ class ProcessRun:
                     view = view[written:]
                 except BlockingIOError:
                     writable = loop.create_future()
-                    loop.add_writer(fd, lambda: writable.done() or writable.set_result(None))
+                    loop.add_writer(fd, _resolve_once, writable)
                     try:
                         await writable
                     finally:

@@ -27,7 +27,6 @@ from gateway.jobs.runner import (
     ProcessRun,
     RunOutcome,
     RunSpec,
-    extended_path,
     read_range,
     read_tail,
 )
@@ -493,19 +492,6 @@ async def test_a_cli_installed_in_a_user_bin_dir_is_found_with_a_bare_path(
     assert outcome.stdout_path.read_text() == "found me\n"
 
 
-def test_extended_path_keeps_the_given_path_first_and_adds_no_duplicates(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    home = tmp_path / "home"
-    local_bin = home / ".local" / "bin"
-    local_bin.mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(home))
-    result = extended_path(f"/usr/bin:{local_bin}:/bin").split(os.pathsep)
-    assert result[:3] == ["/usr/bin", str(local_bin), "/bin"]
-    assert result.count(str(local_bin)) == 1
-    assert str(home / ".bun" / "bin") not in result  # dirs that do not exist are left out
-
-
 # -- live counters and spool reads -----------------------------------------------------------
 
 
@@ -542,7 +528,7 @@ def test_read_tail_never_splits_a_character(tmp_path: Path) -> None:
 
 def test_read_tail_leaves_out_a_character_still_being_written(tmp_path: Path) -> None:
     path = tmp_path / "out"
-    path.write_bytes("ok".encode() + "€".encode()[:2])
+    path.write_bytes(b"ok" + "€".encode()[:2])
     assert read_tail(path, 100) == "ok"
 
 
