@@ -1,8 +1,9 @@
 """ProcessRun against real processes: process groups, stops, limits, spool files, stdin, env.
 
-The children are small Python scripts written to tmp files (stdlib only, started with -S so
-they start fast). Grandchildren report their pid through a pid file so the test can check
-that they are really dead afterwards.
+Children are the fake provider CLIs (tests/fakes/bin, driven by @directives in the prompt;
+their FAKE_CLI_LOG names the grandchildren they fork) or, where a test needs a behaviour the
+fakes do not have, small stdlib Python scripts written to tmp files (started with -S so they
+start fast; they publish a grandchild's pid through a pid file).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from providers.base import Invocation
 
 pytestmark = pytest.mark.anyio
 
+FAKES_BIN = Path(__file__).resolve().parents[1] / "fakes" / "bin"
 DEADLINE_S = 15.0  # bound on every wait in these tests; never reached when things work
 SHORT_GRACE_S = 0.3  # kill grace for tests that expect the SIGKILL to be needed
 LONG_S = 60.0  # a limit that must not be what ends the run
@@ -65,6 +67,30 @@ def child(tmp_path: Path, body: str, *args: str, stdin: bytes | None = None,
     script.write_text(PRELUDE + textwrap.dedent(body))
     return Invocation(argv=[sys.executable, "-S", str(script), *args], env=env or {},
                       stdin=stdin)
+
+
+def fake_claude(tmp_path: Path, prompt: str, *flags: str) -> Invocation:
+    """The fake claude in print mode, the prompt after `--`, logging to tmp/fake-cli.log."""
+    return Invocation(argv=[str(FAKES_BIN / "claude"), "--print", *flags, "--", prompt],
+                      env={"FAKE_CLI_LOG": str(tmp_path / "fake-cli.log")})
+
+
+def fake_log(tmp_path: Path) -> list[dict[str, Any]]:
+    path = tmp_path / "fake-cli.log"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def logged_grandchild(tmp_path: Path) -> tuple[int, float]:
+    """The pid (and start time) of the grandchild a fake reported in its log."""
+    def pids() -> list[int]:
+        return [e["grandchild_pid"] for e in fake_log(tmp_path) if "grandchild_pid" in e]
+    await until(lambda: bool(pids()), "the fake to log its grandchild")
+    pid = pids()[0]
+    started_at = proc.process_start_time(pid)
+    assert started_at is not None
+    return pid, started_at
 
 
 def make_spec(tmp_path: Path, invocation: Invocation, **overrides: Any) -> RunSpec:
@@ -115,16 +141,11 @@ def assert_no_zombie_children_of_ours() -> None:
 
 
 async def test_cancel_kills_a_grandchild_that_ignores_sigterm(tmp_path: Path) -> None:
-    pid_file = tmp_path / "grandchild.pid"
-    invocation = child(tmp_path, f"""
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        fork_grandchild({str(pid_file)!r}, ignore_term=True)
-        time.sleep(60)
-    """)
+    invocation = fake_claude(tmp_path, "@ignore-term @grandchild=60 @sleep=60 work")
     run = ProcessRun(make_spec(tmp_path, invocation))
     with anyio.fail_after(DEADLINE_S):
         identity = await run.start()
-        grandchild, started_at = await published_pid(pid_file)
+        grandchild, started_at = await logged_grandchild(tmp_path)
         assert running(grandchild, started_at)
         run.cancel()
         outcome = await run.wait()
@@ -157,19 +178,15 @@ async def test_sigkill_reaches_the_group_even_after_the_leader_obeyed_sigterm(
 
 
 async def test_processes_left_behind_after_a_normal_exit_are_stopped(tmp_path: Path) -> None:
-    pid_file = tmp_path / "grandchild.pid"
-    invocation = child(tmp_path, f"""
-        fork_grandchild({str(pid_file)!r}, ignore_term=False)
-        while not os.path.exists({str(pid_file)!r}):
-            time.sleep(0.01)
-        print("answer")
-    """)
+    # The fake answers at once and exits 0, leaving a grandchild sleeping in its group.
+    invocation = fake_claude(tmp_path, "@grandchild=60 hello")
     run, outcome = await run_to_end(make_spec(tmp_path, invocation, kill_grace_s=LONG_S))
-    grandchild_pid = int(pid_file.read_text())
     assert outcome.error_kind is None and outcome.exit_code == 0
+    assert outcome.stdout_path.read_text() == "fake-claude answer: @grandchild=60 hello\n"
     assert outcome.extra.get("stray_processes") == 1
-    assert not psutil.pid_exists(grandchild_pid) or (
-        psutil.Process(grandchild_pid).status() == psutil.STATUS_ZOMBIE)
+    grandchild = next(e["grandchild_pid"] for e in fake_log(tmp_path) if "grandchild_pid" in e)
+    assert not psutil.pid_exists(grandchild) or (
+        psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE)
     assert run.identity is not None and not proc.group_alive(run.identity.pgid)
 
 
@@ -217,17 +234,14 @@ async def test_cancel_before_start_spawns_nothing(tmp_path: Path) -> None:
 
 
 async def test_wall_clock_timeout_stops_the_run_with_124(tmp_path: Path) -> None:
-    invocation = child(tmp_path, """
-        while True:
-            print("still working", flush=True)
-            time.sleep(0.05)
-    """)
+    # It keeps printing, so only the wall clock can end it.
+    invocation = fake_claude(tmp_path, "@stream=1000:0.05 long job")
     _, outcome = await run_to_end(make_spec(tmp_path, invocation, timeout_s=0.5,
                                             idle_timeout_s=LONG_S))
     assert outcome.error_kind == ErrorKind.TIMEOUT
     assert outcome.exit_code == 124
     assert "timeout_s" in (outcome.error or "")
-    assert outcome.stdout_bytes > 0
+    assert outcome.stdout_bytes + outcome.stderr_bytes > 0  # progress was flowing
 
 
 async def test_silence_longer_than_the_idle_timeout_stops_the_run_with_125(
@@ -248,14 +262,13 @@ async def test_silence_longer_than_the_idle_timeout_stops_the_run_with_125(
 
 
 async def test_a_provider_silent_until_exit_is_never_idle_killed(tmp_path: Path) -> None:
-    # Silent for 1.5 s: an idle timeout of 0.3 s would have killed it five times over.
-    invocation = child(tmp_path, """
-        time.sleep(1.5)
-        print("the whole answer at once")
-    """)
+    # Silent for 1.5 s before its JSON answer: an idle timeout of 0.3 s would have killed it
+    # five times over; idle_timeout_s=None (an at-exit provider) means only the wall clock.
+    invocation = fake_claude(tmp_path, "@sleep=1.5 think hard", "--output-format", "json")
     _, outcome = await run_to_end(make_spec(tmp_path, invocation, idle_timeout_s=None))
     assert outcome.error_kind is None and outcome.exit_code == 0
-    assert outcome.stdout_path.read_text() == "the whole answer at once\n"
+    answer = json.loads(outcome.stdout_path.read_text())
+    assert answer["result"] == "fake-claude answer: @sleep=1.5 think hard"
     assert outcome.duration_s >= 1.5
 
 
@@ -295,25 +308,18 @@ async def test_output_past_the_cap_from_a_run_that_exits_at_once_is_still_cut(
 
 
 async def test_output_written_during_the_grace_is_kept(tmp_path: Path) -> None:
-    invocation = child(tmp_path, """
-        def on_term(signum, frame):
-            sys.stdout.write("late-" * 2000)  # ~10 KB, like Claude's flush after SIGTERM
-            sys.stdout.flush()
-            os._exit(143)
-        signal.signal(signal.SIGTERM, on_term)
-        print("ready", flush=True)
-        time.sleep(60)
-    """)
+    # Like Claude flushing ~10 KB after SIGTERM: the fake writes 10 000 bytes, exits 143.
+    invocation = fake_claude(tmp_path, "@stderr=ready @late=10000 @sleep=60 job")
     run = ProcessRun(make_spec(tmp_path, invocation, kill_grace_s=LONG_S))
     with anyio.fail_after(DEADLINE_S):
         await run.start()
-        await until(lambda: run.stdout_bytes > 0, "the child to be ready")
+        await until(lambda: run.stderr_bytes > 0, "the fake to be ready")
         run.cancel()
         outcome = await run.wait()
     assert outcome.error_kind == ErrorKind.CANCELLED
     assert outcome.extra["provider_exit_code"] == 143
-    assert outcome.stdout_path.read_text() == "ready\n" + "late-" * 2000
-    assert outcome.stdout_bytes == len("ready\n") + 10_000
+    assert outcome.stdout_path.read_bytes() == b"L" * 9999 + b"\n"
+    assert outcome.stdout_bytes == 10_000
 
 
 # -- exit codes ------------------------------------------------------------------------------
@@ -399,9 +405,12 @@ async def test_a_prompt_that_looks_like_a_flag_reaches_the_child_as_text(
     tmp_path: Path,
 ) -> None:
     prompt = "--dangerously-skip-permissions; rm -rf / $(whoami) `id` *"
-    invocation = child(tmp_path, "print(json.dumps(sys.argv[1:]))", "--print", "--", prompt)
-    _, outcome = await run_to_end(make_spec(tmp_path, invocation))
-    assert json.loads(outcome.stdout_path.read_text()) == ["--print", "--", prompt]
+    _, outcome = await run_to_end(make_spec(tmp_path, fake_claude(tmp_path, prompt)))
+    assert outcome.error_kind is None  # an unknown flag would have made the fake exit 2
+    [spawn] = [e for e in fake_log(tmp_path) if "argv" in e]
+    assert spawn["argv"][1:] == ["--print", "--", prompt]
+    assert spawn["prompt"] == prompt
+    assert outcome.stdout_path.read_text() == f"fake-claude answer: {prompt}\n"
 
 
 async def test_a_given_working_dir_is_the_childs_cwd(tmp_path: Path) -> None:
@@ -439,6 +448,17 @@ async def test_the_stdin_payload_is_delivered_whole_and_closed(tmp_path: Path) -
     assert outcome.error_kind is None
     assert outcome.stdout_path.read_text().split() == [
         str(len(payload)), hashlib.sha256(payload).hexdigest()]
+
+
+async def test_a_prompt_on_stdin_reaches_codex_exec_which_then_finishes(
+    tmp_path: Path,
+) -> None:
+    # `codex exec -` reads the prompt until EOF and hangs forever on an open stdin.
+    invocation = Invocation(argv=[str(FAKES_BIN / "codex"), "exec", "--json", "-"],
+                            stdin=b"review this diff")
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation))
+    assert outcome.error_kind is None
+    assert "fake-codex answer: review this diff" in outcome.stdout_path.read_text()
 
 
 async def test_without_a_payload_stdin_is_empty(tmp_path: Path) -> None:
