@@ -267,17 +267,14 @@ UPDATE jobs SET
     finished_at = now(), updated_at = now(), lease_deadline = NULL
 WHERE owner_instance = $1 AND status IN ('queued','running')"""
 
-# A cancel lands only on an active row, and the first request's time is kept. One
-# statement: the row after the write if it applied, else the row as it is (none: unknown).
+# A cancel lands only on an active row, and the first request's time is kept. Not a
+# single statement with a fallback SELECT: under READ COMMITTED that SELECT would read the
+# statement's snapshot, from before a completion this UPDATE waited for, and report a
+# finished job as still running. request_cancel reads the row in a second statement.
 REQUEST_CANCEL = f"""
-WITH requested AS (
-    UPDATE jobs SET cancel_requested_at = now(), updated_at = now()
-    WHERE id = $1 AND status IN ('queued','running') AND cancel_requested_at IS NULL
-    RETURNING {_JOB_COLUMNS}
-)
-SELECT {_JOB_COLUMNS} FROM requested
-UNION ALL
-SELECT {_JOB_COLUMNS} FROM jobs WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM requested)"""
+UPDATE jobs SET cancel_requested_at = now(), updated_at = now()
+WHERE id = $1 AND status IN ('queued','running') AND cancel_requested_at IS NULL
+RETURNING {_JOB_COLUMNS}"""
 
 # queued -> cancelled only for the owner, so a job that already has a child (running) is
 # never marked cancelled without its process being killed first.
@@ -629,6 +626,8 @@ class PostgresJobStore:
     async def request_cancel(self, job_id: str) -> JobRow | None:
         async with self._connection("request cancel") as conn:
             row = await conn.fetchrow(REQUEST_CANCEL, job_id)
+            if row is None:  # not active, or already requested: the row as it is now
+                row = await conn.fetchrow(GET_JOB, job_id)
         return _job(row) if row is not None else None
 
     async def cancel_queued(self, job_id: str, owner_instance: str, error: str) -> bool:
