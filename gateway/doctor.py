@@ -1,0 +1,232 @@
+"""`agent-cli-gateway doctor`: what is configured, what is reachable, what is installed.
+
+Each check returns a `Check`; the CLI renders them as text or JSON. Only a broken config or
+an unreachable store fail the run: a missing provider CLI is a warning (the other providers
+still work), and says how to install it. Nothing here writes: a SQLite store that does not
+exist yet is reported, not created.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+
+from gateway import __version__
+from gateway.config import (
+    PROVIDER_NAMES,
+    ConfigError,
+    ProviderConfig,
+    Settings,
+    default_config_path,
+    load_settings,
+)
+from gateway.logs import redact_text
+
+STORE_PROBE_TIMEOUT_S = 10.0  # a database that does not answer is "unreachable", not a hang
+
+Status = Literal["ok", "warning", "error", "disabled", "skipped"]
+
+
+@dataclass(slots=True)
+class Check:
+    """One line of the report. `status == "error"` makes doctor exit non-zero."""
+
+    name: str
+    status: Status
+    summary: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Report:
+    version: str
+    checks: list[Check]
+
+    @property
+    def ok(self) -> bool:
+        return all(check.status != "error" for check in self.checks)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "version": self.version, "checks": [asdict(c) for c in self.checks]}
+
+
+def run_doctor(config_path: Path | None) -> Report:
+    """Check the config, the store, every CLI provider and every API provider."""
+    settings, config_check = check_config(config_path)
+    checks = [config_check]
+    if settings is None:
+        checks.append(Check("store", "skipped", "not checked: the configuration is invalid"))
+    else:
+        checks.append(check_store(settings))
+    providers = settings.providers if settings else {n: ProviderConfig() for n in PROVIDER_NAMES}
+    checks += check_cli_providers(providers)
+    if settings is not None:
+        checks += [check_api_provider(name, settings) for name in sorted(settings.api_providers)]
+    return Report(version=__version__, checks=checks)
+
+
+# -- config ------------------------------------------------------------------------------
+
+
+def check_config(config_path: Path | None) -> tuple[Settings | None, Check]:
+    path = config_path or default_config_path()
+    try:
+        settings = load_settings(config_path)
+    except ConfigError as exc:
+        return None, Check("config", "error", f"invalid: {path}",
+                           {"path": str(path), "problems": exc.problems})
+    if not path.exists():
+        return settings, Check("config", "ok", f"no file at {path}: using the defaults",
+                               {"path": str(path), "exists": False})
+    details: dict[str, Any] = {"path": str(path), "exists": True}
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        details["mode"] = oct(mode)
+        return settings, Check(
+            "config", "warning",
+            f"{path} is readable by other users (mode {oct(mode)}); it may hold tokens: "
+            f"chmod 600 {path}", details)
+    return settings, Check("config", "ok", str(path), details)
+
+
+# -- store -------------------------------------------------------------------------------
+
+
+def store_location(settings: Settings) -> str:
+    """Where the store is, fit to print: a DSN's password is masked."""
+    persistence = settings.persistence
+    if persistence.backend == "sqlite":
+        return str(persistence.path)
+    if persistence.backend == "postgres":
+        return redact_text(persistence.dsn or "")
+    return "in memory"
+
+
+def check_store(settings: Settings) -> Check:
+    backend = settings.persistence.backend
+    where = store_location(settings)
+    details: dict[str, Any] = {"backend": backend, "location": where}
+    if backend == "memory":
+        return Check("store", "ok", "memory: jobs are lost when the gateway exits", details)
+    if backend == "sqlite" and not settings.persistence.path.exists():
+        details["exists"] = False
+        return Check("store", "ok",
+                     f"sqlite {where} (not created yet: the gateway creates it at first start)",
+                     details)
+    try:
+        version = anyio.run(_schema_version, settings)
+    except TimeoutError:
+        return Check("store", "error",
+                     f"{backend} {where} did not answer within {STORE_PROBE_TIMEOUT_S:g} s",
+                     details)
+    except Exception as exc:  # noqa: BLE001 - any failure to open is the finding itself
+        reason = redact_text(str(exc) or type(exc).__name__)
+        return Check("store", "error", f"{backend} {where} is unreachable: {reason}", details)
+    details["schema_version"] = version
+    return Check("store", "ok", f"{backend} {where}, schema version {version}", details)
+
+
+async def _schema_version(settings: Settings) -> int:
+    from gateway.store import open_store
+
+    with anyio.fail_after(STORE_PROBE_TIMEOUT_S):
+        store = await open_store(settings)
+        try:
+            return await store.schema_version()
+        finally:
+            await store.close()
+
+
+# -- CLI providers -----------------------------------------------------------------------
+
+
+def check_cli_providers(providers: dict[str, ProviderConfig]) -> list[Check]:
+    """One check per CLI provider: found where (PATH + user bin dirs), which version."""
+    try:
+        from providers.registry import CLI_PROVIDERS, resolve_command
+    except ImportError as exc:
+        return [Check("providers", "error", f"the provider registry cannot be loaded: {exc}")]
+
+    checks: dict[str, Check] = {}
+    found: dict[str, str] = {}
+    for name in PROVIDER_NAMES:
+        config = providers.get(name, ProviderConfig())
+        adapter = CLI_PROVIDERS.get(name)
+        if adapter is None:
+            checks[name] = Check(name, "error", "no adapter for this provider in this build")
+            continue
+        wanted = config.command or " or ".join(adapter.commands)
+        details: dict[str, Any] = {"command": wanted, "install_hint": adapter.install_hint}
+        if not config.enabled:
+            checks[name] = Check(name, "disabled", f"disabled in the config ({wanted})", details)
+            continue
+        resolved = resolve_command(name, config.command, os.environ.get("PATH", ""))
+        if resolved is None:
+            checks[name] = Check(
+                name, "warning",
+                f"'{wanted}' not found on PATH or in the user bin dirs; install: "
+                f"{adapter.install_hint} (or set [providers.{name}].command to its path)",
+                details)
+            continue
+        details["path"] = resolved
+        found[name] = resolved
+        checks[name] = Check(name, "ok", resolved, details)
+
+    for name, (version, problem) in anyio.run(_probe_versions, found).items():
+        check = checks[name]
+        check.details["version"] = version
+        if version is not None:
+            check.summary = f"{check.summary} ({version})"
+        else:
+            check.status = "warning"
+            check.summary = f"{check.summary}: {problem}"
+            check.details["version_error"] = problem
+    return [checks[name] for name in PROVIDER_NAMES if name in checks]
+
+
+async def _probe_versions(found: dict[str, str]) -> dict[str, tuple[str | None, str | None]]:
+    """`<cli> --version` for every found CLI at once; each probe is bounded and killed
+    (with its process group) when it overruns, so a hung CLI cannot hang doctor."""
+    from gateway.cli_versions import probe_version
+
+    results: dict[str, tuple[str | None, str | None]] = {}
+
+    async def one(name: str, path: str) -> None:
+        results[name] = await probe_version(path)
+
+    async with anyio.create_task_group() as group:
+        for name, path in found.items():
+            group.start_soon(one, name, path)
+    return results
+
+
+# -- API providers -----------------------------------------------------------------------
+
+
+def check_api_provider(name: str, settings: Settings) -> Check:
+    """Configured HTTP API: is its key's env var set here? (the value is never shown)."""
+    api = settings.api_providers[name]
+    details: dict[str, Any] = {"kind": api.kind, "base_url": redact_text(api.base_url),
+                               "api_key_env": api.api_key_env}
+    where = f"{api.kind} {details['base_url']}"
+    if api.api_key_env is None:
+        return Check(name, "ok", f"{where}, no API key configured", details)
+    details["api_key_set"] = bool(os.environ.get(api.api_key_env))
+    if details["api_key_set"]:
+        return Check(name, "ok", f"{where}, key from ${api.api_key_env}", details)
+    return Check(
+        name, "warning",
+        f"{where}: ${api.api_key_env} is not set in this environment (MCP clients pass few env "
+        f"vars: set it in the client's server `env` block)", details)
+
+
+def summarize(checks: Iterable[Check]) -> tuple[int, int]:
+    """(errors, warnings)."""
+    checks = list(checks)
+    return (sum(c.status == "error" for c in checks), sum(c.status == "warning" for c in checks))

@@ -1,0 +1,228 @@
+"""`doctor`: config, store and provider checks against real files, a real PostgreSQL and
+the fake CLIs of tests/fakes/bin; exit codes through the real console entry."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway.config import PROVIDER_NAMES, load_settings
+from gateway.doctor import Check, Report, run_doctor
+from gateway.store.base import SCHEMA_VERSION
+
+FAKE_BIN = Path(__file__).resolve().parent / "fakes" / "bin"
+CLI_TIMEOUT_S = 60  # a cold interpreter plus seven --version probes on a busy 2-core box
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in list(os.environ):
+        if name.upper().startswith("AGENT_GATEWAY_"):
+            monkeypatch.delenv(name)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PATH", f"{FAKE_BIN}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    return home
+
+
+def config(home: Path, text: str) -> Path:
+    path = home / "gw.toml"
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+def by_name(report: Report) -> dict[str, Check]:
+    return {check.name: check for check in report.checks}
+
+
+def doctor_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "doctor", *args],
+        env={**os.environ, "HOME": str(home)}, cwd=home, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False,
+    )
+
+
+# -- config and store ----------------------------------------------------------------------
+
+
+def test_without_a_config_file_it_uses_defaults_and_creates_nothing(home: Path) -> None:
+    checks = by_name(run_doctor(None))
+    assert checks["config"].status == "ok"
+    assert "using the defaults" in checks["config"].summary
+    assert checks["store"].status == "ok"
+    assert "not created yet" in checks["store"].summary
+    assert not (home / ".agent-cli-gateway").exists()
+
+
+def test_an_invalid_config_is_an_error_and_the_store_is_skipped(home: Path) -> None:
+    report = run_doctor(config(home, "[lease]\nttl = 1\n"))
+    checks = by_name(report)
+    assert not report.ok
+    assert checks["config"].status == "error"
+    assert any("lease.ttl" in p for p in checks["config"].details["problems"])
+    assert checks["store"].status == "skipped"
+    assert {name for name in PROVIDER_NAMES} <= set(checks)  # providers still checked
+
+
+def test_a_config_readable_by_others_is_a_warning(home: Path) -> None:
+    path = config(home, "")
+    path.chmod(0o644)
+    check = by_name(run_doctor(path))["config"]
+    assert check.status == "warning"
+    assert f"chmod 600 {path}" in check.summary
+
+
+def test_an_existing_sqlite_store_reports_its_schema_version(home: Path) -> None:
+    path = config(home, f'[persistence]\npath = "{home / "jobs.db"}"\n')
+
+    async def create() -> None:
+        from gateway.store import open_store
+
+        store = await open_store(load_settings(path))
+        await store.close()
+
+    anyio.run(create)
+    check = by_name(run_doctor(path))["store"]
+    assert check.status == "ok"
+    assert check.details["schema_version"] == SCHEMA_VERSION
+    assert f"schema version {SCHEMA_VERSION}" in check.summary
+
+
+def test_an_unusable_sqlite_store_is_an_error(home: Path) -> None:
+    garbage = home / "jobs.db"
+    garbage.write_text("not a database\n" * 50)
+    report = run_doctor(config(home, f'[persistence]\npath = "{garbage}"\n'))
+    assert not report.ok
+    assert by_name(report)["store"].status == "error"
+
+
+def test_the_memory_store_is_fine_but_says_jobs_do_not_survive(home: Path) -> None:
+    check = by_name(run_doctor(config(home, '[persistence]\nbackend = "memory"\n')))["store"]
+    assert check.status == "ok" and "lost when the gateway exits" in check.summary
+
+
+def test_a_reachable_postgres_reports_its_schema_and_hides_the_password(
+    home: Path, postgres_server: Any, postgres_dsn: str
+) -> None:
+    # Trust auth ignores the password: it is there to prove doctor never prints it.
+    dsn = postgres_server.dsn_for(postgres_dsn.rsplit("/", 1)[1], password="hunter2")
+    report = run_doctor(config(home, f'[persistence]\nbackend = "postgres"\ndsn = "{dsn}"\n'))
+    check = by_name(report)["store"]
+    assert check.status == "ok", check.summary
+    assert check.details["schema_version"] == SCHEMA_VERSION
+    assert "hunter2" not in json.dumps(report.as_dict())
+    assert "postgres:***@" in check.summary
+
+
+def test_an_unreachable_postgres_is_an_error_without_the_password(home: Path) -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dsn = f"postgresql://gw:hunter2@127.0.0.1:{port}/gw"
+    report = run_doctor(config(home, f'[persistence]\nbackend = "postgres"\ndsn = "{dsn}"\n'))
+    check = by_name(report)["store"]
+    assert check.status == "error"
+    assert "unreachable" in check.summary
+    assert "hunter2" not in json.dumps(report.as_dict())
+
+
+# -- provider CLIs ---------------------------------------------------------------------------
+
+
+def test_a_cli_on_path_is_found_with_its_version(home: Path) -> None:
+    check = by_name(run_doctor(None))["claude"]
+    assert check.status == "ok"
+    assert check.details["path"] == str(FAKE_BIN / "claude")
+    assert check.details["version"] == "claude 0.0.0-fake"
+
+
+def test_a_missing_cli_is_a_warning_with_an_install_hint_not_a_failure(home: Path) -> None:
+    path = config(home, '[providers.grok]\ncommand = "/nonexistent/grok"\n')
+    report = run_doctor(path)
+    check = by_name(report)["grok"]
+    assert check.status == "warning"
+    assert "not found" in check.summary and check.details["install_hint"] in check.summary
+    assert report.ok
+
+
+def test_a_cli_whose_version_fails_is_a_warning(home: Path) -> None:
+    check = by_name(run_doctor(config(home, '[providers.devin]\ncommand = "/bin/false"\n')))[
+        "devin"]
+    assert check.status == "warning"
+    assert check.details["path"] == "/bin/false"
+    assert "--version" in check.details["version_error"]
+
+
+def test_a_disabled_provider_is_not_probed(home: Path) -> None:
+    path = config(home, "[providers.cursor]\nenabled = false\n")
+    check = by_name(run_doctor(path))["cursor"]
+    assert check.status == "disabled"
+    assert "path" not in check.details
+
+
+# -- API providers ---------------------------------------------------------------------------
+
+
+API = '[api_providers.openrouter]\nkind = "openai"\nbase_url = "https://o.example/api"\n' \
+      'api_key_env = "DOCTOR_TEST_KEY"\n'
+
+
+def test_an_api_provider_with_its_key_set_is_ok_and_the_key_is_never_shown(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCTOR_TEST_KEY", "sk-very-secret")
+    report = run_doctor(config(home, API))
+    check = by_name(report)["openrouter"]
+    assert check.status == "ok" and check.details["api_key_set"] is True
+    assert "sk-very-secret" not in json.dumps(report.as_dict())
+
+
+def test_an_api_provider_whose_key_is_unset_is_a_warning(home: Path) -> None:
+    check = by_name(run_doctor(config(home, API)))["openrouter"]
+    assert check.status == "warning"
+    assert "$DOCTOR_TEST_KEY is not set" in check.summary
+
+
+# -- through the console entry ---------------------------------------------------------------
+
+
+def test_doctor_exits_0_when_only_warnings_remain(home: Path) -> None:
+    done = doctor_cli(home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "claude 0.0.0-fake" in done.stdout
+    assert done.stdout.strip().splitlines()[-1].startswith("Ready")
+
+
+def test_doctor_exits_1_when_the_store_is_broken(home: Path) -> None:
+    garbage = home / "jobs.db"
+    garbage.write_text("not a database\n" * 50)
+    done = doctor_cli(home, "--config", str(config(home, f'[persistence]\npath = "{garbage}"\n')))
+    assert done.returncode == 1
+    assert "FAIL  store" in done.stdout
+
+
+def test_doctor_exits_2_for_a_bad_config_and_lists_the_problems(home: Path) -> None:
+    done = doctor_cli(home, "--config", str(config(home, "[limits]\nmax_running_jobs = 0\n")))
+    assert done.returncode == 2
+    assert "limits.max_running_jobs" in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_doctor_json_is_machine_readable(home: Path) -> None:
+    done = doctor_cli(home, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] is True
+    names = [check["name"] for check in report["checks"]]
+    assert names == ["config", "store", *PROVIDER_NAMES]
