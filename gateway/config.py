@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
@@ -231,7 +232,7 @@ def _env_source(parts: list[str]) -> str:
     return f" (set by env {name})" if name in present else ""
 
 
-def _describe(err: dict[str, Any]) -> str:
+def _describe(err: Mapping[str, Any]) -> str:
     parts = [str(p) for p in err.get("loc", ()) if p not in ("function-after",)]
     loc = ".".join(parts)
     msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")

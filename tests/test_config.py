@@ -103,7 +103,8 @@ def test_logging_level_is_case_insensitive(tmp_path: Path) -> None:
 def test_secrets_do_not_appear_in_the_settings_repr(tmp_path: Path) -> None:
     path = write(
         tmp_path,
-        '[http]\nauth_token = "tok-secret"\n[providers.claude]\nenv = {ANTHROPIC_API_KEY = "sk-1"}\n',
+        '[http]\nauth_token = "tok-secret"\n'
+        '[providers.claude]\nenv = {ANTHROPIC_API_KEY = "sk-1"}\n',
     )
     text = repr(load_settings(path))
     assert "tok-secret" not in text and "sk-1" not in text
@@ -212,7 +213,9 @@ def test_an_api_provider_without_kind_or_url_names_both(tmp_path: Path) -> None:
 
 def test_every_problem_is_reported_on_its_own_line(tmp_path: Path) -> None:
     path = write(tmp_path, '[foo]\nx = 1\n[limits]\nmax_running_jobs = -3\nkill_grace_s = "x"\n')
-    error = pytest.raises(ConfigError, load_settings, path).value
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    error = info.value
     assert len(error.problems) == 3
     lines = str(error).splitlines()
     assert lines[0] == f"invalid configuration in {path}:"

@@ -32,7 +32,9 @@ def _json_lines(text: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def test_default_stream_is_stderr_and_stdout_stays_empty(capsys: pytest.CaptureFixture[str]) -> None:
+def test_default_stream_is_stderr_and_stdout_stays_empty(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     configure_logging("info", "json")
     structlog.get_logger("t").info("hello", action="probe")
     logging.getLogger("some.library").warning("library says %s", "hi")
