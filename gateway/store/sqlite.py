@@ -389,8 +389,9 @@ class SqliteJobStore:
 
     backend = "sqlite"
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         self.path = Path(path).expanduser()
+        self.busy_timeout_ms = int(busy_timeout_ms)
         self._conn: aiosqlite.Connection | None = None
         # One connection per store: a transaction must never interleave with another task's.
         self._lock = anyio.Lock()
@@ -412,7 +413,7 @@ class SqliteJobStore:
             with _store_errors("open"):
                 conn.row_factory = sqlite3.Row
                 # busy_timeout first: switching to WAL may wait for another opener's lock.
-                await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                await conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
                 await conn.execute("PRAGMA journal_mode = WAL")
                 await conn.execute("PRAGMA synchronous = NORMAL")
             self._conn = conn
@@ -450,17 +451,20 @@ class SqliteJobStore:
         async with self._lock:
             conn = self._connection()
             with _store_errors(action):
-                await conn.execute("BEGIN IMMEDIATE")
                 try:
+                    # Inside the try: a caller cancelled while BEGIN is queued still gets
+                    # its ROLLBACK, because aiosqlite runs both in order on its thread.
+                    await conn.execute("BEGIN IMMEDIATE")
                     yield conn
+                    # Shielded: once the statements ran, a cancelled caller must not leave
+                    # the transaction (and the file's write lock) open.
+                    with anyio.CancelScope(shield=True):
+                        await conn.execute("COMMIT")
                 except BaseException:
+                    # ROLLBACK fails harmlessly when BEGIN itself failed (nothing open).
                     with anyio.CancelScope(shield=True), suppress(sqlite3.Error):
                         await conn.execute("ROLLBACK")
                     raise
-                # Shielded: once the statements ran, a cancelled caller must not leave the
-                # transaction open on the shared connection.
-                with anyio.CancelScope(shield=True):
-                    await conn.execute("COMMIT")
 
     async def _migrate(self) -> None:
         async with self._write("migrate") as conn:
