@@ -1,0 +1,952 @@
+"""The JobStore contract: the same test bodies run on memory, SQLite and PostgreSQL.
+
+Every rule of `gateway/store/base.py` is pinned here, including races between two real
+connections to the same storage (`second_store`). Time rules use the store's own clock
+(`store.now()`): a test waits until that clock has passed a moment, never a fixed sleep.
+A lease written with a negative ttl is one that is already over, so expiry needs no wait.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from datetime import UTC, datetime
+
+import anyio
+import pytest
+
+from gateway.jobs.model import (
+    Completion,
+    InstanceRow,
+    JobRow,
+    JobStatus,
+    NewJob,
+    Progress,
+)
+from gateway.store.base import DuplicateActiveJob, JobStore, SCHEMA_VERSION
+
+pytestmark = pytest.mark.anyio
+
+OWNER = "instance-a"
+OTHER = "instance-b"
+TTL_S = 60.0  # a lease that cannot run out during a test
+EXPIRED_TTL_S = -5.0  # a lease that is already over when written: expiry without waiting
+HTTP_GRACE_S = 60.0  # an http job whose lease lapsed is still inside this grace
+PAST_S = 0.3  # how far a test lets the store clock move past a moment before comparing
+WINDOW_S = 0.15  # a window/threshold shorter than PAST_S, so that moment is outside it
+RACE_ROUNDS = 100  # iterations of each two-connection race
+RACE_TTL_S = 0.5  # the lease in the heartbeat-vs-reaper race: short, so expiry is real
+RACE_HEARTBEAT_EVERY_S = 0.05  # the racing owner heartbeats ten times per ttl
+RACE_RECOVER_EVERY_S = 0.005  # the racing reaper sweeps as often as it can
+RACE_LIMIT_S = 60.0  # a race that takes longer than this is a hang
+STORE_TIME_POLL_S = 0.02  # how often a wait re-reads the store clock
+STORE_TIME_WAIT_LIMIT_S = 10.0  # a wait for the store clock that takes longer is a hang
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+def new_job(
+    *, owner: str = OWNER, key: str | None = None, provider: str = "claude",
+    transport: str = "process", forced: bool = False,
+) -> NewJob:
+    return NewJob(
+        id=str(uuid.uuid4()),
+        provider=provider,
+        request_key=key or f"key-{uuid.uuid4().hex}",
+        owner_instance=owner,
+        transport=transport,
+        correlation_id=f"corr-{uuid.uuid4().hex[:8]}",
+        hostname="host-1",
+        boot_id="boot-1",
+        working_dir="/tmp/work",
+        model="model-x",
+        session_id="session-1",
+        request_json='{"prompt": "hi"}',
+        forced=forced,
+    )
+
+
+def instance(instance_id: str, **changes: object) -> InstanceRow:
+    row = InstanceRow(
+        instance_id=instance_id, hostname="host-1", boot_id="boot-1", pid=4242,
+        pid_started_at=1_700_000_000.5, role="stdio", version="0.1.0",
+    )
+    for name, value in changes.items():
+        setattr(row, name, value)
+    return row
+
+
+def done(status: JobStatus = JobStatus.COMPLETED, **changes: object) -> Completion:
+    completion = Completion(status=status, exit_code=0 if status is JobStatus.COMPLETED else 1)
+    for name, value in changes.items():
+        setattr(completion, name, value)
+    return completion
+
+
+def epoch(moment: datetime | None) -> float:
+    assert moment is not None
+    assert moment.utcoffset() is not None and moment.utcoffset().total_seconds() == 0
+    return moment.timestamp()
+
+
+async def wait_for_store_time(store: JobStore, target_epoch_s: float) -> None:
+    """Wait until the store's own clock has passed `target_epoch_s` (bounded)."""
+    with anyio.fail_after(STORE_TIME_WAIT_LIMIT_S):
+        while await store.now() <= target_epoch_s:
+            await anyio.sleep(STORE_TIME_POLL_S)
+
+
+async def running(store: JobStore, job: NewJob, ttl_s: float = TTL_S) -> JobRow:
+    await store.insert_job(job, ttl_s)
+    assert await store.mark_running(job.id, job.owner_instance, 100, 100, 1.5, ttl_s)
+    row = await store.get_job(job.id)
+    assert row is not None
+    return row
+
+
+async def get(store: JobStore, job_id: str) -> JobRow:
+    row = await store.get_job(job_id)
+    assert row is not None, f"job {job_id} vanished"
+    return row
+
+
+async def orphaned(store: JobStore, job: NewJob, *, run: bool = True) -> JobRow:
+    """A job whose lease ran out and that the reaper recovered."""
+    await store.insert_job(job, EXPIRED_TTL_S)
+    if run:
+        assert await store.mark_running(job.id, job.owner_instance, 1, 1, 1.0, EXPIRED_TTL_S)
+    flipped = await store.recover_expired_leases(HTTP_GRACE_S)
+    assert job.id in {r.id for r in flipped}
+    return await get(store, job.id)
+
+
+# -- the protocol itself ------------------------------------------------------------------
+
+PROTOCOL_METHODS = sorted(
+    name for name, member in vars(JobStore).items() if inspect.iscoroutinefunction(member)
+)
+
+
+async def test_backend_implements_every_protocol_method_with_its_signature(
+    store: JobStore, store_target: object
+) -> None:
+    assert isinstance(store, JobStore)
+    assert store.backend == store_target.backend  # type: ignore[attr-defined]
+    for name in PROTOCOL_METHODS:
+        implementation = getattr(type(store), name, None)
+        assert implementation is not None, f"{store.backend} lacks {name}"
+        assert inspect.iscoroutinefunction(implementation), f"{name} must be async"
+        wanted = list(inspect.signature(getattr(JobStore, name)).parameters)
+        assert list(inspect.signature(implementation).parameters) == wanted, name
+
+
+async def test_open_store_migrates_to_the_current_schema_version(store: JobStore) -> None:
+    assert await store.schema_version() == SCHEMA_VERSION
+
+
+async def test_store_clock_is_epoch_seconds_close_to_this_host(store: JobStore) -> None:
+    # Same host in tests: the database clock and ours agree to within a few seconds.
+    assert abs(await store.now() - datetime.now(UTC).timestamp()) < 5
+
+
+# -- instances ----------------------------------------------------------------------------
+
+async def test_register_instance_stamps_heartbeat_and_lease_from_the_store_clock(
+    store: JobStore,
+) -> None:
+    before = await store.now()
+    await store.register_instance(instance(OWNER), TTL_S)
+    after = await store.now()
+    (row,) = await store.list_instances()
+    assert (row.instance_id, row.hostname, row.boot_id, row.pid, row.role, row.version) == (
+        OWNER, "host-1", "boot-1", 4242, "stdio", "0.1.0",
+    )
+    assert row.pid_started_at == pytest.approx(1_700_000_000.5)
+    assert before - 1e-3 <= epoch(row.heartbeat_at) <= after + 1e-3
+    assert epoch(row.lease_expires_at) == pytest.approx(epoch(row.heartbeat_at) + TTL_S, abs=1e-3)
+    assert row.started_at is not None and row.stopped_at is None
+
+
+async def test_reregistering_a_stopped_instance_revives_it_and_keeps_its_start(
+    store: JobStore,
+) -> None:
+    await store.register_instance(instance(OWNER), TTL_S)
+    (first,) = await store.list_instances()
+    await store.mark_instance_stopped(OWNER)
+    (stopped,) = await store.list_instances()
+    assert stopped.stopped_at is not None
+
+    await store.register_instance(instance(OWNER, pid=999), TTL_S)
+    (again,) = await store.list_instances()
+    assert again.stopped_at is None
+    assert again.pid == 999
+    assert epoch(again.started_at) == pytest.approx(epoch(first.started_at), abs=1e-3)
+    assert epoch(again.heartbeat_at) >= epoch(first.heartbeat_at)
+
+
+async def test_mark_instance_stopped_keeps_the_first_stop_time(store: JobStore) -> None:
+    await store.register_instance(instance(OWNER), TTL_S)
+    await store.mark_instance_stopped(OWNER)
+    (first,) = await store.list_instances()
+    await wait_for_store_time(store, epoch(first.stopped_at) + 0.05)
+    await store.mark_instance_stopped(OWNER)
+    (second,) = await store.list_instances()
+    assert epoch(second.stopped_at) == pytest.approx(epoch(first.stopped_at), abs=1e-3)
+    await store.mark_instance_stopped("no-such-instance")  # harmless
+
+
+async def test_heartbeat_renews_the_instance_and_only_its_own_active_jobs(
+    store: JobStore,
+) -> None:
+    await store.register_instance(instance(OWNER), 1.0)
+    await store.register_instance(instance(OTHER), 1.0)
+    queued = new_job()
+    await store.insert_job(queued, 1.0)
+    running_row = await running(store, new_job(), ttl_s=1.0)
+    finished = await running(store, new_job(), ttl_s=1.0)
+    assert await store.complete(finished.id, OWNER, done())
+    foreign = new_job(owner=OTHER)
+    foreign_row = await store.insert_job(foreign, 1.0)
+
+    before = await store.now()
+    assert await store.heartbeat(OWNER, TTL_S) == 1
+
+    for job_id in (queued.id, running_row.id):
+        row = await get(store, job_id)
+        assert epoch(row.lease_deadline) >= before + TTL_S - 1e-3
+    done_row = await get(store, finished.id)
+    assert done_row.status is JobStatus.COMPLETED and done_row.lease_deadline is None
+    assert epoch((await get(store, foreign.id)).lease_deadline) == pytest.approx(
+        epoch(foreign_row.lease_deadline), abs=1e-3
+    )
+    rows = {r.instance_id: r for r in await store.list_instances()}
+    assert epoch(rows[OWNER].lease_expires_at) >= before + TTL_S - 1e-3
+    assert epoch(rows[OTHER].lease_expires_at) < before + TTL_S - 1
+
+
+async def test_heartbeat_of_an_unknown_instance_renews_nothing_and_says_so(
+    store: JobStore,
+) -> None:
+    assert await store.heartbeat("never-registered", TTL_S) == 0
+
+
+async def test_heartbeat_never_revives_a_job_the_reaper_already_orphaned(
+    store: JobStore,
+) -> None:
+    await store.register_instance(instance(OWNER), TTL_S)
+    row = await orphaned(store, new_job())
+    await store.heartbeat(OWNER, TTL_S)
+    after = await get(store, row.id)
+    assert after.status is JobStatus.ORPHANED and after.lease_deadline is None
+
+
+async def test_gc_instances_removes_only_stopped_or_expired_rows_past_the_threshold(
+    store: JobStore,
+) -> None:
+    await store.register_instance(instance("expired"), EXPIRED_TTL_S)
+    await store.register_instance(instance("stopped"), TTL_S)
+    await store.mark_instance_stopped("stopped")
+    await store.register_instance(instance("live"), TTL_S)
+    rows = {r.instance_id: r for r in await store.list_instances()}
+    await wait_for_store_time(store, epoch(rows["stopped"].stopped_at) + PAST_S)
+
+    assert await store.gc_instances(3600) == 0  # nothing has been gone that long
+    assert {r.instance_id for r in await store.list_instances()} == {"expired", "stopped", "live"}
+
+    # A row that went away just now is younger than the threshold and stays.
+    await store.register_instance(instance("fresh-stop"), TTL_S)
+    await store.mark_instance_stopped("fresh-stop")
+
+    assert await store.gc_instances(WINDOW_S) == 2
+    assert {r.instance_id for r in await store.list_instances()} == {"live", "fresh-stop"}
+
+
+# -- admission: insert and dedup ----------------------------------------------------------
+
+async def test_insert_job_stores_a_queued_row_with_a_lease_from_the_store_clock(
+    store: JobStore,
+) -> None:
+    job = new_job(transport="http")
+    before = await store.now()
+    row = await store.insert_job(job, TTL_S)
+    after = await store.now()
+    assert row == await get(store, job.id)
+    assert row.status is JobStatus.QUEUED
+    for name in (
+        "id", "provider", "request_key", "owner_instance", "transport", "correlation_id",
+        "hostname", "boot_id", "working_dir", "model", "session_id", "request_json", "forced",
+    ):
+        assert getattr(row, name) == getattr(job, name), name
+    assert before - 1e-3 <= epoch(row.created_at) <= after + 1e-3
+    assert epoch(row.updated_at) == pytest.approx(epoch(row.created_at), abs=1e-3)
+    assert epoch(row.lease_deadline) == pytest.approx(epoch(row.created_at) + TTL_S, abs=1e-3)
+    assert row.started_at is None and row.finished_at is None
+    assert row.pid is None and row.pgid is None and row.pid_started_at is None
+    assert (row.output_bytes, row.truncated, row.cancel_requested_at) == (0, False, None)
+
+
+async def test_second_active_job_with_the_same_key_is_refused_naming_the_first(
+    store: JobStore,
+) -> None:
+    first = await store.insert_job(new_job(key="same"), TTL_S)
+    with pytest.raises(DuplicateActiveJob) as caught:
+        await store.insert_job(new_job(key="same", owner=OTHER), TTL_S)
+    assert caught.value.existing_id == first.id
+    # Still refused once running: the key is taken while the job is active.
+    assert await store.mark_running(first.id, OWNER, None, None, None, TTL_S)
+    with pytest.raises(DuplicateActiveJob):
+        await store.insert_job(new_job(key="same"), TTL_S)
+    assert [r.id for r in await store.list_jobs()] == [first.id]
+
+
+async def test_a_finished_job_frees_its_key_for_a_new_active_job(store: JobStore) -> None:
+    first = await running(store, new_job(key="same"))
+    assert await store.complete(first.id, OWNER, done(JobStatus.FAILED))
+    second = await store.insert_job(new_job(key="same"), TTL_S)
+    assert second.status is JobStatus.QUEUED
+
+
+async def test_forced_job_is_neither_blocked_by_nor_found_by_dedup(store: JobStore) -> None:
+    active = await store.insert_job(new_job(key="k"), TTL_S)
+    forced = await store.insert_job(new_job(key="k", forced=True), TTL_S)
+    assert forced.forced is True
+    reused = await store.find_reusable("k", 3600)
+    assert reused is not None and reused.id == active.id
+
+    # A forced job alone is invisible to dedup and does not hold the key.
+    assert await store.complete(active.id, OWNER, done(JobStatus.FAILED))
+    assert await store.find_reusable("k", 3600) is None
+    third = await store.insert_job(new_job(key="k"), TTL_S)
+    assert third.status is JobStatus.QUEUED
+    assert await store.insert_job(new_job(key="k", forced=True), TTL_S)  # forced again: fine
+
+
+async def test_find_reusable_returns_active_jobs_whatever_their_age(store: JobStore) -> None:
+    job = new_job(key="k")
+    row = await store.insert_job(job, TTL_S)
+    await wait_for_store_time(store, epoch(row.created_at) + PAST_S)
+    found = await store.find_reusable("k", WINDOW_S)
+    assert found is not None and (found.id, found.status) == (job.id, JobStatus.QUEUED)
+    assert await store.mark_running(job.id, OWNER, 1, 1, 1.0, TTL_S)
+    found = await store.find_reusable("k", 0)
+    assert found is not None and (found.id, found.status) == (job.id, JobStatus.RUNNING)
+
+
+async def test_find_reusable_returns_a_completed_job_only_within_the_window(
+    store: JobStore,
+) -> None:
+    job = await running(store, new_job(key="k"))
+    assert await store.complete(job.id, OWNER, done(output="answer"))
+    finished = await get(store, job.id)
+    found = await store.find_reusable("k", 3600)
+    assert found is not None and found.id == job.id and found.output == "answer"
+
+    await wait_for_store_time(store, epoch(finished.finished_at) + PAST_S)
+    assert await store.find_reusable("k", WINDOW_S) is None  # finished before the window
+    assert await store.find_reusable("k", 3600) is not None
+
+
+@pytest.mark.parametrize(
+    "status", [JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.TIMED_OUT]
+)
+async def test_find_reusable_never_reuses_an_unsuccessful_run(
+    store: JobStore, status: JobStatus
+) -> None:
+    job = await running(store, new_job(key="k"))
+    assert await store.complete(job.id, OWNER, done(status))
+    assert await store.find_reusable("k", 3600) is None
+
+
+async def test_find_reusable_never_reuses_an_orphaned_job(store: JobStore) -> None:
+    await orphaned(store, new_job(key="k"))
+    assert await store.find_reusable("k", 3600) is None
+
+
+async def test_find_reusable_prefers_the_newest_candidate(store: JobStore) -> None:
+    older = await running(store, new_job(key="k"))
+    assert await store.complete(older.id, OWNER, done())
+    newer = await running(store, new_job(key="k"))
+    assert await store.complete(newer.id, OWNER, done())
+    found = await store.find_reusable("k", 3600)
+    assert found is not None and found.id == newer.id
+    active = await store.insert_job(new_job(key="k"), TTL_S)
+    found = await store.find_reusable("k", 3600)
+    assert found is not None and found.id == active.id
+    assert await store.find_reusable("other-key", 3600) is None
+
+
+# -- transitions --------------------------------------------------------------------------
+
+async def test_mark_running_stamps_the_process_and_renews_the_lease(store: JobStore) -> None:
+    job = new_job()
+    queued = await store.insert_job(job, 1.0)
+    before = await store.now()
+    assert await store.mark_running(job.id, OWNER, 321, 320, 1234.25, TTL_S)
+    row = await get(store, job.id)
+    assert row.status is JobStatus.RUNNING
+    assert (row.pid, row.pgid, row.pid_started_at) == (321, 320, 1234.25)
+    assert epoch(row.started_at) >= before - 1e-3
+    assert epoch(row.lease_deadline) >= before + TTL_S - 1e-3
+    assert epoch(row.lease_deadline) > epoch(queued.lease_deadline)
+
+
+async def test_mark_running_accepts_a_row_without_a_process_yet(store: JobStore) -> None:
+    job = new_job(transport="http")
+    await store.insert_job(job, TTL_S)
+    assert await store.mark_running(job.id, OWNER, None, None, None, TTL_S)
+    row = await get(store, job.id)
+    assert row.status is JobStatus.RUNNING and row.pid is None
+
+
+async def test_mark_running_refuses_another_owner_a_running_row_and_a_terminal_row(
+    store: JobStore,
+) -> None:
+    job = new_job()
+    await store.insert_job(job, TTL_S)
+    assert not await store.mark_running(job.id, OTHER, 1, 1, 1.0, TTL_S)
+    assert (await get(store, job.id)).status is JobStatus.QUEUED
+    assert await store.mark_running(job.id, OWNER, 1, 1, 1.0, TTL_S)
+    assert not await store.mark_running(job.id, OWNER, 2, 2, 2.0, TTL_S)  # already running
+    assert (await get(store, job.id)).pid == 1
+    assert await store.complete(job.id, OWNER, done())
+    assert not await store.mark_running(job.id, OWNER, 3, 3, 3.0, TTL_S)
+    assert not await store.mark_running("no-such-job", OWNER, 3, 3, 3.0, TTL_S)
+
+
+async def test_a_job_orphaned_while_queued_is_never_launched_by_its_revived_owner(
+    store: JobStore,
+) -> None:
+    row = await orphaned(store, new_job(), run=False)
+    assert not await store.mark_running(row.id, OWNER, 1, 1, 1.0, TTL_S)
+    assert (await get(store, row.id)).status is JobStatus.ORPHANED
+
+
+async def test_record_process_stamps_only_a_running_row_of_its_owner(store: JobStore) -> None:
+    job = new_job()
+    await store.insert_job(job, TTL_S)
+    assert not await store.record_process(job.id, OWNER, 10, 10, 10.5)  # still queued
+    assert await store.mark_running(job.id, OWNER, None, None, None, TTL_S)
+    assert not await store.record_process(job.id, OTHER, 11, 11, 11.5)
+    assert await store.record_process(job.id, OWNER, 12, 12, 12.5)
+    row = await get(store, job.id)
+    assert (row.pid, row.pgid, row.pid_started_at) == (12, 12, 12.5)
+    assert await store.complete(job.id, OWNER, done())
+    assert not await store.record_process(job.id, OWNER, 13, 13, 13.5)
+    assert not await store.record_process("no-such-job", OWNER, 13, 13, 13.5)
+
+
+async def test_complete_writes_the_outcome_and_ends_the_lease(store: JobStore) -> None:
+    job = await running(store, new_job())
+    before = await store.now()
+    completion = Completion(
+        status=JobStatus.FAILED, exit_code=3, error="it broke", error_kind="provider_error",
+        output="partial", stderr_tail="trace", output_bytes=7, truncated=True,
+        result_json='{"text": "partial"}',
+    )
+    assert await store.complete(job.id, OWNER, completion)
+    row = await get(store, job.id)
+    assert row.status is JobStatus.FAILED
+    assert (row.exit_code, row.error, row.error_kind) == (3, "it broke", "provider_error")
+    assert (row.output, row.stderr_tail, row.output_bytes, row.truncated) == (
+        "partial", "trace", 7, True,
+    )
+    assert row.result_json == '{"text": "partial"}'
+    assert epoch(row.finished_at) >= before - 1e-3
+    assert row.lease_deadline is None
+
+
+async def test_complete_applies_to_a_queued_row(store: JobStore) -> None:
+    job = new_job()
+    await store.insert_job(job, TTL_S)
+    assert await store.complete(job.id, OWNER, done(JobStatus.FAILED, error_kind="launch_failed"))
+    assert (await get(store, job.id)).status is JobStatus.FAILED
+
+
+@pytest.mark.parametrize("first", sorted(
+    [JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.TIMED_OUT]
+))
+async def test_a_terminal_row_never_changes_again(store: JobStore, first: JobStatus) -> None:
+    job = await running(store, new_job())
+    assert await store.complete(job.id, OWNER, done(first, output="first"))
+    settled = await get(store, job.id)
+    for late in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED):
+        assert not await store.complete(job.id, OWNER, done(late, output="late"))
+        assert not await store.complete(job.id, OTHER, done(late, output="late"))
+    assert not await store.cancel_queued(job.id, OWNER, "late")
+    assert not await store.save_progress(job.id, OWNER, Progress(1, "late"))
+    assert await store.recover_expired_leases(0) == []
+    assert await get(store, job.id) == settled
+
+
+async def test_complete_of_an_unknown_job_applies_nothing(store: JobStore) -> None:
+    assert not await store.complete("no-such-job", OWNER, done())
+
+
+async def test_cancelled_wins_over_a_late_completion(store: JobStore) -> None:
+    job = await running(store, new_job())
+    requested = await store.request_cancel(job.id)
+    assert requested is not None and requested.cancel_requested_at is not None
+    assert await store.complete(job.id, OWNER, done(JobStatus.COMPLETED, output="answer"))
+    row = await get(store, job.id)
+    assert row.status is JobStatus.CANCELLED
+    assert row.error_kind == "cancelled"
+    assert row.output == "answer"  # what the run printed is kept
+    assert row.cancel_requested_at == requested.cancel_requested_at
+
+
+async def test_an_orphaned_job_self_heals_for_its_owner_but_not_for_another_instance(
+    store: JobStore,
+) -> None:
+    row = await orphaned(store, new_job())
+    assert row.status is JobStatus.ORPHANED
+
+    assert not await store.complete(row.id, OTHER, done(output="stolen"))
+    assert await get(store, row.id) == row
+
+    assert await store.complete(row.id, OWNER, done(output="healed"))
+    healed = await get(store, row.id)
+    assert (healed.status, healed.output) == (JobStatus.COMPLETED, "healed")
+    assert not await store.complete(row.id, OWNER, done(JobStatus.FAILED))  # now final
+
+
+async def test_an_orphaned_job_with_a_cancel_request_self_heals_as_cancelled(
+    store: JobStore,
+) -> None:
+    job = new_job()
+    await store.insert_job(job, EXPIRED_TTL_S)
+    assert await store.mark_running(job.id, OWNER, 1, 1, 1.0, EXPIRED_TTL_S)
+    await store.request_cancel(job.id)
+    await store.recover_expired_leases(HTTP_GRACE_S)
+    assert (await get(store, job.id)).status is JobStatus.ORPHANED
+    assert await store.complete(job.id, OWNER, done())
+    assert (await get(store, job.id)).status is JobStatus.CANCELLED
+
+
+async def test_fail_active_ends_only_this_instances_active_jobs(store: JobStore) -> None:
+    queued = new_job()
+    await store.insert_job(queued, TTL_S)
+    busy = await running(store, new_job())
+    await store.save_progress(busy.id, OWNER, Progress(5, "hello"))
+    asked = await running(store, new_job())
+    await store.request_cancel(asked.id)
+    finished = await running(store, new_job())
+    assert await store.complete(finished.id, OWNER, done(output="kept"))
+    foreign = await running(store, new_job(owner=OTHER))
+
+    assert await store.fail_active(OWNER, "shutdown", "gateway is shutting down", 1) == 3
+
+    for job_id in (queued.id, busy.id):
+        row = await get(store, job_id)
+        assert (row.status, row.error_kind, row.error, row.exit_code) == (
+            JobStatus.FAILED, "shutdown", "gateway is shutting down", 1,
+        )
+        assert row.finished_at is not None and row.lease_deadline is None
+    assert (await get(store, busy.id)).output == "hello"
+    assert (await get(store, asked.id)).status is JobStatus.CANCELLED
+    assert (await get(store, finished.id)).output == "kept"
+    assert (await get(store, finished.id)).status is JobStatus.COMPLETED
+    assert (await get(store, foreign.id)).status is JobStatus.RUNNING
+    assert await store.fail_active(OWNER, "shutdown", "again", 1) == 0
+
+
+# -- cancel -------------------------------------------------------------------------------
+
+async def test_request_cancel_marks_an_active_row_once(store: JobStore) -> None:
+    job = await running(store, new_job())
+    first = await store.request_cancel(job.id)
+    assert first is not None and first.status is JobStatus.RUNNING
+    assert first.cancel_requested_at is not None
+    await wait_for_store_time(store, epoch(first.cancel_requested_at) + 0.05)
+    second = await store.request_cancel(job.id)
+    assert second is not None and second.cancel_requested_at == first.cancel_requested_at
+
+
+async def test_request_cancel_leaves_a_finished_row_alone_and_ignores_unknown_ids(
+    store: JobStore,
+) -> None:
+    job = await running(store, new_job())
+    assert await store.complete(job.id, OWNER, done())
+    row = await store.request_cancel(job.id)
+    assert row is not None
+    assert (row.status, row.cancel_requested_at) == (JobStatus.COMPLETED, None)
+    assert await store.request_cancel("no-such-job") is None
+
+
+async def test_cancel_queued_cancels_only_a_queued_row_of_its_owner(store: JobStore) -> None:
+    job = new_job()
+    await store.insert_job(job, TTL_S)
+    assert not await store.cancel_queued(job.id, OTHER, "not yours")
+    assert await store.cancel_queued(job.id, OWNER, "cancelled before it started")
+    row = await get(store, job.id)
+    assert (row.status, row.error, row.error_kind) == (
+        JobStatus.CANCELLED, "cancelled before it started", "cancelled",
+    )
+    assert row.finished_at is not None and row.lease_deadline is None
+
+    started = await running(store, new_job())
+    assert not await store.cancel_queued(started.id, OWNER, "too late")
+    assert (await get(store, started.id)).status is JobStatus.RUNNING
+    assert not await store.cancel_queued("no-such-job", OWNER, "x")
+
+
+async def test_list_cancel_requested_names_only_this_instances_active_cancelled_jobs(
+    store: JobStore,
+) -> None:
+    queued = new_job()
+    await store.insert_job(queued, TTL_S)
+    busy = await running(store, new_job())
+    untouched = await running(store, new_job())
+    foreign = await running(store, new_job(owner=OTHER))
+    settled = await running(store, new_job())
+    for job_id in (queued.id, busy.id, foreign.id, settled.id):
+        await store.request_cancel(job_id)
+    assert await store.complete(settled.id, OWNER, done())
+
+    assert sorted(await store.list_cancel_requested(OWNER)) == sorted([queued.id, busy.id])
+    assert await store.list_cancel_requested(OTHER) == [foreign.id]
+    assert untouched.id not in await store.list_cancel_requested(OWNER)
+    assert await store.list_cancel_requested("nobody") == []
+
+
+# -- progress -----------------------------------------------------------------------------
+
+async def test_save_progress_writes_only_while_running_and_owned(store: JobStore) -> None:
+    job = new_job()
+    await store.insert_job(job, TTL_S)
+    assert not await store.save_progress(job.id, OWNER, Progress(1, "too early"))
+    assert await store.mark_running(job.id, OWNER, 1, 1, 1.0, TTL_S)
+    assert not await store.save_progress(job.id, OTHER, Progress(2, "not mine"))
+    assert await store.save_progress(job.id, OWNER, Progress(12, "hello world!", "warn"))
+    row = await get(store, job.id)
+    assert (row.status, row.output_bytes, row.output, row.stderr_tail) == (
+        JobStatus.RUNNING, 12, "hello world!", "warn",
+    )
+    assert not await store.save_progress("no-such-job", OWNER, Progress(1, "x"))
+
+
+# -- the reaper ---------------------------------------------------------------------------
+
+async def test_list_expired_candidates_is_read_only_and_honours_the_http_grace(
+    store: JobStore,
+) -> None:
+    expired = await running(store, new_job(), ttl_s=EXPIRED_TTL_S)
+    expired_queued = new_job()
+    await store.insert_job(expired_queued, EXPIRED_TTL_S)
+    live = await running(store, new_job())
+    http_in_grace = await running(store, new_job(transport="http"), ttl_s=EXPIRED_TTL_S)
+
+    ids = {r.id for r in await store.list_expired_candidates(HTTP_GRACE_S)}
+    assert ids == {expired.id, expired_queued.id}
+    ids = {r.id for r in await store.list_expired_candidates(abs(EXPIRED_TTL_S) / 2)}
+    assert ids == {expired.id, expired_queued.id, http_in_grace.id}
+    assert live.id not in ids
+    for job_id in (expired.id, expired_queued.id, http_in_grace.id):
+        assert (await get(store, job_id)).status.is_active  # nothing was flipped
+
+
+async def test_recover_expired_leases_returns_exactly_the_rows_it_flipped(
+    store: JobStore,
+) -> None:
+    expired = [await running(store, new_job(), ttl_s=EXPIRED_TTL_S) for _ in range(3)]
+    queued = new_job()
+    await store.insert_job(queued, EXPIRED_TTL_S)
+    live = await running(store, new_job())
+    live_queued = new_job()
+    await store.insert_job(live_queued, TTL_S)
+    finished = await running(store, new_job(), ttl_s=EXPIRED_TTL_S)
+    assert await store.complete(finished.id, OWNER, done())
+    http_in_grace = await running(store, new_job(transport="http"), ttl_s=EXPIRED_TTL_S)
+
+    flipped = await store.recover_expired_leases(HTTP_GRACE_S)
+
+    wanted = {r.id for r in expired} | {queued.id}
+    assert {r.id for r in flipped} == wanted
+    assert len(flipped) == len(wanted)
+    for row in flipped:
+        assert row.status is JobStatus.ORPHANED
+        assert row.error_kind == "orphaned" and row.error
+        assert row.finished_at is not None and row.lease_deadline is None
+        assert await get(store, row.id) == row
+    assert (await get(store, live.id)).status is JobStatus.RUNNING
+    assert (await get(store, live_queued.id)).status is JobStatus.QUEUED
+    assert (await get(store, finished.id)).status is JobStatus.COMPLETED
+    assert (await get(store, http_in_grace.id)).status is JobStatus.RUNNING
+    assert await store.recover_expired_leases(HTTP_GRACE_S) == []  # nothing left to flip
+
+
+async def test_recover_expired_leases_spares_jobs_proven_alive(store: JobStore) -> None:
+    alive = await running(store, new_job(), ttl_s=EXPIRED_TTL_S)
+    dead = await running(store, new_job(), ttl_s=EXPIRED_TTL_S)
+    flipped = await store.recover_expired_leases(HTTP_GRACE_S, alive_ids=[alive.id, "unknown"])
+    assert [r.id for r in flipped] == [dead.id]
+    assert (await get(store, alive.id)).status is JobStatus.RUNNING
+    assert [r.id for r in await store.recover_expired_leases(HTTP_GRACE_S)] == [alive.id]
+
+
+async def test_an_http_job_is_orphaned_only_after_its_lease_plus_the_grace(
+    store: JobStore,
+) -> None:
+    http_job = await running(store, new_job(transport="http"), ttl_s=EXPIRED_TTL_S)
+    lapsed_by = abs(EXPIRED_TTL_S)
+    assert await store.recover_expired_leases(lapsed_by * 4) == []
+    flipped = await store.recover_expired_leases(lapsed_by / 4)
+    assert [r.id for r in flipped] == [http_job.id]
+
+
+async def test_an_http_job_lease_really_expires_with_the_store_clock(store: JobStore) -> None:
+    http_job = await running(store, new_job(transport="http"), ttl_s=WINDOW_S)
+    process_job = await running(store, new_job(), ttl_s=WINDOW_S)
+    assert await store.recover_expired_leases(WINDOW_S) == []  # nothing lapsed yet
+    await wait_for_store_time(store, epoch(http_job.lease_deadline) + WINDOW_S + 0.05)
+    await wait_for_store_time(store, epoch(process_job.lease_deadline) + 0.05)
+    flipped = await store.recover_expired_leases(3600)
+    assert [r.id for r in flipped] == [process_job.id]
+    flipped = await store.recover_expired_leases(WINDOW_S)
+    assert [r.id for r in flipped] == [http_job.id]
+
+
+# -- retention and reads ------------------------------------------------------------------
+
+async def test_purge_terminal_deletes_only_terminal_rows_past_retention(store: JobStore) -> None:
+    old_done = await running(store, new_job())
+    assert await store.complete(old_done.id, OWNER, done())
+    old_orphan = await orphaned(store, new_job())
+    old_active = new_job()
+    await store.insert_job(old_active, TTL_S)
+    await store.insert_job(new_job(), EXPIRED_TTL_S)  # expired but never recovered: active
+    mark = await get(store, old_done.id)
+    orphan_row = await get(store, old_orphan.id)
+    await wait_for_store_time(
+        store, max(epoch(mark.finished_at), epoch(orphan_row.finished_at)) + PAST_S
+    )
+    fresh_done = await running(store, new_job())
+    assert await store.complete(fresh_done.id, OWNER, done(JobStatus.FAILED))
+
+    assert await store.purge_terminal(3600) == []
+    assert sorted(await store.purge_terminal(WINDOW_S)) == sorted([old_done.id, old_orphan.id])
+    assert await store.get_job(old_done.id) is None
+    assert await store.get_job(old_orphan.id) is None
+    assert (await get(store, old_active.id)).status is JobStatus.QUEUED
+    assert (await get(store, fresh_done.id)).status is JobStatus.FAILED
+    assert len(await store.list_jobs()) == 3
+
+
+async def test_get_job_of_an_unknown_id_is_none(store: JobStore) -> None:
+    assert await store.get_job("no-such-job") is None
+
+
+async def test_list_jobs_filters_and_lists_newest_first(store: JobStore) -> None:
+    a = await store.insert_job(new_job(provider="claude"), TTL_S)
+    b = await running(store, new_job(provider="codex"))
+    c = await running(store, new_job(provider="claude", owner=OTHER))
+    assert await store.complete(c.id, OTHER, done())
+    d = await store.insert_job(new_job(provider="gemini", owner=OTHER), TTL_S)
+
+    assert [r.id for r in await store.list_jobs()] == [d.id, c.id, b.id, a.id]
+    assert [r.id for r in await store.list_jobs(limit=2)] == [d.id, c.id]
+    assert [r.id for r in await store.list_jobs(provider="claude")] == [c.id, a.id]
+    assert [r.id for r in await store.list_jobs(owner_instance=OTHER)] == [d.id, c.id]
+    assert [r.id for r in await store.list_jobs(statuses=[JobStatus.QUEUED])] == [d.id, a.id]
+    active = await store.list_jobs(statuses=[JobStatus.QUEUED, JobStatus.RUNNING])
+    assert [r.id for r in active] == [d.id, b.id, a.id]
+    both = await store.list_jobs(
+        statuses=[JobStatus.QUEUED], provider="claude", owner_instance=OWNER
+    )
+    assert [r.id for r in both] == [a.id]
+    assert await store.list_jobs(provider="nobody") == []
+
+
+async def test_every_timestamp_comes_back_timezone_aware_utc(store: JobStore) -> None:
+    await store.register_instance(instance(OWNER), TTL_S)
+    await store.mark_instance_stopped(OWNER)
+    job = await running(store, new_job())
+    await store.request_cancel(job.id)
+    queued = await store.insert_job(new_job(), TTL_S)
+    assert await store.complete(job.id, OWNER, done())
+    row = await get(store, job.id)
+    for moment in (
+        row.created_at, row.started_at, row.finished_at, row.updated_at,
+        row.cancel_requested_at, queued.lease_deadline,
+    ):
+        epoch(moment)
+    (inst,) = await store.list_instances()
+    for moment in (inst.started_at, inst.heartbeat_at, inst.lease_expires_at, inst.stopped_at):
+        epoch(moment)
+
+
+# -- races between two real connections ---------------------------------------------------
+
+async def test_a_job_whose_owner_keeps_heartbeating_is_never_orphaned(
+    store: JobStore, second_store: JobStore
+) -> None:
+    """The lease invariant, raced: the owner heartbeats on one connection while a reaper on
+    another sweeps in a loop. A flip is legal only if the owner's last heartbeat that had
+    finished before the flip started more than a ttl earlier; a dead owner's job is flipped.
+    """
+    start = await store.now()
+    beats: list[tuple[float, float]] = [(start, start)]  # (started, finished) of each beat
+    await store.register_instance(instance(OWNER), RACE_TTL_S)
+    live = [new_job() for _ in range(3)]
+    for job in live:
+        await store.insert_job(job, RACE_TTL_S)
+    assert await store.mark_running(live[0].id, OWNER, 1, 1, 1.0, RACE_TTL_S)
+    dead = new_job(owner="instance-gone")
+    await second_store.insert_job(dead, RACE_TTL_S)
+    flips: list[JobRow] = []
+    rounds = 0
+    stop = anyio.Event()
+
+    async def owner_heartbeats() -> None:
+        while not stop.is_set():
+            begun = await store.now()
+            assert await store.heartbeat(OWNER, RACE_TTL_S) == 1
+            beats.append((begun, await store.now()))
+            await anyio.sleep(RACE_HEARTBEAT_EVERY_S)
+
+    async def reaper_sweeps() -> None:
+        nonlocal rounds
+        until = start + 3 * RACE_TTL_S
+        while rounds < RACE_ROUNDS or await second_store.now() < until:
+            flips.extend(await second_store.recover_expired_leases(HTTP_GRACE_S))
+            rounds += 1
+            await anyio.sleep(RACE_RECOVER_EVERY_S)
+        stop.set()
+
+    with anyio.fail_after(RACE_LIMIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(owner_heartbeats)
+            tg.start_soon(reaper_sweeps)
+
+    live_ids = {job.id for job in live}
+    for row in flips:
+        if row.id not in live_ids:
+            continue
+        flipped_at = epoch(row.finished_at)
+        last_beat_start = max(b for b, end in beats if end < flipped_at)
+        assert flipped_at - last_beat_start > RACE_TTL_S, (
+            f"{row.id} orphaned {flipped_at - last_beat_start:.3f}s after a heartbeat began"
+        )
+    assert dead.id in {row.id for row in flips}, "the dead owner's job was never orphaned"
+    assert len(flips) == len({row.id for row in flips}), "a job was flipped twice"
+    assert rounds >= RACE_ROUNDS
+
+
+async def test_two_racing_inserts_of_one_request_key_leave_exactly_one_active_job(
+    store: JobStore, second_store: JobStore
+) -> None:
+    for round_no in range(RACE_ROUNDS):
+        key = f"race-{round_no}"
+        jobs = [new_job(key=key), new_job(key=key, owner=OTHER)]
+        forced = new_job(key=key, forced=True)
+        outcome: dict[str, JobRow | DuplicateActiveJob] = {}
+
+        async def insert(target: JobStore, job: NewJob) -> None:
+            try:
+                outcome[job.id] = await target.insert_job(job, TTL_S)
+            except DuplicateActiveJob as exc:
+                outcome[job.id] = exc
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(insert, store, jobs[0])
+            tg.start_soon(insert, second_store, jobs[1])
+            tg.start_soon(insert, second_store if round_no % 2 else store, forced)
+
+        assert isinstance(outcome[forced.id], JobRow), "a forced insert was blocked"
+        winners = [outcome[j.id] for j in jobs if isinstance(outcome[j.id], JobRow)]
+        losers = [outcome[j.id] for j in jobs if isinstance(outcome[j.id], DuplicateActiveJob)]
+        assert len(winners) == 1 and len(losers) == 1, outcome
+        assert losers[0].existing_id == winners[0].id  # type: ignore[union-attr]
+        reused = await store.find_reusable(key, 3600)
+        assert reused is not None and reused.id == winners[0].id  # never the forced one
+
+    active = await store.list_jobs(
+        statuses=[JobStatus.QUEUED, JobStatus.RUNNING], limit=10 * RACE_ROUNDS
+    )
+    unforced = [row for row in active if not row.forced]
+    assert len(unforced) == RACE_ROUNDS
+    assert len({row.request_key for row in unforced}) == RACE_ROUNDS
+
+
+async def test_complete_racing_a_cancel_ends_cancelled_whenever_the_cancel_landed_first(
+    store: JobStore, second_store: JobStore
+) -> None:
+    for round_no in range(RACE_ROUNDS):
+        job = await running(store, new_job())
+        result: dict[str, object] = {}
+
+        async def finish() -> None:
+            result["applied"] = await store.complete(job.id, OWNER, done(output=f"r{round_no}"))
+
+        async def cancel() -> None:
+            result["seen"] = await second_store.request_cancel(job.id)
+
+        async with anyio.create_task_group() as tg:
+            if round_no % 2:
+                tg.start_soon(finish)
+                tg.start_soon(cancel)
+            else:
+                tg.start_soon(cancel)
+                tg.start_soon(finish)
+
+        assert result["applied"] is True  # the row was active whichever came first
+        seen = result["seen"]
+        assert isinstance(seen, JobRow)
+        final = await get(store, job.id)
+        if seen.status.is_active:  # the cancel landed while the job was still running
+            assert seen.cancel_requested_at is not None
+            assert final.status is JobStatus.CANCELLED
+        else:  # the completion landed first; the cancel found a terminal row
+            assert (seen.status, seen.cancel_requested_at) == (JobStatus.COMPLETED, None)
+            assert final.status is JobStatus.COMPLETED
+        assert final.output == f"r{round_no}"
+
+        # Terminal: nothing that arrives later flips it.
+        assert not await second_store.complete(job.id, OWNER, done(JobStatus.FAILED))
+        again = await second_store.request_cancel(job.id)
+        assert again is not None
+        assert (again.status, again.cancel_requested_at) == (
+            final.status, final.cancel_requested_at,
+        )
+        assert await get(store, job.id) == final
+
+
+async def test_two_racing_reapers_flip_each_expired_job_exactly_once(
+    store: JobStore, second_store: JobStore
+) -> None:
+    for _ in range(RACE_ROUNDS // 10):
+        expired = [await running(store, new_job(), ttl_s=EXPIRED_TTL_S) for _ in range(10)]
+        results: list[list[JobRow]] = []
+
+        async def sweep(target: JobStore) -> None:
+            results.append(await target.recover_expired_leases(HTTP_GRACE_S))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sweep, store)
+            tg.start_soon(sweep, second_store)
+
+        ids = [row.id for rows in results for row in rows]
+        assert sorted(ids) == sorted(job.id for job in expired)  # each once, none twice
+
+
+async def test_mark_running_racing_the_reaper_has_exactly_one_winner(
+    store: JobStore, second_store: JobStore
+) -> None:
+    for _ in range(RACE_ROUNDS // 2):
+        job = new_job()
+        await store.insert_job(job, EXPIRED_TTL_S)
+        result: dict[str, object] = {}
+
+        async def launch() -> None:
+            result["started"] = await store.mark_running(job.id, OWNER, 1, 1, 1.0, TTL_S)
+
+        async def reap() -> None:
+            result["flipped"] = await second_store.recover_expired_leases(HTTP_GRACE_S)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reap)
+            tg.start_soon(launch)
+
+        flipped = job.id in {row.id for row in result["flipped"]}  # type: ignore[attr-defined]
+        assert result["started"] is not flipped
+        status = (await get(store, job.id)).status
+        assert status is (JobStatus.ORPHANED if flipped else JobStatus.RUNNING)
