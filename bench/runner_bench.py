@@ -16,9 +16,10 @@ free space in the temp dir for the spool file (deleted afterwards).
    mark, which only grows if the run set a new peak). Target: < 5 MiB.
 2. overhead: the same fake CLI is run --runs times through ProcessRun (start + wait) and
    --runs times spawned directly (asyncio.create_subprocess_exec in its own session, stdout
-   and stderr to files, then wait), interleaved so drift hits both alike. Reported are the
-   medians and their ratio. The fake is tests/fakes/bin/claude driven through the claude
-   adapter's own invocation when it exists, else a tiny stdlib Python script.
+   and stderr to files, the same stdin payload if any, then wait), interleaved so drift hits
+   both alike. Reported are the medians and their ratio. The fake is tests/fakes/bin/claude
+   in print mode when it exists, else a tiny stdlib Python script. Run it on a quiet machine:
+   other load shows up as noise in both medians.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gateway.jobs.runner import ProcessRun, RunSpec  # noqa: E402
-from providers.base import Invocation, ProviderRequest  # noqa: E402
+from providers.base import Invocation  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "runner.json"
 FAKES_BIN = ROOT / "tests" / "fakes" / "bin"
@@ -77,11 +78,9 @@ def _stream_invocation(n_bytes: int) -> tuple[Invocation, str]:
 def _fake_invocation(workdir: Path) -> tuple[Invocation, str]:
     fake = FAKES_BIN / "claude"
     if fake.is_file() and os.access(fake, os.X_OK):
-        from providers.registry import CLI_PROVIDERS
-
-        adapter = CLI_PROVIDERS["claude"]
-        invocation = adapter.build_invocation(ProviderRequest(prompt="hello"), str(fake))
-        return invocation, "tests/fakes/bin/claude (claude adapter argv)"
+        # Plain print mode: the bench measures the runner, not an adapter's flag set.
+        return (Invocation(argv=[str(fake), "--print", "--", "hello"]),
+                "tests/fakes/bin/claude --print -- hello")
     script = workdir / "fake_cli.py"
     script.write_text("import sys\nprint('fake answer: ' + ' '.join(sys.argv[1:]))\n")
     return (Invocation(argv=[sys.executable, "-S", str(script), "--", "hello"]),
@@ -139,14 +138,15 @@ async def bench_memory(gib: float, workdir: Path) -> dict[str, Any]:
     }
 
 
-async def _direct_once(argv: list[str], spool: Path) -> float:
+async def _direct_once(argv: list[str], stdin: bytes | None, spool: Path) -> float:
+    """The least a caller could do: spawn in its own session, output to files, wait."""
     spool.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with open(spool / "stdout", "wb") as out, open(spool / "stderr", "wb") as err:
         process = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=err,
-            start_new_session=True)
-    await process.wait()
+            *argv, stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
+            stdout=out, stderr=err, start_new_session=True)
+    await process.communicate(stdin)
     return time.perf_counter() - started
 
 
@@ -165,12 +165,10 @@ async def bench_overhead(runs: int, workdir: Path) -> dict[str, Any]:
     invocation, source = _fake_invocation(workdir)
     resolved = shutil.which(invocation.argv[0]) or invocation.argv[0]
     argv = [resolved, *invocation.argv[1:]]
-    if invocation.stdin is not None:
-        raise RuntimeError("the overhead bench expects a fake that takes no stdin")
     direct: list[float] = []
     runner: list[float] = []
     for i in range(WARMUP_RUNS + runs):
-        d = await _direct_once(argv, workdir / "direct")
+        d = await _direct_once(argv, invocation.stdin, workdir / "direct")
         r = await _runner_once(invocation, workdir / "runner")
         if i >= WARMUP_RUNS:
             direct.append(d)
