@@ -293,8 +293,10 @@ class PostgresServer:
             return
         self._admin(
             [
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                f"WHERE datname = '{name}' AND pid <> pg_backend_pid()",
+                (
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+                ),
                 f'DROP DATABASE IF EXISTS "{name}"',
             ]
         )

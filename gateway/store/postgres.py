@@ -513,7 +513,7 @@ class PostgresJobStore:
             return
         try:
             await asyncio.wait_for(pool.close(), CLOSE_TIMEOUT_S)
-        except Exception as exc:  # a dead server or a stuck borrower: do not hang shutdown
+        except _UNAVAILABLE_ERRORS as exc:  # dead server or stuck borrower: do not hang
             log.warning(
                 "postgres pool did not close cleanly; terminating",
                 action="close_store", error=type(exc).__name__,

@@ -24,9 +24,9 @@ from gateway.store.base import SCHEMA_VERSION, DuplicateActiveJob, StoreUnavaila
 from gateway.store.postgres import (
     APPLICATION_NAME,
     MIGRATIONS,
+    ORPHANED_ERROR,
     RECOVER_EXPIRED_LEASES,
     RENEW_LEASES,
-    ORPHANED_ERROR,
     PostgresJobStore,
 )
 
