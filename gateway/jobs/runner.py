@@ -34,6 +34,7 @@ from pathlib import Path
 import structlog
 
 from gateway import proc
+from gateway.config import ENV_PREFIX
 from gateway.jobs.model import EXIT_CODES, ErrorKind, GatewayError
 from providers.base import Invocation
 from providers.registry import extended_path
@@ -366,7 +367,9 @@ class ProcessRun:
 
     def _child_env(self) -> dict[str, str]:
         extra = self.spec.invocation.env
-        env = dict(os.environ)
+        # The gateway's own settings (HTTP bearer token, PostgreSQL DSN with its password)
+        # are no business of a provider CLI that runs tools on untrusted prompts.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
         env["NO_COLOR"] = "1"  # no ANSI escapes in output we parse and store
         env["TERM"] = "dumb"  # no cursor movement, spinners or pagers
         env.update({k: v for k, v in extra.items() if k != "PATH"})

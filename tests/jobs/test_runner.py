@@ -477,7 +477,7 @@ async def test_a_provider_that_exits_0_without_reading_its_stdin_is_a_failed_lau
     assert outcome.extra.get("stdin_incomplete") is True
 
 
-async def test_the_child_env_has_no_color_dumb_term_extended_path_and_the_invocation_env(
+async def test_the_child_env_has_no_color_dumb_term_extended_path_and_no_gateway_settings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     home = tmp_path / "home"
@@ -485,8 +485,9 @@ async def test_the_child_env_has_no_color_dumb_term_extended_path_and_the_invoca
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("AGENT_GATEWAY_HTTP__AUTH_TOKEN", "gateway-secret")
     invocation = child(tmp_path, """
-        keys = ("NO_COLOR", "TERM", "PATH", "PROVIDER_FLAG")
+        keys = ("NO_COLOR", "TERM", "PATH", "PROVIDER_FLAG", "AGENT_GATEWAY_HTTP__AUTH_TOKEN")
         print(json.dumps({k: os.environ.get(k) for k in keys}))
     """, env={"PROVIDER_FLAG": "on"})
     _, outcome = await run_to_end(make_spec(tmp_path, invocation))
@@ -494,6 +495,7 @@ async def test_the_child_env_has_no_color_dumb_term_extended_path_and_the_invoca
     assert seen["NO_COLOR"] == "1"
     assert seen["TERM"] == "dumb"
     assert seen["PROVIDER_FLAG"] == "on"
+    assert seen["AGENT_GATEWAY_HTTP__AUTH_TOKEN"] is None  # the gateway's secrets stay home
     assert seen["PATH"].split(os.pathsep)[:3] == ["/usr/bin", "/bin", str(home / ".local/bin")]
 
 
