@@ -100,6 +100,12 @@ class CliProvider:
     def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
         raise NotImplementedError
 
+    def output_discipline(self, options: ProviderOptions | None = None) -> OutputDiscipline:
+        """The discipline of a run with these options. Defaults to the class's `discipline`;
+        a provider whose output-format option decides whether it prints while working
+        (claude `json`/`text` print only at exit) overrides this."""
+        return self.discipline
+
 
 def options_from(model: type[ProviderOptions], raw: Mapping[str, Any] | None) -> ProviderOptions:
     return model.model_validate(dict(raw or {}))

@@ -1,0 +1,128 @@
+"""Claude Code (`claude`, npm `@anthropic-ai/claude-code`).
+
+Invocation: `claude --print --output-format <fmt> [--verbose --include-partial-messages]
+[--model M] [--permission-mode P] [--add-dir D]... [--resume ID] <extra_args>` with the
+prompt on stdin, so it can never be read as a flag and is not bound by the kernel's
+per-argument size limit. stream-json needs `--verbose` in print mode (the CLI refuses it
+otherwise).
+
+Output: `json` is one result object; `stream-json` is NDJSON (`system/init`, `assistant`,
+`stream_event` partials, and a final `result`). The result carries the answer text, the
+session id, usage, cost and `is_error`. A not-logged-in run is such a result with
+`is_error: true` and "Not logged in · Please run /login", exit code 1.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from providers.base import (
+    CliProvider,
+    Invocation,
+    OutputDiscipline,
+    ProviderOptions,
+    ProviderRequest,
+    ProviderResult,
+)
+from providers.common import (
+    effective_model,
+    failed,
+    finish,
+    matches_auth_failure,
+    options_as,
+    start_checks,
+)
+from providers.parsing import decode, json_document, json_objects, plain_text
+from providers.result_events import claude_style_result, has_auth_error_event
+
+AUTH_FAILURE = re.compile(
+    r"Not logged in|Please run /login|Invalid API key|OAuth token (?:has expired|revoked)"
+    r"|authentication_failed|Failed to authenticate",
+    re.IGNORECASE,
+)
+
+
+class ClaudeOptions(ProviderOptions):
+    output_format: Literal["stream-json", "json", "text"] = Field(
+        default="stream-json",
+        description=(
+            "How Claude Code reports: 'stream-json' (default) streams events while it works "
+            "and ends with a result carrying text, usage, cost and the session id; 'json' "
+            "prints only that result at the end; 'text' prints only the answer (no session "
+            "id, no usage)."
+        ),
+    )
+    permission_mode: (
+        Literal["acceptEdits", "auto", "bypassPermissions", "manual", "dontAsk", "plan"] | None
+    ) = Field(
+        default=None,
+        description=(
+            "Claude Code's --permission-mode: 'plan' reads and plans without changing "
+            "anything; 'acceptEdits' may edit files; 'dontAsk' denies whatever is not "
+            "pre-approved; 'auto' lets Claude decide; 'bypassPermissions' skips every check "
+            "(sandboxes only); 'manual' asks (nobody can answer in a job). Omit for the "
+            "user's configured default."
+        ),
+    )
+    add_dirs: list[str] = Field(
+        default_factory=list,
+        description="Extra directories (absolute paths) Claude may read and edit besides "
+                    "working_dir (--add-dir).",
+    )
+
+
+class ClaudeProvider(CliProvider):
+    name: ClassVar[str] = "claude"
+    commands: ClassVar[tuple[str, ...]] = ("claude",)
+    discipline: ClassVar[OutputDiscipline] = OutputDiscipline.STREAMS
+    login_hint: ClassVar[str] = "Run `claude` once and log in with /login (or `claude setup-token`), then retry."
+    install_hint: ClassVar[str] = "npm install -g @anthropic-ai/claude-code"
+    options_model: ClassVar[type[ProviderOptions]] = ClaudeOptions
+    known_models: ClassVar[tuple[str, ...]] = ("opus", "sonnet", "haiku", "fable")
+
+    def build_invocation(
+        self, request: ProviderRequest, command: str, extra_args: list[str] | None = None,
+        default_model: str | None = None,
+    ) -> Invocation:
+        extra = start_checks(request, extra_args)
+        options = options_as(ClaudeOptions, request.options)
+        argv = [command, "--print", "--output-format", options.output_format]
+        if options.output_format == "stream-json":
+            argv += ["--verbose", "--include-partial-messages"]
+        model = effective_model(request, default_model)
+        if model:
+            argv += ["--model", model]
+        if options.permission_mode:
+            argv += ["--permission-mode", options.permission_mode]
+        for directory in options.add_dirs:
+            argv += ["--add-dir", directory]
+        if request.session_id:
+            argv += ["--resume", request.session_id]
+        argv += extra
+        return finish(argv, stdin=request.prompt.encode("utf-8"))
+
+    def output_discipline(self, options: ProviderOptions | None = None) -> OutputDiscipline:
+        fmt = options_as(ClaudeOptions, options).output_format
+        return OutputDiscipline.STREAMS if fmt == "stream-json" else OutputDiscipline.AT_EXIT
+
+    def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
+                     options: ProviderOptions | None = None) -> ProviderResult:
+        text = decode(stdout)
+        events = list(json_objects(text))
+        if not events:
+            document = json_document(text)
+            if isinstance(document, dict):
+                events = [document]
+        parsed = claude_style_result(events, exit_code)
+        if parsed is not None:
+            return parsed
+        return ProviderResult(text=plain_text(stdout), is_error=failed(exit_code))
+
+    def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
+        events: list[dict[str, Any]] = list(json_objects(decode(stdout)))
+        if has_auth_error_event(events, AUTH_FAILURE):
+            return True
+        return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)

@@ -1,0 +1,168 @@
+"""OpenAI Codex CLI (`codex`, npm `@openai/codex`).
+
+Invocation: `codex exec --json --skip-git-repo-check [--model M] [--sandbox S]
+[--dangerously-bypass-approvals-and-sandbox] [--add-dir D]... <extra_args> -- -` with the
+prompt on stdin (`-` tells codex to read it; the runner closes stdin after writing, since
+`codex exec` waits forever on an open one). A resumed session is
+`codex exec resume --json --skip-git-repo-check [--model M] [--config sandbox_mode="S"] ...
+-- <SESSION_ID> -`: `exec resume` has no --sandbox or --add-dir, so the sandbox goes through
+the equivalent config key and extra directories are refused with a clear message.
+
+Output (`--json`): JSONL events — `thread.started` (thread_id = the session id),
+`item.completed` items (the answer is the last `agent_message`), `turn.completed` with
+usage, `turn.failed` / `error` on failure. With no network codex keeps emitting
+"Reconnecting..." error events until it is stopped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from providers.base import (
+    CliProvider,
+    InvalidRequest,
+    Invocation,
+    OutputDiscipline,
+    ProviderOptions,
+    ProviderRequest,
+    ProviderResult,
+    Usage,
+)
+from providers.common import effective_model, failed, finish, options_as, start_checks
+from providers.parsing import as_int, as_str, decode, json_objects, plain_text, strip_ansi, tail
+
+AUTH_FAILURE = re.compile(
+    r"401 Unauthorized|Not logged in|codex login|Missing bearer|invalid_api_key"
+    r"|Incorrect API key|access token could not be refreshed|refresh token",
+    re.IGNORECASE,
+)
+
+
+class CodexOptions(ProviderOptions):
+    sandbox: Literal["read-only", "workspace-write", "danger-full-access"] | None = Field(
+        default=None,
+        description=(
+            "Codex's --sandbox for the shell commands it runs: 'read-only' (may not write), "
+            "'workspace-write' (may write inside working_dir), 'danger-full-access' (no "
+            "sandbox). Omit for the user's configured default."
+        ),
+    )
+    dangerously_bypass_approvals_and_sandbox: bool = Field(
+        default=False,
+        description="Skip every approval and run commands without a sandbox "
+                    "(--dangerously-bypass-approvals-and-sandbox). Only for machines that "
+                    "are sandboxed from the outside.",
+    )
+    add_dirs: list[str] = Field(
+        default_factory=list,
+        description="Extra writable directories (absolute paths) besides working_dir "
+                    "(--add-dir). New sessions only.",
+    )
+
+
+class CodexProvider(CliProvider):
+    name: ClassVar[str] = "codex"
+    commands: ClassVar[tuple[str, ...]] = ("codex",)
+    discipline: ClassVar[OutputDiscipline] = OutputDiscipline.STREAMS
+    login_hint: ClassVar[str] = "Run `codex login` and retry."
+    install_hint: ClassVar[str] = "npm install -g @openai/codex"
+    options_model: ClassVar[type[ProviderOptions]] = CodexOptions
+    known_models: ClassVar[tuple[str, ...]] = ("gpt-5.5", "gpt-5.4", "gpt-5.4-mini")
+
+    def build_invocation(
+        self, request: ProviderRequest, command: str, extra_args: list[str] | None = None,
+        default_model: str | None = None,
+    ) -> Invocation:
+        extra = start_checks(request, extra_args)
+        options = options_as(CodexOptions, request.options)
+        resuming = request.session_id is not None
+        argv = [command, "exec"] + (["resume"] if resuming else [])
+        argv += ["--json", "--skip-git-repo-check"]
+        model = effective_model(request, default_model)
+        if model:
+            argv += ["--model", model]
+        if options.sandbox:
+            # `exec resume` has no --sandbox flag; the config key is the same setting.
+            argv += (["--config", f'sandbox_mode="{options.sandbox}"'] if resuming
+                     else ["--sandbox", options.sandbox])
+        if options.dangerously_bypass_approvals_and_sandbox:
+            argv.append("--dangerously-bypass-approvals-and-sandbox")
+        if options.add_dirs:
+            if resuming:
+                raise InvalidRequest(
+                    "codex cannot add directories to a resumed session (`codex exec resume` "
+                    "has no --add-dir); drop add_dirs or start a new session.")
+            for directory in options.add_dirs:
+                argv += ["--add-dir", directory]
+        argv += extra
+        argv += ["--", request.session_id, "-"] if request.session_id else ["--", "-"]
+        return finish(argv, stdin=request.prompt.encode("utf-8"))
+
+    def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
+                     options: ProviderOptions | None = None) -> ProviderResult:
+        events = [e for e in json_objects(decode(stdout)) if isinstance(e.get("type"), str)]
+        if not events:
+            return ProviderResult(text=plain_text(stdout), is_error=failed(exit_code))
+        session_id: str | None = None
+        answer: str | None = None
+        usage: Usage | None = None
+        turn_failure: str | None = None
+        last_error: str | None = None
+        completed = False
+        for event in events:
+            kind = event["type"]
+            if kind == "thread.started":
+                session_id = as_str(event.get("thread_id")) or session_id
+            elif kind == "item.completed":
+                item = event.get("item")
+                if isinstance(item, Mapping) and item.get("type") == "agent_message":
+                    answer = as_str(item.get("text")) or answer
+            elif kind == "turn.completed":
+                completed = True
+                usage = _usage(event.get("usage")) or usage
+            elif kind == "turn.failed":
+                turn_failure = _error_message(event) or "the turn failed"
+            elif kind == "error":
+                last_error = as_str(event.get("message")) or last_error
+        is_error = (turn_failure is not None or failed(exit_code)
+                    or (not completed and answer is None))
+        text = answer if answer is not None else (turn_failure or last_error or "")
+        extra: dict[str, Any] = {}
+        if turn_failure or (is_error and last_error):
+            extra["error"] = turn_failure or last_error
+        if not completed:
+            extra["incomplete"] = True
+        return ProviderResult(text=text, session_id=session_id, usage=usage,
+                              is_error=is_error, extra=extra)
+
+    def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
+        events = list(json_objects(decode(stdout)))
+        turn_failed = any(e.get("type") == "turn.failed" for e in events)
+        if not (failed(exit_code) or turn_failed):
+            return False
+        messages = [m for e in events if e.get("type") in ("turn.failed", "error")
+                    if (m := _error_message(e))]
+        messages.append(tail(strip_ansi(decode(stderr))))
+        return any(AUTH_FAILURE.search(m) for m in messages)
+
+
+def _error_message(event: Mapping[str, Any]) -> str | None:
+    error = event.get("error")
+    if isinstance(error, Mapping):
+        return as_str(error.get("message"))
+    return as_str(error) or as_str(event.get("message"))
+
+
+def _usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, Mapping):
+        return None
+    usage = Usage(
+        input_tokens=as_int(raw.get("input_tokens")),
+        output_tokens=as_int(raw.get("output_tokens")),
+        cache_read_tokens=as_int(raw.get("cached_input_tokens")),
+    )
+    return usage if usage.as_dict() else None

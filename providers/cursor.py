@@ -1,0 +1,124 @@
+"""Cursor Agent CLI (`cursor-agent`).
+
+Invocation: `cursor-agent --print [--output-format json|stream-json] [--model M]
+[--mode plan|ask] [--force] [--sandbox enabled|disabled] [--trust] [--resume ID]
+<extra_args> -- <prompt>`: the prompt comes after `--`, so it is never read as a flag.
+
+Output: `text` is the answer; `json` (the default here, because it reports the session id)
+is one `{"type": "result", "result": ..., "session_id": ..., "is_error": ...}` object, the
+same shape Claude Code prints; `stream-json` is Claude-style NDJSON ending in that result.
+On failure the CLI exits non-zero with the message on stderr.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from providers.base import (
+    CliProvider,
+    Invocation,
+    OutputDiscipline,
+    ProviderOptions,
+    ProviderRequest,
+    ProviderResult,
+)
+from providers.common import (
+    effective_model,
+    failed,
+    finish,
+    matches_auth_failure,
+    options_as,
+    start_checks,
+)
+from providers.parsing import decode, json_document, json_objects, plain_text
+from providers.result_events import claude_style_result
+
+AUTH_FAILURE = re.compile(
+    r"Authentication required|Not logged in|\[unauthenticated\]|API key is invalid"
+    r"|cursor-agent login|agent login|CURSOR_API_KEY",
+    re.IGNORECASE,
+)
+
+
+class CursorOptions(ProviderOptions):
+    output_format: Literal["json", "stream-json", "text"] = Field(
+        default="json",
+        description=(
+            "'json' (default) returns the answer with the session id; 'stream-json' streams "
+            "events while the agent works and ends with the same result; 'text' returns "
+            "only the answer."
+        ),
+    )
+    mode: Literal["plan", "ask"] | None = Field(
+        default=None,
+        description="'plan' plans without editing; 'ask' answers questions read-only. Omit "
+                    "for the normal agent that may edit files.",
+    )
+    force: bool = Field(
+        default=False,
+        description="Allow commands without asking (--force); without it, commands that "
+                    "need approval are refused in a headless run.",
+    )
+    sandbox: Literal["enabled", "disabled"] | None = Field(
+        default=None, description="Turn Cursor's command sandbox on or off (--sandbox).")
+    trust_workspace: bool = Field(
+        default=False,
+        description="Trust working_dir without the interactive prompt (--trust); needed in "
+                    "a directory Cursor has not seen before.",
+    )
+
+
+class CursorProvider(CliProvider):
+    name: ClassVar[str] = "cursor"
+    commands: ClassVar[tuple[str, ...]] = ("cursor-agent",)
+    discipline: ClassVar[OutputDiscipline] = OutputDiscipline.AT_EXIT
+    login_hint: ClassVar[str] = (
+        "Run `cursor-agent login` (or set CURSOR_API_KEY in [providers.cursor].env) and retry.")
+    install_hint: ClassVar[str] = "curl https://cursor.com/install -fsS | bash"
+    options_model: ClassVar[type[ProviderOptions]] = CursorOptions
+    known_models: ClassVar[tuple[str, ...]] = ("auto", "sonnet-4.5", "gpt-5")
+
+    def build_invocation(
+        self, request: ProviderRequest, command: str, extra_args: list[str] | None = None,
+        default_model: str | None = None,
+    ) -> Invocation:
+        extra = start_checks(request, extra_args)
+        options = options_as(CursorOptions, request.options)
+        argv = [command, "--print"]
+        if options.output_format != "text":
+            argv += ["--output-format", options.output_format]
+        model = effective_model(request, default_model)
+        if model:
+            argv += ["--model", model]
+        if options.mode:
+            argv += ["--mode", options.mode]
+        if options.force:
+            argv.append("--force")
+        if options.sandbox:
+            argv += ["--sandbox", options.sandbox]
+        if options.trust_workspace:
+            argv.append("--trust")
+        if request.session_id:
+            argv += ["--resume", request.session_id]
+        argv += extra
+        argv += ["--", request.prompt]
+        return finish(argv)
+
+    def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
+                     options: ProviderOptions | None = None) -> ProviderResult:
+        text = decode(stdout)
+        events = list(json_objects(text))
+        if not events:
+            document = json_document(text)
+            if isinstance(document, dict):
+                events = [document]
+        parsed = claude_style_result(events, exit_code)
+        if parsed is not None:
+            return parsed
+        return ProviderResult(text=plain_text(stdout), is_error=failed(exit_code))
+
+    def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
+        return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)

@@ -1,0 +1,89 @@
+"""Devin CLI (`devin`, Cognition).
+
+Invocation: `devin --print [--model M] [--permission-mode P] [--sandbox] [--resume ID]
+<extra_args> -- <prompt>`: the prompt comes after `--`, so it is never read as a flag.
+Output is the answer as plain text, printed when the run ends (AT_EXIT).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from providers.base import (
+    CliProvider,
+    Invocation,
+    OutputDiscipline,
+    ProviderOptions,
+    ProviderRequest,
+    ProviderResult,
+)
+from providers.common import (
+    effective_model,
+    failed,
+    finish,
+    matches_auth_failure,
+    options_as,
+    start_checks,
+)
+from providers.parsing import plain_text
+
+AUTH_FAILURE = re.compile(
+    r"not (?:logged|signed) in|devin auth login|unauthenticated|unauthori[sz]ed|\b401\b"
+    r"|please (?:log|sign) in",
+    re.IGNORECASE,
+)
+
+
+class DevinOptions(ProviderOptions):
+    permission_mode: Literal["auto", "accept-edits", "smart", "dangerous"] | None = Field(
+        default=None,
+        description=(
+            "Devin's --permission-mode: 'accept-edits' may edit files; 'smart' approves what "
+            "it judges safe; 'auto' approves routine actions; 'dangerous' approves "
+            "everything. Omit for the CLI's default."
+        ),
+    )
+    sandbox: bool = Field(
+        default=False,
+        description="Run commands in Devin's sandbox (--sandbox; needs bubblewrap on Linux).",
+    )
+
+
+class DevinProvider(CliProvider):
+    name: ClassVar[str] = "devin"
+    commands: ClassVar[tuple[str, ...]] = ("devin",)
+    discipline: ClassVar[OutputDiscipline] = OutputDiscipline.AT_EXIT
+    login_hint: ClassVar[str] = "Run `devin auth login` and retry."
+    install_hint: ClassVar[str] = "install the Devin CLI (`devin`) and make sure it is on PATH"
+    options_model: ClassVar[type[ProviderOptions]] = DevinOptions
+    known_models: ClassVar[tuple[str, ...]] = ("swe-1.5",)
+
+    def build_invocation(
+        self, request: ProviderRequest, command: str, extra_args: list[str] | None = None,
+        default_model: str | None = None,
+    ) -> Invocation:
+        extra = start_checks(request, extra_args)
+        options = options_as(DevinOptions, request.options)
+        argv = [command, "--print"]
+        model = effective_model(request, default_model)
+        if model:
+            argv += ["--model", model]
+        if options.permission_mode:
+            argv += ["--permission-mode", options.permission_mode]
+        if options.sandbox:
+            argv.append("--sandbox")
+        if request.session_id:
+            argv += ["--resume", request.session_id]
+        argv += extra
+        argv += ["--", request.prompt]
+        return finish(argv)
+
+    def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
+                     options: ProviderOptions | None = None) -> ProviderResult:
+        return ProviderResult(text=plain_text(stdout), is_error=failed(exit_code))
+
+    def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
+        return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)

@@ -1,0 +1,182 @@
+"""Gemini: the Antigravity CLI (`agy`), or Google's Gemini CLI (`gemini`, npm
+`@google/gemini-cli`) when only that one is installed.
+
+The two parse different argv, so the dialect follows the resolved command's name:
+- agy: `agy [--model M] [--mode accept-edits|plan | --dangerously-skip-permissions]
+  [--sandbox] [--output-format json] [--conversation ID] <extra_args> --print=<prompt>`.
+  `--print` takes the prompt as its value and swallows whatever follows it, so the prompt
+  is one `--print=<prompt>` element, last.
+- gemini: `gemini [--model M] [--approval-mode MODE] [--sandbox] [--output-format json]
+  [--resume ID] <extra_args> --prompt=<prompt>` (yargs: the `=` form keeps a prompt that
+  starts with '-' a value).
+Both print nothing until they exit (AT_EXIT). Text output is the answer; `json` output is
+one object with the answer (`response`), the session (`session_id` / `conversation_id`)
+and, for gemini, token stats. An unauthenticated gemini exits 41 with "Please set an Auth
+method ..." on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from providers.base import (
+    CliProvider,
+    Invocation,
+    OutputDiscipline,
+    ProviderOptions,
+    ProviderRequest,
+    ProviderResult,
+    Usage,
+)
+from providers.common import (
+    effective_model,
+    failed,
+    finish,
+    matches_auth_failure,
+    options_as,
+    start_checks,
+)
+from providers.parsing import as_int, as_str, decode, json_document, plain_text
+
+GEMINI_AUTH_EXIT_CODE = 41  # gemini-cli's FatalAuthenticationError exit status
+AUTH_FAILURE = re.compile(
+    r"Please set an Auth method|not (?:signed|logged) in|sign in again|Login required"
+    r"|authentication (?:required|failed)|GEMINI_API_KEY",
+    re.IGNORECASE,
+)
+# agy's --mode / --dangerously-skip-permissions for each gemini approval mode.
+AGY_APPROVAL_ARGS: dict[str, list[str]] = {
+    "default": [],
+    "auto_edit": ["--mode", "accept-edits"],
+    "plan": ["--mode", "plan"],
+    "yolo": ["--dangerously-skip-permissions"],
+}
+
+Dialect = Literal["agy", "gemini"]
+
+
+def dialect_of(command: str) -> Dialect:
+    """`gemini` for Google's Gemini CLI (a command named gemini*), else `agy`."""
+    return "gemini" if os.path.basename(command).lower().startswith("gemini") else "agy"
+
+
+class GeminiOptions(ProviderOptions):
+    approval_mode: Literal["default", "auto_edit", "yolo", "plan"] | None = Field(
+        default=None,
+        description=(
+            "What the agent may do without asking: 'plan' only reads and plans; 'auto_edit' "
+            "may edit files; 'yolo' approves every tool call; 'default' asks (nobody can "
+            "answer in a job, so tools needing approval are refused). Omit for the CLI's "
+            "default."
+        ),
+    )
+    output_format: Literal["text", "json"] = Field(
+        default="text",
+        description="'text' (default) returns the answer as printed; 'json' also returns "
+                    "the session id (to resume later) and, with the gemini CLI, token usage.",
+    )
+    sandbox: bool = Field(default=False,
+                          description="Run the agent's tools in the CLI's sandbox (--sandbox).")
+
+
+class GeminiProvider(CliProvider):
+    name: ClassVar[str] = "gemini"
+    commands: ClassVar[tuple[str, ...]] = ("agy", "gemini")
+    discipline: ClassVar[OutputDiscipline] = OutputDiscipline.AT_EXIT
+    login_hint: ClassVar[str] = (
+        "Run `agy` (or `gemini`) once interactively and sign in, or set GEMINI_API_KEY in "
+        "[providers.gemini].env, then retry.")
+    install_hint: ClassVar[str] = (
+        "install the Antigravity CLI (`agy`), or `npm install -g @google/gemini-cli`")
+    options_model: ClassVar[type[ProviderOptions]] = GeminiOptions
+    known_models: ClassVar[tuple[str, ...]] = (
+        "gemini-2.5-pro", "gemini-2.5-flash", "gemini-3.1-pro-preview", "gemini-3.5-flash")
+
+    def build_invocation(
+        self, request: ProviderRequest, command: str, extra_args: list[str] | None = None,
+        default_model: str | None = None,
+    ) -> Invocation:
+        extra = start_checks(request, extra_args)
+        options = options_as(GeminiOptions, request.options)
+        agy = dialect_of(command) == "agy"
+        argv = [command]
+        model = effective_model(request, default_model)
+        if model:
+            argv += ["--model", model]
+        if options.approval_mode:
+            argv += (AGY_APPROVAL_ARGS[options.approval_mode] if agy
+                     else ["--approval-mode", options.approval_mode])
+        if options.sandbox:
+            argv.append("--sandbox")
+        if options.output_format == "json":
+            argv += ["--output-format", "json"]
+        if request.session_id:
+            argv += ["--conversation" if agy else "--resume", request.session_id]
+        argv += extra
+        argv.append(("--print=" if agy else "--prompt=") + request.prompt)
+        return finish(argv)
+
+    def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
+                     options: ProviderOptions | None = None) -> ProviderResult:
+        document = json_document(decode(stdout))
+        if isinstance(document, Mapping) and _is_envelope(document):
+            return _from_envelope(document, exit_code)
+        return ProviderResult(text=plain_text(stdout), is_error=failed(exit_code))
+
+    def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
+        if exit_code == GEMINI_AUTH_EXIT_CODE:
+            return True
+        return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)
+
+
+def _is_envelope(document: Mapping[str, Any]) -> bool:
+    return ("response" in document or "error" in document) and any(
+        key in document for key in ("session_id", "conversation_id", "stats", "status"))
+
+
+def _from_envelope(document: Mapping[str, Any], exit_code: int | None) -> ProviderResult:
+    error = document.get("error")
+    error_text = (as_str(error.get("message")) if isinstance(error, Mapping)
+                  else as_str(error))
+    status = as_str(document.get("status"))
+    is_error = bool(error) or (status is not None and status.upper() != "SUCCESS") \
+        or failed(exit_code)
+    text = as_str(document.get("response")) or error_text or ""
+    extra: dict[str, Any] = {}
+    if error_text:
+        extra["error"] = error_text
+    if status:
+        extra["status"] = status
+    return ProviderResult(
+        text=text,
+        session_id=as_str(document.get("session_id")) or as_str(document.get("conversation_id")),
+        usage=_usage(document), is_error=is_error, extra=extra,
+    )
+
+
+def _usage(document: Mapping[str, Any]) -> Usage | None:
+    """gemini: stats.models.<name>.tokens {prompt, candidates, cached}; agy: usage {...}."""
+    usage = Usage()
+    stats = document.get("stats")
+    models = stats.get("models") if isinstance(stats, Mapping) else None
+    if isinstance(models, Mapping):
+        for per_model in models.values():
+            tokens = per_model.get("tokens") if isinstance(per_model, Mapping) else None
+            if not isinstance(tokens, Mapping):
+                continue
+            for field, key in (("input_tokens", "prompt"), ("output_tokens", "candidates"),
+                               ("cache_read_tokens", "cached")):
+                value = as_int(tokens.get(key))
+                if value is not None:
+                    setattr(usage, field, (getattr(usage, field) or 0) + value)
+    raw = document.get("usage")
+    if isinstance(raw, Mapping):
+        usage.input_tokens = as_int(raw.get("input_tokens")) or as_int(raw.get("prompt_tokens"))
+        usage.output_tokens = (as_int(raw.get("output_tokens"))
+                               or as_int(raw.get("completion_tokens")))
+    return usage if usage.as_dict() else None

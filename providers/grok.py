@@ -1,0 +1,174 @@
+"""xAI Grok Build CLI (`grok`).
+
+Invocation: `grok [--output-format json|streaming-json] [--model M] [--permission-mode P]
+[--always-approve] [--resume ID] <extra_args> -p=<prompt>`. `-p` takes the prompt as its
+value; the one-element `-p=<prompt>` form keeps a prompt that starts with '-' a value.
+
+Output: `plain` is the answer; `json` is one (often pretty-printed) object
+`{text, stopReason, sessionId, usage, ...}`; `streaming-json` is NDJSON `thought` / `text`
+deltas (`data`) and a final `end` with stopReason, sessionId and snake_case usage.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from providers.base import (
+    CliProvider,
+    Invocation,
+    OutputDiscipline,
+    ProviderOptions,
+    ProviderRequest,
+    ProviderResult,
+    Usage,
+)
+from providers.common import (
+    effective_model,
+    failed,
+    finish,
+    matches_auth_failure,
+    options_as,
+    start_checks,
+)
+from providers.parsing import as_int, as_str, decode, json_document, json_objects, plain_text
+
+AUTH_FAILURE = re.compile(
+    r"not (?:logged|signed) in|unauthenticated|unauthori[sz]ed|\b401\b|XAI_API_KEY"
+    r"|grok login|invalid api key|authentication (?:required|failed)",
+    re.IGNORECASE,
+)
+STREAM_TYPES = frozenset({"text", "thought", "end", "error", "max_turns_reached"})
+
+
+class GrokOptions(ProviderOptions):
+    output_format: Literal["streaming-json", "json", "plain"] = Field(
+        default="streaming-json",
+        description=(
+            "'streaming-json' (default) streams while Grok works and ends with the session "
+            "id and usage; 'json' prints one result object at the end; 'plain' prints only "
+            "the answer."
+        ),
+    )
+    permission_mode: (
+        Literal["default", "acceptEdits", "auto", "dontAsk", "bypassPermissions", "plan"] | None
+    ) = Field(
+        default=None,
+        description=(
+            "Grok's --permission-mode. In headless runs only 'bypassPermissions' and "
+            "'default' take full effect; a tool call that would need approval is cancelled. "
+            "Omit for the CLI's default."
+        ),
+    )
+    always_approve: bool = Field(
+        default=False,
+        description="Approve every tool call without asking (--always-approve); without it "
+                    "tools that need approval are cancelled in a headless run.",
+    )
+
+
+class GrokProvider(CliProvider):
+    name: ClassVar[str] = "grok"
+    commands: ClassVar[tuple[str, ...]] = ("grok",)
+    discipline: ClassVar[OutputDiscipline] = OutputDiscipline.STREAMS
+    login_hint: ClassVar[str] = (
+        "Run `grok login` (or set XAI_API_KEY in [providers.grok].env) and retry.")
+    install_hint: ClassVar[str] = "curl -fsSL https://x.ai/cli/install.sh | bash"
+    options_model: ClassVar[type[ProviderOptions]] = GrokOptions
+    known_models: ClassVar[tuple[str, ...]] = ("grok-4.5", "grok-4", "grok-composer-2.5-fast")
+
+    def build_invocation(
+        self, request: ProviderRequest, command: str, extra_args: list[str] | None = None,
+        default_model: str | None = None,
+    ) -> Invocation:
+        extra = start_checks(request, extra_args)
+        options = options_as(GrokOptions, request.options)
+        argv = [command]
+        if options.output_format != "plain":
+            argv += ["--output-format", options.output_format]
+        model = effective_model(request, default_model)
+        if model:
+            argv += ["--model", model]
+        if options.permission_mode:
+            argv += ["--permission-mode", options.permission_mode]
+        if options.always_approve:
+            argv.append("--always-approve")
+        if request.session_id:
+            argv += ["--resume", request.session_id]
+        argv += extra
+        argv.append("-p=" + request.prompt)
+        return finish(argv)
+
+    def output_discipline(self, options: ProviderOptions | None = None) -> OutputDiscipline:
+        fmt = options_as(GrokOptions, options).output_format
+        return OutputDiscipline.STREAMS if fmt == "streaming-json" else OutputDiscipline.AT_EXIT
+
+    def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
+                     options: ProviderOptions | None = None) -> ProviderResult:
+        text = decode(stdout)
+        events = [e for e in json_objects(text) if e.get("type") in STREAM_TYPES]
+        if events:
+            return _from_stream(events, exit_code)
+        document = json_document(text)
+        if isinstance(document, Mapping) and ("text" in document or "sessionId" in document):
+            return _from_object(document, exit_code)
+        return ProviderResult(text=plain_text(stdout), is_error=failed(exit_code))
+
+    def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
+        return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)
+
+
+def _usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, Mapping):
+        return None
+    usage = Usage(
+        input_tokens=as_int(raw.get("input_tokens")),
+        output_tokens=as_int(raw.get("output_tokens")),
+        cache_read_tokens=as_int(raw.get("cache_read_input_tokens")),
+    )
+    return usage if usage.as_dict() else None
+
+
+def _extra(source: Mapping[str, Any]) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    for key, name in (("stopReason", "stop_reason"), ("num_turns", "num_turns"),
+                      ("requestId", "request_id")):
+        if source.get(key) is not None:
+            extra[name] = source[key]
+    model_usage = source.get("modelUsage")
+    if isinstance(model_usage, Mapping) and model_usage:
+        extra["model"] = str(next(iter(model_usage)))
+    return extra
+
+
+def _from_stream(events: Sequence[Mapping[str, Any]], exit_code: int | None) -> ProviderResult:
+    deltas = [as_str(e.get("data")) or as_str(e.get("text")) or ""
+              for e in events if e.get("type") == "text"]
+    end = next((e for e in reversed(events) if e.get("type") == "end"), None)
+    errors = [as_str(e.get("message")) or "grok reported an error"
+              for e in events if e.get("type") == "error"]
+    text = "".join(deltas) or (errors[-1] if errors else "")
+    extra = _extra(end) if end else {"incomplete": True}
+    if errors:
+        extra["error"] = errors[-1]
+    return ProviderResult(
+        text=text, session_id=as_str(end.get("sessionId")) if end else None,
+        usage=_usage(end.get("usage")) if end else None,
+        is_error=bool(errors) or end is None or failed(exit_code), extra=extra,
+    )
+
+
+def _from_object(document: Mapping[str, Any], exit_code: int | None) -> ProviderResult:
+    error = document.get("error")
+    error_text = (as_str(error.get("message")) if isinstance(error, Mapping) else as_str(error))
+    extra = _extra(document)
+    if error_text:
+        extra["error"] = error_text
+    return ProviderResult(
+        text=as_str(document.get("text")) or error_text or "",
+        session_id=as_str(document.get("sessionId")), usage=_usage(document.get("usage")),
+        is_error=bool(error) or failed(exit_code), extra=extra,
+    )

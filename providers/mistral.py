@@ -1,0 +1,136 @@
+"""Mistral Vibe (`vibe`, PyPI `mistral-vibe`).
+
+Invocation: `vibe [--output json|streaming] [--agent NAME] [--trust] [--resume ID]
+<extra_args> --prompt=<prompt>`; the model goes in env `VIBE_ACTIVE_MODEL` (vibe has no
+--model flag). `--prompt` takes an optional value (argparse nargs='?'), so the prompt is
+one `--prompt=<prompt>` element.
+
+Output: `text` is the last assistant message; `json` is the whole history as a JSON array
+printed at the end; `streaming` prints one JSON history entry per line. Entries are
+`{"type": "message", "role": ..., "content": [{"type": "text", "text": ...}]}`. No
+session id is printed. Vibe prints nothing until it exits (AT_EXIT). Without an API key it
+exits 1 with "Missing MISTRAL_API_KEY environment variable ... run `vibe --setup`".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from providers.base import (
+    CliProvider,
+    Invocation,
+    OutputDiscipline,
+    ProviderOptions,
+    ProviderRequest,
+    ProviderResult,
+)
+from providers.common import (
+    effective_model,
+    failed,
+    finish,
+    matches_auth_failure,
+    options_as,
+    start_checks,
+)
+from providers.parsing import as_str, decode, json_document, json_objects, plain_text
+
+MODEL_ENV = "VIBE_ACTIVE_MODEL"  # vibe reads any config field from VIBE_<FIELD>
+AUTH_FAILURE = re.compile(
+    r"Missing \w*API_KEY|MISTRAL_API_KEY|vibe --setup|unauthori[sz]ed|\b401\b|invalid api key",
+    re.IGNORECASE,
+)
+
+
+class MistralOptions(ProviderOptions):
+    agent: Literal["ask", "plan", "accept-edits", "auto-approve"] | None = Field(
+        default=None,
+        description=(
+            "Vibe's built-in agent, which decides what it may do: 'ask' and 'plan' do not "
+            "change files; 'accept-edits' may edit files; 'auto-approve' approves every "
+            "tool call. Omit for the user's configured default agent."
+        ),
+    )
+    output: Literal["text", "json", "streaming"] = Field(
+        default="text",
+        description="'text' (default) returns the final answer; 'json' and 'streaming' "
+                    "make vibe print its whole message history as JSON (the answer is "
+                    "still extracted).",
+    )
+    trust_workspace: bool = Field(
+        default=False,
+        description="Trust working_dir for this run only (--trust), so vibe does not stop "
+                    "at its trust prompt in a directory it has not seen.",
+    )
+
+
+class MistralProvider(CliProvider):
+    name: ClassVar[str] = "mistral"
+    commands: ClassVar[tuple[str, ...]] = ("vibe",)
+    discipline: ClassVar[OutputDiscipline] = OutputDiscipline.AT_EXIT
+    login_hint: ClassVar[str] = (
+        "Run `vibe --setup` (or set MISTRAL_API_KEY in [providers.mistral].env) and retry.")
+    install_hint: ClassVar[str] = "uv tool install mistral-vibe (or pip install mistral-vibe)"
+    options_model: ClassVar[type[ProviderOptions]] = MistralOptions
+    known_models: ClassVar[tuple[str, ...]] = ("mistral-medium-3.5", "devstral-2",
+                                               "devstral-small")
+
+    def build_invocation(
+        self, request: ProviderRequest, command: str, extra_args: list[str] | None = None,
+        default_model: str | None = None,
+    ) -> Invocation:
+        extra = start_checks(request, extra_args)
+        options = options_as(MistralOptions, request.options)
+        argv = [command]
+        if options.output != "text":
+            argv += ["--output", options.output]
+        if options.agent:
+            argv += ["--agent", options.agent]
+        if options.trust_workspace:
+            argv.append("--trust")
+        if request.session_id:
+            argv += ["--resume", request.session_id]
+        argv += extra
+        argv.append("--prompt=" + request.prompt)
+        model = effective_model(request, default_model)
+        return finish(argv, env={MODEL_ENV: model} if model else None)
+
+    def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
+                     options: ProviderOptions | None = None) -> ProviderResult:
+        text = decode(stdout)
+        entries: list[Any] = [e for e in json_objects(text) if "role" in e or "content" in e]
+        if not entries:
+            document = json_document(text)
+            if isinstance(document, Mapping):
+                document = document.get("history")
+            if isinstance(document, list):
+                entries = document
+        answer = _last_assistant_text(entries) if entries else None
+        if answer is None:
+            return ProviderResult(text=plain_text(stdout), is_error=failed(exit_code))
+        return ProviderResult(text=answer, is_error=failed(exit_code))
+
+    def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
+        return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)
+
+
+def _entry_text(entry: Mapping[str, Any]) -> str:
+    content = entry.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "\n\n".join(t for block in content if isinstance(block, Mapping)
+                           and block.get("type") == "text" and (t := as_str(block.get("text"))))
+    return ""
+
+
+def _last_assistant_text(entries: Sequence[Any]) -> str | None:
+    for entry in reversed(entries):
+        if isinstance(entry, Mapping) and entry.get("role") == "assistant":
+            text = _entry_text(entry)
+            if text:
+                return text
+    return None

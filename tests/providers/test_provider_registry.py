@@ -1,0 +1,138 @@
+"""The registry: seven adapters under the config's provider names, and finding their
+binaries on a bare PATH plus the user bin directories."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gateway.config import PROVIDER_NAMES
+from providers.base import OutputDiscipline
+from providers.registry import CLI_PROVIDERS, extended_path, resolve_command
+
+STREAMING = {"claude", "codex", "grok"}
+
+
+def test_there_is_one_adapter_per_configurable_provider() -> None:
+    assert set(CLI_PROVIDERS) == set(PROVIDER_NAMES)
+    for name, adapter in CLI_PROVIDERS.items():
+        assert adapter.name == name
+
+
+@pytest.mark.parametrize("name", PROVIDER_NAMES)
+def test_each_adapter_describes_itself_for_users(name: str) -> None:
+    adapter = CLI_PROVIDERS[name]
+    assert adapter.commands and all(adapter.commands)
+    assert "retry" in adapter.login_hint
+    assert adapter.install_hint
+    assert adapter.known_models
+    expected = OutputDiscipline.STREAMS if name in STREAMING else OutputDiscipline.AT_EXIT
+    assert adapter.discipline is expected
+    for field_name, field in adapter.options_model.model_fields.items():
+        assert field.description, f"{name}.{field_name} needs a description for agents"
+
+
+def test_commands_and_hints_name_the_real_binaries_and_packages() -> None:
+    assert CLI_PROVIDERS["gemini"].commands == ("agy", "gemini")
+    assert CLI_PROVIDERS["mistral"].commands == ("vibe",)
+    assert CLI_PROVIDERS["cursor"].commands == ("cursor-agent",)
+    assert "`codex login`" in CLI_PROVIDERS["codex"].login_hint
+    assert "@openai/codex" in CLI_PROVIDERS["codex"].install_hint
+    assert "@anthropic-ai/claude-code" in CLI_PROVIDERS["claude"].install_hint
+    assert "@google/gemini-cli" in CLI_PROVIDERS["gemini"].install_hint
+    assert "mistral-vibe" in CLI_PROVIDERS["mistral"].install_hint
+
+
+@pytest.mark.parametrize(("name", "options", "expected"), [
+    ("claude", {}, OutputDiscipline.STREAMS),
+    ("claude", {"output_format": "json"}, OutputDiscipline.AT_EXIT),
+    ("claude", {"output_format": "text"}, OutputDiscipline.AT_EXIT),
+    ("grok", {}, OutputDiscipline.STREAMS),
+    ("grok", {"output_format": "plain"}, OutputDiscipline.AT_EXIT),
+    ("codex", {}, OutputDiscipline.STREAMS),
+    ("gemini", {"output_format": "json"}, OutputDiscipline.AT_EXIT),
+    ("cursor", {"output_format": "stream-json"}, OutputDiscipline.AT_EXIT),
+])
+def test_a_format_that_prints_only_at_exit_is_never_idle_killed(
+    name: str, options: dict[str, str], expected: OutputDiscipline,
+) -> None:
+    adapter = CLI_PROVIDERS[name]
+    assert adapter.output_discipline(adapter.options_model.model_validate(options)) is expected
+
+
+def _executable(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\nexit 0\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    return tmp_path / "home"
+
+
+def test_extended_path_appends_existing_user_bin_dirs_once_after_the_given_path(
+    home: Path,
+) -> None:
+    for sub in (".local/bin", ".npm-global/bin", ".nvm/versions/node/v18.0.0/bin",
+                ".nvm/versions/node/v22.1.0/bin", ".bun/bin"):
+        (home / sub).mkdir(parents=True)
+    local = str(home / ".local/bin")
+    entries = extended_path(f"/usr/bin:{local}:/bin").split(os.pathsep)
+    assert entries[:3] == ["/usr/bin", local, "/bin"]
+    assert entries.count(local) == 1
+    assert str(home / ".npm-global/bin") in entries
+    assert str(home / ".bun/bin") in entries
+    nvm = [e for e in entries if ".nvm" in e]
+    assert nvm == [str(home / ".nvm/versions/node/v22.1.0/bin"),
+                   str(home / ".nvm/versions/node/v18.0.0/bin")]
+    assert str(home / ".cargo/bin") not in entries
+
+
+def test_extended_path_skips_user_dirs_that_do_not_exist(home: Path) -> None:
+    assert all(str(home) not in e for e in extended_path("/bin").split(os.pathsep))
+
+
+def test_a_cli_in_a_user_bin_dir_is_found_on_a_bare_path(home: Path) -> None:
+    claude = _executable(home / ".npm-global/bin/claude")
+    assert resolve_command("claude", None, "/usr/bin:/bin") == str(claude)
+
+
+def test_gemini_falls_back_to_the_gemini_cli_when_agy_is_missing(
+    home: Path, tmp_path: Path,
+) -> None:
+    bin_dir = tmp_path / "bin"
+    gemini = _executable(bin_dir / "gemini")
+    assert resolve_command("gemini", None, str(bin_dir)) == str(gemini)
+    agy = _executable(bin_dir / "agy")
+    assert resolve_command("gemini", None, str(bin_dir)) == str(agy)
+
+
+def test_a_configured_command_wins_by_path_or_by_name(home: Path, tmp_path: Path) -> None:
+    custom = _executable(tmp_path / "opt" / "my-claude")
+    _executable(tmp_path / "bin" / "claude")
+    assert resolve_command("claude", str(custom), str(tmp_path / "bin")) == str(custom)
+    assert resolve_command("claude", "my-claude", str(tmp_path / "opt")) == str(custom)
+    tilde = _executable(home / "tools" / "claude-wrapper")
+    assert resolve_command("claude", "~/tools/claude-wrapper", "") == str(tilde)
+
+
+def test_a_missing_or_non_executable_command_resolves_to_none(
+    home: Path, tmp_path: Path,
+) -> None:
+    assert resolve_command("devin", None, str(tmp_path)) is None
+    assert resolve_command("devin", str(tmp_path / "nope"), str(tmp_path)) is None
+    plain = tmp_path / "not-executable"
+    plain.write_text("data")
+    plain.chmod(0o644)
+    assert resolve_command("devin", str(plain), str(tmp_path)) is None
+
+
+def test_resolve_command_accepts_the_adapter_itself(home: Path, tmp_path: Path) -> None:
+    grok = _executable(tmp_path / "grok")
+    assert resolve_command(CLI_PROVIDERS["grok"], None, str(tmp_path)) == str(grok)

@@ -1,0 +1,122 @@
+"""Input safety: what a caller sends can never become a flag, a truncated C string or an
+argv the kernel refuses. Every adapter rejects the same bad inputs with a message that says
+what to change."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from argv_cases import DIALECTS, provider, request
+
+from providers.base import InvalidRequest, ProviderRequest
+from providers.safety import LINUX_MAX_ARG_STRLEN, arg_max, check_argv_size, check_request
+
+
+@pytest.mark.parametrize(("name", "binary"), DIALECTS)
+@pytest.mark.parametrize("prompt", ["", "   \n\t "])
+def test_an_empty_prompt_is_refused(name: str, binary: str, prompt: str) -> None:
+    adapter = provider(name)
+    with pytest.raises(InvalidRequest, match="prompt is empty"):
+        adapter.build_invocation(request(adapter, {}, prompt=prompt), binary)
+
+
+@pytest.mark.parametrize(("name", "binary"), DIALECTS)
+@pytest.mark.parametrize("where", ["prompt", "model", "session_id", "working_dir"])
+def test_a_nul_byte_anywhere_is_refused(name: str, binary: str, where: str) -> None:
+    adapter = provider(name)
+    fields = {"prompt": "hello", "model": None, "session_id": None, "working_dir": None}
+    fields[where] = "bad\x00value"
+    req = ProviderRequest(options=adapter.options_model(), **fields)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest, match=f"{where} contains a NUL byte"):
+        adapter.build_invocation(req, binary)
+
+
+@pytest.mark.parametrize(("name", "binary"), DIALECTS)
+def test_a_nul_byte_in_configured_extra_args_is_refused(name: str, binary: str) -> None:
+    adapter = provider(name)
+    with pytest.raises(InvalidRequest, match="NUL"):
+        adapter.build_invocation(request(adapter, {}), binary, extra_args=["--x\x00"])
+
+
+@pytest.mark.parametrize("name", ["claude", "codex"])  # the adapters with a list option
+@pytest.mark.parametrize("value", ["-rf", "--help", "/ok\x00/no"])
+def test_a_list_option_value_that_starts_with_a_dash_or_holds_nul_is_refused(
+    name: str, value: str,
+) -> None:
+    adapter = provider(name)
+    fields = adapter.options_model.model_fields
+    list_field = next(n for n, f in fields.items() if f.annotation == list[str])
+    req = request(adapter, {list_field: ["/fine", value]})
+    with pytest.raises(InvalidRequest, match=f"options.{list_field} item"):
+        adapter.build_invocation(req, adapter.commands[0])
+
+
+@pytest.mark.parametrize(("name", "binary"), DIALECTS)
+@pytest.mark.parametrize("session_id", ["-x", "--resume", "-"])
+def test_a_session_id_that_starts_with_a_dash_is_refused(
+    name: str, binary: str, session_id: str,
+) -> None:
+    adapter = provider(name)
+    with pytest.raises(InvalidRequest, match="session_id .* starts with '-'"):
+        adapter.build_invocation(request(adapter, {}, session_id=session_id), binary)
+
+
+@pytest.mark.parametrize(("name", "binary"), DIALECTS)
+def test_a_model_that_starts_with_a_dash_is_refused_even_from_config(
+    name: str, binary: str,
+) -> None:
+    adapter = provider(name)
+    with pytest.raises(InvalidRequest, match="model .* starts with '-'"):
+        adapter.build_invocation(request(adapter, {}, model="--yolo"), binary)
+    with pytest.raises(InvalidRequest, match="model .* starts with '-'"):
+        adapter.build_invocation(request(adapter, {}), binary, default_model="-x")
+
+
+def test_a_blank_session_id_is_refused_with_a_hint() -> None:
+    with pytest.raises(InvalidRequest, match="omit it to start a new session"):
+        check_request(ProviderRequest(prompt="hi", session_id="  "))
+
+
+def test_a_normal_argv_fits() -> None:
+    check_argv_size(["claude", "--print", "hello"])
+
+
+@pytest.mark.skipif(not os.uname().sysname == "Linux", reason="per-argument cap is Linux's")
+def test_one_argument_over_the_linux_per_argument_cap_is_refused() -> None:
+    with pytest.raises(InvalidRequest, match="bytes per argument"):
+        check_argv_size(["grok", "-p=" + "x" * LINUX_MAX_ARG_STRLEN])
+
+
+def test_an_argv_larger_than_arg_max_is_refused_and_says_the_limit() -> None:
+    pieces = ["x" * 1000] * (arg_max() // 1000 + 10)
+    with pytest.raises(InvalidRequest, match=f"ARG_MAX {arg_max()}"):
+        check_argv_size(["devin", *pieces])
+
+
+def test_the_environment_counts_against_the_budget() -> None:
+    argv = ["devin"] + ["x" * 1000] * (arg_max() // 2000)
+    check_argv_size(argv, env={})
+    with pytest.raises(InvalidRequest):
+        check_argv_size(argv, env={"BIG": "y" * (arg_max() // 2 + 1000)})
+
+
+@pytest.mark.parametrize(("name", "binary"), [d for d in DIALECTS
+                                              if d[0] not in ("claude", "codex")])
+def test_a_prompt_too_big_for_the_command_line_is_refused_before_spawning(
+    name: str, binary: str,
+) -> None:
+    adapter = provider(name)
+    huge = "word " * (arg_max() // 4)
+    with pytest.raises(InvalidRequest, match="Shorten the prompt"):
+        adapter.build_invocation(request(adapter, {}, prompt=huge), binary)
+
+
+@pytest.mark.parametrize("name", ["claude", "codex"])
+def test_stdin_providers_take_a_prompt_of_any_size(name: str) -> None:
+    adapter = provider(name)
+    huge = "word " * (arg_max() // 4)
+    invocation = adapter.build_invocation(request(adapter, {}, prompt=huge),
+                                          adapter.commands[0])
+    assert invocation.stdin == huge.encode()
+    assert all(len(a) < 1000 for a in invocation.argv)
