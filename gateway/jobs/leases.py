@@ -1,0 +1,193 @@
+"""Instance leases: heartbeat, lease reaper, instances GC, cancel poller, retention purge.
+
+The invariant this file exists for (DESIGN.md section 4): **no job whose owner heartbeated
+within `lease.ttl_s` is ever orphaned; every job whose owner is gone is orphaned within
+`ttl_s + sweep_interval_s` of the owner's last heartbeat or of its process group's exit,
+whichever is later.**
+
+Why it holds:
+- The heartbeat advances `lease_deadline = now + ttl_s` on every active job of this instance
+  in the same transaction that renews the instance row; the reaper's UPDATE re-checks
+  `lease_deadline < now` per row inside the statement. Both write the same rows, so the
+  database serializes them: a heartbeat that committed first makes the reaper skip the row.
+- A live owner renews every `heartbeat_s <= ttl_s / 2`, so one late tick never lets a lease
+  lapse. A tick that fires more than one interval late (the loop stalled, the process was
+  stopped) skips the next sweep: an instance that was not running must not judge others on a
+  stale view.
+- The reaper judges each job by its own lease, never by which instances exist, so a fresh
+  instance starting can never orphan a live instance's job (the original bug).
+- A job whose process is provably alive on this host (same hostname and boot id, pid alive,
+  not a zombie, same start time) is left alone until it exits; a bare pid is never trusted.
+- Dead owners: their leases stop advancing, so the first sweep after `lease_deadline`
+  (at most `sweep_interval_s` later) orphans the job.
+Each loop is one named task; a loop never overlaps itself (the next tick is scheduled after
+the current one ends) and a failing tick is logged and retried next tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from gateway import proc
+from gateway.config import LeaseConfig, Settings
+from gateway.jobs.manager import JobManager
+from gateway.jobs.model import ErrorKind, InstanceRow, JobRow
+from gateway.store.base import JobStore
+
+log = structlog.get_logger(__name__)
+
+PURGE_INTERVAL_S = 300.0  # retention is measured in days: purging every 5 minutes is plenty
+
+
+class LeaseKeeper:
+    """Owns this instance's lease and the background loops of DESIGN.md section 4."""
+
+    def __init__(self, settings: Settings, store: JobStore, manager: JobManager,
+                 identity: InstanceRow) -> None:
+        self.settings = settings
+        self.lease: LeaseConfig = settings.lease
+        self.store = store
+        self.manager = manager
+        self.identity = identity
+        self.registered = False
+        self.heartbeat_failures = 0
+        self.skip_next_sweep = False
+        self.last_heartbeat_ok: float | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._last_purge = 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Register (admission turns on only if that worked) and start every loop."""
+        await self.register()
+        loops: dict[str, tuple[float, Callable[[], Awaitable[None]]]] = {
+            "heartbeat": (self.lease.heartbeat_s, self.heartbeat_once),
+            "reaper": (self.lease.sweep_interval_s, self.sweep_once),
+            "cancel_poller": (self.lease.cancel_poll_s, self.poll_cancels_once),
+        }
+        for name, (interval, tick) in loops.items():
+            self._tasks.append(asyncio.create_task(self._loop(name, interval, tick), name=name))
+
+    async def stop(self) -> None:
+        """Cancel every loop and collect them, logging any error that was not a cancel."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                try:
+                    await task
+                except Exception:  # noqa: BLE001 - cancel-and-collect
+                    log.exception("lease loop failed", action="stop_loops", loop=task.get_name())
+        self._tasks.clear()
+
+    async def _loop(self, name: str, interval: float,
+                    tick: Callable[[], Awaitable[None]]) -> None:
+        expected = time.monotonic() + interval
+        while True:
+            await asyncio.sleep(max(0.0, expected - time.monotonic()))
+            late = time.monotonic() - expected
+            if name == "heartbeat" and late > interval:
+                # The loop stalled or the process was stopped: our view is stale, so the
+                # next sweep judges nobody.
+                self.skip_next_sweep = True
+                log.warning("heartbeat fired late", action="heartbeat_drift", late_s=round(late, 3))
+            try:
+                await tick()
+            except Exception as exc:  # noqa: BLE001 - a failing tick is retried next tick
+                log.warning("lease tick failed", action=name, error=repr(exc))
+            expected = time.monotonic() + interval
+
+    # -- registration and heartbeat --------------------------------------------------------
+    async def register(self) -> bool:
+        try:
+            await self.store.register_instance(self.identity, self.lease.ttl_s)
+        except Exception as exc:  # noqa: BLE001 - fail closed, retried by the heartbeat
+            log.warning("instance registration failed; admission stays off",
+                        action="register", error=repr(exc))
+            self.registered = False
+            self.manager.admitting = False
+            return False
+        self.registered = True
+        self.heartbeat_failures = 0
+        self.last_heartbeat_ok = time.monotonic()
+        if not self.manager.admitting:
+            log.info("durable admission on", action="register",
+                     instance_id=self.identity.instance_id)
+        self.manager.admitting = True
+        return True
+
+    async def heartbeat_once(self) -> None:
+        if not self.registered:
+            await self.register()
+            return
+        try:
+            renewed = await self.store.heartbeat(self.identity.instance_id, self.lease.ttl_s)
+        except Exception as exc:  # noqa: BLE001 - counted, fail closed after the limit
+            self.heartbeat_failures += 1
+            log.warning("heartbeat failed", action="heartbeat", failures=self.heartbeat_failures,
+                        error=repr(exc))
+            if self.heartbeat_failures >= self.lease.max_heartbeat_failures and self.manager.admitting:
+                self.manager.admitting = False
+                log.error("durable admission off after repeated heartbeat failures",
+                          action="heartbeat", failures=self.heartbeat_failures)
+            return
+        self.last_heartbeat_ok = time.monotonic()
+        if renewed == 0 or not self.manager.admitting:
+            # The instance row is gone (GC'd while we were stopped) or we had failed closed:
+            # re-register (an upsert) before admitting again; never trust a heartbeat that
+            # renewed nothing.
+            await self.register()
+        else:
+            self.heartbeat_failures = 0
+
+    # -- reaper, GC, retention --------------------------------------------------------------
+    def _provably_alive(self, row: JobRow) -> bool:
+        return (
+            row.hostname == self.identity.hostname
+            and row.boot_id == self.identity.boot_id
+            and row.pid is not None
+            and row.pid_started_at is not None
+            and proc.is_process_alive(row.pid, row.pid_started_at)
+        )
+
+    async def sweep_once(self) -> list[JobRow]:
+        """One reaper pass: orphan jobs whose own lease expired, then GC and purge."""
+        if self.skip_next_sweep:
+            self.skip_next_sweep = False
+            log.info("sweep skipped after a late heartbeat", action="sweep")
+            return []
+        if not self.manager.admitting or self.manager.closing:
+            return []  # an instance that cannot renew its own lease judges nobody
+        grace = self.lease.http_job_grace_s
+        candidates = await self.store.list_expired_candidates(grace)
+        alive = [row.id for row in candidates if self._provably_alive(row)]
+        orphaned = await self.store.recover_expired_leases(grace, alive) if candidates else []
+        for row in orphaned:
+            log.warning("job orphaned: its owner's lease expired", action="recover_expired_leases",
+                        job_id=row.id, owner_instance=row.owner_instance, provider=row.provider)
+        await self.store.gc_instances(self.lease.instance_gc_s)
+        now = time.monotonic()
+        if now - self._last_purge >= PURGE_INTERVAL_S:
+            self._last_purge = now
+            purged = await self.store.purge_terminal(self.settings.persistence.retention_days * 86400)
+            self.manager.remove_spool(purged)
+        return orphaned
+
+    # -- cross-instance cancel --------------------------------------------------------------
+    async def poll_cancels_once(self) -> None:
+        """Stop this instance's jobs whose row carries a cancel request. No query when idle."""
+        if not self.manager.local_job_ids():
+            return
+        for job_id in await self.store.list_cancel_requested(self.identity.instance_id):
+            if self.manager.cancel_local(job_id, ErrorKind.CANCELLED):
+                log.info("cancel requested through the job row", action="poll_cancels",
+                         job_id=job_id)
+
+    async def mark_stopped(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.store.mark_instance_stopped(self.identity.instance_id)

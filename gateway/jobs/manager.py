@@ -1,0 +1,515 @@
+"""The one path every request takes: admission, dedup, limiter, run, finalize, cancel, wait.
+
+Admission order (issue 4): validate -> dedup by request key -> refuse when durable admission
+is off -> limiter -> insert the queued row (fail closed) -> mark running (CAS) -> run. A job
+is driven by one named asyncio task owned by this manager; the MCP call that submitted it can
+be cancelled or time out without touching it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from gateway.config import Settings
+from gateway.jobs.execution import Execution, ExecutionOutcome, build_execution
+from gateway.jobs.limiter import Limiter, Ticket
+from gateway.jobs.model import (
+    EXIT_CODES,
+    Completion,
+    ErrorKind,
+    GatewayError,
+    JobRow,
+    JobStatus,
+    NewJob,
+    Progress,
+)
+from gateway.jobs.requests import SubmitRequest, canonical_json, request_key
+from gateway.jobs.targets import Target, resolve_target
+from gateway.store.base import DuplicateActiveJob, JobStore, StoreUnavailable
+
+log = structlog.get_logger(__name__)
+
+PROGRESS_FLUSH_S = 2.0  # how stale another instance's view of a running job's output may be
+REMOTE_POLL_S = 1.0  # waiting on a job run elsewhere polls the store about once a second
+PROGRESS_TAIL_BYTES = 64 * 1024  # the partial output other instances can see while it runs
+STDERR_TAIL_BYTES = 8 * 1024  # stderr kept on the row
+DEFAULT_RESULT_PAGE = 200_000
+MAX_WAIT_S = 50.0  # llm_job_wait's bound: under the common 60 s client tool timeout
+
+
+ProgressCallback = Callable[[int, float], Awaitable[None]]  # (output bytes, elapsed s)
+
+
+@dataclass(slots=True)
+class Submission:
+    job: JobRow
+    deduplicated: bool
+
+
+@dataclass(slots=True)
+class ResultPage:
+    job: JobRow
+    output: str
+    offset: int
+    next_offset: int | None
+    total_bytes: int
+    complete: bool  # the job is terminal and this page reaches the end
+    parsed: dict[str, Any] | None
+
+
+@dataclass(slots=True)
+class CancelOutcome:
+    outcome: str  # "cancelled" | "cancel_requested" | "already_terminal"
+    job: JobRow
+
+
+@dataclass(eq=False)
+class LocalJob:
+    """A job this instance owns and drives."""
+
+    row: JobRow
+    target: Target
+    ticket: Ticket
+    spool_dir: Path
+    timeout_s: float
+    execution: Execution | None = None
+    task: asyncio.Task[None] | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel_reason: ErrorKind | None = None
+    started_mono: float = field(default_factory=time.monotonic)
+
+    @property
+    def output_bytes(self) -> int:
+        return self.execution.stdout_bytes if self.execution else 0
+
+
+class JobManager:
+    """Owns this instance's jobs. Stores, runs and finalizes them; answers reads for any job."""
+
+    def __init__(self, settings: Settings, store: JobStore, instance_id: str,
+                 hostname: str, boot_id: str) -> None:
+        self.settings = settings
+        self.store = store
+        self.instance_id = instance_id
+        self.hostname = hostname
+        self.boot_id = boot_id
+        limits = settings.limits
+        self.limiter = Limiter(limits.max_running_jobs, limits.max_running_per_provider,
+                               limits.max_queued_jobs)
+        self.admitting = False  # durable admission: turned on by the lease keeper
+        self.closing = False
+        self.spool_root = settings.state_dir / "spool"
+        self._local: dict[str, LocalJob] = {}
+
+    # -- admission -------------------------------------------------------------------------
+    async def submit(self, provider: str, request: SubmitRequest) -> Submission:
+        """Admit a request as a durable job (or return the identical job that exists).
+
+        Raises GatewayError: invalid_input, not_found (CLI missing), unavailable (admission
+        off or the store failed), saturated (queue full).
+        """
+        target = resolve_target(self.settings, provider, request)  # validates, no I/O
+        key = request_key(target.normalized)
+        if not request.force_refresh:
+            existing = await self._find_reusable(key)
+            if existing is not None:
+                log.info("job deduplicated", action="dedup", job_id=existing.id, provider=provider)
+                return Submission(existing, True)
+        if self.closing:
+            raise GatewayError(ErrorKind.UNAVAILABLE,
+                               f"Admission is closed for {provider}: this gateway is shutting "
+                               f"down. Retry; a new gateway instance will take the request.")
+        if not self.admitting:
+            raise GatewayError(ErrorKind.UNAVAILABLE,
+                               f"Durable admission is off for {provider}: this gateway instance "
+                               f"could not register or lost its heartbeat lease (job store "
+                               f"unreachable). Running jobs continue. Retry in a few seconds.")
+        ticket = self.limiter.acquire(provider)  # raises SATURATED, holding nothing
+        job_id = str(uuid.uuid4())
+        new = NewJob(
+            id=job_id, provider=provider, request_key=key, owner_instance=self.instance_id,
+            transport=target.transport, correlation_id=request.correlation_id or job_id,
+            hostname=self.hostname, boot_id=self.boot_id, working_dir=target.working_dir,
+            model=target.model, session_id=request.session_id,
+            request_json=canonical_json(target.normalized), forced=request.force_refresh,
+        )
+        try:
+            row = await self.store.insert_job(new, self.settings.lease.ttl_s)
+        except DuplicateActiveJob as dup:
+            # Another caller (maybe another instance) won the race for this request key:
+            # exactly one run, and this caller gets that job.
+            ticket.release()
+            existing = await self.store.get_job(dup.existing_id) if dup.existing_id else None
+            if existing is None:
+                existing = await self._find_reusable(key)
+            if existing is None:
+                raise GatewayError(ErrorKind.UNAVAILABLE,
+                                   "An identical request was admitted at the same moment but "
+                                   "could not be read back; retry.") from None
+            return Submission(existing, True)
+        except BaseException as exc:
+            # Fail closed: the permit goes back and nothing runs.
+            ticket.release()
+            if isinstance(exc, StoreUnavailable):
+                raise GatewayError(ErrorKind.UNAVAILABLE,
+                                   f"Durable job admission failed for {provider}: the job store "
+                                   f"rejected the insert ({exc}). Nothing was started; retry.") from None
+            raise
+        local = LocalJob(row=row, target=target, ticket=ticket,
+                         spool_dir=self.spool_root / job_id,
+                         timeout_s=request.timeout_s or self.settings.limits.default_timeout_s)
+        self._local[job_id] = local
+        local.task = asyncio.create_task(self._drive(local), name=f"job-{job_id}")
+        log.info("job admitted", action="admit", job_id=job_id, provider=provider,
+                 transport=target.transport, queued=not ticket.granted)
+        return Submission(row, False)
+
+    async def _find_reusable(self, key: str) -> JobRow | None:
+        try:
+            return await self.store.find_reusable(key, self.settings.persistence.dedup_window_s)
+        except StoreUnavailable as exc:
+            raise GatewayError(ErrorKind.UNAVAILABLE,
+                               f"The job store is unreachable ({exc}); retry shortly.") from None
+
+    # -- driving one job --------------------------------------------------------------------
+    async def _drive(self, job: LocalJob) -> None:
+        """queued -> running -> terminal for one job. Never raises; always sets job.done."""
+        try:
+            await self._drive_inner(job)
+        except Exception as exc:  # noqa: BLE001 - top-level handler of a background task
+            log.exception("job driver failed", action="drive", job_id=job.row.id)
+            await self._finish(job, Completion(status=JobStatus.FAILED, exit_code=1,
+                                               error=f"internal gateway error: {exc}",
+                                               error_kind=ErrorKind.LAUNCH_FAILED))
+        finally:
+            job.ticket.release()
+            self._local.pop(job.row.id, None)
+            job.done.set()
+
+    async def _drive_inner(self, job: LocalJob) -> None:
+        limits = self.settings.limits
+        if not job.ticket.granted:
+            try:
+                await asyncio.wait_for(job.ticket.wait(), limits.queue_timeout_s)
+            except (TimeoutError, asyncio.CancelledError):
+                if job.cancel_reason is not None:
+                    await self._finish_unstarted(job)
+                    return
+                await self._finish(job, Completion(
+                    status=JobStatus.FAILED, exit_code=EXIT_CODES[ErrorKind.QUEUE_TIMEOUT],
+                    error_kind=ErrorKind.QUEUE_TIMEOUT,
+                    error=f"Gateway is at capacity for {job.row.provider}: the job waited "
+                          f"{limits.queue_timeout_s:g} s in the queue without a free run slot. "
+                          f"Retry later or raise limits.max_running_jobs."))
+                return
+        if job.cancel_reason is not None:
+            await self._finish_unstarted(job)
+            return
+        # CAS queued -> running BEFORE spawning: a row orphaned or cancelled while it waited
+        # is never launched (no child is spawned only to be killed).
+        if not await self.store.mark_running(job.row.id, self.instance_id, None, None, None,
+                                             self.settings.lease.ttl_s):
+            log.warning("job not launched: row no longer queued", action="mark_running",
+                        job_id=job.row.id)
+            return
+        job.row.status = JobStatus.RUNNING
+        job.execution = build_execution(job.target, job.row.id, job.spool_dir, job.timeout_s,
+                                        self.settings)
+        try:
+            identity = await job.execution.start()
+        except GatewayError as err:
+            await self._finish(job, Completion(status=JobStatus.FAILED,
+                                               exit_code=EXIT_CODES.get(err.kind, 1),
+                                               error=err.message, error_kind=err.kind))
+            return
+        if job.cancel_reason is not None:  # cancelled while spawning
+            job.execution.cancel(job.cancel_reason)
+        if identity is not None:
+            with contextlib.suppress(StoreUnavailable):
+                await self.store.record_process(job.row.id, self.instance_id, identity.pid,
+                                                identity.pgid, identity.started_at)
+        flusher = asyncio.create_task(self._flush_progress(job), name=f"progress-{job.row.id}")
+        try:
+            outcome = await job.execution.wait()  # returns when the group is gone
+        finally:
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+        await self._finish(job, self._completion(job, outcome))
+
+    async def _finish_unstarted(self, job: LocalJob) -> None:
+        reason = job.cancel_reason or ErrorKind.CANCELLED
+        if reason == ErrorKind.SHUTDOWN:
+            await self._finish(job, Completion(
+                status=JobStatus.FAILED, exit_code=1, error_kind=ErrorKind.SHUTDOWN,
+                error="The gateway shut down before this queued job started. Resubmit it."))
+        else:
+            await self._finish(job, Completion(status=JobStatus.CANCELLED,
+                                               error_kind=ErrorKind.CANCELLED,
+                                               error="Cancelled before it started."))
+
+    def _completion(self, job: LocalJob, outcome: ExecutionOutcome) -> Completion:
+        result = outcome.result
+        kind = outcome.error_kind
+        error = outcome.error
+        status = JobStatus.COMPLETED
+        if kind == ErrorKind.CANCELLED:
+            status = JobStatus.CANCELLED
+        elif kind in (ErrorKind.TIMEOUT, ErrorKind.IDLE_TIMEOUT):
+            status = JobStatus.TIMED_OUT
+        elif kind is not None:
+            status = JobStatus.FAILED
+        elif result is not None and result.is_error:
+            status, kind = JobStatus.FAILED, ErrorKind.PROVIDER_ERROR
+            error = error or (result.text[:500] if result.text else "the provider reported an error")
+        if outcome.auth_error and status == JobStatus.FAILED:
+            kind = ErrorKind.AUTH
+            error = f"{job.target.login_hint} ({error})" if error else job.target.login_hint
+        result_json = None
+        if result is not None:
+            result_json = canonical_json({
+                "text": result.text, "session_id": result.session_id,
+                "usage": result.usage.as_dict() if result.usage else None,
+                "is_error": result.is_error, "extra": result.extra,
+                "duration_s": round(outcome.duration_s, 3),
+            })
+        return Completion(status=status, exit_code=outcome.exit_code, error=error,
+                          error_kind=kind, output=outcome.output, stderr_tail=outcome.stderr_tail,
+                          output_bytes=outcome.output_bytes, truncated=outcome.truncated,
+                          result_json=result_json)
+
+    async def _finish(self, job: LocalJob, completion: Completion) -> None:
+        """The guarded terminal write, retried while the store is down (the result is never
+        dropped: if it cannot be written before the lease lapses, the row is orphaned and
+        this write self-heals it later)."""
+        delay = 0.2
+        while True:
+            try:
+                applied = await self.store.complete(job.row.id, self.instance_id, completion)
+                break
+            except StoreUnavailable as exc:
+                if self.closing:
+                    log.warning("terminal write failed during shutdown", action="complete",
+                                job_id=job.row.id, error=str(exc))
+                    return
+                log.warning("terminal write failed; retrying", action="complete",
+                            job_id=job.row.id, error=str(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        log.info("job finished", action="complete", job_id=job.row.id,
+                 status=str(completion.status), error_kind=completion.error_kind, applied=applied)
+        # The row now holds the output; the spool copy is no longer needed.
+        shutil.rmtree(job.spool_dir, ignore_errors=True)
+
+    async def _flush_progress(self, job: LocalJob) -> None:
+        last = -1
+        while True:
+            await asyncio.sleep(PROGRESS_FLUSH_S)
+            execution = job.execution
+            if execution is None or execution.stdout_bytes == last:
+                continue
+            last = execution.stdout_bytes
+            with contextlib.suppress(StoreUnavailable):
+                await self.store.save_progress(job.row.id, self.instance_id, Progress(
+                    output_bytes=last, output=execution.read_stdout_tail(PROGRESS_TAIL_BYTES),
+                    stderr_tail=execution.read_stderr_tail(STDERR_TAIL_BYTES)))
+
+    # -- cancel -----------------------------------------------------------------------------
+    async def cancel(self, job_id: str) -> CancelOutcome:
+        """Cancel a job wherever it runs.
+
+        Owned here: stops at once (queued: never spawns; running: the group is killed) and
+        answers the terminal row. Owned by another instance: a conditional write on the row
+        (`cancel_requested`); the owner's cancel poller stops it. Terminal: unchanged.
+        """
+        local = self._local.get(job_id)
+        if local is not None:
+            with contextlib.suppress(StoreUnavailable):
+                # Recorded on the row first, so the terminal write comes out `cancelled`
+                # even when the run completes in the same instant (cancelled wins).
+                await self.store.request_cancel(job_id)
+            self.cancel_local(job_id, ErrorKind.CANCELLED)
+            grace = self.settings.limits.kill_grace_s + 2.0
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(local.done.wait(), grace)
+            return CancelOutcome("cancelled", await self.get(job_id))
+        row = await self.get(job_id)
+        if row.status.is_terminal:
+            return CancelOutcome("already_terminal", row)
+        try:
+            after = await self.store.request_cancel(job_id)
+        except StoreUnavailable as exc:
+            raise GatewayError(ErrorKind.UNAVAILABLE, f"The job store is unreachable ({exc}); "
+                                                      f"retry the cancel shortly.") from None
+        if after is None:
+            raise self._not_found(job_id)
+        if after.status.is_terminal:
+            return CancelOutcome("already_terminal", after)
+        return CancelOutcome("cancel_requested", after)
+
+    def cancel_local(self, job_id: str, reason: ErrorKind, grace_s: float | None = None) -> bool:
+        """Stop a job this instance drives (used by cancel, the cancel poller and drain)."""
+        job = self._local.get(job_id)
+        if job is None:
+            return False
+        if job.cancel_reason is None:
+            job.cancel_reason = reason
+        if job.execution is not None:
+            job.execution.cancel(reason, grace_s=grace_s)
+        elif not job.ticket.granted:
+            job.ticket.release()  # leaves the queue; the driver writes the terminal row
+        return True
+
+    def local_job_ids(self) -> list[str]:
+        return list(self._local)
+
+    # -- reads ------------------------------------------------------------------------------
+    async def get(self, job_id: str) -> JobRow:
+        try:
+            row = await self.store.get_job(job_id)
+        except StoreUnavailable as exc:
+            local = self._local.get(job_id)
+            if local is not None:
+                return local.row
+            raise GatewayError(ErrorKind.UNAVAILABLE,
+                               f"The job store is unreachable ({exc}); retry shortly.") from None
+        if row is None:
+            raise self._not_found(job_id)
+        local = self._local.get(job_id)
+        if local is not None and row.status.is_active:
+            row.output_bytes = max(row.output_bytes, local.output_bytes)
+        return row
+
+    def _not_found(self, job_id: str) -> GatewayError:
+        return GatewayError(ErrorKind.JOB_NOT_FOUND,
+                            f"No job with id {job_id!r}. Check the id (llm_job_list shows recent "
+                            f"jobs); finished jobs are kept {self.settings.persistence.retention_days:g} days.")
+
+    async def wait(self, job_id: str, timeout_s: float,
+                   on_progress: ProgressCallback | None = None) -> JobRow:
+        """Until the job is terminal or timeout_s passed; returns the row either way.
+
+        A job driven here is awaited on its own completion event (no store polling, so a
+        sync request learns of the exit at once); a job run elsewhere is re-read about once a
+        second.
+        """
+        started = time.monotonic()
+        deadline = started + max(0.0, timeout_s)
+        row = await self.get(job_id)
+        while row.status.is_active:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            local = self._local.get(job_id)
+            step = min(remaining, REMOTE_POLL_S)
+            if local is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(local.done.wait(), step)
+            else:
+                await asyncio.sleep(step)
+            row = await self.get(job_id)
+            if on_progress is not None and row.status.is_active:
+                await on_progress(row.output_bytes, time.monotonic() - started)
+        return row
+
+    async def list_jobs(self, status: str | None = None, provider: str | None = None,
+                        limit: int = 20) -> list[JobRow]:
+        statuses = None
+        if status:
+            try:
+                statuses = [JobStatus(status)]
+            except ValueError:
+                raise GatewayError(ErrorKind.INVALID_INPUT,
+                                   f"Unknown status {status!r}; use one of "
+                                   f"{[s.value for s in JobStatus]}.") from None
+        try:
+            return await self.store.list_jobs(statuses=statuses, provider=provider, limit=limit)
+        except StoreUnavailable as exc:
+            raise GatewayError(ErrorKind.UNAVAILABLE,
+                               f"The job store is unreachable ({exc}); retry shortly.") from None
+
+    async def read_result(self, job_id: str, offset: int = 0,
+                          max_bytes: int = DEFAULT_RESULT_PAGE, raw: bool = False) -> ResultPage:
+        """A page of the job's output: the parsed answer text when the provider gave one
+        (raw=False), else stdout. Offsets are UTF-8 byte offsets; a page never splits a
+        character. Works for any instance's job and after restarts."""
+        if offset < 0 or max_bytes < 1:
+            raise GatewayError(ErrorKind.INVALID_INPUT, "offset must be >= 0 and max_bytes >= 1.")
+        row = await self.get(job_id)
+        parsed = json.loads(row.result_json) if row.result_json else None
+        data: bytes
+        if row.status.is_terminal:
+            if parsed is not None and not raw and parsed.get("text"):
+                data = str(parsed["text"]).encode("utf-8")
+            else:
+                data = (row.output or "").encode("utf-8")
+            total = len(data)
+        else:
+            data, total = self._partial_stdout(row, offset + max_bytes + 4)
+        start = _char_boundary(data, min(offset, total))
+        end = _char_boundary(data, min(total, start + max_bytes))
+        if end == start and start < total:  # max_bytes smaller than one character
+            end = min(total, start + 4)
+            while end < total and (data[end] & 0xC0) == 0x80:
+                end += 1
+        next_offset = end if end < total else None
+        if end >= len(data) and end < total:  # a running job's prefix read: more is coming
+            next_offset = end
+        return ResultPage(job=row, output=data[start:end].decode("utf-8", errors="replace"),
+                          offset=start, next_offset=next_offset, total_bytes=total,
+                          complete=row.status.is_terminal and next_offset is None, parsed=parsed)
+
+    def _partial_stdout(self, row: JobRow, upto: int) -> tuple[bytes, int]:
+        """Output so far of a running job (its first `upto` bytes, and the total): the spool
+        file when it runs on this host with our state dir, else the tail its owner flushed
+        to the row."""
+        path = self.spool_root / row.id / "stdout"
+        if row.hostname == self.hostname and path.exists():
+            with path.open("rb") as fh:
+                data = fh.read(upto)
+                return data, max(len(data), path.stat().st_size)
+        data = (row.output or "").encode("utf-8")
+        return data, len(data)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"admitting": self.admitting and not self.closing,
+                "local_jobs": len(self._local), **self.limiter.snapshot()}
+
+    # -- shutdown ---------------------------------------------------------------------------
+    async def drain(self, timeout_s: float) -> bool:
+        """Stop admitting, fail queued jobs (`shutdown`), stop running groups (SIGTERM then
+        SIGKILL), and wait for their terminal rows — within timeout_s. Returns whether
+        everything finished in time (if not, the caller leaves the lease to expire)."""
+        self.closing = True
+        jobs = list(self._local.values())
+        grace = max(0.1, timeout_s / 3)
+        for job in jobs:
+            self.cancel_local(job.row.id, ErrorKind.SHUTDOWN, grace_s=grace)
+        tasks = [j.task for j in jobs if j.task is not None]
+        if not tasks:
+            return True
+        done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        return not pending
+
+    def remove_spool(self, job_ids: list[str]) -> None:
+        for job_id in job_ids:
+            shutil.rmtree(self.spool_root / job_id, ignore_errors=True)
+
+
+def _char_boundary(data: bytes, index: int) -> int:
+    """Move index back to the start of a UTF-8 character (never split one)."""
+    while 0 < index < len(data) and (data[index] & 0xC0) == 0x80:
+        index -= 1
+    return index
+

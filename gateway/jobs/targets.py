@@ -1,0 +1,153 @@
+"""Turn a SubmitRequest into a validated Target: what to run and the normalized request.
+
+Everything a caller can get wrong is checked here, before any row is written or anything
+is spawned, and reported as GatewayError(invalid_input | not_found) with what to do.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from gateway.config import ApiProviderConfig, Settings
+from gateway.jobs.model import ErrorKind, GatewayError
+from gateway.jobs.requests import SubmitRequest
+from providers.base import CliProvider, InvalidRequest, Invocation, OutputDiscipline, ProviderRequest
+
+
+@dataclass(slots=True)
+class Target:
+    provider: str
+    transport: str  # "process" | "http"
+    normalized: dict[str, Any]  # hashed into the request key and stored as request_json
+    model: str | None
+    working_dir: str | None
+    login_hint: str = ""
+    install_hint: str = ""
+    # process transport
+    adapter: CliProvider | None = None
+    invocation: Invocation | None = None
+    provider_request: ProviderRequest | None = None
+    idle_timeout: bool = True
+    # http transport
+    api_config: ApiProviderConfig | None = None
+    api_request: Any = None
+
+
+def _invalid(message: str) -> GatewayError:
+    return GatewayError(ErrorKind.INVALID_INPUT, message)
+
+
+def _pydantic_problem(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        parts.append(f"{loc}: {err.get('msg')}" if loc else str(err.get("msg")))
+    return "; ".join(parts)
+
+
+def _check_prompt(prompt: str | None, settings: Settings) -> str:
+    if prompt is None or not prompt.strip():
+        raise _invalid("prompt is empty: pass the task for the agent in `prompt`.")
+    if "\x00" in prompt:
+        raise _invalid("prompt contains a NUL byte, which no CLI can receive; remove it.")
+    size = len(prompt.encode("utf-8"))
+    if size > settings.limits.max_prompt_bytes:
+        raise _invalid(f"prompt is {size} bytes, over limits.max_prompt_bytes "
+                       f"({settings.limits.max_prompt_bytes}); shorten it or put the material "
+                       f"in a file under working_dir and refer to it.")
+    return prompt
+
+
+def _check_working_dir(working_dir: str | None) -> str | None:
+    if working_dir is None or working_dir == "":
+        return None
+    if "\x00" in working_dir:
+        raise _invalid("working_dir contains a NUL byte.")
+    path = Path(working_dir).expanduser()
+    if not path.is_absolute():
+        raise _invalid(f"working_dir {working_dir!r} must be an absolute path (the gateway's own "
+                       f"current directory means nothing to the caller).")
+    if not path.is_dir():
+        raise _invalid(f"working_dir {working_dir!r} does not exist or is not a directory.")
+    return str(path.resolve())
+
+
+def resolve_target(settings: Settings, provider: str, request: SubmitRequest) -> Target:
+    """Validate the request for `provider` and build what will run. No I/O beyond stat()."""
+    if request.timeout_s is not None and request.timeout_s <= 0:
+        raise _invalid("timeout_s must be a positive number of seconds.")
+    if provider in settings.api_providers:
+        return _http_target(settings, provider, request)
+    from providers.registry import CLI_PROVIDERS, check_argv_size, resolve_command
+
+    adapter = CLI_PROVIDERS.get(provider)
+    config = settings.providers.get(provider)
+    if adapter is None or config is None:
+        known = sorted([*CLI_PROVIDERS, *settings.api_providers])
+        raise _invalid(f"unknown provider {provider!r}; known providers: {known}.")
+    if not config.enabled:
+        raise _invalid(f"provider {provider!r} is disabled in the gateway config "
+                       f"([providers.{provider}] enabled = false).")
+    prompt = _check_prompt(request.prompt, settings)
+    working_dir = _check_working_dir(request.working_dir)
+    try:
+        options = adapter.options_model.model_validate(dict(request.options or {}))
+    except ValidationError as exc:
+        raise _invalid(f"invalid {provider} options: {_pydantic_problem(exc)}") from None
+    model = request.model or config.default_model
+    preq = ProviderRequest(prompt=prompt, model=model, working_dir=working_dir,
+                           session_id=request.session_id, options=options)
+    command = resolve_command(provider, config.command, os.environ.get("PATH", ""))
+    if command is None:
+        names = config.command or " or ".join(adapter.commands)
+        raise GatewayError(ErrorKind.NOT_FOUND,
+                           f"The '{names}' command was not found on PATH or in the usual user "
+                           f"bin directories. Install it ({adapter.install_hint}) or set "
+                           f"[providers.{provider}].command to its full path.")
+    try:
+        invocation = adapter.build_invocation(preq, command, list(config.extra_args), model)
+        check_argv_size(invocation.argv)
+    except InvalidRequest as exc:
+        raise _invalid(str(exc)) from None
+    invocation.env = {**config.env, **invocation.env}
+    normalized = {
+        "provider": provider,
+        "prompt": prompt,
+        "model": model,
+        "working_dir": working_dir,
+        "session_id": request.session_id,
+        "options": options.model_dump(mode="json", exclude_none=True),
+    }
+    return Target(provider=provider, transport="process", normalized=normalized, model=model,
+                  working_dir=working_dir, login_hint=adapter.login_hint,
+                  install_hint=adapter.install_hint, adapter=adapter, invocation=invocation,
+                  provider_request=preq,
+                  idle_timeout=adapter.discipline == OutputDiscipline.STREAMS)
+
+
+def _http_target(settings: Settings, provider: str, request: SubmitRequest) -> Target:
+    from providers.http_api import ApiRequest, normalized_request
+
+    config = settings.api_providers[provider]
+    fields = dict(request.options or {})
+    if request.prompt is not None:
+        fields["prompt"] = request.prompt
+    if request.model is not None:
+        fields["model"] = request.model
+    try:
+        api_request = ApiRequest.model_validate(fields)
+    except ValidationError as exc:
+        raise _invalid(f"invalid {provider} request: {_pydantic_problem(exc)}") from None
+    if api_request.prompt is not None:
+        _check_prompt(api_request.prompt, settings)
+    normalized = normalized_request(provider, config, api_request)
+    return Target(provider=provider, transport="http", normalized=normalized,
+                  model=normalized.get("model"), working_dir=None,
+                  login_hint=f"Check the API key in the environment variable "
+                             f"{config.api_key_env} and retry." if config.api_key_env else "",
+                  api_config=config, api_request=api_request, idle_timeout=False)

@@ -1,0 +1,109 @@
+"""The running gateway: store + job manager + lease keeper, started and stopped as one.
+
+Startup must be quick (MCP clients wait only seconds and restart servers freely): the MCP
+front end answers `initialize` and `tools/list` at once while `start()` opens the store,
+migrates it and registers the instance in the background; tools await `manager()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+
+import structlog
+
+from gateway import __version__, proc
+from gateway.config import Settings
+from gateway.jobs.leases import LeaseKeeper
+from gateway.jobs.manager import JobManager
+from gateway.jobs.model import ErrorKind, GatewayError, InstanceRow
+from gateway.store.base import JobStore
+
+log = structlog.get_logger(__name__)
+
+STORE_OPEN_RETRY_S = 2.0  # a store that is down at startup is retried, never given up on
+READY_WAIT_S = 10.0  # how long a tool call waits for startup before answering `unavailable`
+
+
+class Gateway:
+    def __init__(self, settings: Settings, role: str = "stdio") -> None:
+        self.settings = settings
+        self.role = role
+        self.instance_id = str(uuid.uuid4())
+        self.store: JobStore | None = None
+        self._manager: JobManager | None = None
+        self.leases: LeaseKeeper | None = None
+        self._ready = asyncio.Event()
+        self._start_error: str | None = None
+        self._start_task: asyncio.Task[None] | None = None
+
+    def start_in_background(self) -> None:
+        self._start_task = asyncio.create_task(self.start(), name="gateway_start")
+
+    async def start(self) -> None:
+        """Open the store (retrying while it is down), build the manager, register, loop."""
+        from gateway.store import open_store
+
+        while True:
+            try:
+                self.store = await open_store(self.settings)
+                break
+            except Exception as exc:  # noqa: BLE001 - reported to callers, retried
+                self._start_error = str(exc) or repr(exc)
+                log.warning("job store unavailable at startup; retrying", action="open_store",
+                            error=self._start_error)
+                await asyncio.sleep(STORE_OPEN_RETRY_S)
+        self._start_error = None
+        hostname, boot_id = proc.hostname(), proc.boot_id()
+        identity = InstanceRow(
+            instance_id=self.instance_id, hostname=hostname, boot_id=boot_id, pid=os.getpid(),
+            pid_started_at=proc.process_start_time(os.getpid()), role=self.role,
+            version=__version__)
+        self._manager = JobManager(self.settings, self.store, self.instance_id, hostname, boot_id)
+        self.leases = LeaseKeeper(self.settings, self.store, self._manager, identity)
+        await self.leases.start()
+        self._ready.set()
+        log.info("gateway ready", action="start", instance_id=self.instance_id,
+                 backend=self.settings.persistence.backend, role=self.role)
+
+    async def manager(self, wait_s: float = READY_WAIT_S) -> JobManager:
+        """The job manager once the store is open; GatewayError(unavailable) if not in time."""
+        if not self._ready.is_set():
+            try:
+                await asyncio.wait_for(self._ready.wait(), wait_s)
+            except TimeoutError:
+                detail = f": {self._start_error}" if self._start_error else ""
+                raise GatewayError(ErrorKind.UNAVAILABLE,
+                                   f"The gateway is still starting (job store not open yet"
+                                   f"{detail}). Retry in a few seconds.") from None
+        assert self._manager is not None
+        return self._manager
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    async def stop(self) -> None:
+        """Drain within lease.drain_timeout_s, then mark the instance stopped and close.
+
+        If draining does not finish in time the instance row is left as is, so its lease
+        expires and other instances orphan what is left (never a false terminal state).
+        """
+        if self._start_task is not None and not self._start_task.done():
+            self._start_task.cancel()
+        manager, leases, store = self._manager, self.leases, self.store
+        drained = True
+        if manager is not None:
+            drained = await manager.drain(self.settings.lease.drain_timeout_s)
+        if leases is not None:
+            await leases.stop()
+            if drained:
+                await leases.mark_stopped()
+            else:
+                log.warning("drain timed out; leaving the lease to expire", action="drain")
+        if store is not None:
+            try:
+                await store.close()
+            except Exception as exc:  # noqa: BLE001 - shutting down anyway
+                log.warning("store close failed", action="close", error=repr(exc))

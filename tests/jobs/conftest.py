@@ -1,0 +1,119 @@
+"""Fixtures for the job manager and lease tests: a real store (SQLite file or PostgreSQL
+database), the fake provider CLIs, and gateways built exactly as the server builds them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway.config import Settings, load_settings
+from gateway.runtime import Gateway
+
+FAKES_BIN = Path(__file__).resolve().parents[1] / "fakes" / "bin"
+FAKE_COMMANDS = {
+    "claude": "claude", "codex": "codex", "gemini": "agy", "grok": "grok",
+    "mistral": "vibe", "devin": "devin", "cursor": "cursor-agent",
+}
+
+# Short lease knobs so lease behaviour is observable in a fast test.
+FAST_LEASE = {"heartbeat_s": 0.2, "ttl_s": 1.0, "http_job_grace_s": 1.0,
+              "sweep_interval_s": 0.2, "instance_gc_s": 1.0, "cancel_poll_s": 0.2,
+              "drain_timeout_s": 1.5}
+
+
+class FakeLog:
+    """The fake CLIs' invocation log (FAKE_CLI_LOG): one JSON line per spawn."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def entries(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+    def spawns(self) -> list[dict[str, Any]]:
+        return [e for e in self.entries() if "argv" in e]
+
+    def prompts(self) -> list[str]:
+        return [e.get("prompt", "") for e in self.spawns()]
+
+
+@pytest.fixture
+def fake_log(tmp_path: Path) -> FakeLog:
+    return FakeLog(tmp_path / "fake-cli.log")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def make_settings(
+    backend: str, tmp_path: Path, fake_log: FakeLog, monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> Callable[..., Settings]:
+    """Settings for a gateway on the test's store, with every provider pointing at its fake."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("AGENT_GATEWAY_CONFIG", raising=False)
+    persistence: dict[str, Any] = {"backend": backend}
+    if backend == "postgres":
+        persistence["dsn"] = request.getfixturevalue("postgres_dsn")
+    else:
+        persistence["path"] = str(tmp_path / "state" / "jobs.db")
+
+    def build(**sections: Any) -> Settings:
+        providers = {
+            name: {"command": str(FAKES_BIN / binary), "env": {"FAKE_CLI_LOG": str(fake_log.path)}}
+            for name, binary in FAKE_COMMANDS.items()
+        }
+        base: dict[str, Any] = {
+            "persistence": dict(persistence),
+            "lease": dict(FAST_LEASE),
+            "limits": {"kill_grace_s": 1.0},
+            "providers": providers,
+        }
+        for key, value in sections.items():
+            if isinstance(value, dict) and isinstance(base.get(key), dict):
+                base[key] = {**base[key], **value}
+            else:
+                base[key] = value
+        return load_settings(**base)
+
+    return build
+
+
+@pytest.fixture
+async def start_gateway() -> AsyncIterator[Callable[..., Any]]:
+    """Start gateways (as the server does) and stop them all at the end of the test."""
+    started: list[Gateway] = []
+
+    async def start(settings: Settings, role: str = "stdio") -> Gateway:
+        gateway = Gateway(settings, role=role)
+        with anyio.fail_after(20):
+            await gateway.start()
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in reversed(started):
+        with anyio.fail_after(20):
+            await gateway.stop()
+
+
+async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, step: float = 0.02) -> Any:
+    """Poll a (sync or async) condition until it is truthy, bounded by `timeout`."""
+    with anyio.fail_after(timeout):
+        while True:
+            value = predicate()
+            if hasattr(value, "__await__"):
+                value = await value
+            if value:
+                return value
+            await anyio.sleep(step)

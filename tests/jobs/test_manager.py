@@ -1,0 +1,237 @@
+"""The job manager on a real store (SQLite file and PostgreSQL) with the fake CLIs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+
+from gateway.jobs.model import ErrorKind, GatewayError, JobStatus
+from gateway.jobs.requests import SubmitRequest
+from tests.jobs.conftest import FakeLog, wait_for
+
+pytestmark = pytest.mark.anyio
+
+
+def req(prompt: str, **kw: Any) -> SubmitRequest:
+    return SubmitRequest(prompt=prompt, **kw)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+async def test_a_request_runs_to_completion_with_the_parsed_answer(make_settings, start_gateway) -> None:
+    gw = await start_gateway(make_settings())
+    manager = await gw.manager()
+    sub = await manager.submit("claude", req("hello there"))
+    assert not sub.deduplicated and sub.job.status == JobStatus.QUEUED
+    row = await manager.wait(sub.job.id, 20)
+    assert row.status == JobStatus.COMPLETED, row.error
+    page = await manager.read_result(sub.job.id)
+    assert "hello there" in page.output and page.complete and page.next_offset is None
+    assert page.parsed and page.parsed["session_id"]
+
+
+async def test_an_identical_running_request_is_deduplicated_without_a_second_spawn(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    manager = await (await start_gateway(make_settings())).manager()
+    first = await manager.submit("codex", req("work @sleep=1"))
+    await wait_for(lambda: len(fake_log.spawns()) == 1)
+    second = await manager.submit("codex", req("work @sleep=1"))
+    assert second.deduplicated and second.job.id == first.job.id
+    await manager.wait(first.job.id, 20)
+    third = await manager.submit("codex", req("work @sleep=1"))  # completed within window
+    assert third.deduplicated and third.job.id == first.job.id
+    assert len(fake_log.spawns()) == 1
+
+
+async def test_force_refresh_runs_again(make_settings, start_gateway, fake_log: FakeLog) -> None:
+    manager = await (await start_gateway(make_settings())).manager()
+    a = await manager.submit("grok", req("same"))
+    await manager.wait(a.job.id, 20)
+    b = await manager.submit("grok", req("same", force_refresh=True))
+    assert not b.deduplicated and b.job.id != a.job.id
+    await manager.wait(b.job.id, 20)
+    assert len(fake_log.spawns()) == 2
+
+
+async def test_no_dedup_across_prompts_models_working_dirs_or_providers(
+    make_settings, start_gateway, fake_log: FakeLog, tmp_path: Path
+) -> None:
+    manager = await (await start_gateway(make_settings())).manager()
+    other_dir = tmp_path / "wd"
+    other_dir.mkdir()
+    variants = [
+        ("claude", req("p")), ("claude", req("q")), ("claude", req("p", model="sonnet")),
+        ("claude", req("p", working_dir=str(other_dir))), ("codex", req("p")),
+    ]
+    ids = set()
+    for provider, request in variants:
+        sub = await manager.submit(provider, request)
+        assert not sub.deduplicated
+        ids.add(sub.job.id)
+    for job_id in ids:
+        await manager.wait(job_id, 20)
+    assert len(ids) == len(variants) == len(fake_log.spawns())
+
+
+async def test_concurrent_identical_requests_on_two_managers_start_exactly_one_run(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    settings = make_settings()
+    m1 = await (await start_gateway(settings)).manager()
+    m2 = await (await start_gateway(settings)).manager()
+    results = []
+
+    async def submit(manager) -> None:
+        results.append(await manager.submit("claude", req("race me @sleep=0.5")))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(10):
+            tg.start_soon(submit, m1 if i % 2 else m2)
+    assert len({r.job.id for r in results}) == 1
+    assert sum(not r.deduplicated for r in results) == 1
+    await wait_for(lambda: m1.store.get_job(results[0].job.id), 10)
+    row = await m1.wait(results[0].job.id, 20)
+    if row.status.is_active:  # owned by m2: wait there
+        row = await m2.wait(results[0].job.id, 20)
+    assert row.status == JobStatus.COMPLETED
+    assert len(fake_log.spawns()) == 1
+
+
+async def test_fifo_order_without_cross_provider_head_of_line_blocking(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    settings = make_settings(limits={"max_running_jobs": 4, "max_running_per_provider": 1})
+    manager = await (await start_gateway(settings)).manager()
+    hold = await manager.submit("claude", req("hold @sleep=1.5"))
+    await wait_for(lambda: len(fake_log.spawns()) == 1)
+    queued = [await manager.submit("claude", req(f"c{i}")) for i in range(3)]
+    other = await manager.submit("codex", req("not blocked"))
+    # codex runs while claude's queue waits behind its cap
+    done = await manager.wait(other.job.id, 20)
+    assert done.status == JobStatus.COMPLETED
+    assert (await manager.get(queued[0].job.id)).status == JobStatus.QUEUED
+    for sub in queued:
+        assert (await manager.wait(sub.job.id, 30)).status == JobStatus.COMPLETED
+    await manager.wait(hold.job.id, 20)
+    claude_prompts = [p for p in fake_log.prompts() if p.startswith("c") and len(p) == 2]
+    assert claude_prompts == ["c0", "c1", "c2"]
+
+
+async def test_queue_timeout_and_saturation(make_settings, start_gateway, fake_log: FakeLog) -> None:
+    settings = make_settings(limits={"max_running_jobs": 1, "max_queued_jobs": 1,
+                                     "queue_timeout_s": 0.5})
+    manager = await (await start_gateway(settings)).manager()
+    running = await manager.submit("claude", req("busy @sleep=3"))
+    waiting = await manager.submit("claude", req("waits"))
+    with pytest.raises(GatewayError) as err:
+        await manager.submit("claude", req("one too many"))
+    assert err.value.kind == ErrorKind.SATURATED and err.value.retryable
+    row = await manager.wait(waiting.job.id, 10)
+    assert row.status == JobStatus.FAILED and row.error_kind == ErrorKind.QUEUE_TIMEOUT
+    assert row.exit_code == 75
+    await manager.cancel(running.job.id)
+    assert "waits" not in fake_log.prompts()
+
+
+async def test_an_insert_failure_fails_the_request_with_nothing_left_running(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    gw = await start_gateway(make_settings())
+    manager = await gw.manager()
+    await manager.store.close()
+    with pytest.raises(GatewayError) as err:
+        await manager.submit("claude", req("never runs", force_refresh=True))
+    assert err.value.kind == ErrorKind.UNAVAILABLE
+    assert manager.limiter.snapshot()["running"] == 0
+    assert manager.local_job_ids() == []
+    assert fake_log.spawns() == []
+
+
+async def test_cancel_of_a_queued_job_never_spawns_it(make_settings, start_gateway, fake_log) -> None:
+    settings = make_settings(limits={"max_running_jobs": 1})
+    manager = await (await start_gateway(settings)).manager()
+    busy = await manager.submit("claude", req("busy @sleep=2"))
+    queued = await manager.submit("claude", req("queued one"))
+    out = await manager.cancel(queued.job.id)
+    assert out.outcome == "cancelled" and out.job.status == JobStatus.CANCELLED
+    await manager.cancel(busy.job.id)
+    assert "queued one" not in fake_log.prompts()
+
+
+async def test_cancel_of_a_running_job_kills_its_whole_group(make_settings, start_gateway, fake_log) -> None:
+    manager = await (await start_gateway(make_settings())).manager()
+    sub = await manager.submit("claude", req("stubborn @ignore-term @grandchild=60 @sleep=60"))
+    await wait_for(lambda: any("grandchild_pid" in e for e in fake_log.entries()))
+    out = await manager.cancel(sub.job.id)
+    assert out.job.status == JobStatus.CANCELLED
+    pids = [e["pid"] for e in fake_log.spawns()] + [
+        e["grandchild_pid"] for e in fake_log.entries() if "grandchild_pid" in e]
+    await wait_for(lambda: not any(alive(p) for p in pids), 10)
+
+
+async def test_result_paging_across_a_multi_mib_output(make_settings, start_gateway) -> None:
+    manager = await (await start_gateway(make_settings())).manager()
+    sub = await manager.submit("gemini", req("@bytes=3000000 big"))
+    row = await manager.wait(sub.job.id, 30)
+    assert row.status == JobStatus.COMPLETED, row.error
+    pieces, offset = [], 0
+    while True:
+        page = await manager.read_result(sub.job.id, offset=offset, max_bytes=700_000, raw=True)
+        pieces.append(page.output)
+        if page.next_offset is None:
+            break
+        offset = page.next_offset
+    assert len(pieces) >= 5 and page.complete
+    assert "".join(pieces) == row.output and page.total_bytes >= 3_000_000
+
+
+async def test_a_wait_past_the_deferral_deadline_returns_and_the_job_still_completes(
+    make_settings, start_gateway
+) -> None:
+    manager = await (await start_gateway(make_settings())).manager()
+    sub = await manager.submit("claude", req("slow @sleep=1.5"))
+    row = await manager.wait(sub.job.id, 0.3)
+    assert row.status == JobStatus.RUNNING
+    assert (await manager.wait(sub.job.id, 20)).status == JobStatus.COMPLETED
+
+
+async def test_results_survive_closing_and_reopening_on_the_same_store(make_settings, start_gateway) -> None:
+    settings = make_settings()
+    gw = await start_gateway(settings)
+    manager = await gw.manager()
+    sub = await manager.submit("claude", req("remember me"))
+    await manager.wait(sub.job.id, 20)
+    await gw.stop()
+    manager2 = await (await start_gateway(settings)).manager()
+    page = await manager2.read_result(sub.job.id)
+    assert "remember me" in page.output and page.job.status == JobStatus.COMPLETED
+
+
+async def test_unknown_job_ids_and_bad_input_are_clear_errors(make_settings, start_gateway, tmp_path) -> None:
+    manager = await (await start_gateway(make_settings())).manager()
+    cases = [
+        lambda: manager.get("nope"),
+        lambda: manager.submit("claude", req("")),
+        lambda: manager.submit("claude", req("a\x00b")),
+        lambda: manager.submit("claude", req("x", working_dir=str(tmp_path / "missing"))),
+        lambda: manager.submit("claude", req("x", working_dir="relative/dir")),
+        lambda: manager.submit("nosuch", req("x")),
+        lambda: manager.submit("claude", req("x", timeout_s=-1)),
+        lambda: manager.read_result("nope"),
+    ]
+    for case in cases:
+        with pytest.raises(GatewayError) as err:
+            await case()
+        assert err.value.kind in (ErrorKind.INVALID_INPUT, ErrorKind.JOB_NOT_FOUND)
+        assert err.value.message
+    assert await manager.list_jobs() == []
