@@ -219,6 +219,17 @@ async def test_a_shutdown_shortens_the_grace_of_a_pending_cancel(tmp_path: Path)
     assert outcome.signal == 9
 
 
+async def test_cancel_after_the_end_changes_nothing_and_wait_repeats_the_outcome(
+    tmp_path: Path,
+) -> None:
+    run, outcome = await run_to_end(make_spec(tmp_path, fake_claude(tmp_path, "hi")))
+    run.cancel()
+    with anyio.fail_after(DEADLINE_S):
+        again = await run.wait()
+    assert again is outcome
+    assert again.error_kind is None and again.exit_code == 0
+
+
 async def test_cancel_before_start_spawns_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "spawned"
     invocation = child(tmp_path, f"open({str(marker)!r}, 'w').close()")
@@ -530,6 +541,9 @@ async def test_live_counters_follow_the_spool_files_while_the_run_goes_on(
         identity = await run.start()
         await until(lambda: (run.stdout_bytes, run.stderr_bytes) == (1000, 10), "the counters")
         assert proc.is_process_alive(identity.pid, identity.started_at)
+        # Its own session and process group, apart from the gateway's.
+        assert os.getsid(identity.pid) == identity.pid
+        assert os.getpgid(identity.pid) == identity.pgid == identity.pid != os.getpgrp()
         assert read_tail(run.stdout_path, 5) == "ooooo"
         run.cancel()
         outcome = await run.wait()
