@@ -387,14 +387,13 @@ def main(binary: str) -> None:
     except UsageError as exc:
         err(str(exc))
         sys.exit(2)
-    except SystemExit:
-        raise
     if run is None:
         sys.exit(exit_code)
+    # Signal handlers first: once the log line exists, a test may send SIGTERM.
+    setup_signals(run)
     log_invocation({"provider": run.provider, "binary": binary, "argv": sys.argv,
                     "pid": os.getpid(), "pgid": os.getpgid(0), "cwd": os.getcwd(),
                     "prompt": run.prompt, "t": time.time()})
-    setup_signals(run)
     if "stderr" in run.d:
         err(run.d["stderr"])
     if "grandchild" in run.d:
