@@ -41,6 +41,8 @@ PG_PORT_ATTEMPTS = 3  # a free port can be taken between probing it and the serv
 PG_SUPERUSER = "postgres"  # initdb -U: the same name whether or not we run as root
 PG_SYSTEM_USER = "postgres"  # who runs initdb/pg_ctl when the tests run as root
 SBIN_PATH = "/usr/sbin:/sbin"  # where runuser lives on Debian; not always on a CI PATH
+PG_DIR_PREFIX = "acg-pg-"  # temp dirs of throwaway servers (reaped when their owner died)
+OWNER_FILE = "owner.pid"  # the pytest process that started the server
 
 # Fast and disposable: nothing here survives the session, so durability against an OS crash
 # or power loss (fsync, full_page_writes) is wasted time. synchronous_commit stays ON: with
@@ -123,10 +125,15 @@ class PostgresServer:
     before it drops its database.
     """
 
-    def __init__(self, bindir: Path) -> None:
+    def __init__(self, bindir: Path, base_dir: Path | None = None) -> None:
         self.bindir = bindir
         self.as_root = os.geteuid() == 0
-        self.base_dir = Path(tempfile.mkdtemp(prefix="acg-pg-"))
+        if base_dir is None:
+            base_dir = Path(tempfile.mkdtemp(prefix=PG_DIR_PREFIX))
+            # Which test session owns this server, so a later session can reap it if this
+            # one is killed before its teardown (e.g. `timeout` sends SIGTERM).
+            (base_dir / OWNER_FILE).write_text(str(os.getpid()))
+        self.base_dir = base_dir
         self.data_dir = self.base_dir / "data"
         self.socket_dir = self.base_dir / "sock"
         self.log_file = self.base_dir / "server.log"
@@ -302,6 +309,28 @@ class PostgresServer:
         )
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_abandoned_servers(bindir: Path) -> None:
+    """Stop and delete throwaway servers whose test session died without its teardown."""
+    for base_dir in Path(tempfile.gettempdir()).glob(f"{PG_DIR_PREFIX}*"):
+        try:
+            owner = int((base_dir / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not ours, or still being created
+        if _pid_alive(owner):
+            continue
+        PostgresServer(bindir, base_dir).destroy()
+
+
 def _start_or_give_up() -> PostgresServer:
     bindir = find_pg_bindir()
     if bindir is None:
@@ -309,6 +338,7 @@ def _start_or_give_up() -> PostgresServer:
             "no PostgreSQL server binaries (initdb, pg_ctl) found via pg_config, "
             "/usr/lib/postgresql/*/bin or PATH; install the postgresql package"
         )
+    reap_abandoned_servers(bindir)
     server = PostgresServer(bindir)
     try:
         server.init()
