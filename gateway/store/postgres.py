@@ -70,12 +70,14 @@ _INSTANCE_COLUMNS = (
 # time inspects and changes the schema, so concurrent `CREATE ... IF NOT EXISTS` never race.
 LOCK_SCHEMA = f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})"
 
+# One row per applied migration; created under LOCK_SCHEMA like everything else.
 CREATE_SCHEMA_VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
     applied_at timestamptz NOT NULL
 )"""
 
+# 0 for a database no gateway has touched yet.
 READ_SCHEMA_VERSION = "SELECT COALESCE(MAX(version), 0) FROM schema_version"
 
 # Each version is recorded once (primary key), by the instance holding the schema lock.
@@ -193,6 +195,7 @@ DELETE FROM gateway_instances
 WHERE (stopped_at IS NOT NULL AND stopped_at < now() - make_interval(secs => $1))
    OR lease_expires_at < now() - make_interval(secs => $1)"""
 
+# Observability only: no decision is taken on instance rows (leases live on the jobs).
 LIST_INSTANCES = f"""
 SELECT {_INSTANCE_COLUMNS} FROM gateway_instances ORDER BY started_at, instance_id"""
 
@@ -330,6 +333,7 @@ WHERE status IN ('completed','failed','cancelled','timed_out','orphaned')
   AND finished_at < now() - make_interval(secs => $1)
 RETURNING id"""
 
+# A plain read; every caller that acts on it goes through a guarded UPDATE afterwards.
 GET_JOB = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = $1"
 
 # Optional filters as NULL-able parameters keep one statement text (one prepared plan).

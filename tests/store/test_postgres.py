@@ -19,7 +19,7 @@ import anyio
 import asyncpg
 import pytest
 
-from gateway.jobs.model import Completion, InstanceRow, JobRow, JobStatus, NewJob
+from gateway.jobs.model import Completion, InstanceRow, JobRow, JobStatus, NewJob, Progress
 from gateway.store.base import SCHEMA_VERSION, DuplicateActiveJob, StoreUnavailable
 from gateway.store.postgres import (
     APPLICATION_NAME,
@@ -173,6 +173,22 @@ async def test_every_time_written_or_compared_is_the_database_clock(
         await store.mark_instance_stopped("i-1")
         (row,) = await store.list_instances()
         assert_written_by(server_now, row.stopped_at)
+
+        # The remaining writers stamp the server clock too.
+        running = await store.insert_job(new_job("i-1"), ttl_s=60)
+        assert await store.mark_running(running.id, "i-1", None, None, None, ttl_s=60)
+        assert await store.record_process(running.id, "i-1", 7, 7, 1.0)
+        assert await store.save_progress(running.id, "i-1", Progress(3, "abc"))
+        progressed = await store.get_job(running.id)
+        assert progressed is not None
+        assert_written_by(server_now, progressed.updated_at)
+        queued = await store.insert_job(new_job("i-1"), ttl_s=60)
+        assert await store.cancel_queued(queued.id, "i-1", "stop")
+        assert await store.fail_active("i-1", "shutdown", "draining", None) == 1
+        for job_id in (running.id, queued.id):
+            final = await store.get_job(job_id)
+            assert final is not None and final.status.is_terminal
+            assert_written_by(server_now, final.finished_at, final.updated_at)
     finally:
         await store.close()
 
