@@ -1,0 +1,208 @@
+"""The MCP front end: the server object, its lifespan, and `serve()` over stdio or HTTP.
+
+Startup answers at once: the lifespan only *starts* the gateway (store, manager, leases)
+in the background and tools await it, so `initialize` and `tools/list` never wait on a
+database or a CLI. Shutdown (stdin EOF, SIGTERM, SIGINT) leaves through the lifespan, which
+drains jobs and marks the instance stopped within `lease.drain_timeout_s`, well before an
+MCP client's SIGKILL (2 s after SIGTERM). Nothing is ever written to stdout: it is the stdio
+protocol channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import signal
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import structlog
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from pydantic import ValidationError
+
+from gateway import __version__
+from gateway.config import Settings
+from gateway.jobs.model import ErrorKind
+from gateway.tool_results import failure, invalid_arguments
+from gateway.tools import ServerState, register_tools
+
+log = structlog.get_logger(__name__)
+
+SERVER_NAME = "agent-cli-gateway"
+STOP_MARGIN_S = 1.0  # beyond the drain timeout: leases stop, instance row, store close
+PROBE_STOP_S = 1.0  # a stopped version probe kills its child and returns at once
+VERSION_PROBE_START_WAIT_S = 15.0  # probe CLI versions once the store is up (or after this)
+INSTRUCTIONS = (
+    "Runs coding-agent CLIs (claude, codex, gemini, grok, mistral, devin, cursor) and HTTP "
+    "model APIs as durable jobs. For a quick task call <provider>_request: it waits for the "
+    "answer, or returns {deferred: true, job_id} if the job runs long. For long tasks call "
+    "<provider>_request_async, then llm_job_wait(job_id) until done, then "
+    "llm_job_result(job_id) (paged with offset/next_offset). llm_job_cancel stops a job; "
+    "gateway_status shows which CLIs are installed."
+)
+
+
+class GatewayServer(MCPServer[ServerState]):
+    """MCPServer whose argument errors, unknown arguments and unknown tools also come back
+    as structured `isError` answers (error_kind invalid_input), like every other failure."""
+
+    def __init__(self, state: ServerState, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.state = state
+        self._accepted: dict[str, frozenset[str]] = {}
+
+    def add_tool(self, fn: Any, name: str | None = None, *args: Any, **kwargs: Any) -> None:
+        super().add_tool(fn, name, *args, **kwargs)
+        tool_name = name or fn.__name__
+        tool = self._tool_manager.get_tool(tool_name)
+        if tool is not None:
+            properties = tool.parameters.get("properties", {})
+            self._accepted[tool_name] = frozenset(properties)
+            # Unknown arguments are refused (below); say so in the schema too.
+            tool.parameters["additionalProperties"] = False
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context[ServerState, Any] | None = None) -> Any:
+        accepted = self._accepted.get(name)
+        if accepted is None:
+            return failure(ErrorKind.INVALID_INPUT,
+                           f"Unknown tool {name!r}. List the tools (tools/list) and call one "
+                           f"of them.")
+        unknown = sorted(set(arguments) - accepted)
+        if unknown:
+            return failure(ErrorKind.INVALID_INPUT,
+                           f"Unknown argument(s) {unknown} for {name}. It accepts: "
+                           f"{sorted(accepted)}. Remove the others and call again.")
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError as exc:
+            log.error("tool crashed", action="tool_error", tool=name,
+                      error=repr(exc.__cause__))
+            return failure("internal_error", f"Internal gateway error in {name}. Retry once; "
+                                             f"if it persists, report it with the gateway's "
+                                             f"stderr log.")
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                return invalid_arguments(name, exc.__cause__)
+            return failure(ErrorKind.INVALID_INPUT, str(exc))
+
+
+def build_server(settings: Settings, role: str = "stdio") -> GatewayServer:
+    """The MCP server with every tool. Its lifespan owns one Gateway per entry."""
+    state = ServerState(settings, role)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_server: MCPServer[ServerState]) -> AsyncIterator[ServerState]:
+        from gateway.runtime import Gateway
+
+        gateway = Gateway(settings, role=role)
+        state.gateway = gateway
+        gateway.start_in_background()
+        probe = asyncio.create_task(_probe_versions_when_ready(state, gateway),
+                                    name="cli_version_probe")
+        log.info("MCP server started", action="serve", role=role,
+                 instance_id=gateway.instance_id)
+        try:
+            yield state
+        finally:
+            state.versions.stop()
+            # Shielded: a cancelled serving task (SIGTERM) must still drain and deregister.
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(settings.lease.drain_timeout_s + STOP_MARGIN_S):
+                    await gateway.stop()
+                with anyio.move_on_after(PROBE_STOP_S):
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(probe)
+                probe.cancel()
+            state.gateway = None
+            log.info("MCP server stopped", action="serve_stop", instance_id=gateway.instance_id)
+
+    server = GatewayServer(state, name=SERVER_NAME, version=__version__,
+                           instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING")
+    register_tools(server, state)
+    return server
+
+
+async def _probe_versions_when_ready(state: ServerState, gateway: Any) -> None:
+    """Probe CLI versions in the background, after the store is open (startup first)."""
+    with contextlib.suppress(Exception):
+        await gateway.manager(VERSION_PROBE_START_WAIT_S)
+    try:
+        await state.versions.probe_all()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a status nicety must never hurt serving
+        log.warning("CLI version probe failed", action="probe_versions", error=repr(exc))
+
+
+# -- serving --------------------------------------------------------------------------------
+
+
+class ServeError(ValueError):
+    """serve() was asked for something unsafe or impossible; the message says what to do."""
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(settings: Settings, transport: str = "stdio", host: str | None = None,
+          port: int | None = None, no_auth: bool = False) -> int:
+    """Serve MCP until the client goes away or a signal arrives; returns an exit code.
+
+    Raises ServeError for an unknown transport, HTTP without a token (unless no_auth on a
+    loopback host), or no_auth on a non-loopback host.
+    """
+    if transport == "stdio":
+        return asyncio.run(serve_stdio(settings))
+    if transport == "http":
+        from gateway.http_app import serve_http
+
+        host = host if host is not None else settings.http.host
+        port = port if port is not None else settings.http.port
+        token = settings.http.auth_token
+        if no_auth and not is_loopback(host):
+            raise ServeError(f"no_auth is only allowed on a loopback host (127.0.0.1, ::1, "
+                             f"localhost), not {host!r}; configure [http] auth_token instead.")
+        if not no_auth and not token:
+            raise ServeError("serving MCP over HTTP needs a bearer token: set [http] auth_token "
+                             "in the config or the AGENT_GATEWAY_HTTP__AUTH_TOKEN environment "
+                             "variable (or, on a loopback host only, pass --no-auth).")
+        return asyncio.run(serve_http(settings, host, port, None if no_auth else token))
+    raise ServeError(f"unknown transport {transport!r}; use 'stdio' or 'http'.")
+
+
+async def serve_stdio(settings: Settings) -> int:
+    """MCP over stdin/stdout. SIGTERM/SIGINT cancel the serving task, so the lifespan's
+    drain runs exactly as on stdin EOF."""
+    server = build_server(settings, role="stdio")
+    serving = asyncio.create_task(server.run_stdio_async(), name="mcp_stdio")
+    stopped_by: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        if not stopped_by:
+            log.info("signal received; shutting down", action="signal",
+                     signal=signal.Signals(signum).name)
+        stopped_by.append(signum)
+        serving.cancel()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        await serving
+    except asyncio.CancelledError:
+        if not stopped_by:
+            raise
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+    return 0

@@ -1,0 +1,538 @@
+"""The MCP tools: one request path for every provider, plus the llm_job_* family.
+
+Every tool answers readable text and `structuredContent` (tool_results.py); every failure
+is an `isError` answer with `error_kind`, `error`, `retryable` and a text that says what to
+do. No exception escapes a tool body (`guarded`): the SDK would otherwise answer only
+"Error executing tool X". Tools never open the store themselves: they await the gateway's
+manager, which the lifespan starts in the background so `initialize` and `tools/list`
+answer at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import structlog
+from mcp.server.mcpserver import Context
+from mcp.types import CallToolResult, ToolAnnotations
+from pydantic import Field, ValidationError
+
+from gateway import __version__
+from gateway.jobs.manager import MAX_WAIT_S, JobManager
+from gateway.jobs.model import ErrorKind, GatewayError, JobRow, JobStatus
+from gateway.jobs.requests import SubmitRequest
+from gateway.tool_results import (
+    describe_status,
+    duration_s,
+    failure,
+    from_gateway_error,
+    invalid_arguments,
+    job_fields,
+    ok,
+    parsed_result,
+    stderr_excerpt,
+)
+from gateway.tool_signatures import (
+    Param,
+    api_common_params,
+    cli_common_params,
+    option_params,
+    options_given,
+    signature_of,
+)
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+    from gateway.cli_versions import CliVersions
+    from gateway.config import Settings
+    from gateway.runtime import Gateway
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_RESULT_PAGE_BYTES = 200_000  # one page of llm_job_result: comfortable in any client
+# The page travels twice (text and structuredContent) in one message, and MCP clients cap
+# message size (the SDK's HTTP client refuses an SSE event over 1 MiB): stay well under.
+MAX_RESULT_PAGE_BYTES = 400_000
+INLINE_ANSWER_BYTES = DEFAULT_RESULT_PAGE_BYTES  # a sync answer longer than this is paged
+DEFAULT_WAIT_S = 30.0  # llm_job_wait's default: well under the common 60 s tool timeout
+DEFAULT_LIST_LIMIT = 20
+MAX_LIST_LIMIT = 200
+PROGRESS_STEP = 0.001  # progress values must strictly increase between notifications
+
+JOB_ID = Annotated[str, Field(description="The job id a request tool returned.")]
+
+
+class ServerState:
+    """What the tools share: the settings, the running gateway (set by the lifespan) and
+    the background-probed CLI versions."""
+
+    def __init__(self, settings: Settings, role: str) -> None:
+        from gateway.cli_versions import CliVersions
+
+        self.settings = settings
+        self.role = role
+        self.gateway: Gateway | None = None
+        self.versions: CliVersions = CliVersions(settings)
+
+    async def manager(self) -> JobManager:
+        """The job manager; GatewayError(unavailable) while starting or shutting down."""
+        gateway = self.gateway
+        if gateway is None:
+            raise GatewayError(ErrorKind.UNAVAILABLE,
+                               "The gateway is not running (it is starting or shutting "
+                               "down). Retry in a few seconds.")
+        return await gateway.manager()
+
+    def ready_manager(self) -> JobManager | None:
+        """The manager if the gateway is already up, without waiting (status reports)."""
+        gateway = self.gateway
+        if gateway is None or not gateway.ready:
+            return None
+        return gateway._manager  # noqa: SLF001 - ready implies set; never awaits
+
+
+# -- error handling -------------------------------------------------------------------------
+
+ToolBody = Callable[..., Awaitable[CallToolResult]]
+
+
+def guarded(name: str, body: ToolBody) -> ToolBody:
+    """Turn every failure of a tool body into an `isError` answer with an error_kind."""
+
+    @functools.wraps(body)
+    async def wrapper(*args: Any, **kwargs: Any) -> CallToolResult:
+        try:
+            return await body(*args, **kwargs)
+        except GatewayError as err:
+            return from_gateway_error(err)
+        except ValidationError as exc:
+            return invalid_arguments(name, exc)
+        except Exception as exc:  # noqa: BLE001 - top-level handler of a tool call
+            log.exception("tool failed unexpectedly", action="tool_error", tool=name)
+            return failure("internal_error",
+                           f"Internal gateway error in {name}: {type(exc).__name__}: {exc}. "
+                           f"Retry once; if it persists, report it with the gateway's "
+                           f"stderr log.")
+
+    return wrapper
+
+
+async def _report(ctx: Context, state: dict[str, float], message: str) -> None:
+    """A progress notification (a no-op unless the caller sent a progress token). Progress
+    is elapsed seconds, strictly increasing; failures to notify never fail the call."""
+    value = max(time.monotonic() - state["started"], state["last"] + PROGRESS_STEP)
+    state["last"] = value
+    with contextlib.suppress(Exception):
+        await ctx.report_progress(round(value, 3), None, message)
+
+
+def _progress_state() -> dict[str, float]:
+    return {"started": time.monotonic(), "last": -PROGRESS_STEP}
+
+
+# -- provider request tools ----------------------------------------------------------------
+
+
+class ProviderTools:
+    """`<provider>_request` and `<provider>_request_async` for one provider."""
+
+    def __init__(self, state: ServerState, provider: str, kind: Literal["cli", "api"],
+                 option_list: list[Param], common: list[Param], label: str) -> None:
+        self.state = state
+        self.provider = provider
+        self.kind = kind
+        self.options = option_list
+        self.params = [*common, *option_list]
+        self.label = label
+
+    def request(self, values: dict[str, Any]) -> SubmitRequest:
+        values = dict(values)
+        prompt = values.pop("prompt", None)
+        model = values.pop("model", None)
+        return SubmitRequest(
+            prompt=prompt, model=model, working_dir=values.pop("working_dir", None),
+            session_id=values.pop("session_id", None), timeout_s=values.pop("timeout_s", None),
+            force_refresh=bool(values.pop("force_refresh", False)),
+            options=options_given(self.options, values))
+
+    def make(self, sync: bool) -> ToolBody:
+        name = f"{self.provider}_request" if sync else f"{self.provider}_request_async"
+        run = self.run_sync if sync else self.run_async
+
+        async def tool(**kwargs: Any) -> CallToolResult:
+            ctx: Context = kwargs.pop("ctx")
+            return await run(self.request(kwargs), ctx)
+
+        signature = signature_of(self.params, Context, CallToolResult)
+        tool.__signature__ = signature  # type: ignore[attr-defined]
+        tool.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+        tool.__annotations__["return"] = CallToolResult
+        tool.__name__ = name
+        tool.__qualname__ = name
+        return guarded(name, tool)
+
+    def description(self, sync: bool) -> str:
+        defer = self.state.settings.limits.sync_defer_after_s
+        if sync:
+            return (
+                f"Run a request on {self.label} and wait for the answer (the parsed reply text "
+                f"and the native session_id to continue the conversation). The run is a "
+                f"durable job: if it is not done within {defer:g} s this returns "
+                f"{{job_id, status, deferred: true}} instead and the job keeps running; then "
+                f"call llm_job_wait(job_id) until it is done and llm_job_result(job_id) for "
+                f"the answer. An identical request that is running or finished recently "
+                f"returns that job's answer (force_refresh=true runs it again).")
+        return (
+            f"Start a request on {self.label} as a background job and return its job_id at "
+            f"once. Then call llm_job_wait(job_id) (repeat while status is queued/running) "
+            f"and llm_job_result(job_id) to read the answer; llm_job_cancel(job_id) stops it. "
+            f"Use this for long tasks or to run several agents in parallel.")
+
+    async def run_async(self, request: SubmitRequest, ctx: Context) -> CallToolResult:
+        manager = await self.state.manager()
+        submission = await manager.submit(self.provider, request)
+        row = submission.job
+        data = {**job_fields(row), "deduplicated": submission.deduplicated,
+                "poll_with": "llm_job_wait", "collect_with": "llm_job_result",
+                "cancel_with": "llm_job_cancel"}
+        again = " (an identical request already existed; this is that job)" \
+            if submission.deduplicated else ""
+        text = (f"Started {self.provider} job {row.id}{again}: status {row.status}. Call "
+                f"llm_job_wait(job_id=\"{row.id}\") until it is done, then "
+                f"llm_job_result(job_id=\"{row.id}\") for the answer.")
+        return ok(text, data)
+
+    async def run_sync(self, request: SubmitRequest, ctx: Context) -> CallToolResult:
+        progress = _progress_state()
+        manager = await self.state.manager()
+        submission = await manager.submit(self.provider, request)
+        job_id = submission.job.id
+        await _report(ctx, progress, f"{self.provider} job {job_id} {submission.job.status}")
+
+        async def on_progress(output_bytes: int, elapsed: float) -> None:
+            await _report(ctx, progress, f"{self.provider} job {job_id} running: "
+                                         f"{output_bytes} bytes of output after {elapsed:.0f} s")
+
+        budget = self.state.settings.limits.sync_defer_after_s - (
+            time.monotonic() - progress["started"])
+        row = await manager.wait(job_id, max(0.0, budget), on_progress)
+        if row.status.is_active:
+            return self.deferred(row, submission.deduplicated, progress)
+        return await self.answer(manager, row, submission.deduplicated)
+
+    def deferred(self, row: JobRow, deduplicated: bool,
+                 progress: dict[str, float]) -> CallToolResult:
+        elapsed = time.monotonic() - progress["started"]
+        data = {**job_fields(row), "deferred": True, "deduplicated": deduplicated,
+                "elapsed_s": round(elapsed, 3), "poll_with": "llm_job_wait",
+                "collect_with": "llm_job_result", "cancel_with": "llm_job_cancel"}
+        text = (f"The {self.provider} job {row.id} is still {row.status} after {elapsed:.0f} s, "
+                f"so this call returns now and the job keeps running in the background. Call "
+                f"llm_job_wait(job_id=\"{row.id}\") (repeat until its status is no longer "
+                f"queued/running), then llm_job_result(job_id=\"{row.id}\") for the answer.")
+        return ok(text, data)
+
+    async def answer(self, manager: JobManager, row: JobRow, deduplicated: bool) -> CallToolResult:
+        """A terminal job as the sync tool's answer: the reply text, or an isError."""
+        parsed = parsed_result(row) or {}
+        common = {
+            "job_id": row.id, "status": str(row.status), "provider": row.provider,
+            "model": row.model, "session_id": parsed.get("session_id"),
+            "native_session_id": parsed.get("session_id"), "usage": parsed.get("usage"),
+            "exit_code": row.exit_code, "duration_s": duration_s(row, parsed),
+            "error_kind": row.error_kind, "error": row.error, "deduplicated": deduplicated,
+            "output_bytes": row.output_bytes, "truncated": row.truncated,
+        }
+        if row.status != JobStatus.COMPLETED:
+            kind = row.error_kind or (ErrorKind.CANCELLED if row.status == JobStatus.CANCELLED
+                                      else ErrorKind.PROVIDER_ERROR)
+            message = row.error or f"the job ended {row.status}"
+            text = (f"The {self.provider} job {row.id} {row.status} ({kind}): {message}\n"
+                    f"{_next_step(kind, row)}")
+            common.pop("error_kind")
+            common.pop("error")
+            return failure(kind, message, text=text, **common,
+                           stderr_tail=stderr_excerpt(row))
+        page = await manager.read_result(row.id, 0, INLINE_ANSWER_BYTES)
+        common.update(text=page.output, text_bytes=page.total_bytes,
+                      text_complete=page.next_offset is None, next_offset=page.next_offset)
+        text = page.output if page.output else "(the provider returned an empty answer)"
+        if page.next_offset is not None:
+            text += (f"\n\n[The answer is {page.total_bytes} bytes; this is the first "
+                     f"{page.next_offset}. Read the rest with llm_job_result(job_id=\"{row.id}\", "
+                     f"offset={page.next_offset}).]")
+        return ok(text, common)
+
+
+def _next_step(kind: str, row: JobRow) -> str:
+    hints = {
+        ErrorKind.AUTH: "Log the CLI in as the message says, then retry the request.",
+        ErrorKind.TIMEOUT: "Raise timeout_s or split the task, then retry.",
+        ErrorKind.IDLE_TIMEOUT: "The CLI printed nothing for too long; retry, or raise "
+                                "limits.idle_timeout_s in the gateway config.",
+        ErrorKind.OUTPUT_LIMIT: "The output exceeded limits.max_output_bytes; ask for less "
+                                "output or raise the limit.",
+        ErrorKind.CANCELLED: "It was cancelled; submit it again if you still need it.",
+        ErrorKind.SHUTDOWN: "The gateway shut down; submit the request again.",
+        ErrorKind.QUEUE_TIMEOUT: "The gateway was busy; retry in a little while.",
+        ErrorKind.NOT_FOUND: "Install the CLI or set [providers.<name>].command to its path.",
+        ErrorKind.ORPHANED: "Its gateway instance went away; submit the request again.",
+    }
+    hint = hints.get(ErrorKind(kind)) if kind in ErrorKind._value2member_map_ else None
+    return hint or (f"See stderr_tail, or the full output with llm_job_result(job_id="
+                    f"\"{row.id}\", raw=true), fix the cause and retry.")
+
+
+def provider_tools(state: ServerState) -> list[ProviderTools]:
+    """One ProviderTools per enabled CLI provider and per configured HTTP API provider."""
+    from providers.http_api import ApiRequest
+    from providers.registry import CLI_PROVIDERS
+
+    settings = state.settings
+    default_timeout = settings.limits.default_timeout_s
+    result: list[ProviderTools] = []
+    for name, config in settings.providers.items():
+        adapter = CLI_PROVIDERS.get(name)
+        if adapter is None or not config.enabled:
+            continue
+        command = adapter.commands[0] if adapter.commands else name
+        result.append(ProviderTools(state, name, "cli", option_params(adapter.options_model),
+                                    cli_common_params(default_timeout, name),
+                                    f"{name} (the `{command}` CLI)"))
+    for name, api in settings.api_providers.items():
+        fields = option_params(ApiRequest, reserved=frozenset())
+        result.append(ProviderTools(state, name, "api", fields,
+                                    api_common_params(default_timeout, name),
+                                    f"the {name} HTTP API ({api.kind}-compatible, {api.base_url})"))
+    return result
+
+
+# -- job tools ------------------------------------------------------------------------------
+
+
+def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]:
+    """The llm_job_* tools, list_models and gateway_status."""
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+    async def llm_job_status(job_id: JOB_ID) -> CallToolResult:
+        """Where a job stands: status, timestamps, exit code, error, output size so far.
+        Works for jobs of any gateway instance sharing the store, and after restarts."""
+        manager = await state.manager()
+        row = await manager.get(job_id)
+        return ok(describe_status(row), job_fields(row))
+
+    async def llm_job_result(
+        job_id: JOB_ID,
+        offset: Annotated[int, Field(ge=0, description="First byte to return (UTF-8 byte "
+                                     "offset); pass the previous page's next_offset.")] = 0,
+        max_bytes: Annotated[int, Field(ge=1, le=MAX_RESULT_PAGE_BYTES, description=(
+            "Largest page to return, in bytes."))] = DEFAULT_RESULT_PAGE_BYTES,
+        raw: Annotated[bool, Field(description="Return the CLI's raw stdout instead of the "
+                                   "parsed answer text.")] = False,
+    ) -> CallToolResult:
+        """A page of a job's output: the parsed answer (or raw stdout with raw=true), also
+        while it runs. Pages are byte ranges: call again with offset=next_offset until
+        next_offset is null; concatenated, the pages are the whole output."""
+        manager = await state.manager()
+        page = await manager.read_result(job_id, offset, max_bytes, raw)
+        row = page.job
+        data = {
+            **job_fields(row), "output": page.output, "offset": page.offset,
+            "next_offset": page.next_offset, "complete": page.complete,
+            "total_bytes": page.total_bytes, "raw": raw,
+        }
+        text = page.output
+        if page.next_offset is not None:
+            text += (f"\n\n[More output: bytes {page.offset}-{page.next_offset} of "
+                     f"{page.total_bytes} shown. Call llm_job_result(job_id=\"{row.id}\", "
+                     f"offset={page.next_offset}) for the next page.]")
+        elif row.status.is_active:
+            text += (f"\n\n[The job is still {row.status}; this is the output so far. Call "
+                     f"llm_job_wait(job_id=\"{row.id}\") and read again.]")
+        elif not text:
+            text = f"(no output) {describe_status(row)}"
+        return ok(text, data)
+
+    async def llm_job_cancel(job_id: JOB_ID) -> CallToolResult:
+        """Stop a job wherever it runs: queued jobs never start, a running process group is
+        killed. A job owned by another gateway instance is stopped by its owner within a
+        few seconds (outcome cancel_requested). A finished job is left as it is."""
+        manager = await state.manager()
+        outcome = await manager.cancel(job_id)
+        row = outcome.job
+        texts = {
+            "cancelled": f"Job {row.id} is {row.status}.",
+            "cancel_requested": (f"Cancel requested for job {row.id}: the gateway instance "
+                                 f"that runs it will stop it within about "
+                                 f"{state.settings.lease.cancel_poll_s:g} s. Check with "
+                                 f"llm_job_status(job_id=\"{row.id}\")."),
+            "already_terminal": f"Job {row.id} had already finished ({row.status}); "
+                                f"nothing to cancel.",
+        }
+        return ok(texts.get(outcome.outcome, describe_status(row)),
+                  {**job_fields(row), "outcome": outcome.outcome})
+
+    async def llm_job_wait(
+        job_id: JOB_ID,
+        ctx: Context,
+        timeout_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S, description=(
+            f"How long to wait at most, in seconds (0..{MAX_WAIT_S:g}); it returns as soon "
+            f"as the job finishes."))] = DEFAULT_WAIT_S,
+    ) -> CallToolResult:
+        """Wait until a job finishes or timeout_s passes, sending progress notifications
+        (output bytes so far) meanwhile. Call it again while done is false; when done, read
+        the answer with llm_job_result."""
+        progress = _progress_state()
+        manager = await state.manager()
+
+        async def on_progress(output_bytes: int, elapsed: float) -> None:
+            await _report(ctx, progress, f"job {job_id} running: {output_bytes} bytes of "
+                                         f"output after {elapsed:.0f} s of waiting")
+
+        row = await manager.wait(job_id, timeout_s, on_progress)
+        done = row.status.is_terminal
+        text = describe_status(row)
+        if not done:
+            text = (f"Job {row.id} is still {row.status} after waiting {timeout_s:g} s "
+                    f"({row.output_bytes} bytes of output so far). Call "
+                    f"llm_job_wait(job_id=\"{row.id}\") again.")
+        return ok(text, {**job_fields(row), "done": done})
+
+    async def llm_job_list(
+        status: Annotated[Literal["queued", "running", "completed", "failed", "cancelled",
+                                  "timed_out", "orphaned"] | None,
+                          Field(description="Only jobs with this status.")] = None,
+        provider: Annotated[str | None, Field(description="Only jobs of this provider "
+                                              "(e.g. 'claude').")] = None,
+        limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="At most this many "
+                                    "jobs, newest first.")] = DEFAULT_LIST_LIMIT,
+    ) -> CallToolResult:
+        """Recent jobs, newest first, optionally filtered by status and provider."""
+        manager = await state.manager()
+        rows = await manager.list_jobs(status=status, provider=provider, limit=limit)
+        jobs = [job_fields(r) for r in rows]
+        lines = [f"{r.id}  {r.provider:<8} {r.status:<10} {_when(r)}" for r in rows]
+        text = "\n".join(lines) if lines else "No jobs match."
+        return ok(text, {"jobs": jobs, "count": len(jobs)})
+
+    async def list_models(
+        provider: Annotated[str | None, Field(description="Only this provider (a CLI "
+                                              "provider or a configured API provider).")] = None,
+    ) -> CallToolResult:
+        """The model names each provider knows and its configured default model."""
+        from providers.registry import CLI_PROVIDERS
+
+        settings = state.settings
+        catalog: dict[str, Any] = {}
+        for name, config in settings.providers.items():
+            adapter = CLI_PROVIDERS.get(name)
+            if adapter is None or not config.enabled:
+                continue
+            catalog[name] = {"kind": "cli", "default_model": config.default_model,
+                             "known_models": list(adapter.known_models)}
+        for name, api in settings.api_providers.items():
+            catalog[name] = {"kind": "api", "api_kind": api.kind,
+                             "default_model": api.default_model, "known_models": []}
+        if provider is not None:
+            if provider not in catalog:
+                raise GatewayError(ErrorKind.INVALID_INPUT,
+                                   f"Unknown or disabled provider {provider!r}; known: "
+                                   f"{sorted(catalog)}.")
+            catalog = {provider: catalog[provider]}
+        lines = []
+        for name, entry in catalog.items():
+            models = ", ".join(entry["known_models"]) or "(any name the API accepts)"
+            default = entry["default_model"] or "the CLI's own default"
+            lines.append(f"{name}: {models}; default: {default}")
+        return ok("\n".join(lines), {"providers": catalog})
+
+    async def gateway_status() -> CallToolResult:
+        """This gateway instance: readiness, durable admission, running and queued jobs per
+        provider, limits, the store backend, and which provider CLIs are installed where
+        (with their versions, probed in the background after startup)."""
+        settings = state.settings
+        gateway = state.gateway
+        manager = state.ready_manager()
+        persistence = settings.persistence
+        store = (str(persistence.path) if persistence.backend == "sqlite"
+                 else "postgresql (dsn not shown)" if persistence.backend == "postgres"
+                 else "in memory")
+        data: dict[str, Any] = {
+            "version": __version__,
+            "instance_id": gateway.instance_id if gateway else None,
+            "role": state.role,
+            "backend": persistence.backend,
+            "store": store,
+            "ready": manager is not None,
+            "admitting": bool(manager.snapshot()["admitting"]) if manager else False,
+            "start_error": getattr(gateway, "_start_error", None) if gateway else None,
+            "jobs": manager.snapshot() if manager else None,
+            "limits": settings.limits.model_dump(mode="json"),
+            "lease": settings.lease.model_dump(mode="json"),
+            "providers": state.versions.snapshot(),
+            "versions_probed": state.versions.finished.is_set(),
+            "api_providers": {
+                name: {"kind": api.kind, "base_url": api.base_url,
+                       "default_model": api.default_model, "api_key_env": api.api_key_env}
+                for name, api in settings.api_providers.items()},
+        }
+        return ok(_status_text(data), data)
+
+    return [
+        ("llm_job_status", llm_job_status, read_only),
+        ("llm_job_result", llm_job_result, read_only),
+        ("llm_job_cancel", llm_job_cancel,
+         ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False)),
+        ("llm_job_wait", llm_job_wait, read_only),
+        ("llm_job_list", llm_job_list, read_only),
+        ("list_models", list_models, read_only),
+        ("gateway_status", gateway_status, read_only),
+    ]
+
+
+def _when(row: JobRow) -> str:
+    stamp = row.finished_at or row.started_at or row.created_at
+    return stamp.isoformat(timespec="seconds") if stamp else ""
+
+
+def _status_text(data: dict[str, Any]) -> str:
+    lines = [f"agent-cli-gateway {data['version']} instance {data['instance_id']} "
+             f"({data['role']}), store: {data['backend']} {data['store']}"]
+    if not data["ready"]:
+        why = f": {data['start_error']}" if data["start_error"] else ""
+        lines.append(f"NOT READY (the job store is still opening{why})")
+    else:
+        jobs = data["jobs"] or {}
+        lines.append(f"admitting: {data['admitting']}; running {jobs.get('running')}/"
+                     f"{jobs.get('max_running_jobs')}, queued {jobs.get('queued')}/"
+                     f"{jobs.get('max_queued_jobs')}; by provider: running "
+                     f"{jobs.get('running_by_provider')}, queued {jobs.get('queued_by_provider')}")
+    for name, info in data["providers"].items():
+        if not info["enabled"]:
+            lines.append(f"  {name}: disabled")
+        elif not info["found"]:
+            lines.append(f"  {name}: NOT FOUND (configured command: "
+                         f"{info['configured_command'] or 'default'})")
+        else:
+            version = info["version"] or info["version_error"] or "version not probed yet"
+            lines.append(f"  {name}: {info['path']} ({version})")
+    for name, api in data["api_providers"].items():
+        lines.append(f"  {name}: {api['kind']} API at {api['base_url']}")
+    return "\n".join(lines)
+
+
+def register_tools(server: MCPServer[Any], state: ServerState) -> None:
+    """Add every tool to the server: provider tools first, then the job tools."""
+    request_annotations = ToolAnnotations(open_world_hint=True, read_only_hint=False)
+    for tools in provider_tools(state):
+        for sync in (True, False):
+            body = tools.make(sync)
+            server.add_tool(body, name=body.__name__, description=tools.description(sync),
+                            annotations=request_annotations)
+    for name, body, hints in job_tools(state):
+        server.add_tool(guarded(name, body), name=name, annotations=hints)

@@ -1,0 +1,252 @@
+"""The `gateway` fixture: one harness per transport, so the same test bodies run on each.
+
+- inproc: `Client(build_server(settings))`, the server in the test's own event loop;
+- stdio-legacy / stdio-auto: `python -m gateway` spawned by the SDK's stdio client, with a
+  tmp HOME, the fake CLIs first on PATH and the config in a tmp file (AGENT_GATEWAY_CONFIG);
+- http: `python -m gateway serve --transport http --port <free>` with a bearer token, one
+  server per module for the default config (a dedicated one when a test needs other
+  settings), reached with the SDK's Streamable HTTP client.
+
+Tests bound every connect and call with `anyio.fail_after` around the whole body (a cancel
+scope must be left by the task that entered it, so the harness adds none of its own).
+Each `connect(**overrides)` writes a config file of its own: overrides are merged into the
+base config per section (`limits={"sync_defer_after_s": 1}`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import tomli_w
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+REPO = Path(__file__).resolve().parents[2]
+FAKES_BIN = REPO / "tests" / "fakes" / "bin"
+
+# Short lease knobs: shutdown and the lease loops are observable in a fast test.
+FAST_LEASE = {"heartbeat_s": 0.2, "ttl_s": 1.0, "http_job_grace_s": 1.0,
+              "sweep_interval_s": 0.2, "instance_gc_s": 1.0, "cancel_poll_s": 0.2,
+              "drain_timeout_s": 1.5}
+BASE_LIMITS = {"kill_grace_s": 1.0}
+
+SERVER_START_TIMEOUT_S = 30.0  # a cold `python -m gateway` on a loaded 2-core box
+CLIENT_TIMEOUT_S = 60.0  # no single request of these tests should take longer
+HTTP_STOP_TIMEOUT_S = 10.0
+TOKEN = "test-token-" + uuid.uuid4().hex
+
+TRANSPORTS = ["inproc", "stdio-legacy", "stdio-auto", "http"]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def server_env(home: Path, config: Path, **extra: str) -> dict[str, str]:
+    """Exactly what the gateway child gets (the SDK's stdio client passes nothing else)."""
+    env = {
+        "HOME": str(home),
+        "PATH": f"{FAKES_BIN}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+        "AGENT_GATEWAY_CONFIG": str(config),
+        "PYTHONPATH": str(REPO),
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }
+    return env
+
+
+@dataclass
+class HttpServer:
+    """A `python -m gateway serve --transport http` child process."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    base: str
+    stderr_path: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(HTTP_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+
+
+def start_http_server(home: Path, config: Path, port: int, *, token: str | None = TOKEN,
+                      args: tuple[str, ...] = ()) -> HttpServer:
+    """Spawn the HTTP server and wait (bounded) until /healthz says it is ready."""
+    extra = {"AGENT_GATEWAY_HTTP__AUTH_TOKEN": token} if token else {}
+    stderr_path = home / f"http-{port}.stderr"
+    with stderr_path.open("wb") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--transport", "http",
+             "--port", str(port), *args],
+            env=server_env(home, config, **extra), cwd=home, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    server = HttpServer(process, f"{base}/mcp", base, stderr_path)
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    with httpx2.Client(timeout=2.0) as http:
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"HTTP gateway exited {process.returncode}:\n{server.stderr()}")
+            with contextlib.suppress(httpx2.HTTPError):
+                answer = http.get(f"{base}/healthz")
+                if answer.status_code == 200 and answer.json().get("ready"):
+                    return server
+            if time.monotonic() > deadline:
+                server.stop()
+                raise RuntimeError(f"HTTP gateway not ready in {SERVER_START_TIMEOUT_S} s:\n"
+                                   f"{server.stderr()}")
+            time.sleep(0.05)
+
+
+@dataclass
+class Harness:
+    """Connects MCP clients to a gateway over one transport, with per-connect config."""
+
+    transport: str
+    root: Path
+    monkeypatch: pytest.MonkeyPatch
+    shared_http: HttpServer | None = None
+    shared_config: Path | None = None
+    _servers: list[HttpServer] = field(default_factory=list)
+    _count: int = 0
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def fake_log(self) -> Path:
+        return self.root / "fake-cli.log"
+
+    def base_config(self, db_name: str) -> dict[str, Any]:
+        return {
+            "persistence": {"backend": "sqlite", "path": str(self.root / "state" / db_name)},
+            "lease": dict(FAST_LEASE),
+            "limits": dict(BASE_LIMITS),
+            "logging": {"level": "info", "format": "json"},
+            "providers": {name: {"env": {"FAKE_CLI_LOG": str(self.fake_log)}}
+                          for name in ("claude", "codex", "gemini", "grok", "mistral",
+                                       "devin", "cursor")},
+        }
+
+    def write_config(self, overrides: dict[str, Any]) -> Path:
+        self._count += 1
+        config = merge(self.base_config(f"jobs-{self._count}.db"), overrides)
+        path = self.root / f"config-{self._count}.toml"
+        path.write_bytes(tomli_w.dumps(config).encode())
+        return path
+
+    @contextlib.asynccontextmanager
+    async def connect(self, **overrides: Any) -> AsyncIterator[Client]:
+        """An initialized MCP client to a gateway configured with `overrides`."""
+        if self.transport == "inproc":
+            async with self._inproc(overrides) as client:
+                yield client
+        elif self.transport.startswith("stdio"):
+            mode = "legacy" if self.transport == "stdio-legacy" else "auto"
+            config = self.write_config(overrides)
+            params = StdioServerParameters(command=sys.executable, args=["-m", "gateway"],
+                                           env=server_env(self.home, config), cwd=str(self.home))
+            async with Client(params, mode=mode, read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
+                yield client
+        else:
+            server = self.http_server(overrides)
+            async with http_client(server.url, TOKEN) as client:
+                yield client
+
+    def http_server(self, overrides: dict[str, Any]) -> HttpServer:
+        if not overrides and self.shared_http is not None:
+            return self.shared_http
+        server = start_http_server(self.home, self.write_config(overrides), free_port())
+        self._servers.append(server)
+        return server
+
+    @contextlib.asynccontextmanager
+    async def _inproc(self, overrides: dict[str, Any]) -> AsyncIterator[Client]:
+        from gateway.config import load_settings
+        from gateway.server import build_server
+
+        config = self.write_config(overrides)
+        self.monkeypatch.setenv("HOME", str(self.home))
+        self.monkeypatch.setenv("PATH", server_env(self.home, config)["PATH"])
+        settings = load_settings(config)
+        async with Client(build_server(settings), read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
+            yield client
+
+    def close(self) -> None:
+        for server in self._servers:
+            server.stop()
+
+
+@contextlib.asynccontextmanager
+async def http_client(url: str, token: str | None, mode: str = "legacy") -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120)) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode,
+                          read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
+            yield client
+
+
+@pytest.fixture(scope="module")
+def shared_http_server(
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HttpServer, Path]]:
+    """One HTTP gateway with the default test config for a whole module (startup is the
+    slow part of an HTTP test)."""
+    root = tmp_path_factory.mktemp("http-shared")
+    (root / "home").mkdir()
+    harness = Harness("http", root, pytest.MonkeyPatch())
+    server = start_http_server(harness.home, harness.write_config({}), free_port())
+    try:
+        yield server, root
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=TRANSPORTS)
+def gateway(request: pytest.FixtureRequest, tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    transport = str(request.param)
+    if transport == "http":
+        server, root = request.getfixturevalue("shared_http_server")
+        harness = Harness(transport, root, monkeypatch, shared_http=server)
+        harness._count = 1000 + len(list(root.glob("config-*.toml")))  # unique file names
+    else:
+        (tmp_path / "home").mkdir()
+        harness = Harness(transport, tmp_path, monkeypatch)
+    try:
+        yield harness
+    finally:
+        harness.close()

@@ -1,0 +1,362 @@
+"""The MCP tools, driven by a real MCP client over every transport (in-process, stdio
+legacy and auto, Streamable HTTP) against the fake provider CLIs."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+from mcp import Client
+from mcp.types import CallToolResult
+
+from tests.server.conftest import Harness
+
+pytestmark = pytest.mark.anyio
+
+TEST_TIMEOUT_S = 60.0  # whole-test bound: startup, runs and shutdown included
+PROVIDERS = ("claude", "codex", "gemini", "grok", "mistral", "devin", "cursor")
+JOB_TOOLS = {"llm_job_status", "llm_job_result", "llm_job_cancel", "llm_job_wait",
+             "llm_job_list", "list_models", "gateway_status"}
+ACTIVE = {"queued", "running"}
+
+
+def tag() -> str:
+    """A unique word for a prompt: identical requests would be deduplicated across tests."""
+    return uuid.uuid4().hex[:10]
+
+
+async def call(client: Client, tool: str, args: dict[str, Any], **kw: Any) -> CallToolResult:
+    result = await client.call_tool(tool, args, **kw)
+    assert result.content, f"{tool} answered no text content"
+    assert result.structured_content is not None, f"{tool} answered no structuredContent"
+    return result
+
+
+async def succeed(client: Client, tool: str, args: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    result = await call(client, tool, args, **kw)
+    assert not result.is_error, f"{tool} failed: {result.content[0].text}"
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def wait_done(client: Client, job_id: str) -> dict[str, Any]:
+    """llm_job_wait until the job is terminal (each call bounded by the tool itself)."""
+    while True:
+        data = await succeed(client, "llm_job_wait", {"job_id": job_id, "timeout_s": 20})
+        if data["done"]:
+            assert data["status"] not in ACTIVE
+            return data
+        assert data["status"] in ACTIVE
+
+
+async def wait_status(client: Client, job_id: str, wanted: set[str]) -> dict[str, Any]:
+    while True:
+        data = await succeed(client, "llm_job_status", {"job_id": job_id})
+        if data["status"] in wanted:
+            return data
+        await anyio.sleep(0.05)
+
+
+def fake_spawns(log: Path, marker: str) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return [e for e in entries if "argv" in e and marker in e.get("prompt", "")]
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+async def test_lists_a_sync_and_an_async_tool_per_provider_and_the_job_tools(
+        gateway: Harness) -> None:
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway.connect() as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+    expected = {f"{p}_request{s}" for p in PROVIDERS for s in ("", "_async")} | JOB_TOOLS
+    assert expected <= set(tools)
+    claude = tools["claude_request"].input_schema
+    # Common inputs and the provider's own options, flattened, with their descriptions.
+    for name in ("prompt", "model", "working_dir", "session_id", "timeout_s", "force_refresh",
+                 "permission_mode", "output_format"):
+        assert claude["properties"][name].get("description"), name
+    assert claude["required"] == ["prompt"]
+    assert claude["additionalProperties"] is False
+    assert tools["llm_job_wait"].input_schema["properties"]["timeout_s"]["maximum"] == 50
+    assert all(tools[name].description for name in expected)
+
+
+async def test_a_sync_request_answers_with_the_parsed_text_and_native_session(
+        gateway: Harness) -> None:
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway.connect() as client:
+            for provider in PROVIDERS:
+                prompt = f"hello {provider} {tag()}"
+                result = await call(client, f"{provider}_request", {"prompt": prompt})
+                assert not result.is_error, result.content[0].text
+                data = result.structured_content
+                assert data is not None
+                answer = f"fake-{provider} answer: {prompt}"
+                assert data["status"] == "completed"
+                assert data["text"].strip() == answer
+                assert result.content[0].text.strip() == answer
+                assert data["provider"] == provider
+                assert data["exit_code"] == 0
+                assert data["error_kind"] is None
+                assert data["deduplicated"] is False
+                assert data["job_id"]
+            # claude's stream-json reports its native session and usage.
+            data = await succeed(client, "claude_request", {"prompt": f"usage {tag()}"})
+            assert data["session_id"]
+            assert data["usage"]["output_tokens"] > 0
+
+
+async def test_an_async_request_completes_through_wait_result_status_and_list(
+        gateway: Harness) -> None:
+    prompt = f"async work {tag()} @sleep=0.5"
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway.connect() as client:
+            started = await succeed(client, "codex_request_async", {"prompt": prompt})
+            job_id = started["job_id"]
+            assert started["status"] in ACTIVE
+            assert started["deduplicated"] is False
+            assert started["poll_with"] == "llm_job_wait"
+
+            again = await succeed(client, "codex_request_async", {"prompt": prompt})
+            assert again["job_id"] == job_id and again["deduplicated"] is True
+
+            done = await wait_done(client, job_id)
+            assert done["status"] == "completed" and done["exit_code"] == 0
+
+            result = await succeed(client, "llm_job_result", {"job_id": job_id})
+            assert result["output"].strip() == f"fake-codex answer: {prompt}"
+            assert result["complete"] is True and result["next_offset"] is None
+            assert result["total_bytes"] == len(result["output"].encode())
+
+            status = await succeed(client, "llm_job_status", {"job_id": job_id})
+            assert status["status"] == "completed"
+            assert status["finished_at"] and status["started_at"] and status["created_at"]
+
+            listed = await succeed(client, "llm_job_list", {"provider": "codex",
+                                                            "status": "completed"})
+            assert job_id in {j["job_id"] for j in listed["jobs"]}
+
+
+async def test_a_large_result_is_paged_and_reassembles_exactly(gateway: Harness) -> None:
+    size = 3_000_000
+    page_size = 350_000  # the largest page fits in one HTTP SSE event (1 MiB)
+    prompt = f"big {tag()} @bytes={size}"
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway.connect() as client:
+            started = await succeed(client, "devin_request_async", {"prompt": prompt})
+            job_id = started["job_id"]
+            assert (await wait_done(client, job_id))["status"] == "completed"
+            pieces: list[str] = []
+            offset: int | None = 0
+            pages = 0
+            while offset is not None:
+                page = await succeed(client, "llm_job_result",
+                                     {"job_id": job_id, "offset": offset, "max_bytes": page_size,
+                                      "raw": True})
+                assert page["offset"] == offset
+                pieces.append(page["output"])
+                offset = page["next_offset"]
+                pages += 1
+            assert page["complete"] is True
+    whole = "".join(pieces)
+    expected = "x" * (size - 1) + "\n" + f"fake-devin answer: {prompt}\n"
+    assert pages == -(-len(expected.encode()) // page_size)
+    assert len(whole.encode()) == page["total_bytes"]
+    assert whole == expected
+
+
+async def test_cancelling_a_running_job_kills_its_process_and_marks_it_cancelled(
+        gateway: Harness) -> None:
+    marker = tag()
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway.connect() as client:
+            started = await succeed(client, "gemini_request_async",
+                                    {"prompt": f"long {marker} @sleep=30"})
+            job_id = started["job_id"]
+            await wait_status(client, job_id, {"running"})
+            while not fake_spawns(gateway.fake_log, marker):
+                await anyio.sleep(0.05)
+            pid = fake_spawns(gateway.fake_log, marker)[0]["pid"]
+
+            cancelled = await succeed(client, "llm_job_cancel", {"job_id": job_id})
+            assert cancelled["outcome"] == "cancelled"
+            assert cancelled["status"] == "cancelled"
+            assert cancelled["error_kind"] == "cancelled"
+            status = await succeed(client, "llm_job_status", {"job_id": job_id})
+            assert status["status"] == "cancelled"
+            again = await succeed(client, "llm_job_cancel", {"job_id": job_id})
+            assert again["outcome"] == "already_terminal"
+    assert not alive(pid)
+
+
+async def test_progress_notifications_arrive_during_a_sync_request_and_a_wait(
+        gateway: Harness) -> None:
+    seen: list[tuple[float, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, message))
+
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway.connect() as client:
+            prompt = f"streams {tag()} @stream=15:0.1"
+            data = await succeed(client, "claude_request", {"prompt": prompt},
+                                 progress_callback=on_progress)
+            assert data["status"] == "completed"
+            during_request = list(seen)
+            seen.clear()
+
+            started = await succeed(client, "grok_request_async",
+                                    {"prompt": f"wait {tag()} @stream=15:0.1"})
+            done = await succeed(client, "llm_job_wait",
+                                 {"job_id": started["job_id"], "timeout_s": 30},
+                                 progress_callback=on_progress)
+            assert done["done"] is True
+            during_wait = list(seen)
+    for notes in (during_request, during_wait):
+        assert any(m and "bytes of output" in m for _, m in notes), notes
+        values = [p for p, _ in notes]
+        assert values == sorted(values) and len(set(values)) == len(values)
+    # Output grew while the request ran, and the messages said so.
+    assert any(m and " 0 bytes" not in m and "bytes of output" in m for _, m in during_request)
+
+
+async def test_a_sync_request_past_the_deferral_point_returns_a_job_to_poll(
+        gateway: Harness) -> None:
+    prompt = f"slow {tag()} @sleep=3"
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway.connect(limits={"sync_defer_after_s": 1}) as client:
+            result = await call(client, "mistral_request", {"prompt": prompt})
+            assert not result.is_error
+            data = result.structured_content
+            assert data is not None
+            assert data["deferred"] is True
+            assert data["status"] in ACTIVE
+            assert data["poll_with"] == "llm_job_wait"
+            assert "llm_job_wait" in result.content[0].text
+            done = await wait_done(client, data["job_id"])
+            assert done["status"] == "completed"
+            page = await succeed(client, "llm_job_result", {"job_id": data["job_id"]})
+            assert page["output"].strip() == f"fake-mistral answer: {prompt}"
+
+
+async def test_a_failed_run_is_an_error_answer_with_its_kind_and_next_step(
+        gateway: Harness) -> None:
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway.connect() as client:
+            auth = await call(client, "claude_request", {"prompt": f"who {tag()} @auth"})
+            assert auth.is_error
+            assert auth.structured_content is not None
+            assert auth.structured_content["error_kind"] == "auth"
+            assert auth.structured_content["status"] == "failed"
+            assert "log" in auth.content[0].text.lower()
+
+            failed = await call(client, "cursor_request",
+                                {"prompt": f"boom {tag()} @exit=3 @stderr=kaputt"})
+            assert failed.is_error
+            assert failed.structured_content is not None
+            assert failed.structured_content["error_kind"] == "provider_error"
+            assert failed.structured_content["exit_code"] == 3
+            assert failed.structured_content["retryable"] is False
+
+
+BAD_INPUTS: list[tuple[str, str, dict[str, Any], str]] = [
+    ("unknown job id", "llm_job_status", {"job_id": "no-such-job"}, "job_not_found"),
+    ("unknown job id to wait on", "llm_job_wait", {"job_id": "no-such-job", "timeout_s": 1},
+     "job_not_found"),
+    ("empty prompt", "claude_request", {"prompt": "   "}, "invalid_input"),
+    ("missing prompt", "claude_request", {}, "invalid_input"),
+    ("NUL in prompt", "claude_request", {"prompt": "a\x00b"}, "invalid_input"),
+    ("prompt too big", "claude_request", {"prompt": "x" * 5000}, "invalid_input"),
+    ("working_dir missing", "claude_request",
+     {"prompt": "p", "working_dir": "/nonexistent/gateway-test-dir"}, "invalid_input"),
+    ("relative working_dir", "claude_request", {"prompt": "p", "working_dir": "some/dir"},
+     "invalid_input"),
+    ("bad option value", "claude_request", {"prompt": "p", "output_format": "xml"},
+     "invalid_input"),
+    ("unknown option", "claude_request", {"prompt": "p", "turbo_mode": True}, "invalid_input"),
+    ("zero timeout", "claude_request", {"prompt": "p", "timeout_s": 0}, "invalid_input"),
+    ("negative timeout", "codex_request_async", {"prompt": "p", "timeout_s": -1},
+     "invalid_input"),
+    ("max_bytes 0", "llm_job_result", {"job_id": "any", "max_bytes": 0}, "invalid_input"),
+    ("negative offset", "llm_job_result", {"job_id": "any", "offset": -1}, "invalid_input"),
+    ("wait above 50 s", "llm_job_wait", {"job_id": "any", "timeout_s": 51}, "invalid_input"),
+    ("unknown status filter", "llm_job_list", {"status": "exploded"}, "invalid_input"),
+    ("limit 0", "llm_job_list", {"limit": 0}, "invalid_input"),
+    ("unknown provider for models", "list_models", {"provider": "nope"}, "invalid_input"),
+    ("wrong type of prompt", "claude_request", {"prompt": 42}, "invalid_input"),
+    ("wrong type of timeout", "gemini_request", {"prompt": "p", "timeout_s": "soon"},
+     "invalid_input"),
+    ("wrong type of a list option", "claude_request", {"prompt": "p", "add_dirs": "/tmp"},
+     "invalid_input"),
+    ("missing CLI", "grok_request", {"prompt": "p"}, "not_found"),
+]
+
+
+async def test_bad_inputs_get_a_clear_error_with_a_kind_and_what_to_do(gateway: Harness) -> None:
+    overrides = {"limits": {"max_prompt_bytes": 1000},
+                 "providers": {"grok": {"command": "/nonexistent/bin/grok"}}}
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway.connect(**overrides) as client:
+            for label, tool, args, kind in BAD_INPUTS:
+                result = await call(client, tool, args)
+                data = result.structured_content
+                assert result.is_error, label
+                assert data is not None, label
+                assert data["error_kind"] == kind, (label, data)
+                assert data["retryable"] is False, label
+                assert len(data["error"]) > 20, (label, data["error"])
+                assert result.content[0].text, label
+            # Nothing was started by any of them.
+            listed = await succeed(client, "llm_job_list", {})
+            assert listed["count"] == 0
+
+
+async def test_a_saturated_gateway_refuses_with_a_retryable_error(gateway: Harness) -> None:
+    tight = {"limits": {"max_running_jobs": 1, "max_running_per_provider": 1,
+                        "max_queued_jobs": 0}}
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway.connect(**tight) as client:
+            first = await succeed(client, "claude_request_async",
+                                  {"prompt": f"hog {tag()} @sleep=30"})
+            refused = await call(client, "codex_request_async", {"prompt": f"more {tag()}"})
+            assert refused.is_error
+            assert refused.structured_content is not None
+            assert refused.structured_content["error_kind"] == "saturated"
+            assert refused.structured_content["retryable"] is True
+            status = await succeed(client, "gateway_status", {})
+            assert status["jobs"]["running_by_provider"] == {"claude": 1}
+            await succeed(client, "llm_job_cancel", {"job_id": first["job_id"]})
+
+
+async def test_gateway_status_and_list_models_describe_the_installation(
+        gateway: Harness) -> None:
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway.connect() as client:
+            # Any tool call waits for startup; after it the gateway is ready.
+            await succeed(client, "llm_job_list", {})
+            status = await succeed(client, "gateway_status", {})
+            models = await succeed(client, "list_models", {})
+            one = await succeed(client, "list_models", {"provider": "claude"})
+    assert status["ready"] is True and status["admitting"] is True
+    assert status["backend"] == "sqlite"
+    assert status["instance_id"]
+    assert status["limits"]["sync_defer_after_s"] > 0
+    assert status["jobs"]["running"] == 0
+    claude = status["providers"]["claude"]
+    assert claude["found"] is True and claude["path"].endswith("tests/fakes/bin/claude")
+    assert set(models["providers"]) == set(PROVIDERS)
+    assert "sonnet" in one["providers"]["claude"]["known_models"]
+    assert set(one["providers"]) == {"claude"}
