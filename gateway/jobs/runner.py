@@ -459,8 +459,10 @@ class ProcessRun:
     async def _supervise(self, process: asyncio.subprocess.Process) -> RunOutcome:
         assert self._identity is not None
         pgid = self._identity.pgid
-        leader_exit = asyncio.ensure_future(process.wait())
-        stop_requested = asyncio.ensure_future(self._stop_requested.wait())
+        job_id = self.spec.job_id
+        leader_exit = asyncio.create_task(process.wait(), name=f"run-leader-exit:{job_id}")
+        stop_requested = asyncio.create_task(self._stop_requested.wait(),
+                                             name=f"run-stop-requested:{job_id}")
         try:
             while not leader_exit.done() and self._stop is None:
                 await asyncio.wait({leader_exit, stop_requested}, timeout=MONITOR_INTERVAL_S,
@@ -504,6 +506,7 @@ class ProcessRun:
             raise
         finally:
             stop_requested.cancel()
+            leader_exit.cancel()  # a no-op once it is done; the child watcher still reaps
             self._finished = True
             self._remove_temp_dir()
 

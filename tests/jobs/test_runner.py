@@ -8,12 +8,14 @@ start fast; they publish a grandchild's pid through a pid file).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
 import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -228,6 +230,26 @@ async def test_cancel_after_the_end_changes_nothing_and_wait_repeats_the_outcome
         again = await run.wait()
     assert again is outcome
     assert again.error_kind is None and again.exit_code == 0
+
+
+def test_a_run_abandoned_by_its_event_loop_leaves_no_process_behind(tmp_path: Path) -> None:
+    # asyncio.run cancels the supervising task on its way out. Only a crash of the whole
+    # gateway may leave a group running (a successor can adopt it); a live gateway that
+    # drops a run must not leak it.
+    invocation = fake_claude(tmp_path, "@ignore-term @grandchild=60 @sleep=60 work")
+
+    async def start_and_leave() -> tuple[int, int, float]:
+        run = ProcessRun(make_spec(tmp_path, invocation, kill_grace_s=LONG_S))
+        identity = await run.start()
+        grandchild, started_at = await logged_grandchild(tmp_path)
+        return identity.pgid, grandchild, started_at
+
+    pgid, grandchild, started_at = asyncio.run(start_and_leave())
+    deadline = time.monotonic() + DEADLINE_S
+    while proc.group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not proc.group_alive(pgid)
+    assert not running(grandchild, started_at)
 
 
 async def test_cancel_before_start_spawns_nothing(tmp_path: Path) -> None:
