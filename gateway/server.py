@@ -180,11 +180,28 @@ def serve(settings: Settings, transport: str = "stdio", host: str | None = None,
     raise ServeError(f"unknown transport {transport!r}; use 'stdio' or 'http'.")
 
 
+async def run_stdio(server: GatewayServer) -> None:
+    """The SDK's `run_stdio_async`, but reading stdin on a daemon thread (stdio_input.py):
+    cancelling it then really ends serving. stdout is still claimed by the SDK (fd 1 points
+    at stderr while serving, so stray writes never reach the wire)."""
+    from mcp.server.stdio import stdio_server
+
+    from gateway.stdio_input import DaemonStdin
+
+    stdin = DaemonStdin()
+    lowlevel = server._lowlevel_server  # noqa: SLF001 - what run_stdio_async runs, too
+    try:
+        async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+    finally:
+        stdin.restore()
+
+
 async def serve_stdio(settings: Settings) -> int:
     """MCP over stdin/stdout. SIGTERM/SIGINT cancel the serving task, so the lifespan's
     drain runs exactly as on stdin EOF."""
     server = build_server(settings, role="stdio")
-    serving = asyncio.create_task(server.run_stdio_async(), name="mcp_stdio")
+    serving = asyncio.create_task(run_stdio(server), name="mcp_stdio")
     stopped_by: list[int] = []
 
     def on_signal(signum: int) -> None:

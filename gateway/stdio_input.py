@@ -1,0 +1,84 @@
+"""stdin for the MCP stdio transport, read by a daemon thread so a signal can end serving.
+
+The SDK reads stdin with `anyio.wrap_file`: each line is a worker-thread `readline()` that
+a cancellation cannot interrupt, and anyio's worker threads are not daemons. After SIGTERM
+the server would drain and then hang until the client wrote another line or closed stdin
+(an MCP client that sends SIGTERM has usually stopped doing either). Here one daemon
+thread owns the blocking reads and hands lines to the event loop; awaiting the next line is
+an ordinary, cancellable queue read, and a thread still blocked at exit does not keep the
+process alive.
+
+Like the SDK's own claim, fd 0 is pointed at /dev/null while serving (children and stray
+reads see EOF) and the protocol is read from a private duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import threading
+from typing import BinaryIO
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+
+class DaemonStdin:
+    """An async iterator of protocol lines (str) from the process's stdin, ending at EOF."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._lines: asyncio.Queue[str | None] = asyncio.Queue()
+        # A private descriptor for the wire; fd 0 itself now reads /dev/null.
+        self._private_fd = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        try:
+            os.dup2(devnull, 0)
+        finally:
+            os.close(devnull)
+        # closefd=False: the thread may still be blocked on it when serving ends.
+        wire: BinaryIO = os.fdopen(self._private_fd, "rb", buffering=0, closefd=False)
+        self._thread = threading.Thread(target=self._pump, args=(wire,), name="mcp-stdin",
+                                        daemon=True)
+        self._thread.start()
+
+    def _pump(self, wire: BinaryIO) -> None:
+        """Thread body: read whole lines until EOF or a read error, then signal the end."""
+        pending = b""
+        try:
+            while True:
+                chunk = wire.read(65536)
+                if not chunk:
+                    break
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    self._deliver(line.decode("utf-8", errors="replace") + "\n")
+        except OSError as exc:
+            log.warning("stdin read failed; treating it as end of input", action="stdin",
+                        error=str(exc))
+        if pending:
+            self._deliver(pending.decode("utf-8", errors="replace"))
+        self._deliver(None)
+
+    def _deliver(self, line: str | None) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
+            self._loop.call_soon_threadsafe(self._lines.put_nowait, line)
+
+    def __aiter__(self) -> DaemonStdin:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self._lines.get()
+        if line is None:
+            self._lines.put_nowait(None)  # EOF stays EOF for any later reader
+            raise StopAsyncIteration
+        return line
+
+    def restore(self) -> None:
+        """Point fd 0 back at the wire (the private fd stays open for the thread)."""
+        with contextlib.suppress(OSError):
+            os.dup2(self._private_fd, 0)
