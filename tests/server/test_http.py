@@ -1,0 +1,171 @@
+"""The Streamable HTTP transport's protections: bearer auth, body cap, session cap,
+/healthz, and one gateway shared by every session of the process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import MCPError
+
+from gateway.config import load_settings
+from gateway.server import ServeError, serve
+from tests.server.conftest import (
+    TOKEN,
+    Harness,
+    HttpServer,
+    free_port,
+    http_client,
+    start_http_server,
+)
+
+pytestmark = pytest.mark.anyio
+
+TEST_TIMEOUT_S = 60.0
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "raw-http-test", "version": "0"}}}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json"}
+
+
+@pytest.fixture
+def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    (tmp_path / "home").mkdir()
+    harness = Harness("http", tmp_path, monkeypatch)
+    try:
+        yield harness
+    finally:
+        harness.close()
+
+
+@pytest.fixture
+def server(harness: Harness) -> HttpServer:
+    """A gateway with small HTTP limits so the caps are reachable in a test."""
+    return harness.http_server({"http": {"max_body_bytes": 20_000, "max_sessions": 2}})
+
+
+def flatten(exc: BaseException) -> list[BaseException]:
+    """The leaves of (nested) exception groups: the SDK wraps a 401 in two of them."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in flatten(inner)]
+    return [exc]
+
+
+def post(server: HttpServer, body: Any, token: str | None = TOKEN,
+         headers: dict[str, str] | None = None) -> httpx2.Response:
+    sent = dict(MCP_HEADERS, **(headers or {}))
+    if token is not None:
+        sent["Authorization"] = f"Bearer {token}"
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    with httpx2.Client(timeout=10) as http:
+        return http.post(server.url, content=content, headers=sent)
+
+
+async def test_requests_without_the_right_bearer_token_get_401(server: HttpServer) -> None:
+    for token in (None, "wrong-" + TOKEN, TOKEN + "x", TOKEN[:-1]):
+        answer = post(server, INITIALIZE, token=token)
+        assert answer.status_code == 401, token
+        assert answer.headers["www-authenticate"].startswith("Bearer")
+    assert post(server, INITIALIZE).status_code == 200
+
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        for token in (None, "wrong-token"):
+            with pytest.raises(BaseException) as caught:
+                async with http_client(server.url, token) as client:
+                    await client.list_tools()
+            leaves = flatten(caught.value)
+            assert any(isinstance(e, MCPError) for e in leaves), leaves
+
+
+async def test_healthz_answers_without_a_token_and_tells_nothing_but_readiness(
+        server: HttpServer) -> None:
+    with httpx2.Client(timeout=10) as http:
+        answer = http.get(f"{server.base}/healthz")
+    assert answer.status_code == 200
+    assert answer.json() == {"ok": True, "ready": True, "admitting": True}
+
+
+async def test_a_request_body_over_the_cap_gets_413(server: HttpServer) -> None:
+    big = dict(INITIALIZE, params={**INITIALIZE["params"], "padding": "x" * 30_000})
+    assert post(server, big).status_code == 413
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the SDK's streaming cap applies
+        data = json.dumps(big).encode()
+        for start in range(0, len(data), 4096):
+            yield data[start:start + 4096]
+
+    with httpx2.Client(timeout=10) as http:
+        answer = http.post(server.url, content=chunks(),
+                           headers=dict(MCP_HEADERS, Authorization=f"Bearer {TOKEN}"))
+    assert answer.status_code == 413
+    # The cap is about size only: a normal request still works.
+    assert post(server, INITIALIZE).status_code == 200
+
+
+async def test_sessions_beyond_max_sessions_get_429_with_retry_after(harness: Harness) -> None:
+    server = harness.http_server({"http": {"max_sessions": 2}})
+    opened = [post(server, INITIALIZE) for _ in range(2)]
+    assert all(a.status_code == 200 and a.headers.get("mcp-session-id") for a in opened)
+    refused = post(server, INITIALIZE)
+    assert refused.status_code == 429
+    assert int(refused.headers["retry-after"]) > 0
+    assert refused.json()["retryable"] is True
+    # Ending a session frees its slot.
+    with httpx2.Client(timeout=10) as http:
+        ended = http.delete(server.url, headers={
+            "Authorization": f"Bearer {TOKEN}",
+            "mcp-session-id": opened[0].headers["mcp-session-id"]})
+    assert ended.status_code in (200, 204)
+    assert post(server, INITIALIZE).status_code == 200
+
+
+async def test_every_http_session_shares_one_gateway_and_its_jobs(harness: Harness) -> None:
+    server = harness.http_server({})
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with http_client(server.url, TOKEN) as first, \
+                http_client(server.url, TOKEN, mode="auto") as second:
+            started = await first.call_tool("claude_request_async",
+                                            {"prompt": "shared @sleep=0.3"})
+            assert started.structured_content is not None
+            job_id = started.structured_content["job_id"]
+            seen = await second.call_tool("llm_job_wait", {"job_id": job_id, "timeout_s": 20})
+            assert seen.structured_content is not None
+            assert seen.structured_content["status"] == "completed"
+            one = await first.call_tool("gateway_status", {})
+            two = await second.call_tool("gateway_status", {})
+    assert one.structured_content and two.structured_content
+    assert one.structured_content["instance_id"] == two.structured_content["instance_id"]
+    assert one.structured_content["role"] == "http"
+
+
+async def test_no_auth_serves_without_a_token_on_loopback(harness: Harness) -> None:
+    server = start_http_server(harness.home, harness.write_config({}), free_port(),
+                               token=None, args=("--no-auth",))
+    try:
+        with anyio.fail_after(TEST_TIMEOUT_S):
+            async with http_client(server.url, None) as client:
+                tools = await client.list_tools()
+        assert any(t.name == "gateway_status" for t in tools.tools)
+    finally:
+        server.stop()
+
+
+def test_serve_refuses_http_without_a_token_or_no_auth_off_loopback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("AGENT_GATEWAY_HTTP__AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("AGENT_GATEWAY_CONFIG", raising=False)
+    settings = load_settings(persistence={"path": str(tmp_path / "jobs.db")})
+    with pytest.raises(ServeError, match="bearer token"):
+        serve(settings, transport="http", host="127.0.0.1", port=free_port())
+    with pytest.raises(ServeError, match="loopback"):
+        serve(settings, transport="http", host="0.0.0.0", port=free_port(), no_auth=True)
+    with pytest.raises(ServeError, match="transport"):
+        serve(settings, transport="carrier-pigeon")
+    assert not (tmp_path / "jobs.db").exists()  # refused before anything was opened
