@@ -81,3 +81,18 @@ def request(provider: CliProvider, options: dict[str, Any], *, prompt: str = "sa
 
 def provider(name: str) -> CliProvider:
     return CLI_PROVIDERS[name]
+
+
+def covering_cases(provider: CliProvider) -> list[dict[str, Any]]:
+    """Few requests that together use every value of every option field, and a model.
+
+    Run k takes each field's k-th value (cycling), so the number of runs is the size of the
+    largest field: for tests that pay for each run (the real CLIs). The full product of
+    values is checked by the argv golden test without running anything.
+    """
+    fields = provider.options_model.model_fields
+    axes = {name: field_values(info.annotation) for name, info in fields.items()}
+    axes_model: list[Any] = list(MODEL_VALUES)
+    runs = max([len(v) for v in axes.values()] + [len(axes_model)])
+    return [{"options": {name: values[k % len(values)] for name, values in axes.items()},
+             "model": axes_model[k % len(axes_model)]} for k in range(runs)]
