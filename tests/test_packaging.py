@@ -1,0 +1,127 @@
+"""The wheel, built and run the way MCP clients run it: `uvx --from <wheel> agent-cli-gateway`
+spoken to by a real MCP client over stdio (Claude Desktop, Claude Code and Codex all start
+`uvx agent-cli-gateway`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+pytestmark = pytest.mark.anyio
+
+REPO = Path(__file__).resolve().parents[1]
+BUILD_TIMEOUT_S = 180  # uv fetches hatchling from PyPI on a cold cache
+# A cold uv cache downloads ~30 packages before the server can answer `initialize`.
+UVX_TIMEOUT_S = 240
+NETWORK_ENV = frozenset({"SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY",
+                         "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy",
+                         "all_proxy"})
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+def real_executable(name: str) -> str | None:
+    """`name` on PATH, seen through a pyenv shim (a shim needs the user's own HOME)."""
+    found = shutil.which(name)
+    if found is None:
+        return None
+    with open(found, "rb") as fh:
+        is_shim = fh.read(2) == b"#!" and b"pyenv" in Path(found).read_bytes()
+    if is_shim and shutil.which("pyenv"):
+        answer = subprocess.run(["pyenv", "which", name], capture_output=True, text=True,
+                                timeout=30, check=False)
+        if answer.returncode == 0 and answer.stdout.strip():
+            return answer.stdout.strip()
+    return found
+
+
+@pytest.fixture(scope="module")
+def uv_tools() -> tuple[str, str]:
+    uv, uvx = real_executable("uv"), real_executable("uvx")
+    if uv is None or uvx is None:
+        message = "uv/uvx not found on PATH (install uv: pip install uv)"
+        if in_ci():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return uv, uvx
+
+
+@pytest.fixture(scope="module")
+def wheel(uv_tools: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    uv, _ = uv_tools
+    out = tmp_path_factory.mktemp("dist")
+    build = subprocess.run([uv, "build", "--wheel", "-o", str(out)], cwd=REPO,
+                           capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)
+    assert build.returncode == 0, build.stderr
+    wheels = list(out.glob("agent_cli_gateway-*.whl"))
+    assert len(wheels) == 1, (wheels, build.stderr)
+    return wheels[0]
+
+
+def uv_cache_dir(uv: str) -> str:
+    answer = subprocess.run([uv, "cache", "dir"], capture_output=True, text=True, timeout=30,
+                            check=True)
+    return answer.stdout.strip()
+
+
+def test_the_wheel_holds_both_packages_the_example_config_and_the_console_script(
+        wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        entry_points = next(archive.read(n).decode() for n in names
+                            if n.endswith(".dist-info/entry_points.txt"))
+    for module in ("gateway/__init__.py", "gateway/__main__.py", "gateway/cli.py",
+                   "gateway/server.py", "gateway/tools.py", "gateway/http_app.py",
+                   "gateway/runtime.py", "gateway/jobs/manager.py", "gateway/store/sqlite.py",
+                   "providers/__init__.py", "providers/registry.py", "providers/claude.py",
+                   "providers/http_api.py"):
+        assert module in names, module
+    # `agent-cli-gateway init` copies this file out of the installed package.
+    assert "gateway/config.example.toml" in names
+    assert "agent-cli-gateway = gateway.cli:main" in entry_points
+    assert not any(n.startswith("tests/") for n in names)
+
+
+async def test_uvx_runs_the_wheel_as_an_mcp_stdio_server(
+        wheel: Path, uv_tools: tuple[str, str], tmp_path: Path) -> None:
+    uv, uvx = uv_tools
+    home = tmp_path / "home"
+    home.mkdir()
+    # What an MCP client passes (the SDK's stdio client passes only a whitelist), plus the
+    # uv cache so the test does not download every dependency again.
+    env = {
+        "HOME": str(home),
+        "PATH": os.pathsep.join([str(Path(uvx).parent), str(Path(sys.executable).parent),
+                                 os.defpath]),
+        "UV_CACHE_DIR": uv_cache_dir(uv),
+        "AGENT_GATEWAY_PERSISTENCE__PATH": str(tmp_path / "state" / "jobs.db"),
+        # uv reaches PyPI through whatever proxy and CA bundle this machine needs.
+        **{k: v for k, v in os.environ.items() if k.startswith("UV_") or k in NETWORK_ENV},
+    }
+    params = StdioServerParameters(command=uvx, args=["--from", str(wheel), "agent-cli-gateway"],
+                                   env=env, cwd=str(home))
+    with anyio.fail_after(UVX_TIMEOUT_S):
+        async with Client(params, mode="legacy", read_timeout_seconds=UVX_TIMEOUT_S) as client:
+            tools = {t.name for t in (await client.list_tools()).tools}
+            # Any job tool waits for the store to open; afterwards the status is ready.
+            listed = await client.call_tool("llm_job_list", {})
+            status = await client.call_tool("gateway_status", {})
+    assert {"claude_request", "codex_request_async", "llm_job_wait", "gateway_status"} <= tools
+    assert not listed.is_error, listed.content
+    assert not status.is_error, status.content
+    assert status.structured_content is not None
+    assert status.structured_content["ready"] is True
+    assert status.structured_content["backend"] == "sqlite"
+    assert (tmp_path / "state" / "jobs.db").exists()
+    # The real ~/.agent-cli-gateway was never touched: the store is where the env says.
+    assert not (home / ".agent-cli-gateway" / "jobs.db").exists()
