@@ -33,7 +33,15 @@ from providers.base import (
     Usage,
 )
 from providers.common import effective_model, failed, finish, options_as, start_checks
-from providers.parsing import as_int, as_str, decode, json_objects, plain_text, strip_ansi, tail
+from providers.parsing import (
+    as_int,
+    as_str,
+    decode,
+    json_objects,
+    plain_text,
+    strip_ansi,
+    tail,
+)
 
 AUTH_FAILURE = re.compile(
     r"401 Unauthorized|Not logged in|codex login|Missing bearer|invalid_api_key"

@@ -11,7 +11,12 @@ from typing import TypeVar
 
 from providers.base import InvalidRequest, Invocation, ProviderOptions, ProviderRequest
 from providers.parsing import decode, strip_ansi, tail
-from providers.safety import check_argv_size, check_request, reject_flag_like, reject_nul
+from providers.safety import (
+    check_argv_size,
+    check_request,
+    reject_flag_like,
+    reject_nul,
+)
 
 # Model names that mean "whatever the gateway (or else the CLI) uses by default".
 DEFAULT_MODEL_ALIASES = frozenset({"default", "latest"})

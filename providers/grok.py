@@ -34,7 +34,14 @@ from providers.common import (
     options_as,
     start_checks,
 )
-from providers.parsing import as_int, as_str, decode, json_document, json_objects, plain_text
+from providers.parsing import (
+    as_int,
+    as_str,
+    decode,
+    json_document,
+    json_objects,
+    plain_text,
+)
 
 AUTH_FAILURE = re.compile(
     r"not (?:logged|signed) in|unauthenticated|unauthori[sz]ed|\b401\b|XAI_API_KEY"
@@ -151,7 +158,7 @@ def _from_stream(events: Sequence[Mapping[str, Any]], exit_code: int | None) -> 
     errors = [as_str(e.get("message")) or "grok reported an error"
               for e in events if e.get("type") == "error"]
     text = "".join(deltas) or (errors[-1] if errors else "")
-    extra = _extra(end) if end else {"incomplete": True}
+    extra: dict[str, Any] = _extra(end) if end else {"incomplete": True}
     if errors:
         extra["error"] = errors[-1]
     return ProviderResult(

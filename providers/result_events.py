@@ -137,7 +137,7 @@ def has_auth_error_event(events: Sequence[Mapping[str, Any]], pattern: re.Patter
             text = as_str(event.get("result")) or _error_text(event)
             if pattern.search(text):
                 return True
-        if event.get("type") == "assistant" and event.get("is_api_error_message"):
-            if pattern.search(_message_text(event)):
-                return True
+        if (event.get("type") == "assistant" and event.get("is_api_error_message")
+                and pattern.search(_message_text(event))):
+            return True
     return False

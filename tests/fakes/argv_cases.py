@@ -33,7 +33,7 @@ def load_fakecli() -> types.ModuleType:
     """tests/fakes/fakecli.py (the fakes' argv tables are the snapshot's flags)."""
     if str(FAKES_DIR) not in sys.path:
         sys.path.insert(0, str(FAKES_DIR))
-    import fakecli  # noqa: PLC0415 - the module lives beside the fakes, not in a package
+    import fakecli
 
     return fakecli
 

@@ -29,8 +29,12 @@ DEFAULT_STREAM_INTERVAL_S = 0.05  # @stream=N without :I
 # real help lists to their long flag. `--version` is accepted everywhere.
 
 
-def _table(flags: str, valued: str = "", optional: str = "", variadic: str = "") -> dict:
-    table = {f: 0 for f in flags.split()}
+Arity = int | str  # 0, 1, "?" or "*"
+
+
+def _table(flags: str, valued: str = "", optional: str = "",
+           variadic: str = "") -> dict[str, Arity]:
+    table: dict[str, Arity] = {f: 0 for f in flags.split()}
     for names, arity in ((valued, 1), (optional, "?"), (variadic, "*")):
         for name in names.split():
             if name not in table:
@@ -39,7 +43,7 @@ def _table(flags: str, valued: str = "", optional: str = "", variadic: str = "")
     return table
 
 
-FLAGS: dict[str, dict] = {
+FLAGS: dict[str, dict[str, Arity]] = {
     "claude": _table(
         "--add-dir --agent --agents --allow-dangerously-skip-permissions --allowed "
         "--allowed-tools --append-system-prompt --autocompact --ax-screen-reader --background "
@@ -339,7 +343,7 @@ def setup_signals(run: Run) -> None:
     elif "late" in run.d:
         late = int(run.d["late"] or 0)
 
-        def on_term(signum, frame):  # noqa: ARG001 - signal handler signature
+        def on_term(signum, frame):
             try:
                 sys.stdout.flush()
                 remaining = late

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import pytest
 
@@ -22,14 +23,14 @@ devin = CLI_PROVIDERS["devin"]
 cursor = CLI_PROVIDERS["cursor"]
 
 
-def jl(*events: dict) -> bytes:
+def jl(*events: dict[str, Any]) -> bytes:
     return b"".join(json.dumps(e).encode() + b"\n" for e in events)
 
 
 # -- claude ---------------------------------------------------------------------------------
 
 SID = "2c562a6d-6bc7-4ecd-88eb-526b71b10c32"
-CLAUDE_RESULT = {
+CLAUDE_RESULT: dict[str, Any] = {
     "type": "result", "subtype": "success", "is_error": False, "duration_ms": 2100,
     "duration_api_ms": 1900, "num_turns": 2, "result": "The answer is 42.",
     "stop_reason": "end_turn", "session_id": SID, "total_cost_usd": 0.0123,
@@ -37,11 +38,11 @@ CLAUDE_RESULT = {
               "cache_read_input_tokens": 400, "output_tokens": 7},
     "modelUsage": {"claude-opus-5": {"inputTokens": 12}},
 }
-CLAUDE_INIT = {"type": "system", "subtype": "init", "cwd": "/tmp", "session_id": SID,
+CLAUDE_INIT: dict[str, Any] = {"type": "system", "subtype": "init", "cwd": "/tmp", "session_id": SID,
                "model": "claude-opus-5[1m]", "tools": ["Bash"]}
-CLAUDE_ASSISTANT = {"type": "assistant", "session_id": SID, "message": {
+CLAUDE_ASSISTANT: dict[str, Any] = {"type": "assistant", "session_id": SID, "message": {
     "role": "assistant", "content": [{"type": "text", "text": "Working on it."}]}}
-CLAUDE_DELTA = {"type": "stream_event", "session_id": SID, "event": {
+CLAUDE_DELTA: dict[str, Any] = {"type": "stream_event", "session_id": SID, "event": {
     "type": "content_block_delta", "index": 0,
     "delta": {"type": "text_delta", "text": "The ans"}}}
 # Verbatim from claude 2.1.229 without credentials (`--output-format json`, exit 1).
@@ -58,7 +59,7 @@ CLAUDE_AUTH_JSON = (
     b'"api_error_status":null,"result":"Not logged in \xc2\xb7 Please run /login",'
     b'"type":"result","duration_ms":111,"uuid":"1a9c75dd-e5f3-4c2a-add9-7e027b1db41d"}\n'
 )
-CLAUDE_AUTH_ASSISTANT = {
+CLAUDE_AUTH_ASSISTANT: dict[str, Any] = {
     "type": "assistant", "message": {
         "id": "ba3c6c69", "model": "<synthetic>", "role": "assistant",
         "stop_reason": "stop_sequence", "type": "message",
@@ -162,7 +163,7 @@ def test_claude_answer_that_mentions_login_is_not_an_auth_error() -> None:
 # -- codex ----------------------------------------------------------------------------------
 
 THREAD = "01a22c39-346d-7512-871e-a2beae96de62"
-CODEX_OK = [
+CODEX_OK: list[dict[str, Any]] = [
     {"type": "thread.started", "thread_id": THREAD},
     {"type": "turn.started"},
     {"type": "item.completed", "item": {"id": "item_0", "type": "reasoning", "text": "hmm"}},
@@ -239,10 +240,10 @@ def test_codex_auth_failure_is_recognised_and_a_network_retry_is_not() -> None:
 
 # -- gemini / agy ---------------------------------------------------------------------------
 
-GEMINI_JSON = {"session_id": "9b3c", "response": "Paris.", "stats": {"models": {
+GEMINI_JSON: dict[str, Any] = {"session_id": "9b3c", "response": "Paris.", "stats": {"models": {
     "gemini-2.5-pro": {"tokens": {"prompt": 100, "candidates": 5, "cached": 40}},
     "gemini-2.5-flash": {"tokens": {"prompt": 10, "candidates": 1, "cached": 0}}}}}
-AGY_JSON = {"conversation_id": "conv-7", "status": "SUCCESS", "response": "Done.",
+AGY_JSON: dict[str, Any] = {"conversation_id": "conv-7", "status": "SUCCESS", "response": "Done.",
             "usage": {"input_tokens": 9, "output_tokens": 3, "total_tokens": 12}}
 # Verbatim from gemini 0.61.0 without credentials (exit 41; stderr).
 GEMINI_AUTH = (b"Please set an Auth method in your /tmp/h/.gemini/settings.json or specify one "
@@ -297,7 +298,7 @@ GROK_STREAM = jl(
                "reasoning_tokens": 59, "total_tokens": 55029}, "num_turns": 2,
      "modelUsage": {"grok-4.5": {"inputTokens": 21550}}},
 )
-GROK_JSON = {"text": "ok", "stopReason": "EndTurn", "sessionId": "sess-3",
+GROK_JSON: dict[str, Any] = {"text": "ok", "stopReason": "EndTurn", "sessionId": "sess-3",
              "requestId": "req-3", "thought": "Short.",
              "usage": {"input_tokens": 21414, "cache_read_input_tokens": 6016,
                        "output_tokens": 19}, "num_turns": 1}
@@ -343,7 +344,7 @@ def test_grok_plain_and_auth() -> None:
 
 # -- mistral (vibe) --------------------------------------------------------------------------
 
-VIBE_HISTORY = [
+VIBE_HISTORY: list[dict[str, Any]] = [
     {"id": "1", "type": "message", "role": "user", "content": [{"type": "text", "text": "q"}]},
     {"id": "2", "type": "reasoning", "text": "thinking"},
     {"id": "3", "type": "message", "role": "assistant",
@@ -370,7 +371,7 @@ def test_vibe_missing_api_key_is_an_auth_error() -> None:
 
 # -- devin, cursor --------------------------------------------------------------------------
 
-CURSOR_RESULT = {"type": "result", "subtype": "success", "is_error": False,
+CURSOR_RESULT: dict[str, Any] = {"type": "result", "subtype": "success", "is_error": False,
                  "duration_ms": 1234, "result": "Fixed.", "session_id": "chat-9",
                  "request_id": "r"}
 

@@ -10,7 +10,12 @@ import pytest
 from argv_cases import DIALECTS, provider, request
 
 from providers.base import InvalidRequest, ProviderRequest
-from providers.safety import LINUX_MAX_ARG_STRLEN, arg_max, check_argv_size, check_request
+from providers.safety import (
+    LINUX_MAX_ARG_STRLEN,
+    arg_max,
+    check_argv_size,
+    check_request,
+)
 
 
 @pytest.mark.parametrize(("name", "binary"), DIALECTS)
@@ -82,7 +87,7 @@ def test_a_normal_argv_fits() -> None:
     check_argv_size(["claude", "--print", "hello"])
 
 
-@pytest.mark.skipif(not os.uname().sysname == "Linux", reason="per-argument cap is Linux's")
+@pytest.mark.skipif(os.uname().sysname != "Linux", reason="per-argument cap is Linux's")
 def test_one_argument_over_the_linux_per_argument_cap_is_refused() -> None:
     with pytest.raises(InvalidRequest, match="bytes per argument"):
         check_argv_size(["grok", "-p=" + "x" * LINUX_MAX_ARG_STRLEN])
