@@ -23,7 +23,8 @@ from gateway.store.base import JobStore
 log = structlog.get_logger(__name__)
 
 STORE_OPEN_RETRY_S = 2.0  # a store that is down at startup is retried, never given up on
-READY_WAIT_S = 10.0  # how long a tool call waits for startup before answering `unavailable`
+READY_WAIT_S = 10.0
+STOP_OPEN_WAIT_S = 1.0  # part of the drain budget: an interrupted store open may finish  # how long a tool call waits for startup before answering `unavailable`
 
 
 class Gateway:
@@ -37,6 +38,7 @@ class Gateway:
         self._ready = asyncio.Event()
         self._start_error: str | None = None
         self._start_task: asyncio.Task[None] | None = None
+        self._open_task: asyncio.Task[JobStore] | None = None
 
     def start_in_background(self) -> None:
         self._start_task = asyncio.create_task(self.start(), name="gateway_start")
@@ -46,8 +48,11 @@ class Gateway:
         from gateway.store import open_store
 
         while True:
+            # Shielded: a stop() during startup must not abandon a half-open connection
+            # (aiosqlite's thread would later call into a closed loop); stop() finishes it.
+            self._open_task = asyncio.create_task(open_store(self.settings), name="open_store")
             try:
-                self.store = await open_store(self.settings)
+                self.store = await asyncio.shield(self._open_task)
                 break
             except Exception as exc:  # noqa: BLE001 - reported to callers, retried
                 self._start_error = str(exc) or repr(exc)
@@ -84,6 +89,18 @@ class Gateway:
     def ready(self) -> bool:
         return self._ready.is_set()
 
+    async def _abandon_open(self) -> None:
+        """Startup was interrupted: let an in-flight store open finish briefly, then close it."""
+        task = self._open_task
+        if task is None or self.store is not None:
+            return
+        done, _ = await asyncio.wait([task], timeout=STOP_OPEN_WAIT_S)
+        if not done:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        elif task.exception() is None:
+            await task.result().close()
+
     async def stop(self) -> None:
         """Drain within lease.drain_timeout_s, then mark the instance stopped and close.
 
@@ -92,6 +109,8 @@ class Gateway:
         """
         if self._start_task is not None and not self._start_task.done():
             self._start_task.cancel()
+            await asyncio.gather(self._start_task, return_exceptions=True)
+            await self._abandon_open()
         manager, leases, store = self._manager, self.leases, self.store
         drained = True
         if manager is not None:
