@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import json
 import logging
@@ -37,7 +38,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -88,6 +89,7 @@ def load_test_conftest() -> ModuleType:
     spec = importlib.util.spec_from_file_location("acg_tests_conftest", TESTS_CONFTEST)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
@@ -489,11 +491,18 @@ async def bench_reaper(backend: str, workdir: Path, pg: PgServer | None, *,
 
 # -- standalone ------------------------------------------------------------------------------
 
-def quiet_logs() -> None:
+@contextlib.contextmanager
+def quiet_logs() -> Iterator[None]:
     """The gateway's info logs (a reaper orphaning 1,000 jobs logs 1,000 lines) would drown
-    the table."""
+    the table. The previous structlog configuration is restored afterwards (the smoke test
+    runs the bench inside the test process)."""
+    saved = structlog.get_config()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
                         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
 
 
 async def run_store_benches(workdir: Path, pg: PgServer | None, *,
@@ -515,10 +524,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-postgres", action="store_true")
     args = parser.parse_args()
-    quiet_logs()
     server, reason = (None, "skipped") if args.no_postgres else start_postgres()
     try:
-        with tempfile.TemporaryDirectory(prefix="store-bench-") as tmp:
+        with quiet_logs(), tempfile.TemporaryDirectory(prefix="store-bench-") as tmp:
             results = asyncio.run(run_store_benches(Path(tmp), server))
     finally:
         if server is not None:

@@ -1,0 +1,678 @@
+"""The cost model of the gateway, measured: one command, one table (issue 7).
+
+    uv run python bench/run.py                  # full run (a few minutes), prints the table
+    uv run python bench/run.py --no-postgres    # skip the PostgreSQL store rows
+    uv run python bench/run.py --smoke          # tiny sizes: checks every code path runs
+
+It prints a table and writes bench/results/bench.json (or --output). Absolute times on shared
+machines drift, so every row is a ratio against a floor measured in the same run, side by
+side (interleaved where the two can be), and the numbers are medians. Two floors:
+
+- the fake CLI spawned directly (asyncio subprocess in its own session, output to files,
+  the same argv and stdin the gateway would use), for the request overhead rows;
+- bench/minimal_server.py, a minimal MCPServer with one no-op tool, started and called the
+  same way as the gateway (same Python, same SDK client in legacy/handshake mode, stdio),
+  for the protocol rows: what the SDK itself costs is divided out.
+
+Rows (targets from the issue):
+- sync / async request overhead: claude_request (force_refresh) and claude_request_async +
+  llm_job_wait until done, against the fake doing 0.2 s of work, over the direct spawn
+  (<= 1.10);
+- async admission: back-to-back claude_request_async calls per second over no-op calls per
+  second (>= 0.5), and the time until every admitted job is terminal;
+- llm_job_status / llm_job_wait round trip, median and p99, over the no-op round trip
+  (<= 1.3);
+- heartbeat with 10,000 vs 10 owned running jobs (<= 3) and the reaper sweep over 100,000
+  rows with 1% expired, with plans (bench/store_bench.py), on SQLite and PostgreSQL;
+- memory: peak RSS growth while a job streams 1 GiB through the runner
+  (bench/runner_bench.py, < 5 MiB), the same through a whole gateway with default limits
+  (added: what the runner row does not see), and the gateway's RSS idle and after 200 jobs
+  minus the minimal server's (<= 15 MB, <= 25 MB);
+- startup: process start to the first answered tools/list over the minimal server's
+  (<= 1.15).
+
+Nothing here asserts: a missed target is reported in the table, never hidden.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import psutil
+import tomli_w
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+for path in (str(ROOT), str(BENCH)):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+import runner_bench  # noqa: E402
+import store_bench  # noqa: E402
+from mcp import Client, StdioServerParameters  # noqa: E402
+from mcp.client.stdio import stdio_client  # noqa: E402
+
+from gateway.config import load_settings  # noqa: E402
+from gateway.jobs.requests import SubmitRequest  # noqa: E402
+from gateway.jobs.targets import resolve_target  # noqa: E402
+
+RESULTS = BENCH / "results" / "bench.json"
+FAKES_BIN = ROOT / "tests" / "fakes" / "bin"
+FAKE_CLAUDE = FAKES_BIN / "claude"
+MINIMAL_SERVER = BENCH / "minimal_server.py"
+
+MB = 1_000_000
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+CLIENT_MODE = "legacy"  # the handshake era, as Claude Desktop and Codex speak it
+CLIENT_TIMEOUT_S = 300.0  # no single call of the bench should come near this
+FAKE_WORK_S = 0.2  # the fake CLI's work per request in the overhead rows (issue 7)
+WAIT_STEP_S = 30.0  # llm_job_wait's bound per call while the bench waits for a job
+RSS_SAMPLE_INTERVAL_S = 0.005  # fine enough to catch a transient buffer while streaming
+SETTLE_S = 1.0  # after startup: let the background start (store, version probe) finish
+ROUNDTRIP_WARMUP = 20  # first calls pay for imports and statement preparation
+OVERHEAD_WARMUP = 3
+
+TARGETS = {
+    "sync_overhead": ("<=", 1.10),
+    "async_overhead": ("<=", 1.10),
+    "admission": (">=", 0.5),
+    "status_roundtrip": ("<=", 1.3),
+    "wait_roundtrip": ("<=", 1.3),
+    "heartbeat": ("<=", 3.0),
+    "stream_runner": ("<", 5.0),
+    "stream_gateway": ("<", 5.0),
+    "rss_idle": ("<=", 15.0),
+    "rss_after_jobs": ("<=", 25.0),
+    "startup": ("<=", 1.15),
+}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    startup_runs: int = 10
+    overhead_runs: int = 30
+    roundtrip_calls: int = 300
+    admission_calls: int = 500
+    rss_jobs: int = 200
+    stream_gib: float = 1.0
+    heartbeat_sizes: tuple[int, int] = store_bench.HEARTBEAT_SIZES
+    heartbeat_reps: int = store_bench.HEARTBEAT_REPS
+    reaper_total: int = store_bench.REAPER_TOTAL
+    reaper_reps: int = store_bench.REAPER_REPS
+    overhead_warmup: int = OVERHEAD_WARMUP
+    roundtrip_warmup: int = ROUNDTRIP_WARMUP
+    settle_s: float = SETTLE_S
+
+
+FULL = Sizes()
+SMOKE = Sizes(startup_runs=1, overhead_runs=2, roundtrip_calls=5, admission_calls=5,
+              rss_jobs=3, stream_gib=2 / 1024, heartbeat_sizes=(2, 20), heartbeat_reps=2,
+              reaper_total=300, reaper_reps=1, overhead_warmup=0, roundtrip_warmup=1,
+              settle_s=0.0)
+
+
+@dataclass
+class Row:
+    key: str
+    name: str
+    measured: str
+    floor: str
+    ratio: float | None
+    target: str
+    met: bool | None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def _pct(values: list[float], pct: int) -> float:
+    if len(values) < 2:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
+
+
+def _size(gib: float) -> str:
+    return f"{gib:g} GiB" if gib >= 1 else f"{gib * 1024:g} MiB"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms"
+
+
+def _met(key: str, value: float | None) -> bool | None:
+    if value is None:
+        return None
+    op, bound = TARGETS[key]
+    return {"<=": value <= bound, ">=": value >= bound, "<": value < bound}[op]
+
+
+def _target(key: str, unit: str = "") -> str:
+    op, bound = TARGETS[key]
+    return f"{op} {bound:g}{unit}"
+
+
+# -- servers ---------------------------------------------------------------------------------
+
+class Servers:
+    """Starts gateways (`python -m gateway`, each with its own config and SQLite file) and the
+    minimal server, the way an MCP client does, with their stderr in files."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.home = workdir / "home"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.logs = workdir / "logs"
+        self.logs.mkdir(exist_ok=True)
+        self._count = 0
+
+    def config(self, limits: dict[str, Any] | None = None) -> Path:
+        """A config file of its own (a fresh SQLite store), default settings otherwise."""
+        self._count += 1
+        data: dict[str, Any] = {
+            "persistence": {"backend": "sqlite",
+                            "path": str(self.workdir / "state" / f"jobs-{self._count}.db")},
+            "providers": {"claude": {"command": str(FAKE_CLAUDE)}},
+        }
+        if limits:
+            data["limits"] = limits
+        path = self.workdir / f"config-{self._count}.toml"
+        path.write_bytes(tomli_w.dumps(data).encode())
+        return path
+
+    def _env(self, **extra: str) -> dict[str, str]:
+        return {
+            "HOME": str(self.home),
+            "PATH": f"{FAKES_BIN}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+            "PYTHONPATH": str(ROOT),
+            **extra,
+        }
+
+    def gateway(self, config: Path) -> StdioServerParameters:
+        return StdioServerParameters(command=sys.executable, args=["-m", "gateway"],
+                                     env=self._env(AGENT_GATEWAY_CONFIG=str(config)),
+                                     cwd=str(self.home))
+
+    def minimal(self) -> StdioServerParameters:
+        return StdioServerParameters(command=sys.executable, args=[str(MINIMAL_SERVER)],
+                                     env=self._env(), cwd=str(self.home))
+
+    @contextlib.asynccontextmanager
+    async def connect(self, params: StdioServerParameters,
+                      label: str) -> AsyncIterator[tuple[Client, psutil.Process]]:
+        """An initialized client and the server's process (for its RSS)."""
+        me = psutil.Process()
+        before = {p.pid for p in me.children()}
+        errlog: TextIO
+        with (self.logs / f"{label}.stderr").open("a") as errlog:
+            async with Client(stdio_client(params, errlog=errlog), mode=CLIENT_MODE,
+                              read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
+                spawned = [p for p in me.children() if p.pid not in before]
+                if len(spawned) != 1:
+                    raise RuntimeError(f"expected one new server process, found {spawned}")
+                yield client, spawned[0]
+
+
+async def call(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    result = await client.call_tool(tool, args)
+    if result.is_error:
+        text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
+        raise RuntimeError(f"{tool} failed: {text}")
+    return dict(result.structured_content or {})
+
+
+async def wait_done(client: Client, job_id: str) -> dict[str, Any]:
+    while True:
+        data = await call(client, "llm_job_wait", {"job_id": job_id, "timeout_s": WAIT_STEP_S})
+        if data.get("done"):
+            return data
+
+
+def rss(process: psutil.Process) -> int:
+    return int(process.memory_info().rss)
+
+
+# -- rows --------------------------------------------------------------------------------------
+
+async def bench_startup(servers: Servers, sizes: Sizes) -> tuple[list[Row], dict[str, Any]]:
+    """Process start to the first answered tools/list, gateway over minimal, interleaved.
+    Every gateway start gets a fresh SQLite file: migration must not delay the answer."""
+    minimal: list[float] = []
+    gateway: list[float] = []
+    tools = 0
+    for _ in range(sizes.startup_runs):
+        for kind in ("minimal", "gateway"):
+            params = servers.minimal() if kind == "minimal" else servers.gateway(servers.config())
+            started = time.perf_counter()
+            async with servers.connect(params, f"startup-{kind}") as (client, _process):
+                listed = await client.list_tools()
+                elapsed = time.perf_counter() - started
+            (minimal if kind == "minimal" else gateway).append(elapsed)
+            if kind == "gateway":
+                tools = len(listed.tools)
+    ratio = _median(gateway) / _median(minimal)
+    row = Row("startup", "startup: process start to first tools/list",
+              _ms(_median(gateway)), f"{_ms(_median(minimal))} (minimal server)",
+              round(ratio, 3), _target("startup"), _met("startup", ratio),
+              {"runs": sizes.startup_runs, "gateway_s": gateway, "minimal_s": minimal,
+               "gateway_tools": tools})
+    return [row], row.detail
+
+
+def _direct_argv(config: Path, prompt: str) -> tuple[list[str], bytes | None]:
+    """The argv and stdin the gateway runs for this prompt (its own adapter builds them)."""
+    settings = load_settings(config)
+    target = resolve_target(settings, "claude", SubmitRequest(prompt=prompt, force_refresh=True))
+    assert target.invocation is not None
+    return list(target.invocation.argv), target.invocation.stdin
+
+
+async def bench_overhead_and_roundtrips(servers: Servers, sizes: Sizes,
+                                        workdir: Path) -> list[Row]:
+    """Sync and async request overhead over the direct spawn (interleaved), then status and
+    wait round trips over the no-op round trip (interleaved, both servers up at once)."""
+    config = servers.config()
+    direct: list[float] = []
+    sync: list[float] = []
+    async_: list[float] = []
+    last_job = ""
+    async with servers.connect(servers.gateway(config), "overhead-gateway") as (client, _):
+        await client.list_tools()
+        await call(client, "llm_job_list", {})  # the store is open and admission is on
+        await asyncio.sleep(sizes.settle_s)
+        for i in range(sizes.overhead_warmup + sizes.overhead_runs):
+            tag = uuid.uuid4().hex[:8]
+            prompt = f"bench {tag} @sleep={FAKE_WORK_S}"
+            argv, stdin = _direct_argv(config, prompt)
+            d = await runner_bench._direct_once(argv, stdin, workdir / "direct")  # noqa: SLF001
+
+            started = time.perf_counter()
+            answer = await call(client, "claude_request",
+                                {"prompt": f"sync {prompt}", "force_refresh": True})
+            s = time.perf_counter() - started
+            if answer.get("status") != "completed":
+                raise RuntimeError(f"claude_request did not complete: {answer}")
+
+            started = time.perf_counter()
+            submitted = await call(client, "claude_request_async",
+                                   {"prompt": f"async {prompt}", "force_refresh": True})
+            done = await wait_done(client, submitted["job_id"])
+            a = time.perf_counter() - started
+            if done.get("status") != "completed":
+                raise RuntimeError(f"async job did not complete: {done}")
+            last_job = submitted["job_id"]
+            if i >= sizes.overhead_warmup:
+                direct.append(d)
+                sync.append(s)
+                async_.append(a)
+
+        noop: list[float] = []
+        status: list[float] = []
+        wait: list[float] = []
+        async with servers.connect(servers.minimal(), "roundtrip-minimal") as (minimal, _):
+            for i in range(sizes.roundtrip_warmup + sizes.roundtrip_calls):
+                t0 = time.perf_counter()
+                await call(minimal, "noop", {})
+                t1 = time.perf_counter()
+                await call(client, "llm_job_status", {"job_id": last_job})
+                t2 = time.perf_counter()
+                await call(client, "llm_job_wait", {"job_id": last_job, "timeout_s": WAIT_STEP_S})
+                t3 = time.perf_counter()
+                if i >= sizes.roundtrip_warmup:
+                    noop.append(t1 - t0)
+                    status.append(t2 - t1)
+                    wait.append(t3 - t2)
+
+    floor = _median(direct)
+    rows = []
+    for key, name, values in (
+        ("sync_overhead", "sync request overhead (claude_request, fake 0.2 s)", sync),
+        ("async_overhead", "async request overhead (submit + llm_job_wait)", async_),
+    ):
+        ratio = _median(values) / floor
+        rows.append(Row(key, name, _ms(_median(values)), f"{_ms(floor)} (direct spawn)",
+                        round(ratio, 3), _target(key), _met(key, ratio),
+                        {"runs": sizes.overhead_runs, "median_ms": _median(values) * 1000,
+                         "floor_median_ms": floor * 1000,
+                         "overhead_ms": (_median(values) - floor) * 1000,
+                         "p90_ms": _pct(values, 90) * 1000,
+                         "floor_p90_ms": _pct(direct, 90) * 1000}))
+    noop_med, noop_p99 = _median(noop), _pct(noop, 99)
+    for key, name, values in (
+        ("status_roundtrip", "llm_job_status round trip", status),
+        ("wait_roundtrip", "llm_job_wait round trip (finished job)", wait),
+    ):
+        med, p99 = _median(values), _pct(values, 99)
+        ratio = med / noop_med
+        rows.append(Row(key, name, f"{_ms(med)} (p99 {_ms(p99)})",
+                        f"{_ms(noop_med)} (p99 {_ms(noop_p99)}) no-op",
+                        round(ratio, 3), f"{_target(key)} (median)", _met(key, ratio),
+                        {"calls": sizes.roundtrip_calls, "median_ms": med * 1000,
+                         "p99_ms": p99 * 1000, "noop_median_ms": noop_med * 1000,
+                         "noop_p99_ms": noop_p99 * 1000,
+                         "p99_ratio": round(p99 / noop_p99, 3)}))
+    return rows
+
+
+async def _noop_rate(minimal: Client, calls: int) -> float:
+    started = time.perf_counter()
+    for _ in range(calls):
+        await call(minimal, "noop", {})
+    return calls / (time.perf_counter() - started)
+
+
+async def bench_admission(servers: Servers, sizes: Sizes) -> list[Row]:
+    """Back-to-back claude_request_async calls per second over no-op calls per second (the
+    no-op floor measured just before and just after), then the time until all are terminal."""
+    n = sizes.admission_calls
+    limits = {"max_running_jobs": 32, "max_running_per_provider": 32,
+              "max_queued_jobs": max(128, 2 * n), "queue_timeout_s": 600}
+    config = servers.config(limits)
+    async with servers.connect(servers.minimal(), "admission-minimal") as (minimal, _), \
+            servers.connect(servers.gateway(config), "admission-gateway") as (client, _):
+        await client.list_tools()
+        await call(client, "llm_job_list", {})
+        await call(minimal, "noop", {})
+        await asyncio.sleep(sizes.settle_s)
+        before = await _noop_rate(minimal, n)
+        job_ids: list[str] = []
+        started = time.perf_counter()
+        for i in range(n):
+            data = await call(client, "claude_request_async",
+                              {"prompt": f"admission {i} {uuid.uuid4().hex[:8]}",
+                               "force_refresh": True})
+            job_ids.append(data["job_id"])
+        admitted_s = time.perf_counter() - started
+        statuses: dict[str, int] = {}
+        for job_id in job_ids:
+            done = await wait_done(client, job_id)
+            statuses[done["status"]] = statuses.get(done["status"], 0) + 1
+        terminal_s = time.perf_counter() - started
+        after = await _noop_rate(minimal, n)
+    rate = n / admitted_s
+    floor = (before + after) / 2
+    ratio = rate / floor
+    admission = Row("admission", f"async admission ({n} back-to-back calls, SQLite)",
+                    f"{rate:.0f} calls/s", f"{floor:.0f} no-op calls/s",
+                    round(ratio, 3), _target("admission"), _met("admission", ratio),
+                    {"calls": n, "admitted_s": admitted_s, "noop_rate_before": before,
+                     "noop_rate_after": after, "limits": limits})
+    terminal = Row("admission_terminal", f"  time until all {n} are terminal",
+                   f"{terminal_s:.2f} s", f"{n / floor:.2f} s ({n} no-op calls)",
+                   round(terminal_s / (n / floor), 3), "(report)", None,
+                   {"terminal_s": terminal_s, "statuses": statuses,
+                    "jobs_per_s": n / terminal_s})
+    return [admission, terminal]
+
+
+async def _peak_rss_during(process: psutil.Process,
+                           work: Callable[[], Awaitable[Any]]) -> tuple[int, int, Any]:
+    """(baseline, peak) RSS of another process while `work` runs, sampled every few ms."""
+    baseline = rss(process)
+    peak = baseline
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            with contextlib.suppress(psutil.Error):
+                peak = max(peak, rss(process))
+            await asyncio.sleep(RSS_SAMPLE_INTERVAL_S)
+
+    sampler = asyncio.create_task(sample(), name="bench_rss_sampler")
+    try:
+        result = await work()
+    finally:
+        done.set()
+        await sampler
+    peak = max(peak, rss(process))
+    return baseline, peak, result
+
+
+async def bench_memory(servers: Servers, sizes: Sizes, workdir: Path) -> list[Row]:
+    """RSS idle and after N jobs over the minimal server's; a 1 GiB stream through the runner
+    (runner_bench) and through a whole gateway with default limits."""
+    rows: list[Row] = []
+    runner = await runner_bench.bench_memory(sizes.stream_gib, workdir)
+    rows.append(Row("stream_runner",
+                    f"memory: RSS growth, runner streaming {_size(sizes.stream_gib)}",
+                    f"{runner['peak_rss_growth_mib']:.3f} MiB",
+                    f"{runner['baseline_rss_mib']:.1f} MiB (bench process)",
+                    None, _target("stream_runner", " MiB"),
+                    _met("stream_runner", runner["peak_rss_growth_mib"])
+                    and runner["bytes_spooled"] == runner["bytes_streamed"], runner))
+
+    async with servers.connect(servers.minimal(), "memory-minimal") as (minimal, min_proc):
+        await call(minimal, "noop", {})
+        await asyncio.sleep(sizes.settle_s)
+        minimal_rss = rss(min_proc)
+    n = sizes.rss_jobs
+    async with servers.connect(servers.gateway(servers.config()), "memory-gateway") as (
+            client, gw_proc):
+        await client.list_tools()
+        await call(client, "llm_job_list", {})
+        await asyncio.sleep(sizes.settle_s)
+        idle_rss = rss(gw_proc)
+        job_ids = []
+        for i in range(n):
+            data = await call(client, "claude_request_async",
+                              {"prompt": f"rss {i} {uuid.uuid4().hex[:8]}",
+                               "force_refresh": True})
+            job_ids.append(data["job_id"])
+        for job_id in job_ids:
+            await wait_done(client, job_id)
+        await asyncio.sleep(sizes.settle_s)
+        after_rss = rss(gw_proc)
+
+        stream_bytes = int(sizes.stream_gib * GIB)
+
+        async def stream() -> dict[str, Any]:
+            result = await client.call_tool("claude_request", {
+                "prompt": f"stream @bytes={stream_bytes} {uuid.uuid4().hex[:8]}",
+                "force_refresh": True})
+            return dict(result.structured_content or {})
+
+        base, peak, answer = await _peak_rss_during(gw_proc, stream)
+    for key, name, value in (
+        ("rss_idle", "memory: gateway RSS idle - minimal server RSS", idle_rss - minimal_rss),
+        ("rss_after_jobs", f"memory: gateway RSS after {n} jobs - minimal server RSS",
+         after_rss - minimal_rss),
+    ):
+        rows.append(Row(key, name, f"{value / MB:.1f} MB",
+                        f"{minimal_rss / MB:.1f} MB (minimal server)", None,
+                        _target(key, " MB"), _met(key, value / MB),
+                        {"gateway_rss_mb": (value + minimal_rss) / MB,
+                         "minimal_rss_mb": minimal_rss / MB, "jobs": n}))
+    growth_mib = (peak - base) / MIB
+    rows.append(Row("stream_gateway",
+                    f"memory: gateway RSS growth, one claude_request streaming "
+                    f"{_size(sizes.stream_gib)} (default limits)",
+                    f"{growth_mib:.1f} MiB", f"{base / MIB:.1f} MiB (gateway before)",
+                    None, _target("stream_gateway", " MiB"), _met("stream_gateway", growth_mib),
+                    {"baseline_rss_mib": base / MIB, "peak_rss_mib": peak / MIB,
+                     "status": answer.get("status"), "error_kind": answer.get("error_kind"),
+                     "output_bytes": answer.get("output_bytes"),
+                     "truncated": answer.get("truncated")}))
+    return rows
+
+
+def store_rows(results: dict[str, Any], pg_skipped: str | None) -> list[Row]:
+    rows: list[Row] = []
+    for backend in ("sqlite", "postgres"):
+        hb = results["heartbeat"].get(backend)
+        if hb is None:
+            rows.append(Row(f"heartbeat_{backend}", f"heartbeat, many vs few owned jobs ({backend})",
+                            "skipped", pg_skipped or "", None, _target("heartbeat"), None))
+        else:
+            rows.append(Row(f"heartbeat_{backend}",
+                            f"heartbeat {hb['large_jobs']:,} vs {hb['small_jobs']:,} owned jobs "
+                            f"({backend})",
+                            f"{hb['large_median_ms']:.2f} ms", f"{hb['small_median_ms']:.2f} ms",
+                            hb["ratio"], _target("heartbeat"), _met("heartbeat", hb["ratio"]), hb))
+    for backend in ("sqlite", "postgres"):
+        rp = results["reaper"].get(backend)
+        if rp is None:
+            rows.append(Row(f"reaper_{backend}", f"reaper sweep ({backend})", "skipped",
+                            pg_skipped or "", None, "index used", None))
+        else:
+            rows.append(Row(f"reaper_{backend}",
+                            f"reaper sweep, {rp['rows']:,} rows, {rp['expired']:,} expired "
+                            f"({backend})",
+                            f"{rp['sweep_median_ms']:.1f} ms",
+                            f"{rp['floor_median_ms']:.1f} ms ({rp['floor_rows']:,} rows, "
+                            f"no history)",
+                            rp["ratio"], "index used", rp["index_used"], rp))
+    return rows
+
+
+# -- report ------------------------------------------------------------------------------------
+
+def machine() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                                  timeout=10, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return "unknown"
+
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "nproc": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / GIB, 1),
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "client_mode": CLIENT_MODE,
+    }
+
+
+def table(rows: list[Row]) -> str:
+    header = ("row", "measured", "floor", "ratio", "target", "met")
+    lines = [header] + [
+        (r.name, r.measured, r.floor, "" if r.ratio is None else f"{r.ratio:.3f}", r.target,
+         "-" if r.met is None else ("yes" if r.met else "NO"))
+        for r in rows
+    ]
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(line) + " |" for line in lines[1:]]
+    return "\n".join(out)
+
+
+def plans_text(store: dict[str, Any]) -> str:
+    out: list[str] = []
+    for backend, result in store.get("reaper", {}).items():
+        for statement, plan in result["plans"].items():
+            out.append(f"{backend} {statement}:")
+            out += [f"    {line}" for line in plan]
+    for backend, result in store.get("heartbeat", {}).items():
+        out.append(f"{backend} renew_leases (heartbeat, {result['large_jobs']:,} jobs):")
+        out += [f"    {line}" for line in result["plan_renew_leases"]]
+    return "\n".join(out)
+
+
+async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
+                     pg_skipped: str | None) -> dict[str, Any]:
+    servers = Servers(workdir)
+    started = time.perf_counter()
+    phases: dict[str, float] = {}
+    rows: list[Row] = []
+
+    async def phase(name: str, work: Awaitable[list[Row]]) -> None:
+        t0 = time.perf_counter()
+        rows.extend(await work)
+        phases[name] = round(time.perf_counter() - t0, 1)
+        print(f"  {name}: {phases[name]} s", file=sys.stderr, flush=True)
+
+    async def startup() -> list[Row]:
+        return (await bench_startup(servers, sizes))[0]
+
+    store: dict[str, Any] = {}
+
+    async def store_phase() -> list[Row]:
+        store.update(await store_bench.run_store_benches(
+            workdir, pg, heartbeat_sizes=sizes.heartbeat_sizes,
+            heartbeat_reps=sizes.heartbeat_reps, reaper_total=sizes.reaper_total,
+            reaper_reps=sizes.reaper_reps))
+        return store_rows(store, pg_skipped)
+
+    await phase("startup", startup())
+    await phase("overhead and round trips", bench_overhead_and_roundtrips(servers, sizes, workdir))
+    await phase("admission", bench_admission(servers, sizes))
+    await phase("memory", bench_memory(servers, sizes, workdir))
+    await phase("store", store_phase())
+    order = ["sync_overhead", "async_overhead", "admission", "admission_terminal",
+             "status_roundtrip", "wait_roundtrip", "heartbeat_sqlite", "heartbeat_postgres",
+             "reaper_sqlite", "reaper_postgres", "stream_runner", "stream_gateway", "rss_idle",
+             "rss_after_jobs", "startup"]
+    rows.sort(key=lambda r: order.index(r.key) if r.key in order else len(order))
+    return {
+        "machine": machine(),
+        "sizes": asdict(sizes),
+        "seconds": round(time.perf_counter() - started, 1),
+        "phases_s": phases,
+        "rows": [asdict(r) for r in rows],
+        "table": table(rows),
+        "plans": plans_text(store),
+    }
+
+
+def run(sizes: Sizes, output: Path, use_postgres: bool = True,
+        pg: Any | None = None) -> dict[str, Any]:
+    """Run every row and write the JSON; `pg` reuses a running throwaway PostgreSQL server
+    (the smoke test passes the suite's), else one is started here when use_postgres."""
+    own_pg = None
+    reason: str | None = None
+    if pg is None and use_postgres:
+        own_pg, reason = store_bench.start_postgres()
+        pg = own_pg
+    elif pg is None:
+        reason = "--no-postgres"
+    try:
+        with store_bench.quiet_logs(), tempfile.TemporaryDirectory(prefix="acg-bench-") as tmp:
+            results = asyncio.run(main_async(sizes, Path(tmp), pg, reason))
+    finally:
+        if own_pg is not None:
+            own_pg.destroy()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes (code paths only)")
+    parser.add_argument("--no-postgres", action="store_true", help="skip PostgreSQL rows")
+    parser.add_argument("--output", type=Path, default=RESULTS, help=f"default {RESULTS}")
+    args = parser.parse_args()
+    if shutil.which("git") is None:
+        print("note: git not found; the commit is reported as unknown", file=sys.stderr)
+    results = run(SMOKE if args.smoke else FULL, args.output, use_postgres=not args.no_postgres)
+    m = results["machine"]
+    print(f"{m['date']}, {m['nproc']} CPUs, {m['memory_gib']} GiB, commit {m['commit']}"
+          f"{' (dirty)' if m['dirty'] else ''}, {results['seconds']} s\n")
+    print(results["table"])
+    print("\nplans:\n" + results["plans"])
+    print(f"\nwrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""The benchmarks (bench/) still run: every code path with tiny sizes, no timing asserted.
+
+The numbers these runs produce mean nothing (sizes of a handful); what is checked is that
+every row of the table is produced from real measurements and written as JSON, so a change
+to the gateway's tools or store that breaks the bench is caught by the suite, not on the
+next benchmarking day.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+EVERY_ROW = {
+    "sync_overhead", "async_overhead", "admission", "admission_terminal", "status_roundtrip",
+    "wait_roundtrip", "heartbeat_sqlite", "heartbeat_postgres", "reaper_sqlite",
+    "reaper_postgres", "stream_runner", "stream_gateway", "rss_idle", "rss_after_jobs",
+    "startup",
+}
+
+
+def _load(name: str) -> ModuleType:
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_produces_every_row_and_writes_them_as_json(tmp_path: Path) -> None:
+    bench = _load("run")
+    output = tmp_path / "bench.json"
+
+    results = bench.run(bench.SMOKE, output, use_postgres=False)
+
+    rows = {row["key"]: row for row in results["rows"]}
+    assert set(rows) == EVERY_ROW
+    measured = {key: row for key, row in rows.items() if not key.endswith("_postgres")}
+    for key, row in measured.items():
+        assert row["measured"] not in ("", "skipped"), key
+    for key in ("sync_overhead", "async_overhead", "admission", "status_roundtrip",
+                "wait_roundtrip", "heartbeat_sqlite", "reaper_sqlite", "startup"):
+        assert rows[key]["ratio"] > 0, key
+    assert rows["heartbeat_postgres"]["measured"] == "skipped"
+    assert rows["reaper_sqlite"]["detail"]["orphaned_per_sweep"] == [
+        rows["reaper_sqlite"]["detail"]["expired"]]
+    assert rows["stream_runner"]["detail"]["bytes_spooled"] == \
+        rows["stream_runner"]["detail"]["bytes_streamed"]
+    assert rows["admission_terminal"]["detail"]["statuses"] == {"completed": 5}
+    assert "| startup: process start to first tools/list |" in results["table"]
+    assert "jobs_status_lease_deadline" in results["plans"]
+    assert json.loads(output.read_text()) == json.loads(json.dumps(results, default=str))
+
+
+def test_store_bench_runs_on_postgres_and_shows_the_reapers_index(
+        postgres_server: Any, tmp_path: Path) -> None:
+    store_bench = _load("store_bench")
+
+    with store_bench.quiet_logs():
+        results = asyncio.run(store_bench.run_store_benches(
+            tmp_path, postgres_server, heartbeat_sizes=(2, 20), heartbeat_reps=2,
+            reaper_total=300, reaper_reps=1))
+
+    for backend in ("sqlite", "postgres"):
+        heartbeat = results["heartbeat"][backend]
+        assert heartbeat["instance_renewed"] is True
+        assert heartbeat["plan_renew_leases"]
+        reaper = results["reaper"][backend]
+        assert reaper["rows"] == 300
+        assert reaper["orphaned_per_sweep"] == [3]
+        assert reaper["index_used"] is True, reaper["plans"]
