@@ -44,10 +44,19 @@ fi
 
 mkdir -p "$PREFIX"
 echo "installing ${PACKAGES[*]} into $PREFIX"
-# --prefix keeps everything inside the project; no audit/fund chatter; a private cache dir
-# so a broken user cache never matters.
-npm install --global --prefix "$PREFIX" --no-audit --no-fund --loglevel=error \
-  "${PACKAGES[@]}"
+# --prefix keeps everything inside the project; a private cache so neither the user's npm
+# cache nor HOME is touched; one retry for a registry hiccup.
+for attempt in 1 2; do
+  if npm install --global --prefix "$PREFIX" --cache "$ROOT/.tools/npm-cache" \
+      --no-audit --no-fund --loglevel=error "${PACKAGES[@]}"; then
+    break
+  fi
+  if [[ $attempt -eq 2 ]]; then
+    echo "npm install failed twice" >&2
+    exit 1
+  fi
+  echo "npm install failed; retrying once" >&2
+done
 
 for bin in claude codex gemini; do
   if [[ ! -x "$PREFIX/bin/$bin" ]]; then
