@@ -103,8 +103,9 @@ class HttpServer:
 
 
 def start_http_server(home: Path, config: Path, port: int, *, token: str | None = TOKEN,
-                      args: tuple[str, ...] = ()) -> HttpServer:
-    """Spawn the HTTP server and wait (bounded) until /healthz says it is ready."""
+                      args: tuple[str, ...] = (), wait_ready: bool = True) -> HttpServer:
+    """Spawn the HTTP server and wait (bounded) until /healthz answers (and, with
+    wait_ready, says the gateway is ready)."""
     extra = {"AGENT_GATEWAY_HTTP__AUTH_TOKEN": token} if token else {}
     stderr_path = home / f"http-{port}.stderr"
     with stderr_path.open("wb") as err:
@@ -122,7 +123,7 @@ def start_http_server(home: Path, config: Path, port: int, *, token: str | None 
                 raise RuntimeError(f"HTTP gateway exited {process.returncode}:\n{server.stderr()}")
             with contextlib.suppress(httpx2.HTTPError):
                 answer = http.get(f"{base}/healthz")
-                if answer.status_code == 200 and answer.json().get("ready"):
+                if answer.status_code == 200 and (answer.json().get("ready") or not wait_ready):
                     return server
             if time.monotonic() > deadline:
                 server.stop()
@@ -140,6 +141,7 @@ class Harness:
     monkeypatch: pytest.MonkeyPatch
     shared_http: HttpServer | None = None
     shared_config: Path | None = None
+    wait_ready: bool = True  # False: a test of a gateway whose store cannot open
     _servers: list[HttpServer] = field(default_factory=list)
     _count: int = 0
 
@@ -190,7 +192,8 @@ class Harness:
     def http_server(self, overrides: dict[str, Any]) -> HttpServer:
         if not overrides and self.shared_http is not None:
             return self.shared_http
-        server = start_http_server(self.home, self.write_config(overrides), free_port())
+        server = start_http_server(self.home, self.write_config(overrides), free_port(),
+                                   wait_ready=self.wait_ready)
         self._servers.append(server)
         return server
 

@@ -14,7 +14,8 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult
 
-from tests.server.conftest import Harness
+from tests.fakes.fake_api_server import run_fake_api_server
+from tests.server.conftest import Harness, free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -23,6 +24,7 @@ PROVIDERS = ("claude", "codex", "gemini", "grok", "mistral", "devin", "cursor")
 JOB_TOOLS = {"llm_job_status", "llm_job_result", "llm_job_cancel", "llm_job_wait",
              "llm_job_list", "list_models", "gateway_status"}
 ACTIVE = {"queued", "running"}
+STARTUP_ANSWER_S = 10.0  # tools/list on a started client: no store, no CLI is awaited
 
 
 def tag() -> str:
@@ -360,3 +362,62 @@ async def test_gateway_status_and_list_models_describe_the_installation(
     assert set(models["providers"]) == set(PROVIDERS)
     assert "sonnet" in one["providers"]["claude"]["known_models"]
     assert set(one["providers"]) == {"claude"}
+
+
+async def test_an_http_api_provider_gets_tools_with_its_own_request_fields(
+        gateway: Harness) -> None:
+    async with run_fake_api_server() as api:
+        overrides = {"api_providers": {"router": {
+            "kind": "openai", "base_url": api.base_url + "/v1", "default_model": "m-1",
+            "timeout_s": 10}}}
+        with anyio.fail_after(TEST_TIMEOUT_S):
+            async with gateway.connect(**overrides) as client:
+                tools = {t.name: t for t in (await client.list_tools()).tools}
+                schema = tools["router_request"].input_schema["properties"]
+                assert {"prompt", "messages", "system", "temperature", "max_output_tokens",
+                        "model", "timeout_s", "force_refresh"} <= set(schema)
+                assert "working_dir" not in schema
+                assert "router_request_async" in tools
+
+                answer = await succeed(client, "router_request",
+                                       {"prompt": f"hi {tag()}", "system": "Be brief.",
+                                        "temperature": 0.25})
+                assert answer["status"] == "completed"
+                assert answer["text"] == "Hello, world"
+                assert answer["usage"]["input_tokens"] == 11
+                sent = api.requests[-1].body
+                assert sent["temperature"] == 0.25 and sent["model"] == "m-1"
+                assert sent["messages"][0] == {"role": "system", "content": "Be brief."}
+
+                started = await succeed(client, "router_request_async", {"messages": [
+                    {"role": "user", "content": f"a {tag()}"},
+                    {"role": "assistant", "content": "b"},
+                    {"role": "user", "content": "c"}]})
+                assert (await wait_done(client, started["job_id"]))["status"] == "completed"
+                assert [m["role"] for m in api.requests[-1].body["messages"]] == [
+                    "user", "assistant", "user"]
+
+                for bad in ({"prompt": "p", "messages": [{"role": "user", "content": "x"}]},
+                            {"prompt": "p", "temperature": 5},
+                            {"messages": [{"role": "robot", "content": "x"}]}):
+                    refused = await call(client, "router_request", bad)
+                    assert refused.is_error, bad
+                    assert refused.structured_content is not None
+                    assert refused.structured_content["error_kind"] == "invalid_input", bad
+
+
+async def test_tools_are_listed_at_once_even_while_the_job_store_cannot_open(
+        gateway: Harness) -> None:
+    """The lifespan only starts the gateway: initialize and tools/list never wait for the
+    store, and gateway_status says what is wrong instead of hanging."""
+    unreachable = {"persistence": {"backend": "postgres",
+                                   "dsn": f"postgresql://nobody@127.0.0.1:{free_port()}/none"}}
+    gateway.wait_ready = False
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway.connect(**unreachable) as client:
+            with anyio.fail_after(STARTUP_ANSWER_S):
+                tools = (await client.list_tools()).tools
+                status = await succeed(client, "gateway_status", {})
+    assert len(tools) == 2 * len(PROVIDERS) + len(JOB_TOOLS)
+    assert status["ready"] is False and status["admitting"] is False
+    assert status["backend"] == "postgres"
