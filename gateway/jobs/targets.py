@@ -127,7 +127,7 @@ def resolve_target(settings: Settings, provider: str, request: SubmitRequest) ->
                   working_dir=working_dir, login_hint=adapter.login_hint,
                   install_hint=adapter.install_hint, adapter=adapter, invocation=invocation,
                   provider_request=preq,
-                  idle_timeout=adapter.discipline == OutputDiscipline.STREAMS)
+                  idle_timeout=adapter.output_discipline(options) == OutputDiscipline.STREAMS)
 
 
 def _http_target(settings: Settings, provider: str, request: SubmitRequest) -> Target:

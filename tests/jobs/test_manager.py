@@ -235,3 +235,21 @@ async def test_unknown_job_ids_and_bad_input_are_clear_errors(make_settings, sta
         assert err.value.kind in (ErrorKind.INVALID_INPUT, ErrorKind.JOB_NOT_FOUND)
         assert err.value.message
     assert await manager.list_jobs() == []
+
+
+async def test_idle_timeout_applies_only_to_runs_that_stream(make_settings, start_gateway) -> None:
+    """CLIs (or output formats) that print nothing until they exit are never idle-killed;
+    a streaming run that goes silent is."""
+    manager = await (await start_gateway(make_settings(limits={"idle_timeout_s": 0.5}))).manager()
+    quiet = [
+        await manager.submit("gemini", req("think quietly @sleep=1.5")),
+        await manager.submit("claude", req("json at exit @sleep=1.5",
+                                           options={"output_format": "json"})),
+    ]
+    streaming = await manager.submit("codex", req("then silence @sleep=3"))
+    for sub in quiet:
+        row = await manager.wait(sub.job.id, 20)
+        assert row.status == JobStatus.COMPLETED, (row.provider, row.error)
+    row = await manager.wait(streaming.job.id, 20)
+    assert row.status == JobStatus.TIMED_OUT and row.error_kind == ErrorKind.IDLE_TIMEOUT
+    assert row.exit_code == 125
