@@ -1,0 +1,1148 @@
+"""Chaos run: no job is ever lost, and no job is ever falsely declared lost (issue 5 part 6).
+
+Real gateway processes (`python -m gateway serve --transport http --no-auth`, one per slot)
+share one store (SQLite file or PostgreSQL database) with short lease knobs. A driver
+submits jobs to random instances through real MCP client sessions (the fake provider CLIs
+sleep a random, bounded time; every job has a unique prompt, so the fake CLI's spawn log
+says how often each request ran), cancels some through an instance that does not own them,
+and meanwhile SIGKILLs, SIGSTOPs/SIGCONTs and SIGTERMs random instances (a killed or
+terminated slot is restarted as a new process on a new port) and, on PostgreSQL, stops the
+database server once for a few seconds. Then it lets everything settle, stops every
+instance, and audits the rows (read straight from the store), the gateways' logs, the
+spawn log and the process table. It prints
+
+    chaos: backend=postgres jobs=N completed=… cancelled=… orphaned=… lost=0 false_orphans=0 late_orphans=0 duplicate_runs=0 leftover_processes=0
+
+and a second `chaos-info:` line with what happened (submits, lost answers, kills, outages…).
+
+How to run (from the repository root; PostgreSQL needs initdb/pg_ctl, see tests/conftest.py):
+
+    uv run python bench/chaos.py --backend sqlite --jobs 1200 --instances 4 --duration 300
+    uv run python bench/chaos.py --backend postgres --jobs 1200 --instances 4 --duration 300
+
+tests/chaos/test_chaos.py runs a short version of the same engine on both backends.
+
+## The rules, and why each bound is what it is
+
+Times are wall-clock seconds on this host: the driver stamps its own actions with
+time.time(), SQLite rows use the local clock, PostgreSQL rows use the server's now() - the
+same host clock. An instance is *impaired* while it cannot heartbeat: from SIGSTOP to
+SIGCONT, from SIGKILL/SIGTERM on (forever), and for every instance during a store stall (the
+PostgreSQL outage, from the stop call until the server accepts connections again plus
+STORE_RECOVERY_S; on SQLite, a SIGSTOPped instance that was caught holding the write lock,
+which blocks every writer until SIGCONT - the driver probes for it right after each SIGSTOP).
+An unimpaired instance commits a heartbeat at least once every P = heartbeat_s + TICK_JITTER_S.
+
+* lost: a job row still queued/running when the settle time is over (before the final
+  shutdown, whose drain would otherwise paper over it), or a job id an instance answered
+  that has no row at all.
+* false orphan: a job orphaned (final row `orphaned`, or a reaper's "job orphaned" log line
+  for a job that later self-healed) at time T although its lease was provably valid at T:
+  the lease is valid until the latest of created_at + ttl, started_at + ttl, and, for every
+  stretch [a, b] (a >= created_at, b <= T) during which its owner was unimpaired for at least
+  P, b - P + ttl (that stretch contains a heartbeat that renewed the job). An orphan before
+  that moment (minus CLOCK_EPSILON_S) is false. So an owner that was never impaired can never
+  lose a job, and one SIGSTOPped at S may lose its jobs only from S - P + ttl on.
+* late orphan: the owner died for good (SIGKILL, SIGTERM whose drain did not finish the job,
+  or SIGSTOP followed by SIGKILL) at D (when its process was seen gone), and a job it owned
+  and had not finished before D was neither orphaned nor finished by
+      first_reaper(max(D + ttl, exit of the job's process group)) + SWEEP_BOUND_S,
+  stretched by the time any instance spent SIGSTOPped inside that window. Why: its lease
+  lapses at most ttl after its last heartbeat (<= D); a reaper on this host leaves a provably
+  alive process group alone until it exits (the fake CLI exits at its spawn time + its
+  @sleep + PROCESS_EXIT_SLACK_S); first_reaper(t) is the first moment >= t at which some
+  instance has been unimpaired for P (so it is admitting and sweeping) and stays so for
+  SWEEP_BOUND_S; a reaper sweeps every sweep_interval_s, may skip one sweep after a late
+  heartbeat (hence two intervals plus jitter); and a SIGSTOPped instance can hold a lock a
+  sweep needs (the SQLite write lock, or PostgreSQL row locks on its own jobs), so no sweep
+  completes while it is stopped.
+* duplicate run: for one prompt, more fake CLI spawns than rows of that prompt that were ever
+  marked running (the queued -> running CAS is the one permit to spawn; a retried submit of
+  the same prompt may legitimately create a second job once the first failed or was
+  orphaned, and that job may run once more).
+* leftover process: a fake CLI process (pid and start time from the spawn log) still alive
+  after every gateway was stopped and the longest job had time to end. Gateways that do not
+  exit on SIGTERM are reported too (`stuck_gateways`).
+
+"Submitted but the answer was lost" (timeout, connection refused, SIGSTOPped instance): the
+driver retries the same prompt on another instance (dedup returns the existing job if the
+first attempt did create one and it is still active). In the audit, jobs are matched by
+prompt: every row is a job and is checked like any other; a prompt with no row at all was
+never admitted (no instance answered with a job id for it: if one had, the missing row
+would count as lost), so it is counted as `unconfirmed_without_row`, not as lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # `python bench/chaos.py` puts only bench/ on the path
+    sys.path.insert(0, str(REPO_ROOT))
+
+import anyio  # noqa: E402
+import anyio.to_thread  # noqa: E402
+import httpx2  # noqa: E402
+import psutil  # noqa: E402
+import tomli_w  # noqa: E402
+from mcp import Client  # noqa: E402
+
+from gateway.config import Settings, load_settings  # noqa: E402
+from gateway.jobs.model import JobRow, JobStatus  # noqa: E402
+from gateway.store import open_store  # noqa: E402
+from tests.jobs.conftest import FAKE_COMMANDS, FAKES_BIN, FAST_LEASE, FakeLog  # noqa: E402
+
+# -- knobs ---------------------------------------------------------------------------------
+
+LEASE = dict(FAST_LEASE)  # heartbeat 0.2, ttl 1, grace 1, sweep 0.2, gc 1, cancel poll 0.2
+KILL_GRACE_S = 0.5  # SIGTERM -> SIGKILL escalation for cancelled/drained jobs
+RUN_SLOTS_PER_INSTANCE = 4  # small, so bursts queue jobs and queued jobs meet the chaos too
+PROVIDERS = ("claude", "codex", "gemini")  # three prompt paths: after --, stdin, --print=
+PROMPT_PREFIX = "chaos"
+
+# Bounds of the audit (see the module docstring for how each one is used).
+TICK_JITTER_S = 0.3  # how late a lease tick may commit on a loaded 2-core box
+CLOCK_EPSILON_S = 0.05  # driver stamps vs store timestamps (same host clock) and log latency
+STORE_RECOVERY_S = 1.0  # PostgreSQL back up -> pool reconnected and a heartbeat committed
+PROCESS_EXIT_SLACK_S = 1.0  # a fake CLI's interpreter start and exit around its @sleep
+LOCK_PROBE_S = 0.3  # a live SQLite writer holds the lock for ms; 0.3 s held = stopped holder
+
+# Driver timing.
+CALL_TIMEOUT_S = 5.0  # one MCP call (session + tools/call); a stopped instance just hangs
+INSTANCE_READY_TIMEOUT_S = 45.0  # process start to /healthz admitting (covers the PG outage)
+GATEWAY_EXIT_TIMEOUT_S = 8.0  # SIGTERM -> exit: drain 1.5 s + lease stop + uvicorn's 2 s
+RESTART_DELAY_S = (0.2, 1.5)  # a supervisor restarts a dead gateway after a moment
+STOP_DURATION_S = (0.3, 2.5)  # SIGSTOP lengths, below and above ttl (1 s)
+ACTION_GAP_S = (1.5, 4.0)  # pause between two chaos actions
+ACTION_WEIGHTS = {"kill": 0.35, "stop": 0.35, "term": 0.15, "stop_kill": 0.15}
+SUBMIT_ATTEMPTS = 5  # a request is retried on other instances this often
+SUBMIT_RETRY_PAUSE_S = 0.25  # after a refusal (unavailable/saturated), doubling per try
+CANCEL_DELAY_S = (0.05, 1.5)  # cancels land on queued, running and finished jobs alike
+SETTLE_MARGIN_S = 5.0  # beyond ttl + sweeps + the longest job: queue drain, slow restarts
+POLL_S = 0.1
+
+DEFAULT_JOBS = 150
+DEFAULT_INSTANCES = 3
+DEFAULT_DURATION_S = 40.0
+
+
+class ChaosError(Exception):
+    """The harness itself could not do its job (an instance never became ready...)."""
+
+
+class StoreControl(Protocol):
+    """What the driver needs of a PostgreSQL server to simulate an outage
+    (tests/conftest.py PostgresServer)."""
+
+    def stop(self, mode: str = "immediate") -> None: ...
+
+    def start(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    backend: str  # "sqlite" | "postgres"
+    workdir: Path
+    jobs: int = DEFAULT_JOBS
+    instances: int = DEFAULT_INSTANCES
+    duration_s: float = DEFAULT_DURATION_S
+    seed: int | None = None
+    dsn: str | None = None  # postgres
+    store_control: StoreControl | None = None  # postgres: stop/start for the outage
+    outage_s: float = 3.0
+    sleep_s: tuple[float, float] = (0.1, 2.0)  # each fake job's @sleep range
+    cancel_fraction: float = 0.15
+    extra_env: dict[str, str] = field(default_factory=dict)  # e.g. PYTHONPATH for a mutant
+
+
+# -- the timeline ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A stretch of time during which an instance could not heartbeat."""
+
+    start: float
+    end: float  # math.inf: it never came back
+    cause: str
+
+
+@dataclass(eq=False)
+class InstanceLife:
+    """One gateway process: a slot's generation. A restart is a new life."""
+
+    slot: int
+    generation: int
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    spawned_at: float
+    ready_at: float | None = None
+    instance_id: str | None = None
+    gaps: list[Gap] = field(default_factory=list)
+    exited_at: float | None = None
+    stopped: bool = False
+    busy: bool = False  # a chaos action holds it
+    final: bool = False  # stopped by the final shutdown, not by chaos
+    stuck: bool = False  # needed SIGKILL after a SIGTERM
+
+    @property
+    def name(self) -> str:
+        return f"i{self.slot}.{self.generation}"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    @property
+    def healthy(self) -> bool:
+        return (self.ready_at is not None and self.exited_at is None and not self.stopped
+                and not self.busy)
+
+    @property
+    def death(self) -> Gap | None:
+        """The gap that never ends (it was killed or terminated), if any."""
+        return next((g for g in self.gaps if math.isinf(g.end)), None)
+
+    def describe(self) -> str:
+        gaps = ", ".join(f"{g.cause}@{g.start:.3f}-{g.end:.3f}" for g in self.gaps)
+        ready = f"{self.ready_at:.3f}" if self.ready_at else "never"
+        exited = f"{self.exited_at:.3f}" if self.exited_at else "-"
+        return (f"{self.name} id={self.instance_id} pid={self.process.pid} ready={ready} "
+                f"exited={exited} gaps=[{gaps}]")
+
+
+@dataclass
+class Attempt:
+    instance: str
+    started: float
+    ended: float
+    outcome: str  # "ok" | "refused:<error_kind>" | "lost:<why>"
+    job_id: str | None = None
+    owner_instance: str | None = None
+    deduplicated: bool = False
+
+
+@dataclass(eq=False)
+class LogicalJob:
+    """One request the driver wants done: one unique prompt, retried until answered."""
+
+    index: int
+    provider: str
+    sleep_s: float
+    prompt: str
+    attempts: list[Attempt] = field(default_factory=list)
+    job_ids: set[str] = field(default_factory=set)
+    owner_instance: str | None = None
+    cancels: list[Attempt] = field(default_factory=list)
+
+
+@dataclass
+class Spawn:
+    prompt: str
+    pid: int
+    pgid: int
+    t: float
+
+
+@dataclass
+class ChaosReport:
+    backend: str
+    jobs: int = 0
+    completed: int = 0
+    cancelled: int = 0
+    orphaned: int = 0
+    lost: int = 0
+    false_orphans: int = 0
+    late_orphans: int = 0
+    duplicate_runs: int = 0
+    leftover_processes: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+    details: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        return (f"chaos: backend={self.backend} jobs={self.jobs} completed={self.completed} "
+                f"cancelled={self.cancelled} orphaned={self.orphaned} lost={self.lost} "
+                f"false_orphans={self.false_orphans} late_orphans={self.late_orphans} "
+                f"duplicate_runs={self.duplicate_runs} "
+                f"leftover_processes={self.leftover_processes}")
+
+    def info_line(self) -> str:
+        return "chaos-info: " + " ".join(f"{k}={v}" for k, v in self.info.items())
+
+    @property
+    def ok(self) -> bool:
+        return (self.lost == 0 and self.false_orphans == 0 and self.late_orphans == 0
+                and self.duplicate_runs == 0 and self.leftover_processes == 0
+                and not self.info.get("stuck_gateways") and not self.info.get("bad_results")
+                and not self.info.get("unknown_rows"))
+
+    def text(self) -> str:
+        out = [self.line(), self.info_line()]
+        if not self.ok:
+            out.append("offending jobs and timelines:")
+            out.extend(f"  {d}" for d in self.details)
+        return "\n".join(out)
+
+
+# -- the rules (pure functions of the timeline; tested on their own) -------------------------
+
+
+@dataclass(frozen=True)
+class Bounds:
+    ttl_s: float
+    heartbeat_s: float
+    sweep_s: float
+
+    @property
+    def period_s(self) -> float:
+        """Longest time an unimpaired instance goes without a committed heartbeat."""
+        return self.heartbeat_s + TICK_JITTER_S
+
+    @property
+    def sweep_bound_s(self) -> float:
+        """Longest time an available reaper takes to sweep (one skipped sweep allowed)."""
+        return 2 * (self.sweep_s + TICK_JITTER_S)
+
+    @classmethod
+    def of(cls, settings: Settings) -> Bounds:
+        lease = settings.lease
+        return cls(ttl_s=lease.ttl_s, heartbeat_s=lease.heartbeat_s,
+                   sweep_s=lease.sweep_interval_s)
+
+
+def unimpaired_intervals(ready_at: float | None, gaps: Iterable[Gap]) -> list[tuple[float, float]]:
+    """The stretches from ready_at on during which the instance was not impaired."""
+    if ready_at is None:
+        return []
+    intervals: list[tuple[float, float]] = []
+    cursor = ready_at
+    for gap in sorted(gaps, key=lambda g: g.start):
+        if gap.end <= cursor:
+            continue
+        if gap.start > cursor:
+            intervals.append((cursor, gap.start))
+        cursor = max(cursor, gap.end)
+        if math.isinf(cursor):
+            return intervals
+    intervals.append((cursor, math.inf))
+    return intervals
+
+
+def lease_valid_until(created: float, started: float | None, orphaned_at: float,
+                      intervals: Sequence[tuple[float, float]], bounds: Bounds) -> float:
+    """The latest moment up to which the job's lease was provably valid, judged at
+    `orphaned_at` from its owner's unimpaired stretches (see the module docstring)."""
+    valid = created + bounds.ttl_s
+    if started is not None:
+        valid = max(valid, started + bounds.ttl_s)
+    for u0, u1 in intervals:
+        a, b = max(u0, created), min(u1, orphaned_at)
+        if b - a >= bounds.period_s:
+            valid = max(valid, b - bounds.period_s + bounds.ttl_s)
+    return valid
+
+
+def is_false_orphan(created: float, started: float | None, orphaned_at: float,
+                    intervals: Sequence[tuple[float, float]], bounds: Bounds) -> bool:
+    valid = lease_valid_until(created, started, orphaned_at, intervals, bounds)
+    return orphaned_at < valid - CLOCK_EPSILON_S
+
+
+def first_reaper(t: float, reapers: Iterable[Sequence[tuple[float, float]]],
+                 bounds: Bounds) -> float:
+    """The first moment >= t at which some instance has been unimpaired for a heartbeat
+    period and stays unimpaired long enough to sweep (math.inf if none)."""
+    best = math.inf
+    for intervals in reapers:
+        for u0, u1 in intervals:
+            candidate = max(t, u0 + bounds.period_s)
+            if candidate + bounds.sweep_bound_s <= u1:
+                best = min(best, candidate)
+    return best
+
+
+def stopped_time(a: float, b: float, stops: Iterable[Gap]) -> float:
+    """Length of the union of SIGSTOP gaps (any instance) inside [a, b]."""
+    pieces = sorted((max(a, g.start), min(b, g.end)) for g in stops
+                    if g.end > a and g.start < b)
+    total, cursor = 0.0, a
+    for s, e in pieces:
+        s = max(s, cursor)
+        if e > s:
+            total += e - s
+            cursor = e
+    return total
+
+
+def orphan_deadline(death: float, process_exit: float | None,
+                    reapers: Iterable[Sequence[tuple[float, float]]], stops: Sequence[Gap],
+                    bounds: Bounds) -> float:
+    """By when a job of an owner that died at `death` must be terminal (module docstring)."""
+    base = max(death + bounds.ttl_s, process_exit if process_exit is not None else -math.inf)
+    plain = first_reaper(base, list(reapers), bounds) + bounds.sweep_bound_s
+    if math.isinf(plain):
+        return plain
+    # A stopped instance may hold a lock the sweep needs: stretch the window by the time
+    # instances spent stopped inside it, to a fixed point (a longer window may take in
+    # another stop; the total stopped time is finite, so this converges).
+    deadline = plain
+    for _ in range(100):
+        stretched = plain + stopped_time(death, deadline, stops)
+        if stretched <= deadline + 1e-9:
+            break
+        deadline = stretched
+    return deadline
+
+
+def excess_spawns(spawns: int, ran: int) -> int:
+    """Spawns beyond the number of queued -> running permits of that prompt's rows."""
+    return max(0, spawns - ran)
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def epoch(value: datetime | None) -> float | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.timestamp()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def describe_error(exc: BaseException) -> str:
+    """A short name for a failed call, flattening exception groups."""
+    leaves: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                walk(inner)
+        else:
+            leaves.append(e)
+
+    walk(exc)
+    return ";".join(sorted({type(e).__name__ for e in leaves})) or type(exc).__name__
+
+
+def row_prompt(row: JobRow) -> str | None:
+    try:
+        return str(json.loads(row.request_json).get("prompt"))
+    except (ValueError, AttributeError):
+        return None
+
+
+def process_alive(pid: int, started: float) -> bool:
+    """pid runs, is not a zombie, and started near `started` (not a reused pid)."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return abs(proc.create_time() - started) < 5.0
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return False
+
+
+def parse_orphan_events(paths: Iterable[Path]) -> dict[str, tuple[float, str]]:
+    """job_id -> (time, reaper log file) of every "job orphaned" line in the gateway logs."""
+    events: dict[str, tuple[float, str]] = {}
+    for path in paths:
+        with contextlib.suppress(OSError):
+            for line in path.read_text(errors="replace").splitlines():
+                if '"recover_expired_leases"' not in line:
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                job_id, stamp = record.get("job_id"), record.get("timestamp")
+                if not job_id or not stamp:
+                    continue
+                t = datetime.fromisoformat(stamp).timestamp()
+                if job_id not in events or t < events[job_id][0]:
+                    events[job_id] = (t, path.stem)
+    return events
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+class ChaosRun:
+    def __init__(self, options: ChaosOptions) -> None:
+        if options.backend not in ("sqlite", "postgres"):
+            raise ValueError("backend must be sqlite or postgres")
+        if options.backend == "postgres" and not options.dsn:
+            raise ValueError("the postgres backend needs a dsn")
+        if options.instances < 2:
+            raise ValueError("at least 2 instances: one must always be there to reap")
+        self.o = options
+        self.rng = random.Random(options.seed)
+        self.tag = f"{PROMPT_PREFIX}-{uuid.uuid4().hex[:8]}"
+        self.workdir = options.workdir
+        self.logs_dir = self.workdir / "logs"
+        self.fake_log = FakeLog(self.workdir / "fake-cli.log")
+        self.config_path = self.workdir / "config.toml"
+        self.db_path = self.workdir / "state" / "jobs.db"
+        self.lives: list[InstanceLife] = []
+        self.slots: list[InstanceLife | None] = [None] * options.instances
+        self.generations = [0] * options.instances
+        self.jobs: list[LogicalJob] = []
+        self.store_gaps: list[Gap] = []  # impair every instance
+        self.stops: list[Gap] = []  # every SIGSTOP gap, any instance
+        self.actions: Counter[str] = Counter()
+        self.harness_notes: list[str] = []
+        self.active_after_settle: set[str] = set()
+        self.settle_s = 0.0
+        self.store_down = False
+        self.max_impaired = max(1, (options.instances - 1) // 2)
+        # Every kind of action happens at least once (in random order), then by weight.
+        self.deck = list(ACTION_WEIGHTS)
+        self.rng.shuffle(self.deck)
+        self.settings: Settings | None = None
+        self.t0 = 0.0
+
+    # -- setup ---------------------------------------------------------------------------
+    def write_config(self) -> Settings:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(exist_ok=True)
+        (self.workdir / "home").mkdir(exist_ok=True)
+        persistence: dict[str, Any] = {"backend": self.o.backend}
+        if self.o.backend == "postgres":
+            persistence["dsn"] = self.o.dsn
+        else:
+            self.db_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            persistence["path"] = str(self.db_path)
+        env = {"FAKE_CLI_LOG": str(self.fake_log.path)}
+        config = {
+            "persistence": persistence,
+            "lease": LEASE,
+            "limits": {"kill_grace_s": KILL_GRACE_S,
+                       "max_running_jobs": RUN_SLOTS_PER_INSTANCE,
+                       "max_running_per_provider": RUN_SLOTS_PER_INSTANCE},
+            "logging": {"format": "json", "level": "info"},
+            "providers": {
+                name: ({"command": str(FAKES_BIN / binary), "env": env} if name in PROVIDERS
+                       else {"enabled": False})
+                for name, binary in FAKE_COMMANDS.items()},
+        }
+        self.config_path.write_text(tomli_w.dumps(config))
+        settings = load_settings(path=self.config_path)
+        self.settings = settings
+        return settings
+
+    def gateway_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_GATEWAY_")}
+        env["AGENT_GATEWAY_CONFIG"] = str(self.config_path)
+        env["HOME"] = str(self.workdir / "home")
+        # The fake CLIs start with `env python3`: this interpreter's directory first keeps
+        # that fast (tests/fakes/README.md).
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.o.extra_env)
+        return env
+
+    # -- instances -----------------------------------------------------------------------
+    async def spawn(self, slot: int) -> InstanceLife:
+        """Start a gateway in `slot` on a new port and wait until it admits jobs."""
+        for _ in range(3):  # a free port can be taken between probing and binding
+            self.generations[slot] += 1
+            port = free_port()
+            name = f"i{slot}.{self.generations[slot]}"
+            log_path = self.logs_dir / f"{name}.log"
+            log_file = log_path.open("wb")
+            try:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "gateway", "serve", "--transport", "http",
+                     "--host", "127.0.0.1", "--port", str(port), "--no-auth"],
+                    cwd=REPO_ROOT, env=self.gateway_env(), stdin=subprocess.DEVNULL,
+                    stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+            finally:
+                log_file.close()
+            life = InstanceLife(slot=slot, generation=self.generations[slot], port=port,
+                                process=process, log_path=log_path, spawned_at=time.time())
+            self.lives.append(life)
+            if await self.wait_ready(life):
+                self.slots[slot] = life
+                return life
+            self.harness_notes.append(f"{life.name} did not become ready; retried")
+            await self.hard_kill(life, "failed_start")
+        raise ChaosError(f"slot {slot}: no gateway became ready in 3 attempts; "
+                         f"see {self.logs_dir}")
+
+    async def wait_ready(self, life: InstanceLife) -> bool:
+        url = f"http://127.0.0.1:{life.port}/healthz"
+        with anyio.move_on_after(INSTANCE_READY_TIMEOUT_S):
+            async with httpx2.AsyncClient(timeout=1.0) as http:
+                while life.process.poll() is None:
+                    with contextlib.suppress(Exception):
+                        answer = (await http.get(url)).json()
+                        if answer.get("ready") and answer.get("admitting"):
+                            life.ready_at = time.time()
+                            life.instance_id = self.instance_id_of(life)
+                            return life.instance_id is not None
+                    await anyio.sleep(POLL_S)
+        return False
+
+    @staticmethod
+    def instance_id_of(life: InstanceLife) -> str | None:
+        """The instance id the gateway logged when it became ready (logged before /healthz
+        can say ready: both happen in one step of the event loop)."""
+        with contextlib.suppress(OSError):
+            for line in life.log_path.read_text(errors="replace").splitlines():
+                if '"gateway ready"' in line:
+                    with contextlib.suppress(ValueError):
+                        return str(json.loads(line)["instance_id"])
+        return None
+
+    async def wait_exit(self, life: InstanceLife, timeout: float) -> bool:
+        with anyio.move_on_after(timeout):
+            while life.process.poll() is None:
+                await anyio.sleep(0.02)
+            life.exited_at = time.time()
+            return True
+        return False
+
+    async def hard_kill(self, life: InstanceLife, cause: str) -> None:
+        now = time.time()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(life.process.pid, signal.SIGKILL)
+        if life.death is None:
+            life.gaps.append(Gap(now, math.inf, cause))
+        if not await self.wait_exit(life, 10.0):
+            raise ChaosError(f"{life.name} (pid {life.process.pid}) survived SIGKILL")
+
+    async def terminate(self, life: InstanceLife, cause: str) -> None:
+        """SIGTERM (drain) and wait; SIGKILL and flag it if it does not exit in time."""
+        life.gaps.append(Gap(time.time(), math.inf, cause))
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(life.process.pid, signal.SIGTERM)
+        if not await self.wait_exit(life, GATEWAY_EXIT_TIMEOUT_S):
+            life.stuck = True
+            await self.hard_kill(life, cause)
+
+    def stop(self, life: InstanceLife) -> float:
+        now = time.time()
+        os.kill(life.process.pid, signal.SIGSTOP)
+        life.stopped = True
+        return now
+
+    def cont(self, life: InstanceLife, stopped_at: float, global_stall: bool) -> None:
+        now = time.time()
+        os.kill(life.process.pid, signal.SIGCONT)
+        life.stopped = False
+        gap = Gap(stopped_at, now, "sigstop")
+        life.gaps.append(gap)
+        self.stops.append(gap)
+        if global_stall:
+            self.store_gaps.append(Gap(stopped_at, now, f"sqlite_lock_held_by_{life.name}"))
+
+    def sqlite_lock_held(self) -> bool:
+        """True when no one can take the SQLite write lock for LOCK_PROBE_S (a stopped
+        process holds it: a live one releases it within milliseconds)."""
+        if self.o.backend != "sqlite":
+            return False
+        try:
+            conn = sqlite3.connect(self.db_path, timeout=LOCK_PROBE_S, isolation_level=None)
+        except sqlite3.Error:
+            return False
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return False
+        except sqlite3.OperationalError:
+            return True
+        finally:
+            conn.close()
+
+    def current(self) -> list[InstanceLife]:
+        return [life for life in self.slots if life is not None and life.exited_at is None]
+
+    # -- MCP calls -----------------------------------------------------------------------
+    async def call(self, life: InstanceLife, tool: str, args: dict[str, Any]) -> Attempt:
+        """One real MCP session and tool call, bounded; never raises."""
+        started = time.time()
+        result: Any = None
+        error = "timeout"
+        with anyio.move_on_after(CALL_TIMEOUT_S + 1.0):
+            try:
+                async with Client(life.url, mode="legacy",
+                                  read_timeout_seconds=CALL_TIMEOUT_S) as client:
+                    result = await client.call_tool(tool, args)
+            except Exception as exc:  # noqa: BLE001 - every failure is an outcome here
+                error = describe_error(exc)
+        ended = time.time()
+        if result is None:  # the session's close may fail after the answer: the answer counts
+            return Attempt(life.name, started, ended, f"lost:{error}")
+        data = result.structured_content or {}
+        if result.is_error:
+            return Attempt(life.name, started, ended, f"refused:{data.get('error_kind')}")
+        return Attempt(life.name, started, ended, "ok", job_id=data.get("job_id"),
+                       owner_instance=data.get("owner_instance"),
+                       deduplicated=bool(data.get("deduplicated")))
+
+    def pick(self, exclude: set[str]) -> InstanceLife | None:
+        """A random current instance (stopped ones too: clients do not know), preferring
+        ones this request has not tried yet."""
+        candidates = [life for life in self.current() if life.ready_at is not None]
+        fresh = [life for life in candidates if life.name not in exclude]
+        pool = fresh or candidates
+        return self.rng.choice(pool) if pool else None
+
+    async def submit(self, job: LogicalJob) -> None:
+        tried: set[str] = set()
+        pause = SUBMIT_RETRY_PAUSE_S
+        for _ in range(SUBMIT_ATTEMPTS):
+            life = self.pick(tried)
+            if life is None:
+                await anyio.sleep(pause)
+                continue
+            tried.add(life.name)
+            attempt = await self.call(life, f"{job.provider}_request_async",
+                                      {"prompt": job.prompt})
+            job.attempts.append(attempt)
+            if attempt.outcome == "ok" and attempt.job_id:
+                job.job_ids.add(attempt.job_id)
+                job.owner_instance = attempt.owner_instance
+                break
+            if attempt.outcome.startswith("refused"):
+                await anyio.sleep(pause)  # a client backs off from a refusing gateway
+                pause *= 2
+        if job.job_ids and self.rng.random() < self.o.cancel_fraction:
+            await anyio.sleep(self.rng.uniform(*CANCEL_DELAY_S))
+            await self.cancel(job)
+
+    async def cancel(self, job: LogicalJob) -> None:
+        """Cancel through an instance that does not own the job."""
+        job_id = next(iter(job.job_ids))
+        owner = job.owner_instance
+        for _ in range(2):
+            others = [life for life in self.current()
+                      if life.ready_at is not None and life.instance_id != owner]
+            if not others:
+                return
+            attempt = await self.call(self.rng.choice(others), "llm_job_cancel",
+                                      {"job_id": job_id})
+            job.cancels.append(attempt)
+            if attempt.outcome == "ok":
+                return
+
+    # -- the driver ----------------------------------------------------------------------
+    async def submitter(self) -> None:
+        window = max(1.0, self.o.duration_s - self.o.sleep_s[1])
+        lo, hi = self.o.sleep_s
+        async with anyio.create_task_group() as tg:
+            for index in range(self.o.jobs):
+                due = self.t0 + window * index / max(1, self.o.jobs)
+                await anyio.sleep(max(0.0, due - time.time()))
+                provider = PROVIDERS[index % len(PROVIDERS)]
+                sleep_s = round(self.rng.uniform(lo, hi), 2)
+                prompt = f"{self.tag}-{index:05d} @sleep={sleep_s:.2f}"
+                job = LogicalJob(index, provider, sleep_s, prompt)
+                self.jobs.append(job)
+                tg.start_soon(self.submit, job)
+
+    async def chaos_monkey(self) -> None:
+        end = self.t0 + self.o.duration_s
+        outage_at = None
+        if self.o.backend == "postgres" and self.o.store_control is not None:
+            outage_at = self.t0 + self.o.duration_s * 0.45
+        async with anyio.create_task_group() as tg:
+            while True:
+                await anyio.sleep(self.rng.uniform(*ACTION_GAP_S))
+                if time.time() >= end - self.o.sleep_s[1]:
+                    break
+                if outage_at is not None and time.time() >= outage_at:
+                    outage_at = None
+                    await self.store_outage()
+                    continue
+                impaired = [s for s in self.slots if s is None or not s.healthy]
+                if len(impaired) >= self.max_impaired:
+                    continue
+                healthy = [s for s in self.slots if s is not None and s.healthy]
+                if not healthy:
+                    continue
+                kinds, weights = zip(*ACTION_WEIGHTS.items(), strict=True)
+                kind = self.deck.pop() if self.deck else self.rng.choices(kinds, weights)[0]
+                target = self.rng.choice(healthy)
+                target.busy = True
+                tg.start_soon(self.act, kind, target)
+
+    async def act(self, kind: str, life: InstanceLife) -> None:
+        self.actions[kind] += 1
+        if kind in ("stop", "stop_kill"):
+            stopped_at = self.stop(life)
+            # Does the stopped process hold the SQLite write lock (everyone's writes stall)?
+            held = await anyio.to_thread.run_sync(self.sqlite_lock_held)
+            if held:
+                self.actions["sqlite_lock_stall"] += 1
+            await anyio.sleep(self.rng.uniform(*STOP_DURATION_S))
+            if kind == "stop":
+                self.cont(life, stopped_at, held)
+                life.busy = False
+                return
+            # stop_kill: the gap that started at SIGSTOP never ends.
+            if held:
+                self.store_gaps.append(Gap(stopped_at, time.time(), f"sqlite_lock_held_by_{life.name}"))
+            life.gaps.append(Gap(stopped_at, math.inf, "sigstop+sigkill"))
+            self.stops.append(Gap(stopped_at, time.time(), "sigstop"))
+            await self.hard_kill(life, "sigstop+sigkill")
+        elif kind == "kill":
+            await self.hard_kill(life, "sigkill")
+        else:
+            await self.terminate(life, "sigterm")
+        await anyio.sleep(self.rng.uniform(*RESTART_DELAY_S))
+        await self.spawn(life.slot)
+
+    async def store_outage(self) -> None:
+        control = self.o.store_control
+        assert control is not None
+        self.actions["store_outage"] += 1
+        down = time.time()
+        self.store_down = True
+        await anyio.to_thread.run_sync(control.stop)
+        await anyio.sleep(self.o.outage_s)
+        await anyio.to_thread.run_sync(control.start)
+        self.store_down = False
+        self.store_gaps.append(Gap(down, time.time() + STORE_RECOVERY_S, "store_outage"))
+
+    async def settle(self, settings: Settings) -> None:
+        """Wait until every row is terminal, at most ttl + sweeps + the longest job + margin
+        (ending early changes nothing: a terminal row stays terminal)."""
+        bounds = Bounds.of(settings)
+        budget = (bounds.ttl_s + 2 * bounds.sweep_bound_s + self.o.sleep_s[1]
+                  + PROCESS_EXIT_SLACK_S + SETTLE_MARGIN_S)
+        started = time.time()
+        store = await open_store(settings)
+        try:
+            while True:
+                rows = await store.list_jobs(limit=1_000_000)
+                active = {r.id for r in rows if r.status.is_active}
+                if not active or time.time() - started > budget:
+                    break
+                await anyio.sleep(0.25)
+        finally:
+            await store.close()
+        self.active_after_settle = active
+        self.settle_s = time.time() - started
+
+    async def shutdown(self) -> None:
+        for life in self.current():
+            life.final = True
+        async with anyio.create_task_group() as tg:
+            for life in self.current():
+                tg.start_soon(self.terminate, life, "final_sigterm")
+
+    async def wait_fakes_gone(self) -> list[Spawn]:
+        """Crash-surviving fake CLIs end on their own: wait for the longest one."""
+        deadline = time.time() + self.o.sleep_s[1] + PROCESS_EXIT_SLACK_S + KILL_GRACE_S
+        while True:
+            alive = [s for s in self.spawns() if process_alive(s.pid, s.t)]
+            if not alive or time.time() > deadline:
+                return alive
+            await anyio.sleep(POLL_S)
+
+    def spawns(self) -> list[Spawn]:
+        result = []
+        for entry in self.fake_log.spawns():
+            prompt = str(entry.get("prompt", ""))
+            if prompt.startswith(self.tag):
+                result.append(Spawn(prompt, int(entry["pid"]), int(entry["pgid"]),
+                                    float(entry["t"])))
+        return result
+
+    def cleanup(self) -> None:
+        """Whatever happened: no gateway, fake CLI or stopped database left behind."""
+        for life in self.lives:
+            if life.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(life.process.pid, signal.SIGCONT)
+                    os.kill(life.process.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    life.process.wait(5)
+        for spawn in self.spawns():
+            if process_alive(spawn.pid, spawn.t):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(spawn.pgid, signal.SIGKILL)
+        if self.store_down and self.o.store_control is not None:
+            with contextlib.suppress(Exception):
+                self.o.store_control.start()
+
+    async def execute(self) -> ChaosReport:
+        settings = self.write_config()
+        async with anyio.create_task_group() as tg:
+            for slot in range(self.o.instances):
+                tg.start_soon(self.spawn, slot)
+        self.t0 = time.time()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.submitter)
+            tg.start_soon(self.chaos_monkey)
+        # Every act has finished: stopped instances got SIGCONT, dead slots run again.
+        chaos_end = time.time()
+        await self.settle(settings)
+        await self.shutdown()
+        leftovers = await self.wait_fakes_gone()
+        report = await self.audit(settings, leftovers)
+        report.info["chaos_s"] = round(chaos_end - self.t0, 1)
+        report.info["settle_s"] = round(self.settle_s, 1)
+        return report
+
+    # -- the audit -----------------------------------------------------------------------
+    async def audit(self, settings: Settings, leftovers: list[Spawn]) -> ChaosReport:
+        bounds = Bounds.of(settings)
+        store = await open_store(settings)
+        try:
+            rows = await store.list_jobs(limit=1_000_000)
+        finally:
+            await store.close()
+        report = ChaosReport(backend=self.o.backend)
+        by_id = {r.id: r for r in rows}
+        by_prompt: dict[str, list[JobRow]] = defaultdict(list)
+        for row in rows:
+            by_prompt[row_prompt(row) or ""].append(row)
+        jobs_by_prompt = {job.prompt: job for job in self.jobs}
+        lives_by_id = {life.instance_id: life for life in self.lives if life.instance_id}
+        spawns_by_prompt: dict[str, list[Spawn]] = defaultdict(list)
+        for spawn in self.spawns():
+            spawns_by_prompt[spawn.prompt].append(spawn)
+        intervals = {
+            life.instance_id: unimpaired_intervals(life.ready_at, [*life.gaps, *self.store_gaps])
+            for life in self.lives if life.instance_id}
+        reapers = list(intervals.values())
+
+        statuses = Counter(str(r.status) for r in rows)
+        report.jobs = len(rows)
+        report.completed = statuses["completed"]
+        report.cancelled = statuses["cancelled"]
+        report.orphaned = statuses["orphaned"]
+
+        def timeline(row: JobRow) -> str:
+            life = lives_by_id.get(row.owner_instance or "")
+            spawned = [f"pid {s.pid}@{s.t:.3f}" for s in spawns_by_prompt.get(row_prompt(row) or "", [])]
+            return (f"job {row.id} prompt={row_prompt(row)!r} status={row.status} "
+                    f"error_kind={row.error_kind} created={epoch(row.created_at)} "
+                    f"started={epoch(row.started_at)} finished={epoch(row.finished_at)} "
+                    f"pid={row.pid} owner={life.describe() if life else row.owner_instance} "
+                    f"spawns={spawned}")
+
+        # lost
+        missing = sorted({jid for job in self.jobs for jid in job.job_ids if jid not in by_id})
+        active_now = {r.id for r in rows if r.status.is_active}
+        lost = (self.active_after_settle | active_now) - set(missing)
+        report.lost = len(lost) + len(missing)
+        for job_id in sorted(lost):
+            report.details.append(f"LOST (active after settle): {timeline(by_id[job_id])}")
+        for job_id in missing:
+            report.details.append(f"LOST (answered job id has no row): {job_id}")
+
+        # unknown rows and owners
+        unknown = [r for r in rows if (row_prompt(r) or "") not in jobs_by_prompt]
+        for row in unknown:
+            report.details.append(f"UNKNOWN ROW (no prompt the driver sent): {timeline(row)}")
+        unmapped = [r for r in rows if r.owner_instance not in lives_by_id]
+        for row in unmapped:
+            report.details.append(f"UNKNOWN OWNER: {timeline(row)}")
+
+        # false orphans: every orphaning, kept or later self-healed
+        events = parse_orphan_events(life.log_path for life in self.lives)
+        orphan_times: dict[str, tuple[float, str]] = {}
+        for job_id, (t, reaper) in events.items():
+            orphan_times[job_id] = (t, f"log of {reaper}")
+        for row in rows:
+            if row.status == JobStatus.ORPHANED and row.finished_at is not None:
+                reaper = orphan_times.get(row.id, (0.0, "?"))[1]
+                orphan_times[row.id] = (epoch(row.finished_at) or 0.0, f"row; {reaper}")
+        self_healed = 0
+        for job_id, (t, source) in sorted(orphan_times.items()):
+            row = by_id.get(job_id)
+            if row is None or row.owner_instance not in intervals:
+                continue
+            if row.status != JobStatus.ORPHANED:
+                self_healed += 1
+            created = epoch(row.created_at) or 0.0
+            started = epoch(row.started_at)
+            if is_false_orphan(created, started, t, intervals[row.owner_instance], bounds):
+                report.false_orphans += 1
+                valid = lease_valid_until(created, started, t, intervals[row.owner_instance],
+                                          bounds)
+                report.details.append(
+                    f"FALSE ORPHAN at {t:.3f} ({source}); lease provably valid until "
+                    f"{valid:.3f}: {timeline(row)}")
+
+        # late orphans: jobs of owners that died for good
+        for row in rows:
+            life = lives_by_id.get(row.owner_instance or "")
+            if life is None or life.final or life.death is None or life.exited_at is None:
+                continue
+            finished = epoch(row.finished_at)
+            if finished is not None and finished <= life.death.start:
+                continue  # done before its owner went away
+            prompt = row_prompt(row) or ""
+            job = jobs_by_prompt.get(prompt)
+            process_exit = None
+            candidates = [s for s in spawns_by_prompt.get(prompt, [])
+                          if (row.pid is None or s.pid == row.pid) and s.t <= life.exited_at]
+            if candidates and job is not None:
+                process_exit = max(s.t for s in candidates) + job.sleep_s + PROCESS_EXIT_SLACK_S
+            deadline = orphan_deadline(life.exited_at, process_exit, reapers, self.stops, bounds)
+            if finished is None or finished > deadline:
+                report.late_orphans += 1
+                report.details.append(
+                    f"LATE ORPHAN: owner gone at {life.exited_at:.3f}, process exit by "
+                    f"{process_exit}, deadline {deadline:.3f}, finished {finished}: "
+                    f"{timeline(row)}")
+
+        # duplicate runs
+        for prompt, spawned in spawns_by_prompt.items():
+            ran = sum(1 for r in by_prompt.get(prompt, []) if r.started_at is not None)
+            extra = excess_spawns(len(spawned), ran)
+            if extra:
+                report.duplicate_runs += extra
+                rows_text = "; ".join(timeline(r) for r in by_prompt.get(prompt, [])) or "no row"
+                report.details.append(
+                    f"DUPLICATE RUN: {len(spawned)} spawns, {ran} rows that ran, prompt "
+                    f"{prompt!r}: {rows_text}")
+
+        # leftovers
+        report.leftover_processes = len(leftovers)
+        for spawn in leftovers:
+            report.details.append(f"LEFTOVER PROCESS pid {spawn.pid} prompt {spawn.prompt!r}")
+        stuck = [life for life in self.lives if life.stuck]
+        for life in stuck:
+            report.details.append(f"STUCK GATEWAY (needed SIGKILL after SIGTERM): {life.describe()}")
+
+        # results of completed jobs carry their own prompt's answer
+        bad_results = 0
+        for row in rows:
+            if row.status != JobStatus.COMPLETED:
+                continue
+            text = ""
+            with contextlib.suppress(ValueError, TypeError):
+                text = str(json.loads(row.result_json or "{}").get("text") or "")
+            if (row_prompt(row) or "\0") not in text:
+                bad_results += 1
+                report.details.append(f"BAD RESULT {text[:200]!r}: {timeline(row)}")
+
+        submits = [a for job in self.jobs for a in job.attempts]
+        confirmed = [job for job in self.jobs if job.job_ids]
+        unconfirmed = [job for job in self.jobs if not job.job_ids]
+        report.info = {
+            "prompts": len(self.jobs),
+            "confirmed": len(confirmed),
+            "unconfirmed_with_row": sum(1 for j in unconfirmed if by_prompt.get(j.prompt)),
+            "unconfirmed_without_row": sum(1 for j in unconfirmed if not by_prompt.get(j.prompt)),
+            "submits": len(submits),
+            "answer_lost": sum(1 for a in submits if a.outcome.startswith("lost")),
+            "refused": sum(1 for a in submits if a.outcome.startswith("refused")),
+            "deduplicated_answers": sum(1 for a in submits if a.deduplicated),
+            "cancel_calls": sum(len(j.cancels) for j in self.jobs),
+            "failed": statuses["failed"],
+            "timed_out": statuses["timed_out"],
+            "orphan_events": len(orphan_times),
+            "self_healed": self_healed,
+            "instances_started": len(self.lives),
+            **{f"{k}s": v for k, v in sorted(self.actions.items())},
+            "store_gaps": len(self.store_gaps),
+            "stuck_gateways": len(stuck),
+            "bad_results": bad_results,
+            "unknown_rows": len(unknown) + len(unmapped),
+        }
+        if not report.ok:
+            report.details.append("instances:")
+            report.details.extend(f"  {life.describe()}" for life in self.lives)
+            report.details.append(f"store gaps: {self.store_gaps}")
+            report.details.extend(self.harness_notes)
+            report.details.append(f"workdir: {self.workdir}")
+        return report
+
+
+async def run_chaos(options: ChaosOptions) -> ChaosReport:
+    """Run the whole scenario and audit it. Never leaves a process behind."""
+    run = ChaosRun(options)
+    try:
+        return await run.execute()
+    finally:
+        run.cleanup()
+
+
+# -- CLI -----------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), required=True)
+    parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS)
+    parser.add_argument("--instances", type=int, default=DEFAULT_INSTANCES)
+    parser.add_argument("--duration", type=float, default=DEFAULT_DURATION_S,
+                        help="seconds of chaos (submissions and actions)")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--outage", type=float, default=3.0,
+                        help="seconds the PostgreSQL server stays down (postgres only)")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, db)")
+    args = parser.parse_args(argv)
+
+    import logging
+
+    import structlog
+
+    logging.basicConfig(level=logging.CRITICAL)  # the MCP client logs harmless cancel noise
+    # The audit opens the store in this process: its logs go to stderr, warnings only.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+                        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
+    workdir = Path(tempfile.mkdtemp(prefix="acg-chaos-"))
+    server = None
+    dsn = None
+    if args.backend == "postgres":
+        from tests.conftest import _start_or_give_up
+
+        server = _start_or_give_up()
+        server.create_database("chaos")
+        dsn = server.dsn_for("chaos")
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    options = ChaosOptions(backend=args.backend, workdir=workdir, jobs=args.jobs,
+                           instances=args.instances, duration_s=args.duration, seed=seed,
+                           dsn=dsn, store_control=server, outage_s=args.outage)
+    ok = False
+    try:
+        report = anyio.run(run_chaos, options)
+        print(report.text())
+        print(f"chaos-seed: {seed}")
+        ok = report.ok
+    finally:
+        if server is not None:
+            server.destroy()
+        if ok and not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"chaos-workdir: {workdir}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,137 @@
+"""Chaos: real gateway processes sharing one store, killed, stopped, restarted and cut off
+from PostgreSQL under load - no job is ever lost, and no job is ever falsely declared lost.
+
+The engine is bench/chaos.py (its docstring states every rule and bound); these are its
+short CI runs (select them with `-m chaos`), plus tests of the audit's rules themselves, so
+a checker that could never fail would be caught.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from bench.chaos import (
+    Bounds,
+    ChaosOptions,
+    ChaosReport,
+    Gap,
+    excess_spawns,
+    is_false_orphan,
+    orphan_deadline,
+    run_chaos,
+    unimpaired_intervals,
+)
+from tests.conftest import PostgresServer
+
+BOUNDS = Bounds(ttl_s=1.0, heartbeat_s=0.2, sweep_s=0.2)  # the chaos runs' lease knobs
+
+# The short CI scenario: ~150 jobs over 40 s of chaos on 3 instances, one PG outage of 3 s.
+CI_JOBS = 150
+CI_INSTANCES = 3
+CI_DURATION_S = 40.0
+CI_OUTAGE_S = 3.0
+
+
+# -- the audit's rules ---------------------------------------------------------------------
+
+
+def test_an_orphan_of_a_never_impaired_owner_is_false() -> None:
+    intervals = unimpaired_intervals(100.0, [])
+    assert is_false_orphan(created=101.0, started=101.1, orphaned_at=150.0,
+                           intervals=intervals, bounds=BOUNDS)
+
+
+def test_an_orphan_soon_after_the_owner_was_stopped_is_false_and_later_it_is_allowed() -> None:
+    intervals = unimpaired_intervals(100.0, [Gap(110.0, 113.0, "sigstop")])
+    # The last heartbeat before the stop was at most P = 0.5 s earlier: valid until 110.5.
+    assert is_false_orphan(101.0, 101.1, 110.3, intervals, BOUNDS)
+    assert not is_false_orphan(101.0, 101.1, 110.6, intervals, BOUNDS)
+    # After SIGCONT the owner heartbeats again within P; from then on it is false again.
+    assert not is_false_orphan(101.0, 101.1, 113.2, intervals, BOUNDS)
+    assert is_false_orphan(101.0, 101.1, 113.6, intervals, BOUNDS)
+
+
+def test_a_fresh_job_keeps_its_insert_lease_even_when_its_owner_stops_at_once() -> None:
+    intervals = unimpaired_intervals(100.0, [Gap(120.05, math.inf, "sigkill")])
+    assert is_false_orphan(created=120.0, started=None, orphaned_at=120.5,
+                           intervals=intervals, bounds=BOUNDS)
+    assert not is_false_orphan(created=120.0, started=None, orphaned_at=121.1,
+                               intervals=intervals, bounds=BOUNDS)
+
+
+def test_a_dead_owners_job_is_due_after_ttl_and_a_sweep_or_after_its_process_exits() -> None:
+    reapers = [unimpaired_intervals(100.0, [])]
+    due = orphan_deadline(200.0, None, reapers, [], BOUNDS)
+    assert due == pytest.approx(200.0 + 1.0 + BOUNDS.sweep_bound_s)
+    later = orphan_deadline(200.0, 205.0, reapers, [], BOUNDS)
+    assert later == pytest.approx(205.0 + BOUNDS.sweep_bound_s)
+
+
+def test_a_dead_owners_job_waits_for_a_reaper_and_for_stopped_lock_holders() -> None:
+    reapers = [unimpaired_intervals(100.0, [Gap(199.0, 204.0, "store_outage")])]
+    after_outage = orphan_deadline(200.0, None, reapers, [], BOUNDS)
+    assert after_outage == pytest.approx(204.0 + BOUNDS.period_s + BOUNDS.sweep_bound_s)
+    stretched = orphan_deadline(200.0, None, [unimpaired_intervals(100.0, [])],
+                                [Gap(200.5, 202.5, "sigstop")], BOUNDS)
+    assert stretched == pytest.approx(200.0 + 1.0 + BOUNDS.sweep_bound_s + 2.0)
+
+
+def test_no_reaper_ever_means_no_deadline() -> None:
+    reapers = [unimpaired_intervals(100.0, [Gap(150.0, math.inf, "sigkill")])]
+    assert math.isinf(orphan_deadline(200.0, None, reapers, [], BOUNDS))
+
+
+def test_spawns_beyond_the_rows_that_ran_are_duplicates() -> None:
+    assert excess_spawns(spawns=1, ran=1) == 0
+    assert excess_spawns(spawns=1, ran=2) == 0  # the second row was orphaned before spawning
+    assert excess_spawns(spawns=2, ran=1) == 1
+    assert excess_spawns(spawns=1, ran=0) == 1
+
+
+# -- the runs ------------------------------------------------------------------------------
+
+
+def assert_the_chaos_happened(report: ChaosReport) -> None:
+    """A run proves something only if every kind of trouble struck and work still got done."""
+    for action in ("kills", "stops", "terms", "stop_kills"):
+        assert report.info.get(action, 0) >= 1, f"no {action}: {report.text()}"
+    assert report.jobs > CI_JOBS // 2, report.text()
+    assert report.completed > 0 and report.orphaned + report.info["self_healed"] > 0, \
+        report.text()
+
+
+@pytest.mark.chaos
+@pytest.mark.anyio
+async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_on_sqlite(tmp_path: Path) -> None:
+    report = await run_chaos(ChaosOptions(
+        backend="sqlite", workdir=tmp_path / "chaos", jobs=CI_JOBS, instances=CI_INSTANCES,
+        duration_s=CI_DURATION_S))
+    print(report.text())
+    assert report.ok, report.text()
+    assert_the_chaos_happened(report)
+
+
+@pytest.mark.chaos
+@pytest.mark.anyio
+async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_on_postgres(
+    tmp_path: Path, postgres_server: PostgresServer,
+) -> None:
+    name = f"chaos_{tmp_path.name[-8:].lower().replace('-', '_')}"
+    postgres_server.ensure_running()
+    postgres_server.create_database(name)
+    try:
+        report = await run_chaos(ChaosOptions(
+            backend="postgres", workdir=tmp_path / "chaos", jobs=CI_JOBS,
+            instances=CI_INSTANCES, duration_s=CI_DURATION_S,
+            dsn=postgres_server.dsn_for(name), store_control=postgres_server,
+            outage_s=CI_OUTAGE_S))
+    finally:
+        postgres_server.ensure_running()
+        postgres_server.drop_database(name)
+    print(report.text())
+    assert report.ok, report.text()
+    assert_the_chaos_happened(report)
+    assert report.info.get("store_outages") == 1, report.text()
