@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from typing import Any
 
 import httpx2
 import pytest
+import anyio
 import tomli_w
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -140,10 +142,9 @@ class Harness:
     root: Path
     monkeypatch: pytest.MonkeyPatch
     shared_http: HttpServer | None = None
-    shared_config: Path | None = None
+    shared_client: Client | None = None  # the module's stdio client (default config)
     wait_ready: bool = True  # False: a test of a gateway whose store cannot open
     _servers: list[HttpServer] = field(default_factory=list)
-    _count: int = 0
 
     @property
     def home(self) -> Path:
@@ -165,11 +166,16 @@ class Harness:
         }
 
     def write_config(self, overrides: dict[str, Any]) -> Path:
-        self._count += 1
-        config = merge(self.base_config(f"jobs-{self._count}.db"), overrides)
-        path = self.root / f"config-{self._count}.toml"
+        """A config file of its own (and so a SQLite file of its own) per call."""
+        name = uuid.uuid4().hex[:12]
+        config = merge(self.base_config(f"jobs-{name}.db"), overrides)
+        path = self.root / f"config-{name}.toml"
         path.write_bytes(tomli_w.dumps(config).encode())
         return path
+
+    @staticmethod
+    def db_of(config: Path) -> Path:
+        return Path(tomllib.loads(config.read_text())["persistence"]["path"])
 
     @contextlib.asynccontextmanager
     async def connect(self, **overrides: Any) -> AsyncIterator[Client]:
@@ -178,11 +184,11 @@ class Harness:
             async with self._inproc(overrides) as client:
                 yield client
         elif self.transport.startswith("stdio"):
+            if not overrides and self.shared_client is not None:
+                yield self.shared_client
+                return
             mode = "legacy" if self.transport == "stdio-legacy" else "auto"
-            config = self.write_config(overrides)
-            params = StdioServerParameters(command=sys.executable, args=["-m", "gateway"],
-                                           env=server_env(self.home, config), cwd=str(self.home))
-            async with Client(params, mode=mode, read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
+            async with stdio_client(self.home, self.write_config(overrides), mode) as client:
                 yield client
         else:
             server = self.http_server(overrides)
@@ -215,6 +221,15 @@ class Harness:
 
 
 @contextlib.asynccontextmanager
+async def stdio_client(home: Path, config: Path, mode: str) -> AsyncIterator[Client]:
+    """`python -m gateway` spawned by the SDK's stdio client, as an MCP host would."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", "gateway"],
+                                   env=server_env(home, config), cwd=str(home))
+    async with Client(params, mode=mode, read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
+        yield client
+
+
+@contextlib.asynccontextmanager
 async def http_client(url: str, token: str | None, mode: str = "legacy") -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120)) as http:
@@ -238,6 +253,46 @@ def shared_http_server(
         server.stop()
 
 
+@dataclass
+class SharedStdio:
+    client: Client
+    root: Path
+
+
+async def _shared_stdio(factory: pytest.TempPathFactory, mode: str) -> AsyncIterator[SharedStdio]:
+    root = factory.mktemp(f"stdio-{mode}-shared")
+    (root / "home").mkdir()
+    config = Harness(f"stdio-{mode}", root, pytest.MonkeyPatch()).write_config({})
+    # anyio runs fixtures and tests one after the other in a single runner task: a cancel
+    # scope opened here would still be open during the module's tests, so only the first
+    # call is bounded (initialize itself is bounded by the client's read timeout).
+    async with stdio_client(root / "home", config, mode) as client:
+        with anyio.fail_after(SERVER_START_TIMEOUT_S):
+            await client.list_tools()
+        yield SharedStdio(client, root)
+
+
+@pytest.fixture(scope="module")
+async def shared_stdio_legacy(
+        tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SharedStdio]:
+    """One stdio gateway per module for the tests that need no special config: spawning
+    `python -m gateway` is most of a stdio test's cost."""
+    async for shared in _shared_stdio(tmp_path_factory, "legacy"):
+        yield shared
+
+
+@pytest.fixture(scope="module")
+async def shared_stdio_auto(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SharedStdio]:
+    async for shared in _shared_stdio(tmp_path_factory, "auto"):
+        yield shared
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    """Module scope, so the shared stdio clients live in one event loop for the module."""
+    return "asyncio"
+
+
 @pytest.fixture(params=TRANSPORTS)
 def gateway(request: pytest.FixtureRequest, tmp_path: Path,
             monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
@@ -245,7 +300,10 @@ def gateway(request: pytest.FixtureRequest, tmp_path: Path,
     if transport == "http":
         server, root = request.getfixturevalue("shared_http_server")
         harness = Harness(transport, root, monkeypatch, shared_http=server)
-        harness._count = 1000 + len(list(root.glob("config-*.toml")))  # unique file names
+    elif transport.startswith("stdio"):
+        shared: SharedStdio = request.getfixturevalue(
+            "shared_stdio_legacy" if transport == "stdio-legacy" else "shared_stdio_auto")
+        harness = Harness(transport, shared.root, monkeypatch, shared_client=shared.client)
     else:
         (tmp_path / "home").mkdir()
         harness = Harness(transport, tmp_path, monkeypatch)

@@ -105,7 +105,7 @@ def stdio_harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
 async def test_stdout_is_only_json_rpc_and_the_server_drains_and_stops_on_its_way_out(
         stdio_harness: Harness, ending: str) -> None:
     config = stdio_harness.write_config({})
-    db = stdio_harness.root / "state" / "jobs-1.db"
+    db = stdio_harness.db_of(config)
     stderr_path = stdio_harness.root / "server.stderr"
     with anyio.fail_after(TEST_TIMEOUT_S), stderr_path.open("wb") as stderr:
         process = await anyio.open_process(

@@ -237,7 +237,7 @@ async def test_progress_notifications_arrive_during_a_sync_request_and_a_wait(
 
 async def test_a_sync_request_past_the_deferral_point_returns_a_job_to_poll(
         gateway: Harness) -> None:
-    prompt = f"slow {tag()} @sleep=3"
+    prompt = f"slow {tag()} @sleep=2"
     with anyio.fail_after(TEST_TIMEOUT_S):
         async with gateway.connect(limits={"sync_defer_after_s": 1}) as client:
             result = await call(client, "mistral_request", {"prompt": prompt})
