@@ -273,6 +273,14 @@ async def test_a_failed_run_is_an_error_answer_with_its_kind_and_next_step(
             assert failed.structured_content["exit_code"] == 3
             assert failed.structured_content["retryable"] is False
 
+            late = await call(client, "gemini_request",
+                              {"prompt": f"late {tag()} @sleep=20", "timeout_s": 0.5})
+            assert late.is_error
+            assert late.structured_content is not None
+            assert late.structured_content["status"] == "timed_out"
+            assert late.structured_content["error_kind"] == "timeout"
+            assert "timeout_s" in late.content[0].text
+
 
 BAD_INPUTS: list[tuple[str, str, dict[str, Any], str]] = [
     ("unknown job id", "llm_job_status", {"job_id": "no-such-job"}, "job_not_found"),
@@ -304,6 +312,7 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str]] = [
     ("wrong type of a list option", "claude_request", {"prompt": "p", "add_dirs": "/tmp"},
      "invalid_input"),
     ("missing CLI", "grok_request", {"prompt": "p"}, "not_found"),
+    ("unknown tool", "no_such_tool", {}, "invalid_input"),
 ]
 
 
@@ -347,9 +356,13 @@ async def test_gateway_status_and_list_models_describe_the_installation(
         gateway: Harness) -> None:
     with anyio.fail_after(TEST_TIMEOUT_S):
         async with gateway.connect() as client:
-            # Any tool call waits for startup; after it the gateway is ready.
+            # Any job tool waits for startup; after it the gateway is ready. CLI versions
+            # are probed in the background after that.
             await succeed(client, "llm_job_list", {})
             status = await succeed(client, "gateway_status", {})
+            while not status["versions_probed"]:
+                await anyio.sleep(0.1)
+                status = await succeed(client, "gateway_status", {})
             models = await succeed(client, "list_models", {})
             one = await succeed(client, "list_models", {"provider": "claude"})
     assert status["ready"] is True and status["admitting"] is True
@@ -359,6 +372,8 @@ async def test_gateway_status_and_list_models_describe_the_installation(
     assert status["jobs"]["running"] == 0
     claude = status["providers"]["claude"]
     assert claude["found"] is True and claude["path"].endswith("tests/fakes/bin/claude")
+    assert claude["version"] == "claude 0.0.0-fake"
+    assert status["providers"]["gemini"]["path"].endswith("tests/fakes/bin/agy")
     assert set(models["providers"]) == set(PROVIDERS)
     assert "sonnet" in one["providers"]["claude"]["known_models"]
     assert set(one["providers"]) == {"claude"}
