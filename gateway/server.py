@@ -205,9 +205,14 @@ async def serve_stdio(settings: Settings) -> int:
     stopped_by: list[int] = []
 
     def on_signal(signum: int) -> None:
-        if not stopped_by:
-            log.info("signal received; shutting down", action="signal",
-                     signal=signal.Signals(signum).name)
+        # Only the first signal cancels: a second one (an impatient client, a double
+        # Ctrl-C) must not interrupt the drain, which is bounded anyway.
+        name = signal.Signals(signum).name
+        if stopped_by:
+            log.info("signal received while shutting down; drain continues", action="signal",
+                     signal=name)
+            return
+        log.info("signal received; shutting down", action="signal", signal=name)
         stopped_by.append(signum)
         serving.cancel()
 
