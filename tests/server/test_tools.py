@@ -313,12 +313,14 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str]] = [
      "invalid_input"),
     ("missing CLI", "grok_request", {"prompt": "p"}, "not_found"),
     ("unknown tool", "no_such_tool", {}, "invalid_input"),
+    ("disabled provider", "devin_request", {"prompt": "p"}, "invalid_input"),
 ]
 
 
 async def test_bad_inputs_get_a_clear_error_with_a_kind_and_what_to_do(gateway: Harness) -> None:
     overrides = {"limits": {"max_prompt_bytes": 1000},
-                 "providers": {"grok": {"command": "/nonexistent/bin/grok"}}}
+                 "providers": {"grok": {"command": "/nonexistent/bin/grok"},
+                               "devin": {"enabled": False}}}
     with anyio.fail_after(TEST_TIMEOUT_S):
         async with gateway.connect(**overrides) as client:
             for label, tool, args, kind in BAD_INPUTS:
@@ -333,6 +335,10 @@ async def test_bad_inputs_get_a_clear_error_with_a_kind_and_what_to_do(gateway: 
             # Nothing was started by any of them.
             listed = await succeed(client, "llm_job_list", {})
             assert listed["count"] == 0
+            # A disabled provider has no tools at all; a missing CLI keeps its tools.
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert not {"devin_request", "devin_request_async"} & names
+            assert "grok_request" in names
 
 
 async def test_a_saturated_gateway_refuses_with_a_retryable_error(gateway: Harness) -> None:
