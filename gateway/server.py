@@ -24,6 +24,7 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from pydantic import ValidationError
 
 from gateway import __version__
+from gateway.cli_versions import CliVersions
 from gateway.config import Settings
 from gateway.jobs.model import ErrorKind
 from gateway.tool_results import failure, invalid_arguments
@@ -100,6 +101,7 @@ def build_server(settings: Settings, role: str = "stdio") -> GatewayServer:
 
         gateway = Gateway(settings, role=role)
         state.gateway = gateway
+        state.versions = CliVersions(settings)  # fresh per entry (in-process reconnects)
         gateway.start_in_background()
         probe = asyncio.create_task(_probe_versions_when_ready(state, gateway),
                                     name="cli_version_probe")
