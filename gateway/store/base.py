@@ -100,9 +100,6 @@ class JobStore(Protocol):
         """Set cancel_requested_at = now if the row is still active (first request wins; a
         second leaves the first time). Returns the row after the write, or None if unknown."""
 
-    async def cancel_queued(self, job_id: str, owner_instance: str, error: str) -> bool:
-        """CAS queued -> cancelled for this owner (a queued job cancelled before spawning)."""
-
     async def list_cancel_requested(self, owner_instance: str) -> list[str]:
         """Ids of this instance's queued/running jobs whose cancel was requested."""
 
@@ -145,10 +142,3 @@ class JobStore(Protocol):
         The manager marks a row running BEFORE it spawns (so a row that was orphaned while
         queued never gets a child), then records the process it started. False if the row is
         no longer running or no longer this instance's: the caller must kill the child."""
-
-    async def fail_active(
-        self, owner_instance: str, error_kind: str, error: str, exit_code: int | None
-    ) -> int:
-        """Drain: terminal-write every queued/running job of owner_instance as `failed`
-        (`cancelled` where a cancel was requested: cancelled wins). One statement. Returns
-        the number of rows written."""

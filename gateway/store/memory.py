@@ -236,35 +236,6 @@ class MemoryJobStore:
             job.lease_deadline = None
             return True
 
-    async def fail_active(
-        self, owner_instance: str, error_kind: str, error: str, exit_code: int | None
-    ) -> int:
-        async with self._lock:
-            now = self._now()
-            count = 0
-            for job in self._jobs.values():
-                if job.owner_instance != owner_instance or job.status not in ACTIVE_STATUSES:
-                    continue
-                _apply_completion(
-                    job,
-                    Completion(
-                        status=JobStatus.FAILED,
-                        exit_code=exit_code,
-                        error=error,
-                        error_kind=error_kind,
-                        output=job.output,
-                        stderr_tail=job.stderr_tail,
-                        output_bytes=job.output_bytes,
-                        truncated=job.truncated,
-                        result_json=job.result_json,
-                    ),
-                )
-                job.finished_at = now
-                job.updated_at = now
-                job.lease_deadline = None
-                count += 1
-            return count
-
     async def request_cancel(self, job_id: str) -> JobRow | None:
         async with self._lock:
             job = self._jobs.get(job_id)
@@ -276,24 +247,6 @@ class MemoryJobStore:
                 job.cancel_requested_at = now
                 job.updated_at = now
             return replace(job)
-
-    async def cancel_queued(self, job_id: str, owner_instance: str, error: str) -> bool:
-        async with self._lock:
-            job = self._jobs.get(job_id)
-            # Invariant: only a queued row of this owner, so a spawned child is never lost.
-            if job is None or job.status is not JobStatus.QUEUED:
-                return False
-            if job.owner_instance != owner_instance:
-                return False
-            now = self._now()
-            job.status = JobStatus.CANCELLED
-            job.error = error
-            job.error_kind = ErrorKind.CANCELLED.value
-            job.cancel_requested_at = job.cancel_requested_at or now
-            job.finished_at = now
-            job.updated_at = now
-            job.lease_deadline = None
-            return True
 
     async def list_cancel_requested(self, owner_instance: str) -> list[str]:
         async with self._lock:

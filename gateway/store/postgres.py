@@ -260,16 +260,6 @@ WHERE id = $1
   AND (status IN ('queued','running')
        OR (status = 'orphaned' AND owner_instance = $2))"""
 
-# Drain: only this instance's ACTIVE rows become terminal (cancelled where a cancel was
-# requested); terminal rows and other instances' rows are untouched. Output is kept.
-FAIL_ACTIVE = """
-UPDATE jobs SET
-    status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'failed' END,
-    error_kind = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE $2 END,
-    error = $3, exit_code = $4,
-    finished_at = now(), updated_at = now(), lease_deadline = NULL
-WHERE owner_instance = $1 AND status IN ('queued','running')"""
-
 # A cancel lands only on an active row, and the first request's time is kept. Not a
 # single statement with a fallback SELECT: under READ COMMITTED that SELECT would read the
 # statement's snapshot, from before a completion this UPDATE waited for, and report a
@@ -278,14 +268,6 @@ REQUEST_CANCEL = f"""
 UPDATE jobs SET cancel_requested_at = now(), updated_at = now()
 WHERE id = $1 AND status IN ('queued','running') AND cancel_requested_at IS NULL
 RETURNING {_JOB_COLUMNS}"""
-
-# queued -> cancelled only for the owner, so a job that already has a child (running) is
-# never marked cancelled without its process being killed first.
-CANCEL_QUEUED = """
-UPDATE jobs SET status = 'cancelled', error = $3, error_kind = 'cancelled',
-                cancel_requested_at = COALESCE(cancel_requested_at, now()),
-                finished_at = now(), updated_at = now(), lease_deadline = NULL
-WHERE id = $1 AND owner_instance = $2 AND status = 'queued'"""
 
 # Only this instance's still-active rows: a cancel on a finished job needs no kill.
 LIST_CANCEL_REQUESTED = """
@@ -620,24 +602,12 @@ class PostgresJobStore:
             )
         return _status_count(status) == 1
 
-    async def fail_active(
-        self, owner_instance: str, error_kind: str, error: str, exit_code: int | None
-    ) -> int:
-        async with self._connection("fail active jobs") as conn:
-            status = await conn.execute(FAIL_ACTIVE, owner_instance, error_kind, error, exit_code)
-        return _status_count(status)
-
     async def request_cancel(self, job_id: str) -> JobRow | None:
         async with self._connection("request cancel") as conn:
             row = await conn.fetchrow(REQUEST_CANCEL, job_id)
             if row is None:  # not active, or already requested: the row as it is now
                 row = await conn.fetchrow(GET_JOB, job_id)
         return _job(row) if row is not None else None
-
-    async def cancel_queued(self, job_id: str, owner_instance: str, error: str) -> bool:
-        async with self._connection("cancel queued job") as conn:
-            status = await conn.execute(CANCEL_QUEUED, job_id, owner_instance, error)
-        return _status_count(status) == 1
 
     async def list_cancel_requested(self, owner_instance: str) -> list[str]:
         async with self._connection("list cancel requests") as conn:

@@ -234,29 +234,10 @@ WHERE id = :job_id
   AND (status IN ('queued','running')
        OR (status = 'orphaned' AND owner_instance = :owner_instance))"""
 
-# Drain: only this instance's ACTIVE rows become terminal (cancelled where a cancel was
-# requested); terminal rows and other instances' rows are untouched. Output is kept.
-FAIL_ACTIVE = """
-UPDATE jobs SET
-    status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'failed' END,
-    error_kind = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
-                      ELSE :error_kind END,
-    error = :error, exit_code = :exit_code,
-    finished_at = :now, updated_at = :now, lease_deadline = NULL
-WHERE owner_instance = :owner_instance AND status IN ('queued','running')"""
-
 # A cancel lands only on an active row, and the first request's time is kept.
 REQUEST_CANCEL = """
 UPDATE jobs SET cancel_requested_at = :now, updated_at = :now
 WHERE id = :job_id AND status IN ('queued','running') AND cancel_requested_at IS NULL"""
-
-# queued -> cancelled only for the owner, so a job that already has a child (running) is
-# never marked cancelled without its process being killed first.
-CANCEL_QUEUED = """
-UPDATE jobs SET status = 'cancelled', error = :error, error_kind = 'cancelled',
-                cancel_requested_at = COALESCE(cancel_requested_at, :now),
-                finished_at = :now, updated_at = :now, lease_deadline = NULL
-WHERE id = :job_id AND owner_instance = :owner_instance AND status = 'queued'"""
 
 # Only this instance's still-active rows: a cancel on a finished job needs no kill.
 LIST_CANCEL_REQUESTED = """
@@ -591,27 +572,11 @@ class SqliteJobStore:
                 "now": time.time(),
             })
 
-    async def fail_active(
-        self, owner_instance: str, error_kind: str, error: str, exit_code: int | None
-    ) -> int:
-        async with self._write("fail_active") as conn:
-            return await self._changes(conn, FAIL_ACTIVE, {
-                "owner_instance": owner_instance, "error_kind": error_kind, "error": error,
-                "exit_code": exit_code, "now": time.time(),
-            })
-
     async def request_cancel(self, job_id: str) -> JobRow | None:
         async with self._write("request_cancel") as conn:
             await conn.execute(REQUEST_CANCEL, {"job_id": job_id, "now": time.time()})
             rows = await conn.execute_fetchall(GET_JOB, {"job_id": job_id})
             return _job(rows[0]) if rows else None
-
-    async def cancel_queued(self, job_id: str, owner_instance: str, error: str) -> bool:
-        async with self._write("cancel_queued") as conn:
-            return 1 == await self._changes(conn, CANCEL_QUEUED, {
-                "job_id": job_id, "owner_instance": owner_instance, "error": error,
-                "now": time.time(),
-            })
 
     async def list_cancel_requested(self, owner_instance: str) -> list[str]:
         async with self._read("list_cancel_requested") as conn:

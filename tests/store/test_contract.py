@@ -472,7 +472,6 @@ async def test_a_terminal_row_never_changes_again(store: JobStore, first: JobSta
     for late in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED):
         assert not await store.complete(job.id, OWNER, done(late, output="late"))
         assert not await store.complete(job.id, OTHER, done(late, output="late"))
-    assert not await store.cancel_queued(job.id, OWNER, "late")
     assert not await store.save_progress(job.id, OWNER, Progress(1, "late"))
     assert await store.recover_expired_leases(0) == []
     assert await get(store, job.id) == settled
@@ -522,33 +521,6 @@ async def test_an_orphaned_job_with_a_cancel_request_self_heals_as_cancelled(
     assert (await get(store, job.id)).status is JobStatus.CANCELLED
 
 
-async def test_fail_active_ends_only_this_instances_active_jobs(store: JobStore) -> None:
-    queued = new_job()
-    await store.insert_job(queued, TTL_S)
-    busy = await running(store, new_job())
-    await store.save_progress(busy.id, OWNER, Progress(5, "hello"))
-    asked = await running(store, new_job())
-    await store.request_cancel(asked.id)
-    finished = await running(store, new_job())
-    assert await store.complete(finished.id, OWNER, done(output="kept"))
-    foreign = await running(store, new_job(owner=OTHER))
-
-    assert await store.fail_active(OWNER, "shutdown", "gateway is shutting down", 1) == 3
-
-    for job_id in (queued.id, busy.id):
-        row = await get(store, job_id)
-        assert (row.status, row.error_kind, row.error, row.exit_code) == (
-            JobStatus.FAILED, "shutdown", "gateway is shutting down", 1,
-        )
-        assert row.finished_at is not None and row.lease_deadline is None
-    assert (await get(store, busy.id)).output == "hello"
-    assert (await get(store, asked.id)).status is JobStatus.CANCELLED
-    assert (await get(store, finished.id)).output == "kept"
-    assert (await get(store, finished.id)).status is JobStatus.COMPLETED
-    assert (await get(store, foreign.id)).status is JobStatus.RUNNING
-    assert await store.fail_active(OWNER, "shutdown", "again", 1) == 0
-
-
 # -- cancel -------------------------------------------------------------------------------
 
 async def test_request_cancel_marks_an_active_row_once(store: JobStore) -> None:
@@ -570,23 +542,6 @@ async def test_request_cancel_leaves_a_finished_row_alone_and_ignores_unknown_id
     assert row is not None
     assert (row.status, row.cancel_requested_at) == (JobStatus.COMPLETED, None)
     assert await store.request_cancel("no-such-job") is None
-
-
-async def test_cancel_queued_cancels_only_a_queued_row_of_its_owner(store: JobStore) -> None:
-    job = new_job()
-    await store.insert_job(job, TTL_S)
-    assert not await store.cancel_queued(job.id, OTHER, "not yours")
-    assert await store.cancel_queued(job.id, OWNER, "cancelled before it started")
-    row = await get(store, job.id)
-    assert (row.status, row.error, row.error_kind) == (
-        JobStatus.CANCELLED, "cancelled before it started", "cancelled",
-    )
-    assert row.finished_at is not None and row.lease_deadline is None
-
-    started = await running(store, new_job())
-    assert not await store.cancel_queued(started.id, OWNER, "too late")
-    assert (await get(store, started.id)).status is JobStatus.RUNNING
-    assert not await store.cancel_queued("no-such-job", OWNER, "x")
 
 
 async def test_list_cancel_requested_names_only_this_instances_active_cancelled_jobs(
