@@ -36,6 +36,8 @@ log = structlog.get_logger(__name__)
 BUSY_TIMEOUT_MS = 5000  # another process holding the write lock gets this long before we give up
 FILE_MODE = 0o600  # job rows hold prompts and outputs: owner only
 DIR_MODE = 0o700  # the directory also holds the -wal/-shm files and spool dirs
+WAL_RETRY_FIRST_S = 0.01  # concurrent openers clear in milliseconds; back off from there
+WAL_RETRY_MAX_S = 0.2
 
 ORPHANED_ERROR = "owning gateway instance stopped renewing its lease"
 CANCELLED_ERROR = "cancelled at the caller's request"
@@ -395,7 +397,7 @@ class SqliteJobStore:
                 conn.row_factory = sqlite3.Row
                 # busy_timeout first: switching to WAL may wait for another opener's lock.
                 await conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
-                await conn.execute("PRAGMA journal_mode = WAL")
+                await self._enable_wal(conn)
                 await conn.execute("PRAGMA synchronous = NORMAL")
             self._conn = conn
             await self._migrate()
@@ -405,6 +407,27 @@ class SqliteJobStore:
                 await conn.close()
             raise
         log.debug("sqlite store open", action="open_store", path=str(self.path))
+
+    async def _enable_wal(self, conn: aiosqlite.Connection) -> None:
+        """Switch the file to WAL, retrying while another opener holds it.
+
+        Changing the journal mode needs an exclusive lock, and SQLite answers "database is
+        locked" at once (without the busy handler) when several gateways open a fresh file
+        together, as MCP clients do when they spawn one per window.
+        """
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        delay = WAL_RETRY_FIRST_S
+        while True:
+            try:
+                await conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() + delay > deadline:
+                    raise
+            await anyio.sleep(delay)
+            delay = min(delay * 2, WAL_RETRY_MAX_S)
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -415,3 +415,20 @@ async def test_two_processes_sharing_the_file_get_exactly_one_active_job_per_key
     active = await store.list_jobs(statuses=[JobStatus.QUEUED], limit=10 * PROCESS_KEYS)
     assert len(active) == PROCESS_KEYS
     assert len({row.request_key for row in active}) == PROCESS_KEYS
+
+
+async def test_regression_concurrent_openers_of_a_fresh_file_never_get_database_is_locked(
+    tmp_path: Path,
+) -> None:
+    """Switching to WAL needs an exclusive lock and SQLite refused it at once ("database is
+    locked") when several gateways opened a new file together; the switch is now retried."""
+    for round_ in range(20):
+        path = tmp_path / f"round-{round_}" / "jobs.db"
+        stores = [SqliteJobStore(path) for _ in range(8)]
+        try:
+            async with anyio.create_task_group() as tg:
+                for store in stores:
+                    tg.start_soon(store.open)
+        finally:
+            for store in stores:
+                await store.close()
