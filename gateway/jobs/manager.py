@@ -236,9 +236,18 @@ class JobManager:
         if job.cancel_reason is not None:  # cancelled while spawning
             job.execution.cancel(job.cancel_reason)
         if identity is not None:
-            with contextlib.suppress(StoreUnavailable):
-                await self.store.record_process(job.row.id, self.instance_id, identity.pid,
-                                                identity.pgid, identity.started_at)
+            try:
+                recorded = await self.store.record_process(
+                    job.row.id, self.instance_id, identity.pid, identity.pgid,
+                    identity.started_at)
+            except StoreUnavailable:
+                recorded = False
+            if not recorded:
+                # The run goes on: if the row was orphaned meanwhile, this instance's guarded
+                # terminal write self-heals it; without a pid the reaper just cannot prove
+                # the process alive, which errs towards orphaning, never towards losing.
+                log.warning("process identity not recorded", action="record_process",
+                            job_id=job.row.id, pid=identity.pid)
         flusher = asyncio.create_task(self._flush_progress(job), name=f"progress-{job.row.id}")
         try:
             outcome = await job.execution.wait()  # returns when the group is gone
