@@ -568,7 +568,7 @@ def store_rows(results: dict[str, Any], pg_skipped: str | None) -> list[Row]:
 
 # -- report ------------------------------------------------------------------------------------
 
-def machine() -> dict[str, Any]:
+def machine(load_at_start: tuple[float, float, float]) -> dict[str, Any]:
     def git(*args: str) -> str:
         try:
             return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
@@ -585,6 +585,9 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "client_mode": CLIENT_MODE,
+        # Other work on the box shows up as noise in both sides of every ratio.
+        "loadavg_1m_start": round(load_at_start[0], 2),
+        "loadavg_1m_end": round(os.getloadavg()[0], 2),
     }
 
 
@@ -615,6 +618,7 @@ def plans_text(store: dict[str, Any]) -> str:
 async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
                      pg_skipped: str | None) -> dict[str, Any]:
     servers = Servers(workdir)
+    load_at_start = os.getloadavg()
     started = time.perf_counter()
     phases: dict[str, float] = {}
     rows: list[Row] = []
@@ -648,7 +652,7 @@ async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
              "rss_after_jobs", "startup"]
     rows.sort(key=lambda r: order.index(r.key) if r.key in order else len(order))
     return {
-        "machine": machine(),
+        "machine": machine(load_at_start),
         "sizes": asdict(sizes),
         "seconds": round(time.perf_counter() - started, 1),
         "phases_s": phases,
@@ -691,7 +695,8 @@ def main() -> None:
     results = run(SMOKE if args.smoke else FULL, args.output, use_postgres=not args.no_postgres)
     m = results["machine"]
     print(f"{m['date']}, {m['nproc']} CPUs, {m['memory_gib']} GiB, commit {m['commit']}"
-          f"{' (dirty)' if m['dirty'] else ''}, {results['seconds']} s\n")
+          f"{' (dirty)' if m['dirty'] else ''}, {results['seconds']} s, load average "
+          f"{m['loadavg_1m_start']} -> {m['loadavg_1m_end']}\n")
     print(results["table"])
     print("\nplans:\n" + results["plans"])
     print(f"\nwrote {args.output}")
