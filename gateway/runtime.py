@@ -89,6 +89,16 @@ class Gateway:
     def ready(self) -> bool:
         return self._ready.is_set()
 
+    @property
+    def current_manager(self) -> JobManager | None:
+        """The manager if startup finished, without waiting (status reports, /healthz)."""
+        return self._manager if self._ready.is_set() else None
+
+    @property
+    def start_error(self) -> str | None:
+        """Why the store could not be opened yet, while startup keeps retrying."""
+        return self._start_error
+
     async def _abandon_open(self) -> None:
         """Startup was interrupted: let an in-flight store open finish briefly, then close it."""
         task = self._open_task

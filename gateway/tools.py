@@ -25,6 +25,7 @@ from gateway import __version__
 from gateway.jobs.manager import MAX_WAIT_S, JobManager
 from gateway.jobs.model import ErrorKind, GatewayError, JobRow, JobStatus
 from gateway.jobs.requests import SubmitRequest
+from providers.http_api import redact_url
 from gateway.tool_results import (
     describe_status,
     duration_s,
@@ -91,9 +92,7 @@ class ServerState:
     def ready_manager(self) -> JobManager | None:
         """The manager if the gateway is already up, without waiting (status reports)."""
         gateway = self.gateway
-        if gateway is None or not gateway.ready:
-            return None
-        return gateway._manager  # noqa: SLF001 - ready implies set; never awaits
+        return gateway.current_manager if gateway is not None else None
 
 
 # -- error handling -------------------------------------------------------------------------
@@ -308,7 +307,7 @@ def provider_tools(state: ServerState) -> list[ProviderTools]:
         fields = option_params(ApiRequest, reserved=frozenset())
         result.append(ProviderTools(state, name, "api", fields,
                                     api_common_params(default_timeout, name),
-                                    f"the {name} HTTP API ({api.kind}-compatible, {api.base_url})"))
+                                    f"the {name} HTTP API ({api.kind}-compatible, {redact_url(api.base_url)})"))
     return result
 
 
@@ -470,14 +469,14 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
             "store": store,
             "ready": manager is not None,
             "admitting": bool(manager.snapshot()["admitting"]) if manager else False,
-            "start_error": getattr(gateway, "_start_error", None) if gateway else None,
+            "start_error": gateway.start_error if gateway else None,
             "jobs": manager.snapshot() if manager else None,
             "limits": settings.limits.model_dump(mode="json"),
             "lease": settings.lease.model_dump(mode="json"),
             "providers": state.versions.snapshot(),
             "versions_probed": state.versions.finished.is_set(),
             "api_providers": {
-                name: {"kind": api.kind, "base_url": api.base_url,
+                name: {"kind": api.kind, "base_url": redact_url(api.base_url),
                        "default_model": api.default_model, "api_key_env": api.api_key_env}
                 for name, api in settings.api_providers.items()},
         }
