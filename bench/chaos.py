@@ -128,14 +128,17 @@ PROCESS_EXIT_SLACK_S = 1.0  # a fake CLI's interpreter start and exit around its
 LOCK_PROBE_S = 0.3  # a live SQLite writer holds the lock for ms; 0.3 s held = stopped holder
 
 # Driver timing.
-CALL_TIMEOUT_S = 5.0  # one MCP call (session + tools/call); a stopped instance just hangs
+CALL_TIMEOUT_S = 2.5  # initialize, and tools/call; shorter than the longest SIGSTOP
+SESSION_CLOSE_S = 3.0  # a slow but live server still gets the session's DELETE (else it
+#                        counts against http.max_sessions until it idles out)
 INSTANCE_READY_TIMEOUT_S = 45.0  # process start to /healthz admitting (covers the PG outage)
 GATEWAY_EXIT_TIMEOUT_S = 8.0  # SIGTERM -> exit: drain 1.5 s + lease stop + uvicorn's 2 s
 RESTART_DELAY_S = (0.2, 1.5)  # a supervisor restarts a dead gateway after a moment
-STOP_DURATION_S = (0.3, 2.5)  # SIGSTOP lengths, below and above ttl (1 s)
+STOP_DURATION_S = (0.3, 4.0)  # SIGSTOP lengths, below and above ttl (1 s) and the call timeout
 ACTION_GAP_S = (1.5, 4.0)  # pause between two chaos actions
 ACTION_WEIGHTS = {"kill": 0.35, "stop": 0.35, "term": 0.15, "stop_kill": 0.15}
 SUBMIT_ATTEMPTS = 5  # a request is retried on other instances this often
+IMPATIENT_TIMEOUT_S = (0.002, 0.06)  # an impatient client's tools/call read timeout
 SUBMIT_RETRY_PAUSE_S = 0.25  # after a refusal (unavailable/saturated), doubling per try
 CANCEL_DELAY_S = (0.05, 1.5)  # cancels land on queued, running and finished jobs alike
 SETTLE_MARGIN_S = 5.0  # beyond ttl + sweeps + the longest job: queue drain, slow restarts
@@ -172,6 +175,11 @@ class ChaosOptions:
     outage_s: float = 3.0
     sleep_s: tuple[float, float] = (0.1, 2.0)  # each fake job's @sleep range
     cancel_fraction: float = 0.15
+    # Requests whose first attempt gives up almost at once (a user pressing Esc, a client
+    # with a tiny tool timeout; the MCP SDK then cancels the tool coroutine mid-admission),
+    # then retries patiently like any client.
+    impatient_fraction: float = 0.0
+    actions: bool = True  # False: no kills/stops/outages (client-side trouble only)
     extra_env: dict[str, str] = field(default_factory=dict)  # e.g. PYTHONPATH for a mutant
 
 
@@ -685,16 +693,19 @@ class ChaosRun:
         return [life for life in self.slots if life is not None and life.exited_at is None]
 
     # -- MCP calls -----------------------------------------------------------------------
-    async def call(self, life: InstanceLife, tool: str, args: dict[str, Any]) -> Attempt:
-        """One real MCP session and tool call, bounded; never raises."""
+    async def call(self, life: InstanceLife, tool: str, args: dict[str, Any],
+                   tool_timeout: float | None = None) -> Attempt:
+        """One real MCP session and tool call, bounded; never raises. `tool_timeout`
+        bounds the tools/call alone (the session is set up with the normal timeout)."""
         started = time.time()
         result: Any = None
         error = "timeout"
-        with anyio.move_on_after(CALL_TIMEOUT_S + 1.0):
+        with anyio.move_on_after(2 * CALL_TIMEOUT_S + SESSION_CLOSE_S):
             try:
                 async with Client(life.url, mode="legacy",
                                   read_timeout_seconds=CALL_TIMEOUT_S) as client:
-                    result = await client.call_tool(tool, args)
+                    result = await client.call_tool(
+                        tool, args, read_timeout_seconds=tool_timeout or CALL_TIMEOUT_S)
             except Exception as exc:  # noqa: BLE001 - every failure is an outcome here
                 error = describe_error(exc)
         ended = time.time()
@@ -718,14 +729,19 @@ class ChaosRun:
     async def submit(self, job: LogicalJob) -> None:
         tried: set[str] = set()
         pause = SUBMIT_RETRY_PAUSE_S
+        impatient = self.rng.random() < self.o.impatient_fraction
         for _ in range(SUBMIT_ATTEMPTS):
             life = self.pick(tried)
             if life is None:
                 await anyio.sleep(pause)
                 continue
             tried.add(life.name)
-            attempt = await self.call(life, f"{job.provider}_request_async",
-                                      {"prompt": job.prompt})
+            attempt = await self.call(
+                life, f"{job.provider}_request_async", {"prompt": job.prompt},
+                tool_timeout=self.rng.uniform(*IMPATIENT_TIMEOUT_S) if impatient else None)
+            if impatient and attempt.outcome.startswith("lost"):
+                attempt.outcome = "lost:impatient"
+            impatient = False
             job.attempts.append(attempt)
             if attempt.outcome == "ok" and attempt.job_id:
                 job.job_ids.add(attempt.job_id)
@@ -902,7 +918,8 @@ class ChaosRun:
         self.t0 = time.time()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.submitter)
-            tg.start_soon(self.chaos_monkey)
+            if self.o.actions:
+                tg.start_soon(self.chaos_monkey)
         # Every act has finished: stopped instances got SIGCONT, dead slots run again.
         chaos_end = time.time()
         await self.settle(settings)
@@ -996,6 +1013,7 @@ class ChaosRun:
                     f"{valid:.3f}: {timeline(row)}")
 
         # late orphans: jobs of owners that died for good
+        dead_owner_jobs = 0
         for row in rows:
             life = lives_by_id.get(row.owner_instance or "")
             if life is None or life.final or life.death is None or life.exited_at is None:
@@ -1003,6 +1021,7 @@ class ChaosRun:
             finished = epoch(row.finished_at)
             if finished is not None and finished <= life.death.start:
                 continue  # done before its owner went away
+            dead_owner_jobs += 1
             prompt = row_prompt(row) or ""
             job = jobs_by_prompt.get(prompt)
             process_exit = None
@@ -1059,12 +1078,14 @@ class ChaosRun:
             "unconfirmed_without_row": sum(1 for j in unconfirmed if not by_prompt.get(j.prompt)),
             "submits": len(submits),
             "answer_lost": sum(1 for a in submits if a.outcome.startswith("lost")),
+            "impatient_gave_up": sum(1 for a in submits if a.outcome == "lost:impatient"),
             "refused": sum(1 for a in submits if a.outcome.startswith("refused")),
             "deduplicated_answers": sum(1 for a in submits if a.deduplicated),
             "cancel_calls": sum(len(j.cancels) for j in self.jobs),
             "failed": statuses["failed"],
             "timed_out": statuses["timed_out"],
             "orphan_events": len(orphan_times),
+            "dead_owner_jobs": dead_owner_jobs,
             "self_healed": self_healed,
             "instances_started": len(self.lives),
             **{f"{k}s": v for k, v in sorted(self.actions.items())},
@@ -1104,6 +1125,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--outage", type=float, default=3.0,
                         help="seconds the PostgreSQL server stays down (postgres only)")
+    parser.add_argument("--impatient", type=float, default=0.0,
+                        help="fraction of requests whose first try gives up within ~60 ms")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, db)")
     args = parser.parse_args(argv)
 
@@ -1127,7 +1150,8 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     options = ChaosOptions(backend=args.backend, workdir=workdir, jobs=args.jobs,
                            instances=args.instances, duration_s=args.duration, seed=seed,
-                           dsn=dsn, store_control=server, outage_s=args.outage)
+                           dsn=dsn, store_control=server, outage_s=args.outage,
+                           impatient_fraction=args.impatient)
     ok = False
     try:
         report = anyio.run(run_chaos, options)
