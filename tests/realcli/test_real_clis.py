@@ -189,7 +189,10 @@ def test_real_codex_accepts_every_argv_the_adapter_builds(
             wait_until(lambda: _codex_thread(out) or process.poll() is not None,
                        f"codex to start a thread: {invocation.argv}")
             if case.get("wait_for_rollout"):
-                wait_until(lambda: list((real_home / ".codex").rglob("rollout-*.jsonl")),
+                # The whole first line (the session meta resume needs), not just the file:
+                # a SIGKILL before it is flushed leaves a session codex cannot resume.
+                wait_until(lambda: any(b"\n" in p.read_bytes() for p in
+                                       (real_home / ".codex").rglob("rollout-*.jsonl")),
                            "codex to write its session rollout")
         finally:
             _stop_group(process)
