@@ -232,12 +232,12 @@ class InstanceLife:
         """The gap that never ends (it was killed or terminated), if any."""
         return next((g for g in self.gaps if math.isinf(g.end)), None)
 
-    def describe(self) -> str:
-        gaps = ", ".join(f"{g.cause}@{g.start:.3f}-{g.end:.3f}" for g in self.gaps)
-        ready = f"{self.ready_at:.3f}" if self.ready_at else "never"
-        exited = f"{self.exited_at:.3f}" if self.exited_at else "-"
-        return (f"{self.name} id={self.instance_id} pid={self.process.pid} ready={ready} "
-                f"exited={exited} gaps=[{gaps}]")
+    def describe(self, t0: float) -> str:
+        """Its timeline, in seconds since the chaos started (t0)."""
+        gaps = ", ".join(f"{g.cause} {rel(g.start, t0)}..{rel(g.end, t0)}" for g in self.gaps)
+        return (f"{self.name} id={self.instance_id} pid={self.process.pid} "
+                f"ready={rel(self.ready_at, t0)} exited={rel(self.exited_at, t0)} "
+                f"gaps=[{gaps}]")
 
 
 @dataclass
@@ -429,6 +429,13 @@ def excess_spawns(spawns: int, ran: int) -> int:
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+
+def rel(t: float | None, t0: float) -> str:
+    """A time as seconds since t0 (the start of the chaos), for reports."""
+    if t is None:
+        return "-"
+    return "never" if math.isinf(t) else f"{t - t0:+.3f}"
 
 
 def epoch(value: datetime | None) -> float | None:
@@ -959,14 +966,19 @@ class ChaosRun:
         report.cancelled = statuses["cancelled"]
         report.orphaned = statuses["orphaned"]
 
+        t0 = self.t0
+
         def timeline(row: JobRow) -> str:
+            """One job's story, times in seconds since the chaos started."""
             life = lives_by_id.get(row.owner_instance or "")
-            spawned = [f"pid {s.pid}@{s.t:.3f}" for s in spawns_by_prompt.get(row_prompt(row) or "", [])]
+            spawned = [f"pid {s.pid} at {rel(s.t, t0)}"
+                       for s in spawns_by_prompt.get(row_prompt(row) or "", [])]
+            owner = life.describe(t0) if life else row.owner_instance
             return (f"job {row.id} prompt={row_prompt(row)!r} status={row.status} "
-                    f"error_kind={row.error_kind} created={epoch(row.created_at)} "
-                    f"started={epoch(row.started_at)} finished={epoch(row.finished_at)} "
-                    f"pid={row.pid} owner={life.describe() if life else row.owner_instance} "
-                    f"spawns={spawned}")
+                    f"error_kind={row.error_kind} created={rel(epoch(row.created_at), t0)} "
+                    f"started={rel(epoch(row.started_at), t0)} "
+                    f"finished={rel(epoch(row.finished_at), t0)} pid={row.pid} "
+                    f"owner=[{owner}] spawns={spawned}")
 
         # lost
         missing = sorted({jid for job in self.jobs for jid in job.job_ids if jid not in by_id})
@@ -1009,8 +1021,8 @@ class ChaosRun:
                 valid = lease_valid_until(created, started, t, intervals[row.owner_instance],
                                           bounds)
                 report.details.append(
-                    f"FALSE ORPHAN at {t:.3f} ({source}); lease provably valid until "
-                    f"{valid:.3f}: {timeline(row)}")
+                    f"FALSE ORPHAN at {rel(t, t0)} ({source}); lease provably valid until "
+                    f"{rel(valid, t0)}: {timeline(row)}")
 
         # late orphans: jobs of owners that died for good
         dead_owner_jobs = 0
@@ -1033,9 +1045,9 @@ class ChaosRun:
             if finished is None or finished > deadline:
                 report.late_orphans += 1
                 report.details.append(
-                    f"LATE ORPHAN: owner gone at {life.exited_at:.3f}, process exit by "
-                    f"{process_exit}, deadline {deadline:.3f}, finished {finished}: "
-                    f"{timeline(row)}")
+                    f"LATE ORPHAN: owner gone at {rel(life.exited_at, t0)}, process exit by "
+                    f"{rel(process_exit, t0)}, deadline {rel(deadline, t0)}, finished "
+                    f"{rel(finished, t0)}: {timeline(row)}")
 
         # duplicate runs
         for prompt, spawned in spawns_by_prompt.items():
@@ -1054,7 +1066,8 @@ class ChaosRun:
             report.details.append(f"LEFTOVER PROCESS pid {spawn.pid} prompt {spawn.prompt!r}")
         stuck = [life for life in self.lives if life.stuck]
         for life in stuck:
-            report.details.append(f"STUCK GATEWAY (needed SIGKILL after SIGTERM): {life.describe()}")
+            report.details.append(
+                f"STUCK GATEWAY (needed SIGKILL after SIGTERM): {life.describe(t0)}")
 
         # results of completed jobs carry their own prompt's answer
         bad_results = 0
@@ -1096,8 +1109,10 @@ class ChaosRun:
         }
         if not report.ok:
             report.details.append("instances:")
-            report.details.extend(f"  {life.describe()}" for life in self.lives)
-            report.details.append(f"store gaps: {self.store_gaps}")
+            report.details.extend(f"  {life.describe(t0)}" for life in self.lives)
+            report.details.append("store gaps: " + ", ".join(
+                f"{g.cause} {rel(g.start, t0)}..{rel(g.end, t0)}" for g in self.store_gaps))
+            report.details.append(f"chaos started at {t0:.3f} (epoch s)")
             report.details.extend(self.harness_notes)
             report.details.append(f"workdir: {self.workdir}")
         return report
