@@ -25,16 +25,20 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from gateway import proc
 from gateway.config import ENV_PREFIX
+from gateway.jobs.child_exit import ChildExit, open_pidfd
 from gateway.jobs.model import EXIT_CODES, ErrorKind, GatewayError
 from providers.base import Invocation
 from providers.registry import extended_path
@@ -179,6 +183,17 @@ class _StopRequest:
     grace_s: float
 
 
+@dataclass(slots=True)
+class _Spawned:
+    """A child just started by the spawn thread, not yet watched by the event loop."""
+
+    popen: subprocess.Popen[bytes]
+    pidfd: int | None
+    started_at: float
+    stdin_write_fd: int | None
+    executable: str
+
+
 # -- the run -----------------------------------------------------------------------------------
 
 
@@ -202,6 +217,12 @@ class ProcessRun:
         self._stderr_bytes = 0
         self._stdin_task: asyncio.Task[None] | None = None
         self._stdin_incomplete = False
+        self._exit: ChildExit | None = None
+        # The spawn runs in a worker thread; if start() is cancelled meanwhile, whichever of
+        # the two comes second (under this lock) kills the child it will never supervise.
+        self._spawn_lock = threading.Lock()
+        self._spawn_abandoned = False
+        self._spawned: _Spawned | None = None
 
     # -- public surface ----------------------------------------------------------------------
 
@@ -237,48 +258,24 @@ class ProcessRun:
         argv = list(spec.invocation.argv)
         if not argv or not argv[0]:
             raise GatewayError(ErrorKind.INVALID_INPUT, "The invocation has no command to run.")
-        if spec.working_dir is not None and not Path(spec.working_dir).is_dir():
-            raise GatewayError(
-                ErrorKind.INVALID_INPUT,
-                f"working_dir {spec.working_dir!r} does not exist or is not a directory; "
-                "pass an existing directory (or omit it to run in a fresh temp dir).",
-            )
-        env = self._child_env()
-        executable = resolve_command(argv[0], env["PATH"])
-        if executable is None:
-            raise self._not_found(argv[0])
-
-        spec.spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        cwd = spec.working_dir
-        if cwd is None:
-            # mkdtemp creates it with mode 0700: private to the gateway's user. It lies outside
-            # any repository, so no project instructions are picked up from it.
-            self._temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_DIR_PREFIX))
-            cwd = str(self._temp_dir)
-        try:
-            process, stdin_write_fd = await self._spawn(executable, argv, env, cwd)
-        except BaseException:
-            self._remove_temp_dir()
-            raise
-
+        spawned = await self._spawn_off_loop(argv)
+        self._spawned = None  # claimed: supervised from here on
+        pid = spawned.popen.pid
+        # On the loop, before anything can await: from here the exit is watched and reaped.
+        self._exit = ChildExit(spawned.popen, spawned.pidfd)
         self._started_mono = self._last_growth_mono = time.monotonic()
-        started_at = proc.process_start_time(process.pid)
-        if started_at is None:
-            # Already exited and reaped: no start time to read. Any later liveness check of
-            # this identity must say "gone", which the spawn time gives as well as any.
-            started_at = time.time()
         # start_new_session=True made the leader's pid the pgid; asking getpgid() instead
         # would fail once the leader is reaped.
-        self._identity = ProcessIdentity(pid=process.pid, pgid=process.pid,
-                                         started_at=started_at)
-        if stdin_write_fd is not None:
+        self._identity = ProcessIdentity(pid=pid, pgid=pid, started_at=spawned.started_at)
+        if spawned.stdin_write_fd is not None:
             payload = spec.invocation.stdin or b""
             self._stdin_task = asyncio.create_task(
-                self._feed_stdin(stdin_write_fd, payload), name=f"run-stdin:{spec.job_id}")
+                self._feed_stdin(spawned.stdin_write_fd, payload),
+                name=f"run-stdin:{spec.job_id}")
         self._supervisor = asyncio.create_task(
-            self._supervise(process), name=f"run-supervise:{spec.job_id}")
+            self._supervise(self._exit), name=f"run-supervise:{spec.job_id}")
         log.info("provider process started", action="run_start", job_id=spec.job_id,
-                 pid=process.pid, command=os.path.basename(executable),
+                 pid=pid, command=os.path.basename(spawned.executable),
                  temp_cwd=self._temp_dir is not None)
         return self._identity
 
@@ -320,10 +317,85 @@ class ProcessRun:
 
     # -- spawn helpers ------------------------------------------------------------------------
 
-    async def _spawn(self, executable: str, argv: list[str], env: dict[str, str],
-                     cwd: str) -> tuple[asyncio.subprocess.Process, int | None]:
+    async def _spawn_off_loop(self, argv: list[str]) -> _Spawned:
+        """Run `_spawn_blocking` in a worker thread: the directory checks, the PATH search
+        (user bin dirs are globbed), mkdir/mkdtemp, opening the spool files and fork/exec
+        block for milliseconds each, and the event loop also answers every MCP request of
+        this gateway."""
+        loop = asyncio.get_running_loop()
+        spawning = loop.run_in_executor(None, self._spawn_blocking, argv)
+        try:
+            return await asyncio.shield(spawning)
+        except asyncio.CancelledError:
+            # The thread runs on: if it has spawned already, the child is killed here; if
+            # not, the thread sees the flag and kills it itself. Never a leaked group.
+            with self._spawn_lock:
+                self._spawn_abandoned = True
+                spawned, self._spawned = self._spawned, None
+            if spawned is not None:
+                self._discard(spawned)
+            raise
+
+    def _spawn_blocking(self, argv: list[str]) -> _Spawned:
+        """Validate, prepare the directories and start the child (in a worker thread)."""
+        spec = self.spec
+        env = self._child_env()
+        if spec.working_dir is not None and not Path(spec.working_dir).is_dir():
+            raise GatewayError(
+                ErrorKind.INVALID_INPUT,
+                f"working_dir {spec.working_dir!r} does not exist or is not a directory; "
+                "pass an existing directory (or omit it to run in a fresh temp dir).",
+            )
+        executable = resolve_command(argv[0], env["PATH"])
+        if executable is None:
+            raise self._not_found(argv[0])
+
+        spec.spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        cwd = spec.working_dir
+        if cwd is None:
+            # mkdtemp creates it with mode 0700: private to the gateway's user. It lies outside
+            # any repository, so no project instructions are picked up from it.
+            self._temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_DIR_PREFIX))
+            cwd = str(self._temp_dir)
+        try:
+            popen, stdin_write_fd = self._spawn(executable, argv, env, cwd)
+        except BaseException:
+            self._remove_temp_dir()
+            raise
+        # Before anyone can reap the child (only its ChildExit will): the pid is still ours.
+        pidfd = open_pidfd(popen.pid)
+        started_at = proc.process_start_time(popen.pid)
+        if started_at is None:
+            # Already exited (a zombie has no start time to read). Any later liveness check
+            # of this identity must say "gone", which the spawn time gives as well as any.
+            started_at = time.time()
+        spawned = _Spawned(popen=popen, pidfd=pidfd, started_at=started_at,
+                           stdin_write_fd=stdin_write_fd, executable=executable)
+        with self._spawn_lock:
+            if not self._spawn_abandoned:
+                self._spawned = spawned  # start() claims it once this thread returns
+                return spawned
+        self._discard(spawned)  # start() was cancelled while we spawned
+        return spawned
+
+    def _discard(self, spawned: _Spawned) -> None:
+        """Kill a child that start() will never supervise, and reap it in a daemon thread."""
+        pid = spawned.popen.pid
+        proc.signal_group(pid, signal.SIGKILL)
+        self._close_quietly(spawned.stdin_write_fd)
+        self._close_quietly(spawned.pidfd)
+
+        def reap() -> None:
+            with contextlib.suppress(ChildProcessError):
+                spawned.popen.returncode = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            self._remove_temp_dir()
+
+        threading.Thread(target=reap, name=f"reap-{pid}", daemon=True).start()
+
+    def _spawn(self, executable: str, argv: list[str], env: dict[str, str],
+               cwd: str) -> tuple[subprocess.Popen[bytes], int | None]:
         """Start the child with stdout/stderr on the spool files; returns it and, when a
-        stdin payload is due, the write end of its stdin pipe."""
+        stdin payload is due, the write end of its stdin pipe. Blocking: fork/exec."""
         stdin_payload = self.spec.invocation.stdin
         # O_CLOEXEC: these fds reach this child only (as its 1 and 2), never a sibling run
         # spawned at the same moment.
@@ -335,12 +407,12 @@ class ProcessRun:
             opened.append(out_fd)
             err_fd = os.open(self.stderr_path, flags, 0o600)
             opened.append(err_fd)
-            stdin: int = asyncio.subprocess.DEVNULL
+            stdin: int = subprocess.DEVNULL
             if stdin_payload is not None:
                 stdin, stdin_write_fd = os.pipe2(os.O_CLOEXEC)
                 opened.append(stdin)
-            process = await asyncio.create_subprocess_exec(
-                executable, *argv[1:], stdin=stdin, stdout=out_fd, stderr=err_fd, cwd=cwd,
+            process = subprocess.Popen(
+                [executable, *argv[1:]], stdin=stdin, stdout=out_fd, stderr=err_fd, cwd=cwd,
                 env=env,
                 start_new_session=True,  # its own session and process group: pgid == pid
             )
@@ -392,9 +464,10 @@ class ProcessRun:
                 os.close(fd)
 
     def _remove_temp_dir(self) -> None:
-        if self._temp_dir is not None:
-            shutil.rmtree(self._temp_dir, ignore_errors=True)
-            self._temp_dir = None
+        # Taken first: the concluding thread and a cancelled supervisor may both get here.
+        temp_dir, self._temp_dir = self._temp_dir, None
+        if temp_dir is not None:
+            shutil.rmtree(temp_dir, ignore_errors=True)
 
     async def _feed_stdin(self, fd: int, payload: bytes) -> None:
         """Write the payload into the child's stdin, then close it (the child sees EOF).
@@ -456,16 +529,17 @@ class ProcessRun:
             return ErrorKind.IDLE_TIMEOUT
         return None
 
-    async def _supervise(self, process: asyncio.subprocess.Process) -> RunOutcome:
+    async def _supervise(self, child: ChildExit) -> RunOutcome:
         assert self._identity is not None
         pgid = self._identity.pgid
         job_id = self.spec.job_id
-        leader_exit = asyncio.create_task(process.wait(), name=f"run-leader-exit:{job_id}")
+        leader_exit = child.exited
         stop_requested = asyncio.create_task(self._stop_requested.wait(),
                                              name=f"run-stop-requested:{job_id}")
+        wakers: set[asyncio.Future[Any]] = {leader_exit, stop_requested}
         try:
             while not leader_exit.done() and self._stop is None:
-                await asyncio.wait({leader_exit, stop_requested}, timeout=MONITOR_INTERVAL_S,
+                await asyncio.wait(wakers, timeout=MONITOR_INTERVAL_S,
                                    return_when=asyncio.FIRST_COMPLETED)
                 self._refresh_sizes()
                 if self._stop is None and not leader_exit.done():
@@ -491,8 +565,9 @@ class ProcessRun:
                 self._stdin_incomplete = True
                 self._stdin_task.cancel()
                 await asyncio.wait({self._stdin_task})
-            self._refresh_sizes()
-            outcome = self._outcome(stop, returncode, strays)
+            # Off the loop: the last stat()s, cutting the spool files to the cap, reading the
+            # stderr tail and removing the temp cwd block for milliseconds.
+            outcome = await asyncio.to_thread(self._conclude, stop, returncode, strays)
             log.info("provider process finished", action="run_end", job_id=self.spec.job_id,
                      exit_code=outcome.exit_code, error_kind=outcome.error_kind,
                      duration_s=round(outcome.duration_s, 3))
@@ -501,22 +576,23 @@ class ProcessRun:
             # Not a gateway crash: the gateway lives on, so the group must not outlive us.
             if not (leader_exit.done() and not proc.group_alive(pgid)):
                 proc.signal_group(pgid, signal.SIGKILL)
+            # The loop may be closing (asyncio.run's teardown): a thread reaps the leader.
+            child.reap_in_background()
             if self._stdin_task is not None:
                 self._stdin_task.cancel()
             raise
         finally:
             stop_requested.cancel()
-            leader_exit.cancel()  # a no-op once it is done; the child watcher still reaps
             self._finished = True
-            self._remove_temp_dir()
+            self._remove_temp_dir()  # a no-op unless the run was cancelled before _conclude
 
     async def _stop_group(self, pgid: int, leader_exit: asyncio.Future[int],
                           grace_s: float) -> None:
         """SIGTERM the group; SIGKILL it after the grace unless every member is gone by then.
 
         The SIGKILL goes to the group even when the leader has already exited: grandchildren
-        that ignore SIGTERM would otherwise live on. Returns once the leader is reaped (the
-        asyncio child watcher does that) and no member runs any more.
+        that ignore SIGTERM would otherwise live on. Returns once the leader is reaped (its
+        ChildExit does that) and no member runs any more.
         """
 
         def group_gone() -> bool:
@@ -567,6 +643,13 @@ class ProcessRun:
                 os.truncate(path, keep)
         self._stdout_bytes, self._stderr_bytes = keep_out, keep_err
         return True
+
+    def _conclude(self, stop: _StopRequest | None, returncode: int, strays: int) -> RunOutcome:
+        """The outcome, once the group is gone (blocking file work: runs in a thread)."""
+        self._refresh_sizes()
+        outcome = self._outcome(stop, returncode, strays)
+        self._remove_temp_dir()
+        return outcome
 
     def _outcome(self, stop: _StopRequest | None, returncode: int, strays: int) -> RunOutcome:
         written = self._stdout_bytes + self._stderr_bytes

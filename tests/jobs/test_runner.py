@@ -15,6 +15,7 @@ import stat
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -199,6 +200,78 @@ async def test_the_leader_is_reaped_and_leaves_no_zombie(tmp_path: Path) -> None
     assert run.identity is not None
     assert run.identity.pid not in {c.pid for c in psutil.Process().children()}
     assert not proc.is_process_alive(run.identity.pid, run.identity.started_at)
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="pidfds are Linux-only")
+async def test_running_children_are_watched_without_a_thread_each(tmp_path: Path) -> None:
+    # Python 3.11's asyncio starts one waitpid thread per child; a burst of jobs then pays
+    # a thread start per spawn. The runner watches exits through pidfds on the event loop.
+    invocation = child(tmp_path, "time.sleep(60)")
+    runs = [ProcessRun(make_spec(tmp_path, invocation, job_id=f"job-{i}",
+                                 spool_dir=tmp_path / f"spool-{i}")) for i in range(9)]
+    with anyio.fail_after(DEADLINE_S):
+        await runs[0].start()  # the spawn's worker thread exists from here on
+        threads_with_one = threading.active_count()
+        for run in runs[1:]:
+            await run.start()
+        threads_with_nine = threading.active_count()
+        for run in runs:
+            run.cancel(grace_s=0)
+        outcomes = [await run.wait() for run in runs]
+    assert threads_with_nine - threads_with_one < len(runs) - 1
+    assert all(o.error_kind == ErrorKind.CANCELLED for o in outcomes)
+    assert_no_zombie_children_of_ours()
+
+
+async def test_a_start_cancelled_while_the_child_spawns_leaves_no_process_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The spawn runs in a worker thread that goes on after start() is cancelled: the child
+    # it starts must be killed and reaped, and its temp cwd removed, by whichever side
+    # comes second. Here the thread is held right after the fork until the cancel is done.
+    spawned: list[tuple[int, str]] = []
+    release = threading.Event()
+    start_time = proc.process_start_time
+
+    def held_start_time(pid: int) -> float | None:
+        spawned.append((pid, psutil.Process(pid).cwd()))
+        release.wait(DEADLINE_S)
+        return start_time(pid)
+
+    monkeypatch.setattr(proc, "process_start_time", held_start_time)
+    run = ProcessRun(make_spec(tmp_path, child(tmp_path, "time.sleep(60)")))
+    with anyio.fail_after(DEADLINE_S):
+        starting = asyncio.create_task(run.start())
+        await until(lambda: bool(spawned), "the child to be forked")
+        starting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+        release.set()
+        pid, cwd = spawned[0]
+        await until(lambda: not psutil.pid_exists(pid), "the child to be killed and reaped")
+        await until(lambda: not Path(cwd).exists(), "its temp cwd to be removed")
+
+
+async def test_a_start_cancelled_just_after_the_spawn_returned_kills_the_child(
+    tmp_path: Path,
+) -> None:
+    # The other order: the thread has handed the child over, but start() is cancelled
+    # before it resumes. Blocking the loop (no await) keeps start() from resuming.
+    run = ProcessRun(make_spec(tmp_path, child(tmp_path, "time.sleep(60)")))
+    with anyio.fail_after(DEADLINE_S):
+        starting = asyncio.create_task(run.start())
+        await asyncio.sleep(0)  # start() now awaits the spawn thread
+        deadline = time.monotonic() + DEADLINE_S
+        while run._spawned is None and time.monotonic() < deadline:  # noqa: SLF001
+            time.sleep(0.001)
+        handed_over = run._spawned  # noqa: SLF001
+        assert handed_over is not None
+        starting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+        pid = handed_over.popen.pid
+        await until(lambda: not psutil.pid_exists(pid), "the child to be killed and reaped")
+    assert run.identity is None
 
 
 async def test_a_shutdown_shortens_the_grace_of_a_pending_cancel(tmp_path: Path) -> None:
