@@ -75,7 +75,7 @@ class ProcessExecution:
         self.run = ProcessRun(self.spec)
 
     async def start(self) -> ProcessIdentity:
-        self.spec.spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # The runner creates the spool dir itself, off the event loop.
         return await self.run.start()
 
     async def wait(self) -> ExecutionOutcome:

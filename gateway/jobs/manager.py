@@ -318,8 +318,9 @@ class JobManager:
                 delay = min(delay * 2, 5.0)
         log.info("job finished", action="complete", job_id=job.row.id,
                  status=str(completion.status), error_kind=completion.error_kind, applied=applied)
-        # The row now holds the output; the spool copy is no longer needed.
-        shutil.rmtree(job.spool_dir, ignore_errors=True)
+        # The row now holds the output; the spool copy is no longer needed. Removed in a
+        # thread: unlinking files blocks for milliseconds, and the loop serves requests.
+        await asyncio.to_thread(shutil.rmtree, job.spool_dir, ignore_errors=True)
 
     async def _flush_progress(self, job: LocalJob) -> None:
         last = -1
@@ -329,10 +330,10 @@ class JobManager:
             if execution is None or execution.stdout_bytes == last:
                 continue
             last = execution.stdout_bytes
+            output, stderr_tail = await asyncio.to_thread(_progress_tails, execution)
             with contextlib.suppress(StoreUnavailable):
                 await self.store.save_progress(job.row.id, self.instance_id, Progress(
-                    output_bytes=last, output=execution.read_stdout_tail(PROGRESS_TAIL_BYTES),
-                    stderr_tail=execution.read_stderr_tail(STDERR_TAIL_BYTES)))
+                    output_bytes=last, output=output, stderr_tail=stderr_tail))
 
     # -- cancel -----------------------------------------------------------------------------
     async def cancel(self, job_id: str) -> CancelOutcome:
@@ -514,6 +515,12 @@ class JobManager:
     def remove_spool(self, job_ids: list[str]) -> None:
         for job_id in job_ids:
             shutil.rmtree(self.spool_root / job_id, ignore_errors=True)
+
+
+def _progress_tails(execution: Execution) -> tuple[str, str]:
+    """The stdout and stderr tails a progress flush writes (file reads: run in a thread)."""
+    return (execution.read_stdout_tail(PROGRESS_TAIL_BYTES),
+            execution.read_stderr_tail(STDERR_TAIL_BYTES))
 
 
 def _char_boundary(data: bytes, index: int) -> int:
