@@ -49,8 +49,9 @@ An unimpaired instance commits a heartbeat at least once every P = heartbeat_s +
       first_reaper(max(D + ttl, exit of the job's process group)) + SWEEP_BOUND_S,
   stretched by the time any instance spent SIGSTOPped inside that window. Why: its lease
   lapses at most ttl after its last heartbeat (<= D); a reaper on this host leaves a provably
-  alive process group alone until it exits (the fake CLI exits at its spawn time + its
-  @sleep + PROCESS_EXIT_SLACK_S); first_reaper(t) is the first moment >= t at which some
+  alive process group alone until it exits (the driver watches every spawned fake CLI and
+  notes when it ends - exits or turns zombie, the reaper's own notion - every WATCH_S);
+  first_reaper(t) is the first moment >= t at which some
   instance has been unimpaired for P (so it is admitting and sweeping) and stays so for
   SWEEP_BOUND_S; a reaper sweeps every sweep_interval_s, may skip one sweep after a late
   heartbeat (hence two intervals plus jitter); and a SIGSTOPped instance can hold a lock a
@@ -125,6 +126,7 @@ TICK_JITTER_S = 0.3  # how late a lease tick may commit on a loaded 2-core box
 CLOCK_EPSILON_S = 0.05  # driver stamps vs store timestamps (same host clock) and log latency
 STORE_RECOVERY_S = 1.0  # PostgreSQL back up -> pool reconnected and a heartbeat committed
 PROCESS_EXIT_SLACK_S = 1.0  # a fake CLI's interpreter start and exit around its @sleep
+WATCH_S = 0.1  # how often the driver looks whether each spawned fake CLI still runs
 LOCK_PROBE_S = 0.3  # a live SQLite writer holds the lock for ms; 0.3 s held = stopped holder
 
 # Driver timing.
@@ -270,7 +272,52 @@ class Spawn:
     prompt: str
     pid: int
     pgid: int
-    t: float
+    t: float  # when it logged its spawn (after its interpreter started)
+    ended: float | None = None  # when the watcher first saw it gone (or a zombie)
+
+
+class ProcessWatcher:
+    """Follows the fake CLIs' spawn log and notes when each of our spawns ends."""
+
+    def __init__(self, path: Path, tag: str) -> None:
+        self.path = path
+        self.tag = tag
+        self.offset = 0
+        self.partial = b""
+        self.spawns: list[Spawn] = []
+
+    def read_new(self) -> None:
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return
+        self.offset += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()  # an unfinished last line waits for the next read
+        for line in lines:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                entry = json.loads(line)
+                prompt = str(entry.get("prompt", ""))
+                if "argv" in entry and prompt.startswith(self.tag):
+                    self.spawns.append(Spawn(prompt, int(entry["pid"]), int(entry["pgid"]),
+                                             float(entry["t"])))
+
+    def poll(self) -> None:
+        self.read_new()
+        now = time.time()
+        for spawn in self.spawns:
+            if spawn.ended is None and not process_alive(spawn.pid, spawn.t):
+                spawn.ended = now
+
+    def alive(self) -> list[Spawn]:
+        return [spawn for spawn in self.spawns if spawn.ended is None]
+
+    async def run(self) -> None:
+        while True:
+            self.poll()
+            await anyio.sleep(WATCH_S)
 
 
 @dataclass
@@ -463,8 +510,12 @@ def describe_error(exc: BaseException) -> str:
         else:
             leaves.append(e)
 
+    def name(e: BaseException) -> str:
+        code = getattr(getattr(e, "error", None), "code", None)  # MCPError: which one
+        return f"{type(e).__name__}({code})" if code is not None else type(e).__name__
+
     walk(exc)
-    return ";".join(sorted({type(e).__name__ for e in leaves})) or type(exc).__name__
+    return ";".join(sorted({name(e) for e in leaves})) or type(exc).__name__
 
 
 def row_prompt(row: JobRow) -> str | None:
@@ -523,6 +574,7 @@ class ChaosRun:
         self.workdir = options.workdir
         self.logs_dir = self.workdir / "logs"
         self.fake_log = FakeLog(self.workdir / "fake-cli.log")
+        self.watcher = ProcessWatcher(self.fake_log.path, self.tag)
         self.config_path = self.workdir / "config.toml"
         self.db_path = self.workdir / "state" / "jobs.db"
         self.lives: list[InstanceLife] = []
@@ -886,19 +938,15 @@ class ChaosRun:
         """Crash-surviving fake CLIs end on their own: wait for the longest one."""
         deadline = time.time() + self.o.sleep_s[1] + PROCESS_EXIT_SLACK_S + KILL_GRACE_S
         while True:
-            alive = [s for s in self.spawns() if process_alive(s.pid, s.t)]
+            self.watcher.poll()
+            alive = self.watcher.alive()
             if not alive or time.time() > deadline:
                 return alive
-            await anyio.sleep(POLL_S)
+            await anyio.sleep(WATCH_S)
 
     def spawns(self) -> list[Spawn]:
-        result = []
-        for entry in self.fake_log.spawns():
-            prompt = str(entry.get("prompt", ""))
-            if prompt.startswith(self.tag):
-                result.append(Spawn(prompt, int(entry["pid"]), int(entry["pgid"]),
-                                    float(entry["t"])))
-        return result
+        self.watcher.read_new()
+        return list(self.watcher.spawns)
 
     def cleanup(self) -> None:
         """Whatever happened: no gateway, fake CLI or stopped database left behind."""
@@ -923,15 +971,18 @@ class ChaosRun:
             for slot in range(self.o.instances):
                 tg.start_soon(self.spawn, slot)
         self.t0 = time.time()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self.submitter)
-            if self.o.actions:
-                tg.start_soon(self.chaos_monkey)
-        # Every act has finished: stopped instances got SIGCONT, dead slots run again.
-        chaos_end = time.time()
-        await self.settle(settings)
-        await self.shutdown()
-        leftovers = await self.wait_fakes_gone()
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(self.watcher.run)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self.submitter)
+                if self.o.actions:
+                    tg.start_soon(self.chaos_monkey)
+            # Every act has finished: stopped instances got SIGCONT, dead slots run again.
+            chaos_end = time.time()
+            await self.settle(settings)
+            await self.shutdown()
+            leftovers = await self.wait_fakes_gone()
+            outer.cancel_scope.cancel()
         report = await self.audit(settings, leftovers)
         report.info["chaos_s"] = round(chaos_end - self.t0, 1)
         report.info["settle_s"] = round(self.settle_s, 1)
@@ -1035,12 +1086,11 @@ class ChaosRun:
                 continue  # done before its owner went away
             dead_owner_jobs += 1
             prompt = row_prompt(row) or ""
-            job = jobs_by_prompt.get(prompt)
             process_exit = None
             candidates = [s for s in spawns_by_prompt.get(prompt, [])
                           if (row.pid is None or s.pid == row.pid) and s.t <= life.exited_at]
-            if candidates and job is not None:
-                process_exit = max(s.t for s in candidates) + job.sleep_s + PROCESS_EXIT_SLACK_S
+            if candidates:  # seen ending at most WATCH_S after it did; never seen: still runs
+                process_exit = max(s.ended or math.inf for s in candidates)
             deadline = orphan_deadline(life.exited_at, process_exit, reapers, self.stops, bounds)
             if finished is None or finished > deadline:
                 report.late_orphans += 1
@@ -1092,6 +1142,9 @@ class ChaosRun:
             "submits": len(submits),
             "answer_lost": sum(1 for a in submits if a.outcome.startswith("lost")),
             "impatient_gave_up": sum(1 for a in submits if a.outcome == "lost:impatient"),
+            "answer_lost_by": "/".join(f"{k}:{v}" for k, v in Counter(
+                a.outcome.removeprefix("lost:") for a in submits
+                if a.outcome.startswith("lost")).most_common()) or "-",
             "refused": sum(1 for a in submits if a.outcome.startswith("refused")),
             "deduplicated_answers": sum(1 for a in submits if a.deduplicated),
             "cancel_calls": sum(len(j.cancels) for j in self.jobs),
