@@ -1059,6 +1059,7 @@ class ChaosRun:
                 reaper = orphan_times.get(row.id, (0.0, "?"))[1]
                 orphan_times[row.id] = (epoch(row.finished_at) or 0.0, f"row; {reaper}")
         self_healed = 0
+        orphan_margins: list[float] = []  # how long after its lease could lapse each went
         for job_id, (t, source) in sorted(orphan_times.items()):
             row = by_id.get(job_id)
             if row is None or row.owner_instance not in intervals:
@@ -1067,6 +1068,8 @@ class ChaosRun:
                 self_healed += 1
             created = epoch(row.created_at) or 0.0
             started = epoch(row.started_at)
+            orphan_margins.append(
+                t - lease_valid_until(created, started, t, intervals[row.owner_instance], bounds))
             if is_false_orphan(created, started, t, intervals[row.owner_instance], bounds):
                 report.false_orphans += 1
                 valid = lease_valid_until(created, started, t, intervals[row.owner_instance],
@@ -1077,6 +1080,7 @@ class ChaosRun:
 
         # late orphans: jobs of owners that died for good
         dead_owner_jobs = 0
+        late_margins: list[float] = []  # how long before its deadline each became terminal
         for row in rows:
             life = lives_by_id.get(row.owner_instance or "")
             if life is None or life.final or life.death is None or life.exited_at is None:
@@ -1092,6 +1096,8 @@ class ChaosRun:
             if candidates:  # seen ending at most WATCH_S after it did; never seen: still runs
                 process_exit = max(s.ended or math.inf for s in candidates)
             deadline = orphan_deadline(life.exited_at, process_exit, reapers, self.stops, bounds)
+            if finished is not None:
+                late_margins.append(deadline - finished)
             if finished is None or finished > deadline:
                 report.late_orphans += 1
                 report.details.append(
@@ -1152,6 +1158,10 @@ class ChaosRun:
             "timed_out": statuses["timed_out"],
             "orphan_events": len(orphan_times),
             "dead_owner_jobs": dead_owner_jobs,
+            # The tightest cases: an orphaning soonest after its lease could have lapsed,
+            # and a dead owner's job closest to its deadline (negative = a violation).
+            "min_orphan_after_lapse_s": round(min(orphan_margins), 3) if orphan_margins else "-",
+            "min_slack_before_deadline_s": round(min(late_margins), 3) if late_margins else "-",
             "self_healed": self_healed,
             "instances_started": len(self.lives),
             **{f"{k}s": v for k, v in sorted(self.actions.items())},
