@@ -5,6 +5,7 @@ share one store (SQLite file or PostgreSQL database) with short lease knobs. A d
 submits jobs to random instances through real MCP client sessions (the fake provider CLIs
 sleep a random, bounded time; every job has a unique prompt, so the fake CLI's spawn log
 says how often each request ran), cancels some through an instance that does not own them,
+optionally lets some clients give up on their first try within milliseconds (`--impatient`),
 and meanwhile SIGKILLs, SIGSTOPs/SIGCONTs and SIGTERMs random instances (a killed or
 terminated slot is restarted as a new process on a new port) and, on PostgreSQL, stops the
 database server once for a few seconds. Then it lets everything settle, stops every
@@ -17,8 +18,8 @@ and a second `chaos-info:` line with what happened (submits, lost answers, kills
 
 How to run (from the repository root; PostgreSQL needs initdb/pg_ctl, see tests/conftest.py):
 
-    uv run python bench/chaos.py --backend sqlite --jobs 1200 --instances 4 --duration 300
-    uv run python bench/chaos.py --backend postgres --jobs 1200 --instances 4 --duration 300
+    uv run python bench/chaos.py --backend sqlite --jobs 1200 --instances 5 --duration 300
+    uv run python bench/chaos.py --backend postgres --jobs 1200 --instances 5 --duration 300
 
 tests/chaos/test_chaos.py runs a short version of the same engine on both backends.
 
@@ -36,8 +37,9 @@ An unimpaired instance commits a heartbeat at least once every P = heartbeat_s +
 * lost: a job row still queued/running when the settle time is over (before the final
   shutdown, whose drain would otherwise paper over it), or a job id an instance answered
   that has no row at all.
-* false orphan: a job orphaned (final row `orphaned`, or a reaper's "job orphaned" log line
-  for a job that later self-healed) at time T although its lease was provably valid at T:
+* false orphan: a job orphaned (final row `orphaned`: T = its finished_at; or a reaper's "job
+  orphaned" log line for a job that later self-healed: T = the line's time, a few ms after
+  the UPDATE) at time T although its lease was provably valid at T:
   the lease is valid until the latest of created_at + ttl, started_at + ttl, and, for every
   stretch [a, b] (a >= created_at, b <= T) during which its owner was unimpaired for at least
   P, b - P + ttl (that stretch contains a heartbeat that renewed the job). An orphan before
@@ -51,9 +53,8 @@ An unimpaired instance commits a heartbeat at least once every P = heartbeat_s +
   lapses at most ttl after its last heartbeat (<= D); a reaper on this host leaves a provably
   alive process group alone until it exits (the driver watches every spawned fake CLI and
   notes when it ends - exits or turns zombie, the reaper's own notion - every WATCH_S);
-  first_reaper(t) is the first moment >= t at which some
-  instance has been unimpaired for P (so it is admitting and sweeping) and stays so for
-  SWEEP_BOUND_S; a reaper sweeps every sweep_interval_s, may skip one sweep after a late
+  first_reaper(t) is the first moment >= t at which some instance has been unimpaired for
+  P (so it is admitting and sweeping) and stays so for SWEEP_BOUND_S; a reaper sweeps every sweep_interval_s, may skip one sweep after a late
   heartbeat (hence two intervals plus jitter); and a SIGSTOPped instance can hold a lock a
   sweep needs (the SQLite write lock, or PostgreSQL row locks on its own jobs), so no sweep
   completes while it is stopped.
@@ -127,6 +128,7 @@ CLOCK_EPSILON_S = 0.05  # driver stamps vs store timestamps (same host clock) an
 STORE_RECOVERY_S = 1.0  # PostgreSQL back up -> pool reconnected and a heartbeat committed
 PROCESS_EXIT_SLACK_S = 1.0  # a fake CLI's interpreter start and exit around its @sleep
 WATCH_S = 0.1  # how often the driver looks whether each spawned fake CLI still runs
+PID_REUSE_TOLERANCE_S = 5.0  # spawn-log time vs process start time (interpreter start-up)
 LOCK_PROBE_S = 0.3  # a live SQLite writer holds the lock for ms; 0.3 s held = stopped holder
 
 # Driver timing.
@@ -531,7 +533,7 @@ def process_alive(pid: int, started: float) -> bool:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        return abs(proc.create_time() - started) < 5.0
+        return abs(proc.create_time() - started) < PID_REUSE_TOLERANCE_S
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return False
 
