@@ -119,7 +119,8 @@ class ClaudeProvider(CliProvider):
         parsed = claude_style_result(events, exit_code)
         if parsed is not None:
             return parsed
-        return ProviderResult(text=plain_text(stdout), is_error=failed(exit_code))
+        # From the text decoded above: stdout can be max_output_bytes, decode it once.
+        return ProviderResult(text=plain_text(text), is_error=failed(exit_code))
 
     def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
         events: list[dict[str, Any]] = list(json_objects(decode(stdout)))

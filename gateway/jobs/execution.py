@@ -84,19 +84,24 @@ class ProcessExecution:
         assert adapter is not None
         options = self.target.provider_request.options if self.target.provider_request else None
 
-        def read_and_parse() -> tuple[bytes, bytes, ProviderResult, bool]:
+        def read_and_parse() -> tuple[str, str, ProviderResult, bool]:
+            # stdout can be max_output_bytes: it is read once, parsed from those bytes and
+            # decoded once, and the bytes are gone when this returns (only the text stays).
             stdout = outcome.stdout_path.read_bytes() if outcome.stdout_path.exists() else b""
-            stderr = read_tail(outcome.stderr_path, STDERR_TAIL_BYTES).encode("utf-8")
-            result = adapter.parse_output(stdout, stderr, outcome.exit_code, options)
+            stderr_tail = read_tail(outcome.stderr_path, STDERR_TAIL_BYTES)
+            stderr = stderr_tail.encode("utf-8")
+            # The auth check first: its scratch copies are freed before the parsed answer
+            # (as large as stdout for a plain-text answer) is held, which lowers the peak.
             auth = adapter.is_auth_error(stdout, stderr, outcome.exit_code)
-            return stdout, stderr, result, auth
+            result = adapter.parse_output(stdout, stderr, outcome.exit_code, options)
+            output = stdout.decode("utf-8", errors="replace")
+            return output, stderr_tail, result, auth
 
         # Off the event loop: up to max_output_bytes of output to decode and parse.
-        stdout, stderr, result, auth = await asyncio.to_thread(read_and_parse)
+        output, stderr_tail, result, auth = await asyncio.to_thread(read_and_parse)
         return ExecutionOutcome(
             exit_code=outcome.exit_code, error_kind=outcome.error_kind, error=outcome.error,
-            output=stdout.decode("utf-8", errors="replace"),
-            stderr_tail=stderr.decode("utf-8", errors="replace"),
+            output=output, stderr_tail=stderr_tail,
             output_bytes=outcome.stdout_bytes, truncated=outcome.truncated,
             duration_s=outcome.duration_s, result=result,
             auth_error=auth and outcome.error_kind in (None, ErrorKind.PROVIDER_ERROR),

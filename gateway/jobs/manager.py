@@ -255,7 +255,11 @@ class JobManager:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
-        await self._finish(job, self._completion(job, outcome))
+        completion = self._completion(job, outcome)
+        # The parsed answer is in completion.result_json now; its text can be as large as
+        # the output, so the outcome must not stay alive through the terminal write.
+        del outcome
+        await self._finish(job, completion)
 
     async def _finish_unstarted(self, job: LocalJob) -> None:
         reason = job.cancel_reason or ErrorKind.CANCELLED
