@@ -12,6 +12,8 @@ never pass a wall-clock time to compare against (only durations).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Collection, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -36,6 +38,32 @@ class DuplicateActiveJob(Exception):
     def __init__(self, existing_id: str | None) -> None:
         super().__init__(f"an active job with the same request key exists: {existing_id}")
         self.existing_id = existing_id
+
+
+def without_output(row: JobRow) -> JobRow:
+    """A copy of `row` as a light read returns it: no output, and result_json (when it is a
+    JSON object) without its `text`. For backends that build light rows in Python."""
+    result_json = row.result_json
+    if result_json is not None:
+        try:
+            parsed = json.loads(result_json)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict) and "text" in parsed:
+            del parsed["text"]
+            result_json = json.dumps(parsed, separators=(",", ":"), ensure_ascii=False)
+    return dataclasses.replace(row, output=None, result_json=result_json)
+
+
+def answer_text(result_json: str | None) -> str | None:
+    """The parsed answer read_output(answer=True) pages: result_json's `text` when it is a
+    non-empty string, else None (then the output is paged)."""
+    try:
+        parsed = json.loads(result_json) if result_json else None
+    except ValueError:
+        return None
+    text = parsed.get("text") if isinstance(parsed, dict) else None
+    return text if isinstance(text, str) and text else None
 
 
 @runtime_checkable
@@ -122,13 +150,16 @@ class JobStore(Protocol):
     async def purge_terminal(self, older_than_s: float) -> list[str]:
         """Delete terminal jobs finished more than older_than_s ago; returns their ids."""
 
-    async def get_job(self, job_id: str) -> JobRow | None: ...
+    async def get_job(self, job_id: str, *, with_output: bool = True) -> JobRow | None:
+        """The row. with_output=False is the light read of status, wait, list and cancel:
+        `output` is None and result_json lacks its `text` (the parsed answer): each can be
+        max_output_bytes, and those reads need neither (read_output pages them)."""
 
     async def list_jobs(
         self, *, statuses: Sequence[JobStatus] | None = None, provider: str | None = None,
-        owner_instance: str | None = None, limit: int = 50,
+        owner_instance: str | None = None, limit: int = 50, with_output: bool = True,
     ) -> list[JobRow]:
-        """Newest first."""
+        """Newest first. with_output=False: light rows, as get_job."""
 
     async def now(self) -> float:
         """The store's clock (epoch seconds): the database clock on PostgreSQL."""
@@ -142,3 +173,12 @@ class JobStore(Protocol):
         The manager marks a row running BEFORE it spawns (so a row that was orphaned while
         queued never gets a child), then records the process it started. False if the row is
         no longer running or no longer this instance's: the caller must kill the child."""
+
+    async def read_output(
+        self, job_id: str, offset: int, length: int, *, answer: bool = False
+    ) -> tuple[bytes, int] | None:
+        """Up to `length` bytes of the job's output (UTF-8) from byte `offset`, and the
+        output's total size in bytes, read in the store: a page never needs the whole
+        output in the gateway's memory. answer=True pages the parsed answer instead
+        (result_json's `text`, when it is a non-empty string), else the output. The cut is
+        at bytes: the caller trims the page to whole characters. None: no such job."""

@@ -27,7 +27,7 @@ from gateway.jobs.model import (
     NewJob,
     Progress,
 )
-from gateway.store.base import SCHEMA_VERSION, DuplicateActiveJob
+from gateway.store.base import SCHEMA_VERSION, DuplicateActiveJob, answer_text, without_output
 
 ORPHANED_ERROR = "owning gateway instance stopped renewing its lease"
 CANCELLED_ERROR = "cancelled at the caller's request"
@@ -325,14 +325,27 @@ class MemoryJobStore:
                 del self._jobs[job_id]
             return doomed
 
-    async def get_job(self, job_id: str) -> JobRow | None:
+    async def get_job(self, job_id: str, *, with_output: bool = True) -> JobRow | None:
         async with self._lock:
             job = self._jobs.get(job_id)
-            return replace(job) if job is not None else None
+            if job is None:
+                return None
+            return replace(job) if with_output else without_output(job)
+
+    async def read_output(
+        self, job_id: str, offset: int, length: int, *, answer: bool = False
+    ) -> tuple[bytes, int] | None:
+        async with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                return None
+            text = answer_text(job.result_json) if answer else None
+            data = (text or job.output or "").encode("utf-8")
+            return data[max(offset, 0):max(offset, 0) + max(length, 0)], len(data)
 
     async def list_jobs(
         self, *, statuses: Sequence[JobStatus] | None = None, provider: str | None = None,
-        owner_instance: str | None = None, limit: int = 50,
+        owner_instance: str | None = None, limit: int = 50, with_output: bool = True,
     ) -> list[JobRow]:
         async with self._lock:
             wanted = {JobStatus(s) for s in statuses} if statuses is not None else None
@@ -344,7 +357,8 @@ class MemoryJobStore:
                 and (owner_instance is None or job.owner_instance == owner_instance)
             ]
             rows.sort(key=lambda j: (j.created_at or _utc(0), j.id), reverse=True)
-            return [replace(job) for job in rows[: max(limit, 0)]]
+            copy = replace if with_output else without_output
+            return [copy(job) for job in rows[: max(limit, 0)]]
 
 
 def _apply_completion(job: JobRow, completion: Completion) -> None:

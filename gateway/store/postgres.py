@@ -38,7 +38,13 @@ from gateway.jobs.model import (
     NewJob,
     Progress,
 )
-from gateway.store.base import SCHEMA_VERSION, DuplicateActiveJob, StoreUnavailable
+from gateway.store.base import (
+    SCHEMA_VERSION,
+    DuplicateActiveJob,
+    StoreUnavailable,
+    answer_text,
+    without_output,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -318,14 +324,48 @@ RETURNING id"""
 # A plain read; every caller that acts on it goes through a guarded UPDATE afterwards.
 GET_JOB = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = $1"
 
+# The light read (status, wait, list, cancel): the output stays on the server and the parsed
+# result loses its `text` there (each can be max_output_bytes; those reads need neither).
+# `json`, not `jsonb`: jsonb refuses the \u0000 escape a CLI's output can hold.
+_LIGHT_JOB_COLUMNS = ", ".join(
+    "NULL::text AS output" if name == "output"
+    else ("CASE WHEN json_typeof(result_json::json) = 'object' THEN "
+          "(SELECT COALESCE(json_object_agg(key, value), '{}'::json)::text "
+          "FROM json_each(result_json::json) WHERE key <> 'text') "
+          "ELSE result_json END AS result_json") if name == "result_json"
+    else name
+    for name in JobRow.column_names())
+
+GET_JOB_LIGHT = f"SELECT {_LIGHT_JOB_COLUMNS} FROM jobs WHERE id = $1"
+
 # Optional filters as NULL-able parameters keep one statement text (one prepared plan).
-LIST_JOBS = f"""
-SELECT {_JOB_COLUMNS} FROM jobs
+_LIST_JOBS_FILTERS = """
 WHERE ($1::text[] IS NULL OR status = ANY($1::text[]))
   AND ($2::text IS NULL OR provider = $2)
   AND ($3::text IS NULL OR owner_instance = $3)
 ORDER BY created_at DESC, id DESC
 LIMIT $4"""
+LIST_JOBS = f"SELECT {_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"
+LIST_JOBS_LIGHT = f"SELECT {_LIGHT_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"
+
+# A page of the output, or of the parsed answer's text ($4, when it is a non-empty string),
+# cut on the server: only the page crosses the wire. As bytea (UTF-8), substring and
+# octet_length count bytes. OFFSET 0 keeps the subquery whole: the value is built once.
+READ_OUTPUT = """
+SELECT substring(data FROM $2 FOR $3), octet_length(data) FROM (
+    SELECT convert_to(CASE WHEN $4 AND json_typeof(result_json::json) = 'object'
+                                AND json_typeof(result_json::json -> 'text') = 'string'
+                                AND result_json::json ->> 'text' <> ''
+                           THEN result_json::json ->> 'text'
+                           ELSE COALESCE(output, '') END, 'UTF8') AS data
+    FROM jobs WHERE id = $1 OFFSET 0) AS source"""
+
+# For the rare answer READ_OUTPUT cannot unescape (a \u0000 in it): paged in Python.
+READ_RESULT_JSON = "SELECT result_json FROM jobs WHERE id = $1"
+
+# What the light and paged reads cannot parse (result_json is only ever written by
+# complete(), as canonical JSON, so only a row written by hand): handled in Python.
+_JSON_ERRORS = (asyncpg.InvalidTextRepresentationError, asyncpg.UntranslatableCharacterError)
 
 # The database clock as epoch seconds: the one clock every instance agrees on.
 READ_NOW = "SELECT EXTRACT(EPOCH FROM now())::float8"
@@ -643,18 +683,49 @@ class PostgresJobStore:
             rows = await conn.fetch(PURGE_TERMINAL, float(older_than_s))
         return [row["id"] for row in rows]
 
-    async def get_job(self, job_id: str) -> JobRow | None:
+    async def get_job(self, job_id: str, *, with_output: bool = True) -> JobRow | None:
         async with self._connection("get job") as conn:
-            row = await conn.fetchrow(GET_JOB, job_id)
+            if with_output:
+                row = await conn.fetchrow(GET_JOB, job_id)
+                return _job(row) if row is not None else None
+            try:
+                row = await conn.fetchrow(GET_JOB_LIGHT, job_id)
+            except _JSON_ERRORS:
+                row = await conn.fetchrow(GET_JOB, job_id)
+                return without_output(_job(row)) if row is not None else None
         return _job(row) if row is not None else None
+
+    async def read_output(
+        self, job_id: str, offset: int, length: int, *, answer: bool = False
+    ) -> tuple[bytes, int] | None:
+        start, length = max(offset, 0), max(length, 0)
+        async with self._connection("read output") as conn:
+            try:
+                row = await conn.fetchrow(READ_OUTPUT, job_id, start + 1, length, answer)
+            except _JSON_ERRORS:
+                result_json = await conn.fetchval(READ_RESULT_JSON, job_id)
+                text = answer_text(result_json)
+                if text is not None:
+                    data = text.encode("utf-8")
+                    return data[start:start + length], len(data)
+                row = await conn.fetchrow(READ_OUTPUT, job_id, start + 1, length, False)
+        if row is None:
+            return None
+        return bytes(row[0] or b""), int(row[1] or 0)
 
     async def list_jobs(
         self, *, statuses: Sequence[JobStatus] | None = None, provider: str | None = None,
-        owner_instance: str | None = None, limit: int = 50,
+        owner_instance: str | None = None, limit: int = 50, with_output: bool = True,
     ) -> list[JobRow]:
         wanted: list[str] | None = (
             [JobStatus(s).value for s in statuses] if statuses is not None else None
         )
+        params = (wanted, provider, owner_instance, max(limit, 0))
         async with self._connection("list jobs") as conn:
-            rows = await conn.fetch(LIST_JOBS, wanted, provider, owner_instance, max(limit, 0))
+            if with_output:
+                return [_job(row) for row in await conn.fetch(LIST_JOBS, *params)]
+            try:
+                rows = await conn.fetch(LIST_JOBS_LIGHT, *params)
+            except _JSON_ERRORS:
+                return [without_output(_job(row)) for row in await conn.fetch(LIST_JOBS, *params)]
         return [_job(row) for row in rows]

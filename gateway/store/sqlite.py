@@ -29,7 +29,13 @@ import structlog
 
 from gateway.config import gateway_home
 from gateway.jobs.model import FINAL_STATUSES, Completion, InstanceRow, JobRow, JobStatus, NewJob, Progress
-from gateway.store.base import SCHEMA_VERSION, DuplicateActiveJob, StoreUnavailable
+from gateway.store.base import (
+    SCHEMA_VERSION,
+    DuplicateActiveJob,
+    StoreUnavailable,
+    answer_text,
+    without_output,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -289,14 +295,37 @@ RETURNING id"""
 
 GET_JOB = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = :job_id"
 
+# The light read (status, wait, list, cancel): the output stays in the table and the parsed
+# result loses its `text` (each can be max_output_bytes; those reads need neither). No
+# json_valid() guard: it would parse (and copy) a large value once more; result_json is
+# only written by complete(), as canonical JSON, and a malformed one falls back to Python.
+_LIGHT_JOB_COLUMNS = ", ".join(
+    "NULL AS output" if name == "output"
+    else "json_remove(result_json, '$.text') AS result_json" if name == "result_json"
+    else name
+    for name in JobRow.column_names())
+
+GET_JOB_LIGHT = f"SELECT {_LIGHT_JOB_COLUMNS} FROM jobs WHERE id = :job_id"
+
 # Optional filters as NULL-able parameters (statuses: a JSON array) keep one statement text.
-LIST_JOBS = f"""
-SELECT {_JOB_COLUMNS} FROM jobs
+_LIST_JOBS_FILTERS = """
 WHERE (:statuses IS NULL OR status IN (SELECT value FROM json_each(:statuses)))
   AND (:provider IS NULL OR provider = :provider)
   AND (:owner_instance IS NULL OR owner_instance = :owner_instance)
 ORDER BY created_at DESC, id DESC
 LIMIT :limit"""
+LIST_JOBS = f"SELECT {_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"
+LIST_JOBS_LIGHT = f"SELECT {_LIGHT_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"
+
+# A page of the output cut here, so that only the page reaches Python. As a BLOB, substr and
+# length count bytes (UTF-8), not characters. (SQLite still loads the whole value once.)
+READ_OUTPUT = """
+SELECT substr(CAST(output AS BLOB), :start, :length), length(CAST(output AS BLOB))
+FROM jobs WHERE id = :job_id"""
+
+# The parsed answer lives inside result_json (JSON-escaped): paged in Python, without the
+# output column. SQLite's JSON functions would hold more copies of a large value than this.
+READ_RESULT_JSON = "SELECT result_json FROM jobs WHERE id = :job_id"
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -642,20 +671,60 @@ class SqliteJobStore:
             )
             return [r[0] for r in rows]
 
-    async def get_job(self, job_id: str) -> JobRow | None:
+    async def get_job(self, job_id: str, *, with_output: bool = True) -> JobRow | None:
+        if not with_output:
+            rows = await self._light_rows("get_job", GET_JOB_LIGHT, GET_JOB, {"job_id": job_id})
+            return rows[0] if rows else None
         async with self._read("get_job") as conn:
-            rows = await conn.execute_fetchall(GET_JOB, {"job_id": job_id})
-            return _job(rows[0]) if rows else None
+            found = await conn.execute_fetchall(GET_JOB, {"job_id": job_id})
+            return _job(found[0]) if found else None
+
+    async def _light_rows(self, action: str, light_sql: str, full_sql: str,
+                          params: Mapping[str, Any]) -> list[JobRow]:
+        """Rows without output or answer text, stripped in SQL; a result_json that is not
+        JSON (never written by complete()) makes json_remove fail: then strip in Python."""
+        async with self._read(action) as conn:
+            try:
+                return [_job(r) for r in await conn.execute_fetchall(light_sql, params)]
+            except sqlite3.OperationalError as exc:
+                if "JSON" not in str(exc):
+                    raise
+            return [without_output(_job(r)) for r in await conn.execute_fetchall(full_sql, params)]
+
+    async def read_output(
+        self, job_id: str, offset: int, length: int, *, answer: bool = False
+    ) -> tuple[bytes, int] | None:
+        if answer:
+            async with self._read("read_output") as conn:
+                rows = await conn.execute_fetchall(READ_RESULT_JSON, {"job_id": job_id})
+            if not rows:
+                return None
+            # A large answer is parsed in a thread, not on the event loop.
+            text = await anyio.to_thread.run_sync(answer_text, rows[0][0])
+            del rows
+            if text is not None:
+                data = text.encode("utf-8")
+                del text
+                start = max(offset, 0)
+                return data[start:start + max(length, 0)], len(data)
+        async with self._read("read_output") as conn:
+            rows = await conn.execute_fetchall(READ_OUTPUT, {
+                "job_id": job_id, "start": max(offset, 0) + 1, "length": max(length, 0)})
+            if not rows:
+                return None
+            page, total = rows[0]
+            return bytes(page or b""), int(total or 0)
 
     async def list_jobs(
         self, *, statuses: Sequence[JobStatus] | None = None, provider: str | None = None,
-        owner_instance: str | None = None, limit: int = 50,
+        owner_instance: str | None = None, limit: int = 50, with_output: bool = True,
     ) -> list[JobRow]:
+        params = {
+            "statuses": None if statuses is None
+            else json.dumps([JobStatus(s).value for s in statuses]),
+            "provider": provider, "owner_instance": owner_instance, "limit": max(limit, 0),
+        }
+        if not with_output:
+            return await self._light_rows("list_jobs", LIST_JOBS_LIGHT, LIST_JOBS, params)
         async with self._read("list_jobs") as conn:
-            rows = await conn.execute_fetchall(LIST_JOBS, {
-                "statuses": None if statuses is None
-                else json.dumps([JobStatus(s).value for s in statuses]),
-                "provider": provider, "owner_instance": owner_instance,
-                "limit": max(limit, 0),
-            })
-            return [_job(r) for r in rows]
+            return [_job(r) for r in await conn.execute_fetchall(LIST_JOBS, params)]

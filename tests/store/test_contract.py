@@ -8,7 +8,9 @@ A lease written with a negative ttl is one that is already over, so expiry needs
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import json
 import uuid
 from datetime import UTC, datetime
 
@@ -709,6 +711,71 @@ async def test_list_jobs_filters_and_lists_newest_first(store: JobStore) -> None
     )
     assert [r.id for r in both] == [a.id]
     assert await store.list_jobs(provider="nobody") == []
+
+
+async def test_a_light_read_leaves_out_the_output_and_the_answer_text_only(
+    store: JobStore,
+) -> None:
+    # Status, wait, list and cancel read rows whose output (and parsed answer, which is
+    # output too) can be max_output_bytes; they need neither, so neither is read.
+    answer = {"text": "the answer é", "session_id": "native-1",
+              "usage": {"input_tokens": 3}, "duration_s": 1.25, "extra": {"k": "\u0000"}}
+    job = await running(store, new_job())
+    assert await store.complete(job.id, OWNER, done(
+        output="raw stdout é", output_bytes=14, stderr_tail="trace",
+        result_json=json.dumps(answer, sort_keys=True, separators=(",", ":"))))
+    queued = await store.insert_job(new_job(), TTL_S)
+    weird = await running(store, new_job())  # result_json that is not JSON: kept as it is
+    assert await store.complete(weird.id, OWNER, done(output="out", result_json="not json"))
+
+    full = await get(store, job.id)
+    light = await store.get_job(job.id, with_output=False)
+    assert light is not None and light.output is None
+    assert light.result_json is not None
+    assert json.loads(light.result_json) == {k: v for k, v in answer.items() if k != "text"}
+    assert dataclasses.replace(light, output=full.output, result_json=full.result_json) == full
+    assert await store.get_job("no-such-job", with_output=False) is None
+
+    light_queued = await store.get_job(queued.id, with_output=False)
+    assert light_queued == await get(store, queued.id)  # nothing to leave out
+    light_weird = await store.get_job(weird.id, with_output=False)
+    assert light_weird is not None
+    assert (light_weird.output, light_weird.result_json) == (None, "not json")
+
+    listed = {r.id: r for r in await store.list_jobs(with_output=False)}
+    assert listed.keys() == {job.id, queued.id, weird.id}
+    assert listed[job.id] == light and listed[weird.id] == light_weird
+    assert [r.id for r in await store.list_jobs(with_output=False, limit=1)] == [weird.id]
+
+
+async def test_read_output_pages_the_output_or_the_answer_in_bytes(store: JobStore) -> None:
+    output = "héllo wörld " * 1000  # multi-byte characters: offsets are bytes, not chars
+    data = output.encode()
+    job = await running(store, new_job())
+    assert await store.complete(job.id, OWNER, done(
+        output=output, output_bytes=len(data),
+        result_json=json.dumps({"text": "the ánswer", "session_id": None})))
+    no_text = await running(store, new_job())
+    assert await store.complete(no_text.id, OWNER, done(
+        output="stdout only", result_json=json.dumps({"text": "", "session_id": "s"})))
+    nothing = await store.insert_job(new_job(), TTL_S)
+
+    assert await store.read_output(job.id, 0, 10) == (data[:10], len(data))
+    assert await store.read_output(job.id, 2, 3) == (data[2:5], len(data))  # mid-character
+    assert await store.read_output(job.id, len(data) - 4, 100) == (data[-4:], len(data))
+    assert await store.read_output(job.id, len(data) + 5, 10) == (b"", len(data))
+    pages = [(await store.read_output(job.id, off, 997))[0] for off in range(0, len(data), 997)]
+    assert b"".join(pages) == data
+
+    answer = "the ánswer".encode()
+    assert await store.read_output(job.id, 0, 100, answer=True) == (answer, len(answer))
+    assert await store.read_output(job.id, 5, 3, answer=True) == (answer[5:8], len(answer))
+    # An empty answer text, or no row text at all, pages the output instead.
+    assert await store.read_output(no_text.id, 0, 6, answer=True) == (b"stdout", 11)
+    assert await store.read_output(nothing.id, 0, 10, answer=True) == (b"", 0)
+    assert await store.read_output(nothing.id, 0, 10) == (b"", 0)
+    assert await store.read_output("no-such-job", 0, 10) is None
+    assert await store.read_output("no-such-job", 0, 10, answer=True) is None
 
 
 async def test_every_timestamp_comes_back_timezone_aware_utc(store: JobStore) -> None:
