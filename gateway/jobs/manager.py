@@ -45,6 +45,9 @@ REMOTE_POLL_S = 1.0  # waiting on a job run elsewhere polls the store about once
 PROGRESS_TAIL_BYTES = 64 * 1024  # the partial output other instances can see while it runs
 STDERR_TAIL_BYTES = 8 * 1024  # stderr kept on the row
 DEFAULT_RESULT_PAGE = 200_000
+# A stored page is read with this many bytes more on each side: a UTF-8 character is at most
+# 4 bytes, so the page's ends can be moved to character boundaries inside what was read.
+PAGE_MARGIN_BYTES = 8
 MAX_WAIT_S = 50.0  # llm_job_wait's bound: under the common 60 s client tool timeout
 
 
@@ -65,7 +68,7 @@ class ResultPage:
     next_offset: int | None
     total_bytes: int
     complete: bool  # the job is terminal and this page reaches the end
-    parsed: dict[str, Any] | None
+    parsed: dict[str, Any] | None  # the parsed result without its text (the pages carry it)
 
 
 @dataclass(slots=True)
@@ -390,8 +393,11 @@ class JobManager:
 
     # -- reads ------------------------------------------------------------------------------
     async def get(self, job_id: str) -> JobRow:
+        """The job's row without its output: a light read (the output and the parsed answer
+        can be max_output_bytes; status, wait and cancel need neither; read_result pages
+        them). result_json comes without its `text`."""
         try:
-            row = await self.store.get_job(job_id)
+            row = await self.store.get_job(job_id, with_output=False)
         except StoreUnavailable as exc:
             local = self._local.get(job_id)
             if local is not None:
@@ -448,7 +454,8 @@ class JobManager:
                                    f"Unknown status {status!r}; use one of "
                                    f"{[s.value for s in JobStatus]}.") from None
         try:
-            return await self.store.list_jobs(statuses=statuses, provider=provider, limit=limit)
+            return await self.store.list_jobs(statuses=statuses, provider=provider, limit=limit,
+                                              with_output=False)
         except StoreUnavailable as exc:
             raise GatewayError(ErrorKind.UNAVAILABLE,
                                f"The job store is unreachable ({exc}); retry shortly.") from None
@@ -462,29 +469,43 @@ class JobManager:
             raise GatewayError(ErrorKind.INVALID_INPUT, "offset must be >= 0 and max_bytes >= 1.")
         row = await self.get(job_id)
         parsed = json.loads(row.result_json) if row.result_json else None
+        upto = offset + max_bytes + PAGE_MARGIN_BYTES
         data: bytes
+        base = 0  # the output position of data[0]
         if row.status.is_terminal:
-            if parsed is not None and not raw and parsed.get("text"):
-                data = str(parsed["text"]).encode("utf-8")
-            else:
-                data = (row.output or "").encode("utf-8")
-            total = len(data)
+            # Cut in the store: only the page (and a few bytes around it) reaches this
+            # process, however large the output. The stored text is valid UTF-8, so no
+            # boundary moves by more than 3 bytes.
+            base = max(0, offset - PAGE_MARGIN_BYTES)
+            data, total = await self._stored_output(job_id, base, upto - base, answer=not raw)
         else:
-            data, total = self._partial_stdout(row, offset + max_bytes + 4)
-        start = _char_boundary(data, min(offset, total))
-        end = _char_boundary(data, min(total, start + max_bytes))
+            data, total = await self._partial_stdout(row, upto)
+        start = _char_boundary(data, base, min(offset, total))
+        end = _char_boundary(data, base, min(total, start + max_bytes))
         if end == start and start < total:  # max_bytes smaller than one character
             end = min(total, start + 4)
-            while end < total and (data[end] & 0xC0) == 0x80:
+            while end < total and end - base < len(data) and (data[end - base] & 0xC0) == 0x80:
                 end += 1
         next_offset = end if end < total else None
-        if end >= len(data) and end < total:  # a running job's prefix read: more is coming
+        if end >= base + len(data) and end < total:  # a running job's prefix: more is coming
             next_offset = end
-        return ResultPage(job=row, output=data[start:end].decode("utf-8", errors="replace"),
-                          offset=start, next_offset=next_offset, total_bytes=total,
-                          complete=row.status.is_terminal and next_offset is None, parsed=parsed)
+        page = data[start - base:end - base].decode("utf-8", errors="replace")
+        return ResultPage(job=row, output=page, offset=start, next_offset=next_offset,
+                          total_bytes=total, complete=row.status.is_terminal and next_offset is None,
+                          parsed=parsed)
 
-    def _partial_stdout(self, row: JobRow, upto: int) -> tuple[bytes, int]:
+    async def _stored_output(self, job_id: str, offset: int, length: int,
+                             answer: bool = False) -> tuple[bytes, int]:
+        try:
+            found = await self.store.read_output(job_id, offset, length, answer=answer)
+        except StoreUnavailable as exc:
+            raise GatewayError(ErrorKind.UNAVAILABLE,
+                               f"The job store is unreachable ({exc}); retry shortly.") from None
+        if found is None:
+            raise self._not_found(job_id)
+        return found
+
+    async def _partial_stdout(self, row: JobRow, upto: int) -> tuple[bytes, int]:
         """Output so far of a running job (its first `upto` bytes, and the total): the spool
         file when it runs on this host with our state dir, else the tail its owner flushed
         to the row."""
@@ -493,8 +514,7 @@ class JobManager:
             with path.open("rb") as fh:
                 data = fh.read(upto)
                 return data, max(len(data), path.stat().st_size)
-        data = (row.output or "").encode("utf-8")
-        return data, len(data)
+        return await self._stored_output(row.id, 0, upto)
 
     def snapshot(self) -> dict[str, Any]:
         return {"admitting": self.admitting and not self.closing,
@@ -527,9 +547,10 @@ def _progress_tails(execution: Execution) -> tuple[str, str]:
             execution.read_stderr_tail(STDERR_TAIL_BYTES))
 
 
-def _char_boundary(data: bytes, index: int) -> int:
-    """Move index back to the start of a UTF-8 character (never split one)."""
-    while 0 < index < len(data) and (data[index] & 0xC0) == 0x80:
+def _char_boundary(data: bytes, base: int, index: int) -> int:
+    """Move output position `index` back to the start of a UTF-8 character (never split
+    one); `data` holds the output from position `base` on."""
+    while base < index < base + len(data) and (data[index - base] & 0xC0) == 0x80:
         index -= 1
     return index
 

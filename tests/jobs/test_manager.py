@@ -192,7 +192,32 @@ async def test_result_paging_across_a_multi_mib_output(make_settings, start_gate
             break
         offset = page.next_offset
     assert len(pieces) >= 5 and page.complete
-    assert "".join(pieces) == row.output and page.total_bytes >= 3_000_000
+    stored = await manager.store.get_job(sub.job.id)  # the wait's row is light: no output
+    assert stored is not None and row.output is None
+    assert "".join(pieces) == stored.output and page.total_bytes >= 3_000_000
+
+
+async def test_small_pages_of_a_finished_answer_never_split_a_character(
+    make_settings, start_gateway
+) -> None:
+    # Pages of a finished job are cut in the store, with a few bytes around them: every
+    # page must still start and end on a character, even one smaller than a character.
+    manager = await (await start_gateway(make_settings())).manager()
+    sub = await manager.submit("claude", req("añ€𝄞 " * 12))  # 2-, 3- and 4-byte characters
+    row = await manager.wait(sub.job.id, 20)
+    assert row.status == JobStatus.COMPLETED, row.error
+    whole = (await manager.read_result(sub.job.id)).output
+    assert "añ€𝄞 añ€𝄞" in whole
+    for max_bytes in (1, 3, 5):
+        pieces, offset = [], 0
+        while True:
+            page = await manager.read_result(sub.job.id, offset=offset, max_bytes=max_bytes)
+            assert page.output and "\ufffd" not in page.output
+            pieces.append(page.output)
+            if page.next_offset is None:
+                break
+            offset = page.next_offset
+        assert "".join(pieces) == whole and page.complete
 
 
 async def test_a_wait_past_the_deferral_deadline_returns_and_the_job_still_completes(
