@@ -52,13 +52,13 @@ def test_an_orphan_of_a_never_impaired_owner_is_false() -> None:
 
 def test_an_orphan_soon_after_the_owner_was_stopped_is_false_and_later_it_is_allowed() -> None:
     intervals = unimpaired_intervals(100.0, [Gap(110.0, 113.0, "sigstop")])
-    # The last heartbeat before the stop was at most P = 0.6 s earlier: valid until 110.4.
-    assert BOUNDS.period_s == pytest.approx(0.6)
-    assert is_false_orphan(101.0, 101.1, 110.3, intervals, BOUNDS)
-    assert not is_false_orphan(101.0, 101.1, 110.5, intervals, BOUNDS)
+    # The last heartbeat before the stop was at most P = 0.7 s earlier: valid until 110.3.
+    assert BOUNDS.period_s == pytest.approx(0.7)
+    assert is_false_orphan(101.0, 101.1, 110.2, intervals, BOUNDS)
+    assert not is_false_orphan(101.0, 101.1, 110.4, intervals, BOUNDS)
     # After SIGCONT the owner heartbeats again within P; from then on it is false again.
     assert not is_false_orphan(101.0, 101.1, 113.2, intervals, BOUNDS)
-    assert is_false_orphan(101.0, 101.1, 113.7, intervals, BOUNDS)
+    assert is_false_orphan(101.0, 101.1, 113.9, intervals, BOUNDS)
 
 
 def test_a_fresh_job_keeps_its_insert_lease_even_when_its_owner_stops_at_once() -> None:
