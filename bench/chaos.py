@@ -135,6 +135,9 @@ LOCK_PROBE_S = 0.3  # a live SQLite writer holds the lock for ms; 0.3 s held = s
 CALL_TIMEOUT_S = 2.5  # initialize, and tools/call; shorter than the longest SIGSTOP
 SESSION_CLOSE_S = 3.0  # a slow but live server still gets the session's DELETE (else it
 #                        counts against http.max_sessions until it idles out)
+FRESH_SESSION_FRACTION = 0.2  # calls made by a brand-new client (own session); the rest share
+#                               one long-lived session per instance, as desktop clients do
+REQUEST_TIMEOUT_CODE = -32001  # MCPError code of a request whose read timeout expired
 INSTANCE_READY_TIMEOUT_S = 45.0  # process start to /healthz admitting (covers the PG outage)
 GATEWAY_EXIT_TIMEOUT_S = 8.0  # SIGTERM -> exit: drain 1.5 s + lease stop + uvicorn's 2 s
 RESTART_DELAY_S = (0.2, 1.5)  # a supervisor restarts a dead gateway after a moment
@@ -217,6 +220,16 @@ class InstanceLife:
     busy: bool = False  # a chaos action holds it
     final: bool = False  # stopped by the final shutdown, not by chaos
     stuck: bool = False  # needed SIGKILL after a SIGTERM
+    # The driver's long-lived MCP session with this instance (opened on first use).
+    client: Any = None
+    session_opening: Any = None  # anyio.Event set once the open attempt is over
+    session_scope: anyio.CancelScope | None = None
+    session_done: Any = None  # anyio.Event: close the session politely
+
+    def drop_session(self) -> None:
+        """Abandon the shared session at once (its server died or broke it)."""
+        if self.session_scope is not None:
+            self.session_scope.cancel()
 
     @property
     def name(self) -> str:
@@ -538,6 +551,24 @@ def process_alive(pid: int, started: float) -> bool:
         return False
 
 
+def log_times(path: Path) -> list[float]:
+    """Timestamps of every JSON line a gateway logged (sorted)."""
+    times = []
+    with contextlib.suppress(OSError):
+        for line in path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+                times.append(datetime.fromisoformat(json.loads(line)["timestamp"]).timestamp())
+    return sorted(times)
+
+
+def longest_silence(times: Sequence[float], a: float, b: float) -> float:
+    """The longest stretch inside [a, b] without a log line: a stalled event loop (CPU
+    starvation, a blocked store call) shows up as silence in a busy gateway's log."""
+    inside = [t for t in times if a <= t <= b]
+    edges = [a, *inside, b]
+    return max((y - x for x, y in zip(edges, edges[1:])), default=b - a)
+
+
 def parse_orphan_events(paths: Iterable[Path]) -> dict[str, tuple[float, str]]:
     """job_id -> (time, reaper log file) of every "job orphaned" line in the gateway logs."""
     events: dict[str, tuple[float, str]] = {}
@@ -595,6 +626,7 @@ class ChaosRun:
         self.deck = list(ACTION_WEIGHTS)
         self.rng.shuffle(self.deck)
         self.settings: Settings | None = None
+        self.tg: Any = None
         self.t0 = 0.0
 
     # -- setup ---------------------------------------------------------------------------
@@ -702,6 +734,7 @@ class ChaosRun:
         now = time.time()
         with contextlib.suppress(ProcessLookupError):
             os.kill(life.process.pid, signal.SIGKILL)
+        life.drop_session()
         if life.death is None:
             life.gaps.append(Gap(now, math.inf, cause))
         if not await self.wait_exit(life, 10.0):
@@ -709,6 +742,7 @@ class ChaosRun:
 
     async def terminate(self, life: InstanceLife, cause: str) -> None:
         """SIGTERM (drain) and wait; SIGKILL and flag it if it does not exit in time."""
+        await self.close_session(life)
         life.gaps.append(Gap(time.time(), math.inf, cause))
         with contextlib.suppress(ProcessLookupError):
             os.kill(life.process.pid, signal.SIGTERM)
@@ -756,8 +790,11 @@ class ChaosRun:
     # -- MCP calls -----------------------------------------------------------------------
     async def call(self, life: InstanceLife, tool: str, args: dict[str, Any],
                    tool_timeout: float | None = None) -> Attempt:
-        """One real MCP session and tool call, bounded; never raises. `tool_timeout`
-        bounds the tools/call alone (the session is set up with the normal timeout)."""
+        """One real MCP tool call, bounded; never raises. Most go through the instance's
+        long-lived session, some through a brand-new client. `tool_timeout` bounds the
+        tools/call alone (a session is set up with the normal timeout)."""
+        if self.rng.random() >= FRESH_SESSION_FRACTION:
+            return await self.call_shared(life, tool, args, tool_timeout)
         started = time.time()
         result: Any = None
         error = "timeout"
@@ -769,8 +806,70 @@ class ChaosRun:
                         tool, args, read_timeout_seconds=tool_timeout or CALL_TIMEOUT_S)
             except Exception as exc:  # noqa: BLE001 - every failure is an outcome here
                 error = describe_error(exc)
+        # The session's close may fail after the answer: the answer counts.
+        return self.attempt(life, started, result, error)
+
+    async def call_shared(self, life: InstanceLife, tool: str, args: dict[str, Any],
+                          tool_timeout: float | None) -> Attempt:
+        started = time.time()
+        result: Any = None
+        error = "timeout"
+        with anyio.move_on_after(2 * CALL_TIMEOUT_S + 1.0):
+            client = await self.shared_client(life)
+            if client is None:
+                error = "no_session"
+            else:
+                try:
+                    result = await client.call_tool(
+                        tool, args, read_timeout_seconds=tool_timeout or CALL_TIMEOUT_S)
+                except Exception as exc:  # noqa: BLE001 - every failure is an outcome here
+                    error = describe_error(exc)
+                    if f"({REQUEST_TIMEOUT_CODE})" not in error:
+                        life.drop_session()  # broken, not just slow: the next call reopens
+        return self.attempt(life, started, result, error)
+
+    async def shared_client(self, life: InstanceLife) -> Any:
+        """The instance's long-lived session, opening it if needed (None if it cannot)."""
+        if life.client is not None:
+            return life.client
+        if life.session_opening is None:
+            life.session_opening = anyio.Event()
+            self.tg.start_soon(self.hold_session, life, life.session_opening)
+        await life.session_opening.wait()
+        return life.client
+
+    async def hold_session(self, life: InstanceLife, opened: Any) -> None:
+        """Keep one MCP session with `life` open until it is closed, dropped or broken."""
+        life.session_done = anyio.Event()
+        try:
+            with anyio.CancelScope() as scope:
+                life.session_scope = scope
+                async with Client(life.url, mode="legacy",
+                                  read_timeout_seconds=CALL_TIMEOUT_S) as client:
+                    life.client = client
+                    opened.set()
+                    await life.session_done.wait()
+        except Exception:  # noqa: BLE001 - a broken session is simply reopened on demand
+            pass
+        finally:
+            life.client = None
+            life.session_scope = None
+            life.session_opening = None
+            opened.set()
+
+    async def close_session(self, life: InstanceLife) -> None:
+        """Close the shared session politely (DELETE), or abandon it after a while."""
+        if life.session_done is None or life.session_scope is None:
+            return
+        life.session_done.set()
+        with anyio.move_on_after(SESSION_CLOSE_S):
+            while life.session_scope is not None:
+                await anyio.sleep(0.02)
+        life.drop_session()
+
+    def attempt(self, life: InstanceLife, started: float, result: Any, error: str) -> Attempt:
         ended = time.time()
-        if result is None:  # the session's close may fail after the answer: the answer counts
+        if result is None:
             return Attempt(life.name, started, ended, f"lost:{error}")
         data = result.structured_content or {}
         if result.is_error:
@@ -974,6 +1073,7 @@ class ChaosRun:
                 tg.start_soon(self.spawn, slot)
         self.t0 = time.time()
         async with anyio.create_task_group() as outer:
+            self.tg = outer  # the driver's long-lived sessions live here
             outer.start_soon(self.watcher.run)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self.submitter)
@@ -1076,9 +1176,13 @@ class ChaosRun:
                 report.false_orphans += 1
                 valid = lease_valid_until(created, started, t, intervals[row.owner_instance],
                                           bounds)
+                owner = lives_by_id[row.owner_instance]
+                silence = longest_silence(log_times(owner.log_path), t - 2 * bounds.ttl_s, t)
                 report.details.append(
                     f"FALSE ORPHAN at {rel(t, t0)} ({source}); lease provably valid until "
-                    f"{rel(valid, t0)}: {timeline(row)}")
+                    f"{rel(valid, t0)}; owner's longest log silence in the 2 ttl before: "
+                    f"{silence:.2f} s (a stalled owner, e.g. CPU starvation, looks like "
+                    f"this): {timeline(row)}")
 
         # late orphans: jobs of owners that died for good
         dead_owner_jobs = 0
@@ -1238,6 +1342,7 @@ def main(argv: list[str] | None = None) -> int:
         print(report.text())
         print(f"chaos-seed: {seed}")
         ok = report.ok
+        (workdir / "report.txt").write_text(report.text() + "\n")
     finally:
         if server is not None:
             server.destroy()
