@@ -148,9 +148,9 @@ def test_real_claude_accepts_every_argv_the_adapter_builds(
 
 def _start_codex(invocation: Invocation, env: dict[str, str], cwd: Path,
                  out: Path) -> subprocess.Popen[bytes]:
-    with open(out, "wb") as stdout:
+    with open(out, "wb") as stdout, open(f"{out}.err", "wb") as stderr:
         process = subprocess.Popen(invocation.argv, stdin=subprocess.PIPE, stdout=stdout,
-                                   stderr=subprocess.DEVNULL, env={**env, **invocation.env},
+                                   stderr=stderr, env={**env, **invocation.env},
                                    cwd=cwd, start_new_session=True)
     assert process.stdin is not None
     with contextlib.suppress(BrokenPipeError):  # a codex that refused its argv exits at once
@@ -189,10 +189,11 @@ def test_real_codex_accepts_every_argv_the_adapter_builds(
             wait_until(lambda: _codex_thread(out) or process.poll() is not None,
                        f"codex to start a thread: {invocation.argv}")
             if case.get("wait_for_rollout"):
-                # The whole first line (the session meta resume needs), not just the file:
-                # a SIGKILL before it is flushed leaves a session codex cannot resume.
+                # This run's own rollout (the cases run in parallel under one HOME), with its
+                # whole first line: killed before that, codex finds no session to resume.
+                thread = _codex_thread(out)
                 wait_until(lambda: any(b"\n" in p.read_bytes() for p in
-                                       (real_home / ".codex").rglob("rollout-*.jsonl")),
+                                       (real_home / ".codex").rglob(f"rollout-*{thread}.jsonl")),
                            "codex to write its session rollout")
         finally:
             _stop_group(process)
@@ -207,7 +208,8 @@ def test_real_codex_accepts_every_argv_the_adapter_builds(
     first_thread = results[0][1]
     _, resumed, stdout = one((len(cases), {"options": {"sandbox": "read-only"},
                                            "session_id": first_thread}))
-    assert resumed == first_thread, stdout[-500:]
+    err = (tmp_path / f"codex-{len(cases)}.out.err").read_bytes()
+    assert resumed == first_thread, (stdout[-500:], err[-2000:])
 
 
 def test_real_gemini_accepts_every_argv_the_adapter_builds(
