@@ -2,7 +2,8 @@
 
 Real gateway processes (`python -m gateway serve --transport http --no-auth`, one per slot)
 share one store (SQLite file or PostgreSQL database) with short lease knobs. A driver
-submits jobs to random instances through real MCP client sessions (the fake provider CLIs
+submits jobs to random instances through real MCP client sessions (one long-lived session
+per instance, and some calls from brand-new clients; the fake provider CLIs
 sleep a random, bounded time; every job has a unique prompt, so the fake CLI's spawn log
 says how often each request ran), cancels some through an instance that does not own them,
 optionally lets some clients give up on their first try within milliseconds (`--impatient`),
