@@ -1197,9 +1197,11 @@ class ChaosRun:
                 continue  # done before its owner went away
             dead_owner_jobs += 1
             prompt = row_prompt(row) or ""
+            # A reaper waits only for a process it can prove alive: one whose pid is on the
+            # row. (Its spawn-log line may come after the owner died: no time filter.)
             process_exit = None
             candidates = [s for s in spawns_by_prompt.get(prompt, [])
-                          if (row.pid is None or s.pid == row.pid) and s.t <= life.exited_at]
+                          if row.pid is not None and s.pid == row.pid]
             if candidates:  # seen ending at most WATCH_S after it did; never seen: still runs
                 process_exit = max(s.ended or math.inf for s in candidates)
             deadline = orphan_deadline(life.exited_at, process_exit, reapers, self.stops, bounds)
