@@ -362,15 +362,19 @@ class ProcessRun:
         except BaseException:
             self._remove_temp_dir()
             raise
-        # Before anyone can reap the child (only its ChildExit will): the pid is still ours.
-        pidfd = open_pidfd(popen.pid)
-        started_at = proc.process_start_time(popen.pid)
-        if started_at is None:
-            # Already exited (a zombie has no start time to read). Any later liveness check
-            # of this identity must say "gone", which the spawn time gives as well as any.
-            started_at = time.time()
-        spawned = _Spawned(popen=popen, pidfd=pidfd, started_at=started_at,
+        spawned = _Spawned(popen=popen, pidfd=None, started_at=time.time(),
                            stdin_write_fd=stdin_write_fd, executable=executable)
+        try:
+            # Before anyone can reap the child (only its ChildExit will): the pid is ours.
+            spawned.pidfd = open_pidfd(popen.pid)
+            started_at = proc.process_start_time(popen.pid)
+        except BaseException:
+            self._discard(spawned)  # nobody would ever supervise it
+            raise
+        if started_at is not None:
+            spawned.started_at = started_at
+        # else: already exited (a zombie has no start time to read). Any later liveness
+        # check of this identity must say "gone", which the spawn time gives as well as any.
         with self._spawn_lock:
             if not self._spawn_abandoned:
                 self._spawned = spawned  # start() claims it once this thread returns
