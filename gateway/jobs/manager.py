@@ -14,7 +14,7 @@ import json
 import shutil
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,9 @@ DEFAULT_RESULT_PAGE = 200_000
 # A stored page is read with this many bytes more on each side: a UTF-8 character is at most
 # 4 bytes, so the page's ends can be moved to character boundaries inside what was read.
 PAGE_MARGIN_BYTES = 8
-MAX_WAIT_S = 50.0  # llm_job_wait's bound: under the common 60 s client tool timeout
+MAX_WAIT_S = 50.0
+ADOPT_RETRY_FIRST_S = 0.5  # re-reading a row after an unconfirmed insert, while the store is down
+ADOPT_RETRY_MAX_S = 5.0  # llm_job_wait's bound: under the common 60 s client tool timeout
 
 
 ProgressCallback = Callable[[int, float], Awaitable[None]]  # (output bytes, elapsed s)
@@ -114,6 +116,7 @@ class JobManager:
         self.closing = False
         self.spool_root = settings.state_dir / "spool"
         self._local: dict[str, LocalJob] = {}
+        self._background: set[asyncio.Task[None]] = set()
 
     # -- admission -------------------------------------------------------------------------
     async def submit(self, provider: str, request: SubmitRequest) -> Submission:
@@ -123,6 +126,16 @@ class JobManager:
         off or the store failed), saturated (queue full).
         """
         target = resolve_target(self.settings, provider, request)  # validates, no I/O
+        admission = asyncio.create_task(self._admit(provider, target, request),
+                                        name=f"admit-{provider}")
+        # Shielded: a caller that gives up (the MCP SDK cancels the tool coroutine when the
+        # client times out) must neither abandon a row whose INSERT may already have
+        # committed nor break a store connection mid-statement: the admission finishes, the
+        # job runs, and an identical retry joins it.
+        admission.add_done_callback(_retrieve_exception)
+        return await asyncio.shield(admission)
+
+    async def _admit(self, provider: str, target: Target, request: SubmitRequest) -> Submission:
         key = request_key(target.normalized)
         if not request.force_refresh:
             existing = await self._find_reusable(key)
@@ -147,6 +160,10 @@ class JobManager:
             model=target.model, session_id=request.session_id,
             request_json=canonical_json(target.normalized), forced=request.force_refresh,
         )
+        return await self._insert_and_start(new, target, ticket, request)
+
+    async def _insert_and_start(self, new: NewJob, target: Target, ticket: Ticket,
+                                request: SubmitRequest) -> Submission:
         try:
             row = await self.store.insert_job(new, self.settings.lease.ttl_s)
         except DuplicateActiveJob as dup:
@@ -155,28 +172,68 @@ class JobManager:
             ticket.release()
             existing = await self.store.get_job(dup.existing_id) if dup.existing_id else None
             if existing is None:
-                existing = await self._find_reusable(key)
+                existing = await self._find_reusable(new.request_key)
             if existing is None:
                 raise GatewayError(ErrorKind.UNAVAILABLE,
                                    "An identical request was admitted at the same moment but "
                                    "could not be read back; retry.") from None
             return Submission(existing, True)
-        except BaseException as exc:
-            # Fail closed: the permit goes back and nothing runs.
+        except StoreUnavailable as exc:
             ticket.release()
-            if isinstance(exc, StoreUnavailable):
-                raise GatewayError(ErrorKind.UNAVAILABLE,
-                                   f"Durable job admission failed for {provider}: the job store "
-                                   f"rejected the insert ({exc}). Nothing was started; retry.") from None
+            # The INSERT may have committed before the connection broke. Find out once the
+            # store answers and run the row if it exists: never a row queued forever.
+            self._spawn_background(self._adopt_if_stored(new, target, request),
+                                   name=f"adopt-{new.id}")
+            raise GatewayError(ErrorKind.UNAVAILABLE,
+                               f"Durable job admission failed for {new.provider}: the job store "
+                               f"did not confirm the insert ({exc}). Retry: if the job was "
+                               f"stored after all, it runs and an identical request joins "
+                               f"it.") from None
+        except BaseException:
+            ticket.release()  # fail closed: the permit goes back and nothing runs
             raise
+        return self._start_local(row, target, ticket, request)
+
+    def _start_local(self, row: JobRow, target: Target, ticket: Ticket,
+                     request: SubmitRequest) -> Submission:
         local = LocalJob(row=row, target=target, ticket=ticket,
-                         spool_dir=self.spool_root / job_id,
+                         spool_dir=self.spool_root / row.id,
                          timeout_s=request.timeout_s or self.settings.limits.default_timeout_s)
-        self._local[job_id] = local
-        local.task = asyncio.create_task(self._drive(local), name=f"job-{job_id}")
-        log.info("job admitted", action="admit", job_id=job_id, provider=provider,
+        self._local[row.id] = local
+        local.task = asyncio.create_task(self._drive(local), name=f"job-{row.id}")
+        log.info("job admitted", action="admit", job_id=row.id, provider=row.provider,
                  transport=target.transport, queued=not ticket.granted)
         return Submission(row, False)
+
+    def _spawn_background(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _adopt_if_stored(self, new: NewJob, target: Target, request: SubmitRequest) -> None:
+        """After an unconfirmed insert: drive the row if it was stored after all."""
+        delay = ADOPT_RETRY_FIRST_S
+        while True:
+            if self.closing:
+                return  # our lease lapses with us; other instances orphan the row
+            try:
+                row = await self.store.get_job(new.id)
+                break
+            except StoreUnavailable:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, ADOPT_RETRY_MAX_S)
+        if row is None or row.status != JobStatus.QUEUED or row.owner_instance != self.instance_id:
+            return
+        log.warning("an unconfirmed insert was stored; running the job", action="adopt",
+                    job_id=new.id)
+        try:
+            ticket = self.limiter.acquire(new.provider)
+        except GatewayError as err:
+            with contextlib.suppress(StoreUnavailable):
+                await self.store.complete(new.id, self.instance_id, Completion(
+                    status=JobStatus.FAILED, error_kind=err.kind, error=err.message))
+            return
+        self._start_local(row, target, ticket, request)
 
     async def _find_reusable(self, key: str) -> JobRow | None:
         try:
@@ -545,6 +602,13 @@ def _progress_tails(execution: Execution) -> tuple[str, str]:
     """The stdout and stderr tails a progress flush writes (file reads: run in a thread)."""
     return (execution.read_stdout_tail(PROGRESS_TAIL_BYTES),
             execution.read_stderr_tail(STDERR_TAIL_BYTES))
+
+
+def _retrieve_exception(task: asyncio.Task[Any]) -> None:
+    """Mark a shielded admission's outcome as seen when its caller is gone (no asyncio
+    'exception was never retrieved' noise; the caller, if still there, got it)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _char_boundary(data: bytes, base: int, index: int) -> int:

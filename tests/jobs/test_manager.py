@@ -278,3 +278,23 @@ async def test_idle_timeout_applies_only_to_runs_that_stream(make_settings, star
     row = await manager.wait(streaming.job.id, 20)
     assert row.status == JobStatus.TIMED_OUT and row.error_kind == ErrorKind.IDLE_TIMEOUT
     assert row.exit_code == 125
+
+
+async def test_regression_a_caller_that_gives_up_mid_admission_never_leaves_a_job_queued_forever(
+    make_settings, start_gateway
+) -> None:
+    """The chaos run found it on PostgreSQL: a client timing out while the INSERT was in
+    flight cancelled the submit after the row committed; nothing drove the row and the
+    owner's heartbeat kept it `queued` for ever. Admission is now shielded."""
+    manager = await (await start_gateway(make_settings())).manager()
+    for i in range(40):
+        with anyio.move_on_after((i % 8) * 0.0007):
+            await manager.submit("claude", req(f"impatient {i}"))
+
+    async def none_active() -> bool:
+        rows = await manager.list_jobs(limit=100)
+        return all(r.status.is_terminal for r in rows)
+
+    await wait_for(none_active, 30)
+    rows = await manager.list_jobs(limit=100)
+    assert rows and all(r.status == JobStatus.COMPLETED for r in rows)
