@@ -35,11 +35,10 @@ CI_INSTANCES = 3
 CI_DURATION_S = 40.0
 CI_OUTAGE_S = 3.0
 # Share of requests whose first try gives up within ~60 ms (the SDK then cancels the tool
-# mid-admission). PostgreSQL stays at 0 until JobManager.submit survives a cancelled or
-# unanswered insert_job: today that leaves a queued row no task drives, renewed by its
-# owner's heartbeat forever (reported with a reproduction; set it to CI_IMPATIENT then).
+# mid-admission). On PostgreSQL this once lost jobs (a committed INSERT whose submit was
+# cancelled was never driven); admission is now shielded, so both backends get them.
 CI_IMPATIENT = 0.1
-CI_IMPATIENT_POSTGRES = 0.0
+CI_IMPATIENT_POSTGRES = CI_IMPATIENT
 
 
 # -- the audit's rules ---------------------------------------------------------------------
