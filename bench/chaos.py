@@ -494,6 +494,14 @@ def excess_spawns(spawns: int, ran: int) -> int:
 # -- helpers -------------------------------------------------------------------------------
 
 
+def tightest(margins: Sequence[tuple[float, str]]) -> str:
+    """The smallest margin and its job (first 8 characters of the id), for the info line."""
+    if not margins:
+        return "-"
+    value, job_id = min(margins)
+    return f"{value:.3f}({job_id[:8]})"
+
+
 def rel(t: float | None, t0: float) -> str:
     """A time as seconds since t0 (the start of the chaos), for reports."""
     if t is None:
@@ -1091,6 +1099,24 @@ class ChaosRun:
         report.info["settle_s"] = round(self.settle_s, 1)
         return report
 
+    def dump_timeline(self) -> None:
+        """The driver's own record (instances, gaps, stalls, attempts) beside the logs, for
+        a post-mortem of a kept work dir."""
+        data = {
+            "t0": self.t0,
+            "instances": [{"name": life.name, "instance_id": life.instance_id,
+                           "pid": life.process.pid, "port": life.port,
+                           "ready_at": life.ready_at, "exited_at": life.exited_at,
+                           "gaps": [[g.start, None if math.isinf(g.end) else g.end, g.cause]
+                                    for g in life.gaps]} for life in self.lives],
+            "store_gaps": [[g.start, g.end, g.cause] for g in self.store_gaps],
+            "jobs": [{"prompt": job.prompt, "job_ids": sorted(job.job_ids),
+                      "attempts": [vars(a) for a in job.attempts],
+                      "cancels": [vars(a) for a in job.cancels]} for job in self.jobs],
+        }
+        with contextlib.suppress(OSError):
+            (self.workdir / "timeline.json").write_text(json.dumps(data, indent=1))
+
     # -- the audit -----------------------------------------------------------------------
     async def audit(self, settings: Settings, leftovers: list[Spawn]) -> ChaosReport:
         bounds = Bounds.of(settings)
@@ -1162,7 +1188,7 @@ class ChaosRun:
                 reaper = orphan_times.get(row.id, (0.0, "?"))[1]
                 orphan_times[row.id] = (epoch(row.finished_at) or 0.0, f"row; {reaper}")
         self_healed = 0
-        orphan_margins: list[float] = []  # how long after its lease could lapse each went
+        orphan_margins: list[tuple[float, str]] = []  # (after its lease could lapse, job)
         for job_id, (t, source) in sorted(orphan_times.items()):
             row = by_id.get(job_id)
             if row is None or row.owner_instance not in intervals:
@@ -1171,8 +1197,9 @@ class ChaosRun:
                 self_healed += 1
             created = epoch(row.created_at) or 0.0
             started = epoch(row.started_at)
-            orphan_margins.append(
-                t - lease_valid_until(created, started, t, intervals[row.owner_instance], bounds))
+            orphan_margins.append((
+                t - lease_valid_until(created, started, t, intervals[row.owner_instance], bounds),
+                job_id))
             if is_false_orphan(created, started, t, intervals[row.owner_instance], bounds):
                 report.false_orphans += 1
                 valid = lease_valid_until(created, started, t, intervals[row.owner_instance],
@@ -1187,7 +1214,7 @@ class ChaosRun:
 
         # late orphans: jobs of owners that died for good
         dead_owner_jobs = 0
-        late_margins: list[float] = []  # how long before its deadline each became terminal
+        late_margins: list[tuple[float, str]] = []  # (before its deadline, job)
         for row in rows:
             life = lives_by_id.get(row.owner_instance or "")
             if life is None or life.final or life.death is None or life.exited_at is None:
@@ -1206,7 +1233,7 @@ class ChaosRun:
                 process_exit = max(s.ended or math.inf for s in candidates)
             deadline = orphan_deadline(life.exited_at, process_exit, reapers, self.stops, bounds)
             if finished is not None:
-                late_margins.append(deadline - finished)
+                late_margins.append((deadline - finished, row.id))
             if finished is None or finished > deadline:
                 report.late_orphans += 1
                 report.details.append(
@@ -1269,8 +1296,8 @@ class ChaosRun:
             "dead_owner_jobs": dead_owner_jobs,
             # The tightest cases: an orphaning soonest after its lease could have lapsed,
             # and a dead owner's job closest to its deadline (negative = a violation).
-            "min_orphan_after_lapse_s": round(min(orphan_margins), 3) if orphan_margins else "-",
-            "min_slack_before_deadline_s": round(min(late_margins), 3) if late_margins else "-",
+            "min_orphan_after_lapse_s": tightest(orphan_margins),
+            "min_slack_before_deadline_s": tightest(late_margins),
             "self_healed": self_healed,
             "instances_started": len(self.lives),
             **{f"{k}s": v for k, v in sorted(self.actions.items())},
@@ -1279,6 +1306,7 @@ class ChaosRun:
             "bad_results": bad_results,
             "unknown_rows": len(unknown) + len(unmapped),
         }
+        self.dump_timeline()
         if not report.ok:
             report.details.append("instances:")
             report.details.extend(f"  {life.describe(t0)}" for life in self.lives)
