@@ -6,7 +6,6 @@ and `parse_output` (bytes -> ProviderResult). It knows nothing about jobs, store
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -106,6 +105,3 @@ class CliProvider:
         (claude `json`/`text` print only at exit) overrides this."""
         return self.discipline
 
-
-def options_from(model: type[ProviderOptions], raw: Mapping[str, Any] | None) -> ProviderOptions:
-    return model.model_validate(dict(raw or {}))

@@ -19,7 +19,7 @@ from gateway.jobs.runner import ProcessIdentity, ProcessRun, RunSpec, read_tail
 from gateway.jobs.targets import Target
 from providers.base import ProviderResult
 
-STDERR_TAIL_BYTES = 8 * 1024
+STDERR_TAIL_BYTES = 8 * 1024  # the end of stderr kept on the row (errors, auth detection)
 
 
 @dataclass(slots=True)
@@ -144,7 +144,6 @@ class HttpExecution:
             call_api(self.target.provider, self.target.api_config, self.target.api_request,
                      on_progress=self._on_progress),
             name=f"http-{self.target.provider}")
-        return None
 
     async def wait(self) -> ExecutionOutcome:
         assert self._task is not None

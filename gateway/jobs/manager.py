@@ -22,7 +22,12 @@ from typing import Any
 import structlog
 
 from gateway.config import Settings
-from gateway.jobs.execution import Execution, ExecutionOutcome, build_execution
+from gateway.jobs.execution import (
+    STDERR_TAIL_BYTES,
+    Execution,
+    ExecutionOutcome,
+    build_execution,
+)
 from gateway.jobs.limiter import Limiter, Ticket
 from gateway.jobs.model import (
     EXIT_CODES,
@@ -43,7 +48,6 @@ log = structlog.get_logger(__name__)
 PROGRESS_FLUSH_S = 2.0  # how stale another instance's view of a running job's output may be
 REMOTE_POLL_S = 1.0  # waiting on a job run elsewhere polls the store about once a second
 PROGRESS_TAIL_BYTES = 64 * 1024  # the partial output other instances can see while it runs
-STDERR_TAIL_BYTES = 8 * 1024  # stderr kept on the row
 DEFAULT_RESULT_PAGE = 200_000
 # A stored page is read with this many bytes more on each side: a UTF-8 character is at most
 # 4 bytes, so the page's ends can be moved to character boundaries inside what was read.
@@ -239,15 +243,14 @@ class JobManager:
         try:
             return await self.store.find_reusable(key, self.settings.persistence.dedup_window_s)
         except StoreUnavailable as exc:
-            raise GatewayError(ErrorKind.UNAVAILABLE,
-                               f"The job store is unreachable ({exc}); retry shortly.") from None
+            raise _store_down(exc) from None
 
     # -- driving one job --------------------------------------------------------------------
     async def _drive(self, job: LocalJob) -> None:
         """queued -> running -> terminal for one job. Never raises; always sets job.done."""
         try:
             await self._drive_inner(job)
-        except Exception as exc:  # noqa: BLE001 - top-level handler of a background task
+        except Exception as exc:
             log.exception("job driver failed", action="drive", job_id=job.row.id)
             await self._finish(job, Completion(status=JobStatus.FAILED, exit_code=1,
                                                error=f"internal gateway error: {exc}",
@@ -424,8 +427,7 @@ class JobManager:
         try:
             after = await self.store.request_cancel(job_id)
         except StoreUnavailable as exc:
-            raise GatewayError(ErrorKind.UNAVAILABLE, f"The job store is unreachable ({exc}); "
-                                                      f"retry the cancel shortly.") from None
+            raise _store_down(exc) from None
         if after is None:
             raise self._not_found(job_id)
         if after.status.is_terminal:
@@ -459,8 +461,7 @@ class JobManager:
             local = self._local.get(job_id)
             if local is not None:
                 return local.row
-            raise GatewayError(ErrorKind.UNAVAILABLE,
-                               f"The job store is unreachable ({exc}); retry shortly.") from None
+            raise _store_down(exc) from None
         if row is None:
             raise self._not_found(job_id)
         local = self._local.get(job_id)
@@ -514,8 +515,7 @@ class JobManager:
             return await self.store.list_jobs(statuses=statuses, provider=provider, limit=limit,
                                               with_output=False)
         except StoreUnavailable as exc:
-            raise GatewayError(ErrorKind.UNAVAILABLE,
-                               f"The job store is unreachable ({exc}); retry shortly.") from None
+            raise _store_down(exc) from None
 
     async def read_result(self, job_id: str, offset: int = 0,
                           max_bytes: int = DEFAULT_RESULT_PAGE, raw: bool = False) -> ResultPage:
@@ -556,8 +556,7 @@ class JobManager:
         try:
             found = await self.store.read_output(job_id, offset, length, answer=answer)
         except StoreUnavailable as exc:
-            raise GatewayError(ErrorKind.UNAVAILABLE,
-                               f"The job store is unreachable ({exc}); retry shortly.") from None
+            raise _store_down(exc) from None
         if found is None:
             raise self._not_found(job_id)
         return found
@@ -590,7 +589,7 @@ class JobManager:
         tasks = [j.task for j in jobs if j.task is not None]
         if not tasks:
             return True
-        done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
         return not pending
 
     def remove_spool(self, job_ids: list[str]) -> None:
@@ -602,6 +601,11 @@ def _progress_tails(execution: Execution) -> tuple[str, str]:
     """The stdout and stderr tails a progress flush writes (file reads: run in a thread)."""
     return (execution.read_stdout_tail(PROGRESS_TAIL_BYTES),
             execution.read_stderr_tail(STDERR_TAIL_BYTES))
+
+
+def _store_down(exc: StoreUnavailable) -> GatewayError:
+    """The one answer for a read or cancel the store could not serve (retryable)."""
+    return GatewayError(ErrorKind.UNAVAILABLE, f"The job store is unreachable ({exc}); retry shortly.")
 
 
 def _retrieve_exception(task: asyncio.Task[Any]) -> None:
