@@ -615,8 +615,11 @@ def plans_text(store: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+PHASES = ("startup", "overhead", "admission", "memory", "store")
+
+
 async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
-                     pg_skipped: str | None) -> dict[str, Any]:
+                     pg_skipped: str | None, only: tuple[str, ...] = PHASES) -> dict[str, Any]:
     servers = Servers(workdir)
     load_at_start = os.getloadavg()
     started = time.perf_counter()
@@ -624,6 +627,9 @@ async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
     rows: list[Row] = []
 
     async def phase(name: str, work: Awaitable[list[Row]]) -> None:
+        if name.split()[0] not in only:
+            work.close()  # type: ignore[attr-defined]  # a coroutine never awaited
+            return
         t0 = time.perf_counter()
         rows.extend(await work)
         phases[name] = round(time.perf_counter() - t0, 1)
@@ -663,19 +669,19 @@ async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
 
 
 def run(sizes: Sizes, output: Path, use_postgres: bool = True,
-        pg: Any | None = None) -> dict[str, Any]:
+        pg: Any | None = None, only: tuple[str, ...] = PHASES) -> dict[str, Any]:
     """Run every row and write the JSON; `pg` reuses a running throwaway PostgreSQL server
     (the smoke test passes the suite's), else one is started here when use_postgres."""
     own_pg = None
     reason: str | None = None
-    if pg is None and use_postgres:
+    if pg is None and use_postgres and "store" in only:
         own_pg, reason = store_bench.start_postgres()
         pg = own_pg
     elif pg is None:
         reason = "--no-postgres"
     try:
         with store_bench.quiet_logs(), tempfile.TemporaryDirectory(prefix="acg-bench-") as tmp:
-            results = asyncio.run(main_async(sizes, Path(tmp), pg, reason))
+            results = asyncio.run(main_async(sizes, Path(tmp), pg, reason, only))
     finally:
         if own_pg is not None:
             own_pg.destroy()
@@ -689,10 +695,13 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (code paths only)")
     parser.add_argument("--no-postgres", action="store_true", help="skip PostgreSQL rows")
     parser.add_argument("--output", type=Path, default=RESULTS, help=f"default {RESULTS}")
+    parser.add_argument("--only", action="append", choices=PHASES,
+                        help="run only this phase (repeatable); the table then has its rows only")
     args = parser.parse_args()
     if shutil.which("git") is None:
         print("note: git not found; the commit is reported as unknown", file=sys.stderr)
-    results = run(SMOKE if args.smoke else FULL, args.output, use_postgres=not args.no_postgres)
+    results = run(SMOKE if args.smoke else FULL, args.output, use_postgres=not args.no_postgres,
+                  only=tuple(args.only or PHASES))
     m = results["machine"]
     print(f"{m['date']}, {m['nproc']} CPUs, {m['memory_gib']} GiB, commit {m['commit']}"
           f"{' (dirty)' if m['dirty'] else ''}, {results['seconds']} s, load average "
