@@ -6,20 +6,25 @@ within `lease.ttl_s` is ever orphaned; every job whose owner is gone is orphaned
 whichever is later.**
 
 Why it holds:
-- The heartbeat advances `lease_deadline = now + ttl_s` on every active job of this instance
-  in the same transaction that renews the instance row; the reaper's UPDATE re-checks
-  `lease_deadline < now` per row inside the statement. Both write the same rows, so the
-  database serializes them: a heartbeat that committed first makes the reaper skip the row.
+- A job's lease is the later of its own `lease_deadline` (set when it was admitted and when
+  it started) and its owner's instance lease, `gateway_instances.lease_expires_at`, which
+  every heartbeat renews to `now + ttl_s`. One row renewed, whatever the job count; the
+  reaper reads the owner's row with the job, in the same statement that flips it.
+- The reaper's write re-checks both leases: on SQLite under the write lock (a heartbeat is
+  serialized before or after the whole statement); on PostgreSQL after locking the rows of
+  lapsed owners (`FOR UPDATE`), so no heartbeat of theirs commits while their jobs are
+  judged, and owners live at the transaction's `now()` stay live through it.
 - A live owner renews every `heartbeat_s <= ttl_s / 2`, so one late tick never lets a lease
   lapse. A tick that fires more than one interval late (the loop stalled, the process was
   stopped) skips the next sweep: an instance that was not running must not judge others on a
   stale view.
-- The reaper judges each job by its own lease, never by which instances exist, so a fresh
-  instance starting can never orphan a live instance's job (the original bug).
+- The reaper judges each job by its own lease and its own owner's, never by which instances
+  exist, so a fresh instance starting can never orphan a live instance's job (the original
+  bug). An owner whose row was collected holds no lease.
 - A job whose process is provably alive on this host (same hostname and boot id, pid alive,
   not a zombie, same start time) is left alone until it exits; a bare pid is never trusted.
-- Dead owners: their leases stop advancing, so the first sweep after `lease_deadline`
-  (at most `sweep_interval_s` later) orphans the job.
+- Dead owners: their lease stops advancing, so the first sweep after it lapses (at most
+  `sweep_interval_s` later) orphans their jobs.
 Each loop is one named task; a loop never overlaps itself (the next tick is scheduled after
 the current one ends) and a failing tick is logged and retried next tick.
 """
@@ -156,7 +161,8 @@ class LeaseKeeper:
         )
 
     async def sweep_once(self) -> list[JobRow]:
-        """One reaper pass: orphan jobs whose own lease expired, then GC and purge."""
+        """One reaper pass: orphan jobs whose lease (their own and their owner's) lapsed,
+        then GC and purge."""
         if self.skip_next_sweep:
             self.skip_next_sweep = False
             log.info("sweep skipped after a late heartbeat", action="sweep")

@@ -87,8 +87,9 @@ class JobStore(Protocol):
         """Clean shutdown: stopped_at = now (the row stays for GC and observability)."""
 
     async def heartbeat(self, instance_id: str, ttl_s: float) -> int:
-        """One transaction: renew the instance row AND set lease_deadline = now + ttl_s on all
-        of its queued/running jobs. A constant number of statements whatever the job count.
+        """Renew the instance row: lease_expires_at = now + ttl_s. That lease covers every
+        job the instance owns (see recover_expired_leases), so the heartbeat writes one row
+        whatever the job count; job rows are not touched.
 
         Returns the number of instance rows renewed (0 means the row is gone: re-register).
         """
@@ -136,15 +137,17 @@ class JobStore(Protocol):
 
     # -- the reaper -----------------------------------------------------------------------
     async def list_expired_candidates(self, http_grace_s: float) -> list[JobRow]:
-        """Active jobs whose own lease passed (http jobs: lease + http_grace_s). Read-only:
-        the reaper probes these for a provably live process before recovering."""
+        """Active jobs whose lease passed: both their own lease_deadline and their owner's
+        lease_expires_at (an owner without a row holds none); http jobs get http_grace_s on
+        top. Read-only: the reaper probes these for a provably live process first."""
 
     async def recover_expired_leases(
         self, http_grace_s: float, alive_ids: Collection[str] = ()
     ) -> list[JobRow]:
-        """Orphan queued/running jobs whose own lease_deadline passed (+http_grace_s for http
-        jobs), except alive_ids. The predicate is re-checked inside the UPDATE (no
-        select-then-flip). Returns the rows it flipped."""
+        """Orphan queued/running jobs whose lease passed, as list_expired_candidates judges
+        it, except alive_ids. The predicate is re-checked inside the UPDATE (no
+        select-then-flip), and no heartbeat of a judged owner can commit in between.
+        Returns the rows it flipped."""
 
     # -- retention and reads --------------------------------------------------------------
     async def purge_terminal(self, older_than_s: float) -> list[str]:

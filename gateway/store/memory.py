@@ -96,10 +96,7 @@ class MemoryJobStore:
                 row.heartbeat_at = now
                 row.lease_expires_at = deadline
                 renewed = 1
-            # Invariant: only this instance's active jobs get a longer lease.
-            for job in self._jobs.values():
-                if job.owner_instance == instance_id and job.status in ACTIVE_STATUSES:
-                    job.lease_deadline = deadline
+            # The instance lease covers all of its jobs (the reaper reads it): one row.
             return renewed
 
     async def gc_instances(self, older_than_s: float) -> int:
@@ -274,12 +271,16 @@ class MemoryJobStore:
 
     # -- the reaper -----------------------------------------------------------------------
     def _expired(self, job: JobRow, now: datetime, http_grace_s: float) -> bool:
+        """The job's lease is the later of its own lease_deadline and its owner's instance
+        lease; expired only when both passed (+grace for http). No owner row: no lease."""
         if job.status not in ACTIVE_STATUSES or job.lease_deadline is None:
             return False
-        deadline = job.lease_deadline
-        if job.transport == "http":
-            deadline = deadline + timedelta(seconds=http_grace_s)
-        return deadline < now
+        grace = timedelta(seconds=http_grace_s if job.transport == "http" else 0)
+        owner = self._instances.get(job.owner_instance)
+        owner_lease = owner.lease_expires_at if owner is not None else None
+        if owner_lease is not None and owner_lease + grace >= now:
+            return False
+        return job.lease_deadline + grace < now
 
     async def list_expired_candidates(self, http_grace_s: float) -> list[JobRow]:
         async with self._lock:
@@ -298,7 +299,8 @@ class MemoryJobStore:
             spared = set(alive_ids)
             flipped = []
             for job in self._jobs.values():
-                # Invariant: the job's OWN lease passed (+grace for http) and it is active.
+                # Invariant: the job's own lease AND its owner's lease passed (+grace for
+                # http), and it is active.
                 if job.id in spared or not self._expired(job, now, http_grace_s):
                     continue
                 job.status = JobStatus.ORPHANED

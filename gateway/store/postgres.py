@@ -180,19 +180,14 @@ MARK_INSTANCE_STOPPED = """
 UPDATE gateway_instances SET stopped_at = now()
 WHERE instance_id = $1 AND stopped_at IS NULL"""
 
-# Renews exactly one instance row (the caller's own).
+# Renews exactly one instance row (the caller's own). This row IS the lease of every job the
+# instance owns (the reaper reads it), so a heartbeat costs one row whatever the job count.
+# It waits while a reaper holds this row locked (LOCK_EXPIRED_OWNERS), then renews a lease
+# that had lapsed: the owner then finds its jobs orphaned and self-heals at completion.
 RENEW_INSTANCE_LEASE = """
 UPDATE gateway_instances
 SET heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => $2)
 WHERE instance_id = $1"""
-
-# Only this instance's ACTIVE jobs get a longer lease: a terminal (or already orphaned) row
-# is never revived, and another instance's jobs are never kept alive by us. One statement
-# for all of them (index jobs_owner_status). If a reaper locked a row first and orphaned it,
-# this UPDATE re-checks `status` after the lock wait and skips it.
-RENEW_LEASES = """
-UPDATE jobs SET lease_deadline = now() + make_interval(secs => $2)
-WHERE owner_instance = $1 AND status IN ('queued','running')"""
 
 # Only rows stopped, or whose lease expired, more than the threshold ago: a live instance's
 # row (lease in the future) is never collected.
@@ -201,7 +196,6 @@ DELETE FROM gateway_instances
 WHERE (stopped_at IS NOT NULL AND stopped_at < now() - make_interval(secs => $1))
    OR lease_expires_at < now() - make_interval(secs => $1)"""
 
-# Observability only: no decision is taken on instance rows (leases live on the jobs).
 LIST_INSTANCES = f"""
 SELECT {_INSTANCE_COLUMNS} FROM gateway_instances ORDER BY started_at, instance_id"""
 
@@ -290,25 +284,48 @@ WHERE id = $1 AND owner_instance = $2 AND status = 'running'"""
 
 # -- the reaper ---------------------------------------------------------------------------
 
-# A job is a candidate only when ITS OWN lease passed on the database clock (plus the grace
-# for http jobs); never because another instance started. `lease_deadline < now()` first,
-# so the range scan on jobs_status_lease_deadline does the work.
-LIST_EXPIRED_CANDIDATES = f"""
-SELECT {_JOB_COLUMNS} FROM jobs
-WHERE status IN ('queued','running') AND lease_deadline < now()
+# A job's lease is the LATER of its own lease_deadline (set when it was admitted and when it
+# started) and its owner's instance lease (renewed by every heartbeat). A job is a candidate
+# only when both passed on the database clock (plus the grace for http jobs); an owner whose
+# row is gone (collected) holds no lease. Never because another instance started.
+# `lease_deadline < now()` first, so the range scan on jobs_status_lease_deadline does the
+# work; the owner is one primary-key probe per row.
+_LEASE_EXPIRED = """
+status IN ('queued','running') AND lease_deadline < now()
   AND (transport <> 'http' OR lease_deadline + make_interval(secs => $1) < now())
+  AND NOT EXISTS (
+      SELECT 1 FROM gateway_instances AS owner
+      WHERE owner.instance_id = jobs.owner_instance
+        AND owner.lease_expires_at + CASE WHEN jobs.transport = 'http'
+                                          THEN make_interval(secs => $1)
+                                          ELSE interval '0' END >= now())"""
+
+LIST_EXPIRED_CANDIDATES = f"""
+SELECT {_JOB_COLUMNS} FROM jobs WHERE {_LEASE_EXPIRED}
 ORDER BY lease_deadline"""
 
-# The same predicate, re-checked inside the UPDATE (no select-then-flip): if a heartbeat
-# holds the row lock, this UPDATE waits, then re-evaluates the WHERE clause on the committed
-# row; the renewed lease_deadline no longer matches and the row is left alone. Rows proven
-# alive by the reaper's probe ($2) are spared.
+# Taken first in the reaper's transaction: the rows of lapsed owners that still own active
+# jobs, locked (in a fixed order: two reapers never deadlock). While they are held no
+# heartbeat of those owners can commit, and owners live at this moment stay live for the
+# whole transaction (now() is its start time, a lease only grows). So the UPDATE below,
+# whose NOT EXISTS reads a later snapshot, can never orphan a job whose owner renewed in
+# between: its lease had lapsed when we judged it, or it is not touched.
+LOCK_EXPIRED_OWNERS = """
+SELECT instance_id FROM gateway_instances AS owner
+WHERE lease_expires_at < now()
+  AND EXISTS (SELECT 1 FROM jobs WHERE jobs.owner_instance = owner.instance_id
+                                   AND jobs.status IN ('queued','running'))
+ORDER BY instance_id
+FOR UPDATE"""
+
+# The same predicate, re-checked inside the UPDATE (no select-then-flip); a row a completion
+# or cancel changed first is re-evaluated on its committed version. Rows proven alive by the
+# reaper's probe ($2) are spared.
 RECOVER_EXPIRED_LEASES = f"""
 UPDATE jobs SET status = 'orphaned', error = COALESCE(error, $3),
                 error_kind = 'orphaned', finished_at = now(), updated_at = now(),
                 lease_deadline = NULL
-WHERE status IN ('queued','running') AND lease_deadline < now()
-  AND (transport <> 'http' OR lease_deadline + make_interval(secs => $1) < now())
+WHERE {_LEASE_EXPIRED}
   AND NOT (id = ANY($2::text[]))
 RETURNING {_JOB_COLUMNS}"""
 
@@ -570,10 +587,9 @@ class PostgresJobStore:
             await conn.execute(MARK_INSTANCE_STOPPED, instance_id)
 
     async def heartbeat(self, instance_id: str, ttl_s: float) -> int:
-        # One transaction, two statements whatever the job count: both use the same now().
-        async with self._transaction("heartbeat") as conn:
+        # One row whatever the job count: the instance lease covers all of its jobs.
+        async with self._connection("heartbeat") as conn:
             renewed = await conn.execute(RENEW_INSTANCE_LEASE, instance_id, float(ttl_s))
-            await conn.execute(RENEW_LEASES, instance_id, float(ttl_s))
         return _status_count(renewed)
 
     async def gc_instances(self, older_than_s: float) -> int:
@@ -671,7 +687,8 @@ class PostgresJobStore:
     async def recover_expired_leases(
         self, http_grace_s: float, alive_ids: Collection[str] = ()
     ) -> list[JobRow]:
-        async with self._connection("recover expired leases") as conn:
+        async with self._transaction("recover expired leases") as conn:
+            await conn.fetch(LOCK_EXPIRED_OWNERS)
             rows = await conn.fetch(
                 RECOVER_EXPIRED_LEASES, float(http_grace_s), list(alive_ids), ORPHANED_ERROR
             )

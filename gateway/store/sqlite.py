@@ -163,16 +163,11 @@ MARK_INSTANCE_STOPPED = """
 UPDATE gateway_instances SET stopped_at = :now
 WHERE instance_id = :instance_id AND stopped_at IS NULL"""
 
-# Renews exactly one instance row (the caller's own).
+# Renews exactly one instance row (the caller's own). This row IS the lease of every job the
+# instance owns (the reaper reads it), so a heartbeat costs one row whatever the job count.
 RENEW_INSTANCE_LEASE = """
 UPDATE gateway_instances SET heartbeat_at = :now, lease_expires_at = :now + :ttl_s
 WHERE instance_id = :instance_id"""
-
-# Only this instance's ACTIVE jobs get a longer lease: a terminal row keeps lease NULL and
-# another instance's jobs are never kept alive by us. One statement for all of them.
-RENEW_LEASES = """
-UPDATE jobs SET lease_deadline = :now + :ttl_s
-WHERE owner_instance = :instance_id AND status IN ('queued','running')"""
 
 # Only rows stopped, or whose lease expired, more than the threshold ago: a live instance's
 # row (lease in the future) is never collected.
@@ -263,24 +258,33 @@ WHERE id = :job_id AND owner_instance = :owner_instance AND status = 'running'""
 
 # -- the reaper ---------------------------------------------------------------------------
 
-# A job is a candidate only when ITS OWN lease passed (plus the grace for http jobs); never
-# because another instance started. `lease_deadline < :now` first, so the range scan on
-# jobs_status_lease_deadline does the work.
-LIST_EXPIRED_CANDIDATES = f"""
-SELECT {_JOB_COLUMNS} FROM jobs
-WHERE status IN ('queued','running') AND lease_deadline < :now
+# A job's lease is the LATER of its own lease_deadline (set when it was admitted and when it
+# started) and its owner's instance lease (renewed by every heartbeat). A job is a candidate
+# only when both passed (plus the grace for http jobs); an owner whose row is gone
+# (collected) holds no lease. Never because another instance started. `lease_deadline <
+# :now` first, so the range scan on jobs_status_lease_deadline does the work; the owner is
+# one primary-key probe per row.
+_LEASE_EXPIRED = """
+status IN ('queued','running') AND lease_deadline < :now
   AND (transport <> 'http' OR lease_deadline + :http_grace_s < :now)
+  AND NOT EXISTS (
+      SELECT 1 FROM gateway_instances AS owner
+      WHERE owner.instance_id = jobs.owner_instance
+        AND owner.lease_expires_at
+            + CASE WHEN jobs.transport = 'http' THEN :http_grace_s ELSE 0 END >= :now)"""
+
+LIST_EXPIRED_CANDIDATES = f"""
+SELECT {_JOB_COLUMNS} FROM jobs WHERE {_LEASE_EXPIRED}
 ORDER BY lease_deadline"""
 
-# The same predicate, re-checked inside the UPDATE (no select-then-flip): a heartbeat that
-# committed first moved lease_deadline forward and the row no longer matches. Rows proven
-# alive by the reaper's probe (:alive_ids, a JSON array) are spared.
+# The same predicate, re-checked inside the UPDATE under the write lock (BEGIN IMMEDIATE: a
+# heartbeat is serialized before or after the whole statement, never in between). Rows
+# proven alive by the reaper's probe (:alive_ids, a JSON array) are spared.
 RECOVER_EXPIRED_LEASES = f"""
 UPDATE jobs SET status = 'orphaned', error = COALESCE(error, :orphaned_error),
                 error_kind = 'orphaned', finished_at = :now, updated_at = :now,
                 lease_deadline = NULL
-WHERE status IN ('queued','running') AND lease_deadline < :now
-  AND (transport <> 'http' OR lease_deadline + :http_grace_s < :now)
+WHERE {_LEASE_EXPIRED}
   AND id NOT IN (SELECT value FROM json_each(:alive_ids))
 RETURNING {_JOB_COLUMNS}"""
 
@@ -546,9 +550,7 @@ class SqliteJobStore:
     async def heartbeat(self, instance_id: str, ttl_s: float) -> int:
         async with self._write("heartbeat") as conn:
             params = {"instance_id": instance_id, "now": time.time(), "ttl_s": ttl_s}
-            renewed = await self._changes(conn, RENEW_INSTANCE_LEASE, params)
-            await conn.execute(RENEW_LEASES, params)
-            return renewed
+            return await self._changes(conn, RENEW_INSTANCE_LEASE, params)
 
     async def gc_instances(self, older_than_s: float) -> int:
         async with self._write("gc_instances") as conn:

@@ -197,33 +197,55 @@ async def test_mark_instance_stopped_keeps_the_first_stop_time(store: JobStore) 
     await store.mark_instance_stopped("no-such-instance")  # harmless
 
 
-async def test_heartbeat_renews_the_instance_and_only_its_own_active_jobs(
+async def test_heartbeat_renews_only_its_own_instance_row_and_writes_no_job(
     store: JobStore,
 ) -> None:
+    """The heartbeat's cost must not grow with the job count: it renews one row, the
+    instance's, and leaves every job row as it was."""
     await store.register_instance(instance(OWNER), 1.0)
     await store.register_instance(instance(OTHER), 1.0)
-    queued = new_job()
-    await store.insert_job(queued, 1.0)
+    queued = await store.insert_job(new_job(), 1.0)
     running_row = await running(store, new_job(), ttl_s=1.0)
-    finished = await running(store, new_job(), ttl_s=1.0)
-    assert await store.complete(finished.id, OWNER, done())
-    foreign = new_job(owner=OTHER)
-    foreign_row = await store.insert_job(foreign, 1.0)
 
     before = await store.now()
     assert await store.heartbeat(OWNER, TTL_S) == 1
 
-    for job_id in (queued.id, running_row.id):
-        row = await get(store, job_id)
-        assert epoch(row.lease_deadline) >= before + TTL_S - 1e-3
-    done_row = await get(store, finished.id)
-    assert done_row.status is JobStatus.COMPLETED and done_row.lease_deadline is None
-    assert epoch((await get(store, foreign.id)).lease_deadline) == pytest.approx(
-        epoch(foreign_row.lease_deadline), abs=1e-3
-    )
+    for row in (queued, running_row):
+        after = await get(store, row.id)
+        assert after.updated_at == row.updated_at and after.lease_deadline == row.lease_deadline
     rows = {r.instance_id: r for r in await store.list_instances()}
     assert epoch(rows[OWNER].lease_expires_at) >= before + TTL_S - 1e-3
     assert epoch(rows[OTHER].lease_expires_at) < before + TTL_S - 1
+
+
+async def test_a_live_owners_lease_covers_jobs_whose_own_deadline_passed(
+    store: JobStore,
+) -> None:
+    """A job's lease is the later of its own deadline and its owner's instance lease: jobs
+    of a heartbeating owner stay; the same jobs of a lapsed or unknown owner are orphaned."""
+    await store.register_instance(instance(OWNER), TTL_S)
+    await store.register_instance(instance(OTHER), EXPIRED_TTL_S)
+    kept = [await running(store, new_job(), ttl_s=EXPIRED_TTL_S),
+            await running(store, new_job(transport="http"), ttl_s=EXPIRED_TTL_S)]
+    lapsed = await running(store, new_job(owner=OTHER), ttl_s=EXPIRED_TTL_S)
+    unknown = await running(store, new_job(owner="collected-instance"), ttl_s=EXPIRED_TTL_S)
+
+    candidates = {r.id for r in await store.list_expired_candidates(0)}
+    flipped = {r.id for r in await store.recover_expired_leases(0)}
+
+    assert candidates == flipped == {lapsed.id, unknown.id}
+    for row in kept:
+        assert (await get(store, row.id)).status is JobStatus.RUNNING
+
+
+async def test_an_http_job_keeps_its_grace_after_its_owners_lease(store: JobStore) -> None:
+    """http jobs get http_grace_s on top of whichever lease is later, the owner's included."""
+    await store.register_instance(instance(OTHER), EXPIRED_TTL_S)
+    job = await running(store, new_job(owner=OTHER, transport="http"), ttl_s=EXPIRED_TTL_S)
+    (owner,) = await store.list_instances()
+    lapsed_by = await store.now() - epoch(owner.lease_expires_at)
+    assert await store.recover_expired_leases(lapsed_by * 4) == []
+    assert [r.id for r in await store.recover_expired_leases(lapsed_by / 4)] == [job.id]
 
 
 async def test_heartbeat_of_an_unknown_instance_renews_nothing_and_says_so(
@@ -235,9 +257,9 @@ async def test_heartbeat_of_an_unknown_instance_renews_nothing_and_says_so(
 async def test_heartbeat_never_revives_a_job_the_reaper_already_orphaned(
     store: JobStore,
 ) -> None:
-    await store.register_instance(instance(OWNER), TTL_S)
+    await store.register_instance(instance(OWNER), EXPIRED_TTL_S)
     row = await orphaned(store, new_job())
-    await store.heartbeat(OWNER, TTL_S)
+    assert await store.heartbeat(OWNER, TTL_S) == 1
     after = await get(store, row.id)
     assert after.status is JobStatus.ORPHANED and after.lease_deadline is None
 

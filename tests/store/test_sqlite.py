@@ -253,7 +253,6 @@ async def test_dedup_index_is_unique_and_covers_only_active_unforced_jobs(
     [
         ("RECOVER_EXPIRED_LEASES", "jobs_status_lease_deadline"),
         ("LIST_EXPIRED_CANDIDATES", "jobs_status_lease_deadline"),
-        ("RENEW_LEASES", "jobs_owner_status"),
         ("LIST_CANCEL_REQUESTED", "jobs_owner_status"),
         ("FIND_REUSABLE", "jobs_request_key_created"),
         ("PURGE_TERMINAL", "jobs_status_finished"),
