@@ -610,8 +610,8 @@ def plans_text(store: dict[str, Any]) -> str:
             out.append(f"{backend} {statement}:")
             out += [f"    {line}" for line in plan]
     for backend, result in store.get("heartbeat", {}).items():
-        out.append(f"{backend} renew_leases (heartbeat, {result['large_jobs']:,} jobs):")
-        out += [f"    {line}" for line in result["plan_renew_leases"]]
+        out.append(f"{backend} renew_instance_lease (heartbeat, {result['large_jobs']:,} jobs):")
+        out += [f"    {line}" for line in result["plan_heartbeat"]]
     return "\n".join(out)
 
 

@@ -386,7 +386,7 @@ async def bench_heartbeat(backend: str, workdir: Path, pg: PgServer | None, *,
             "ratio": round(ratio, 3), "target": HEARTBEAT_TARGET,
             "within_target": ratio <= HEARTBEAT_TARGET,
             "instance_renewed": renewed_ok,
-            "plan_renew_leases": plan,
+            "plan_heartbeat": plan,
         }
     finally:
         for db in dbs:
