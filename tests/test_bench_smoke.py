@@ -74,7 +74,7 @@ def test_store_bench_runs_on_postgres_and_shows_the_reapers_index(
     for backend in ("sqlite", "postgres"):
         heartbeat = results["heartbeat"][backend]
         assert heartbeat["instance_renewed"] is True
-        assert heartbeat["plan_renew_leases"]
+        assert heartbeat["plan_heartbeat"]
         reaper = results["reaper"][backend]
         assert reaper["rows"] == 300
         assert reaper["orphaned_per_sweep"] == [3]
