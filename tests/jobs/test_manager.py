@@ -225,7 +225,8 @@ async def test_a_stream_past_the_output_limit_is_truncated_and_pages_the_capped_
     make_settings, start_gateway
 ) -> None:
     limit = 1_000_000
-    manager = await (await start_gateway(make_settings(limits={"max_output_bytes": limit}))).manager()
+    settings = make_settings(limits={"max_output_bytes": limit})
+    manager = await (await start_gateway(settings)).manager()
     sub = await manager.submit("claude", req("@bytes=3000000 flood"))
     row = await manager.wait(sub.job.id, 30)
     assert (row.status, row.error_kind, row.truncated) == (

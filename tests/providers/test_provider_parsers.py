@@ -526,7 +526,8 @@ def test_json_lines_end_at_a_newline_or_return_not_at_a_unicode_line_separator()
     # Node's JSON.stringify leaves U+2028 unescaped inside strings; a line is still whole.
     event = {**CLAUDE_RESULT, "result": "line\u2028separated"}
     raw = json.dumps(event, ensure_ascii=False).encode()
-    assert claude.parse_output(b"spinner...\r" + raw + b"\r\n", b"", 0).text == "line\u2028separated"
+    result = claude.parse_output(b"spinner...\r" + raw + b"\r\n", b"", 0)
+    assert result.text == "line\u2028separated"
 
 
 def test_a_large_json_document_is_found_as_in_the_whole_text(

@@ -269,7 +269,8 @@ async def test_a_version_1_file_is_rebuilt_with_its_rows_and_indexes(db_path: Pa
         assert [r[1] for r in conn.execute("PRAGMA table_info(jobs)")][-1] == "output"
         assert sorted(r[0] for r in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")) == indexes
-        assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'jobs_v2'").fetchall() == []
+        leftover = conn.execute("SELECT name FROM sqlite_master WHERE name = 'jobs_v2'")
+        assert leftover.fetchall() == []
     finally:
         conn.close()
 
