@@ -30,7 +30,7 @@ from gateway import __version__
 from gateway.config import ConfigError, Settings, default_config_path, load_settings
 from gateway.jobs.model import JobRow, JobStatus
 from gateway.logs import configure_logging, redact_text
-from gateway.store.base import StoreUnavailable
+from gateway.store.base import StoreUnavailable, answer_in, page_of
 
 PROG = "agent-cli-gateway"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -443,15 +443,11 @@ def _without_text(result_json: str) -> str:
 
 def answer_bytes(job: JobRow, raw: bool) -> bytes:
     """What `jobs result` pages: the parsed answer, or the CLI's stdout when raw (or no parse)."""
-    if not raw and job.result_json:
-        try:
-            data = json.loads(job.result_json)
-        except ValueError:
-            data = None
-        text = data.get("text") if isinstance(data, dict) else None
-        if isinstance(text, str):
-            return text.encode()
-    return (job.output or "").encode()
+    output = (job.output or "").encode()
+    where = None if raw else answer_in(job.result_json)
+    if isinstance(where, str):
+        return where.encode()
+    return page_of(output, 0, len(output), where)[0]
 
 
 def cmd_jobs_result(args: argparse.Namespace) -> int:

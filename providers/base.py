@@ -1,7 +1,8 @@
 """The adapter interface every provider module implements.
 
 A provider is data plus two small functions: `build_invocation` (request -> argv/env/stdin)
-and `parse_output` (bytes -> ProviderResult). It knows nothing about jobs, stores or MCP.
+and `parse_stream` (stdout -> ProviderResult; `parse_output` is the same over bytes). It knows
+nothing about jobs, stores or MCP.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
+
+from providers.parsing import Stdout, plain_text
 
 
 class OutputDiscipline(StrEnum):
@@ -72,11 +75,16 @@ class ProviderResult:
     usage: Usage | None = None
     is_error: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # model, num_turns, stop_reason...
+    # True: the answer is stdout itself as plain text (ANSI codes removed, blank ends
+    # trimmed), and `text` is left empty for the caller, who holds stdout, to resolve:
+    # parse_output does from its bytes; the gateway stores where in the output the answer
+    # is instead of a second copy of an output that can be max_output_bytes.
+    answer_is_stdout: bool = False
 
 
 class CliProvider:
     """Base class of the seven CLI adapters. Subclasses set the class attributes and
-    implement `build_invocation` and `parse_output`."""
+    implement `build_invocation`, `parse_stream` and `auth_error_in`."""
 
     name: ClassVar[str]
     commands: ClassVar[tuple[str, ...]]  # binaries to look for, preferred first
@@ -92,12 +100,26 @@ class CliProvider:
     ) -> Invocation:
         raise NotImplementedError
 
-    def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
+    def parse_stream(self, stdout: Stdout, stderr: bytes, exit_code: int | None,
                      options: ProviderOptions | None = None) -> ProviderResult:
+        """The run's result, read from stdout in bounded passes (it can be a file of
+        limits.max_output_bytes). A plain-text answer comes back as `answer_is_stdout`."""
         raise NotImplementedError
 
-    def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
+    def auth_error_in(self, stdout: Stdout, stderr: bytes, exit_code: int | None) -> bool:
+        """True when the run says the CLI is not logged in."""
         raise NotImplementedError
+
+    def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
+                     options: ProviderOptions | None = None) -> ProviderResult:
+        """parse_stream over stdout held in memory, with a plain-text answer filled in."""
+        result = self.parse_stream(Stdout(stdout), stderr, exit_code, options)
+        if result.answer_is_stdout:
+            result.text, result.answer_is_stdout = plain_text(stdout), False
+        return result
+
+    def is_auth_error(self, stdout: bytes | Stdout, stderr: bytes, exit_code: int | None) -> bool:
+        return self.auth_error_in(Stdout.of(stdout), stderr, exit_code)
 
     def output_discipline(self, options: ProviderOptions | None = None) -> OutputDiscipline:
         """The discipline of a run with these options. Defaults to the class's `discipline`;

@@ -15,7 +15,7 @@ session id, usage, cost and `is_error`. A not-logged-in run is such a result wit
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -35,8 +35,8 @@ from providers.common import (
     options_as,
     start_checks,
 )
-from providers.parsing import decode, json_document, json_objects, plain_text
-from providers.result_events import claude_style_result, has_auth_error_event
+from providers.parsing import Stdout
+from providers.result_events import has_auth_error_event, parse_claude_style
 
 AUTH_FAILURE = re.compile(
     r"Not logged in|Please run /login|Invalid API key|OAuth token (?:has expired|revoked)"
@@ -108,22 +108,11 @@ class ClaudeProvider(CliProvider):
         fmt = options_as(ClaudeOptions, options).output_format
         return OutputDiscipline.STREAMS if fmt == "stream-json" else OutputDiscipline.AT_EXIT
 
-    def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
+    def parse_stream(self, stdout: Stdout, stderr: bytes, exit_code: int | None,
                      options: ProviderOptions | None = None) -> ProviderResult:
-        text = decode(stdout)
-        events = list(json_objects(text))
-        if not events:
-            document = json_document(text)
-            if isinstance(document, dict):
-                events = [document]
-        parsed = claude_style_result(events, exit_code)
-        if parsed is not None:
-            return parsed
-        # From the text decoded above: stdout can be max_output_bytes, decode it once.
-        return ProviderResult(text=plain_text(text), is_error=failed(exit_code))
+        return parse_claude_style(stdout, exit_code)
 
-    def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
-        events: list[dict[str, Any]] = list(json_objects(decode(stdout)))
-        if has_auth_error_event(events, AUTH_FAILURE):
+    def auth_error_in(self, stdout: Stdout, stderr: bytes, exit_code: int | None) -> bool:
+        if has_auth_error_event(stdout.json_objects(), AUTH_FAILURE):
             return True
         return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)

@@ -32,16 +32,15 @@ from providers.base import (
     ProviderResult,
     Usage,
 )
-from providers.common import effective_model, failed, finish, options_as, start_checks
-from providers.parsing import (
-    as_int,
-    as_str,
-    decode,
-    json_objects,
-    plain_text,
-    strip_ansi,
-    tail,
+from providers.common import (
+    effective_model,
+    failed,
+    finish,
+    options_as,
+    start_checks,
+    stdout_answer,
 )
+from providers.parsing import Stdout, as_int, as_str, decode, strip_ansi, tail
 
 AUTH_FAILURE = re.compile(
     r"401 Unauthorized|Not logged in|codex login|Missing bearer|invalid_api_key"
@@ -110,19 +109,20 @@ class CodexProvider(CliProvider):
         argv += ["--", request.session_id, "-"] if request.session_id else ["--", "-"]
         return finish(argv, stdin=request.prompt.encode("utf-8"))
 
-    def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
+    def parse_stream(self, stdout: Stdout, stderr: bytes, exit_code: int | None,
                      options: ProviderOptions | None = None) -> ProviderResult:
-        events = [e for e in json_objects(decode(stdout)) if isinstance(e.get("type"), str)]
-        if not events:
-            return ProviderResult(text=plain_text(stdout), is_error=failed(exit_code))
+        events = 0
         session_id: str | None = None
         answer: str | None = None
         usage: Usage | None = None
         turn_failure: str | None = None
         last_error: str | None = None
         completed = False
-        for event in events:
-            kind = event["type"]
+        for event in stdout.json_objects():
+            kind = event.get("type")
+            if not isinstance(kind, str):
+                continue
+            events += 1
             if kind == "thread.started":
                 session_id = as_str(event.get("thread_id")) or session_id
             elif kind == "item.completed":
@@ -136,6 +136,8 @@ class CodexProvider(CliProvider):
                 turn_failure = _error_message(event) or "the turn failed"
             elif kind == "error":
                 last_error = as_str(event.get("message")) or last_error
+        if not events:
+            return stdout_answer(exit_code)
         is_error = (turn_failure is not None or failed(exit_code)
                     or (not completed and answer is None))
         text = answer if answer is not None else (turn_failure or last_error or "")
@@ -147,13 +149,16 @@ class CodexProvider(CliProvider):
         return ProviderResult(text=text, session_id=session_id, usage=usage,
                               is_error=is_error, extra=extra)
 
-    def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
-        events = list(json_objects(decode(stdout)))
-        turn_failed = any(e.get("type") == "turn.failed" for e in events)
+    def auth_error_in(self, stdout: Stdout, stderr: bytes, exit_code: int | None) -> bool:
+        turn_failed = False
+        messages: list[str] = []
+        for event in stdout.json_objects():
+            kind = event.get("type")
+            turn_failed = turn_failed or kind == "turn.failed"
+            if kind in ("turn.failed", "error") and (message := _error_message(event)):
+                messages.append(message)
         if not (failed(exit_code) or turn_failed):
             return False
-        messages = [m for e in events if e.get("type") in ("turn.failed", "error")
-                    if (m := _error_message(e))]
         messages.append(tail(strip_ansi(decode(stderr))))
         return any(AUTH_FAILURE.search(m) for m in messages)
 

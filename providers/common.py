@@ -9,8 +9,14 @@ from __future__ import annotations
 import re
 from typing import TypeVar
 
-from providers.base import InvalidRequest, Invocation, ProviderOptions, ProviderRequest
-from providers.parsing import decode, strip_ansi, tail
+from providers.base import (
+    InvalidRequest,
+    Invocation,
+    ProviderOptions,
+    ProviderRequest,
+    ProviderResult,
+)
+from providers.parsing import Stdout, decode, strip_ansi, tail
 from providers.safety import (
     check_argv_size,
     check_request,
@@ -71,10 +77,15 @@ def finish(argv: list[str], env: dict[str, str] | None = None,
     return Invocation(argv=argv, env=dict(env or {}), stdin=stdin)
 
 
-def matches_auth_failure(pattern: re.Pattern[str], stdout: bytes, stderr: bytes) -> bool:
+def matches_auth_failure(pattern: re.Pattern[str], stdout: Stdout, stderr: bytes) -> bool:
     """True when the end of stdout or stderr matches the CLI's not-logged-in wording."""
-    text = tail(strip_ansi(decode(stdout))) + "\n" + tail(strip_ansi(decode(stderr)))
+    text = stdout.tail() + "\n" + tail(strip_ansi(decode(stderr)))
     return pattern.search(text) is not None
+
+
+def stdout_answer(exit_code: int | None) -> ProviderResult:
+    """A run whose answer is its stdout as plain text (see ProviderResult.answer_is_stdout)."""
+    return ProviderResult(text="", is_error=failed(exit_code), answer_is_stdout=True)
 
 
 def failed(exit_code: int | None) -> bool:

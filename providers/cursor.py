@@ -33,8 +33,8 @@ from providers.common import (
     options_as,
     start_checks,
 )
-from providers.parsing import decode, json_document, json_objects, plain_text
-from providers.result_events import claude_style_result
+from providers.parsing import Stdout
+from providers.result_events import parse_claude_style
 
 AUTH_FAILURE = re.compile(
     r"Authentication required|Not logged in|\[unauthenticated\]|API key is invalid"
@@ -107,18 +107,9 @@ class CursorProvider(CliProvider):
         argv += ["--", request.prompt]
         return finish(argv)
 
-    def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
+    def parse_stream(self, stdout: Stdout, stderr: bytes, exit_code: int | None,
                      options: ProviderOptions | None = None) -> ProviderResult:
-        text = decode(stdout)
-        events = list(json_objects(text))
-        if not events:
-            document = json_document(text)
-            if isinstance(document, dict):
-                events = [document]
-        parsed = claude_style_result(events, exit_code)
-        if parsed is not None:
-            return parsed
-        return ProviderResult(text=plain_text(stdout), is_error=failed(exit_code))
+        return parse_claude_style(stdout, exit_code)
 
-    def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
+    def auth_error_in(self, stdout: Stdout, stderr: bytes, exit_code: int | None) -> bool:
         return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)

@@ -27,8 +27,9 @@ from providers.common import (
     matches_auth_failure,
     options_as,
     start_checks,
+    stdout_answer,
 )
-from providers.parsing import plain_text
+from providers.parsing import Stdout
 
 AUTH_FAILURE = re.compile(
     r"not (?:logged|signed) in|devin auth login|unauthenticated|unauthori[sz]ed|\b401\b"
@@ -81,9 +82,9 @@ class DevinProvider(CliProvider):
         argv += ["--", request.prompt]
         return finish(argv)
 
-    def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
+    def parse_stream(self, stdout: Stdout, stderr: bytes, exit_code: int | None,
                      options: ProviderOptions | None = None) -> ProviderResult:
-        return ProviderResult(text=plain_text(stdout), is_error=failed(exit_code))
+        return stdout_answer(exit_code)
 
-    def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
+    def auth_error_in(self, stdout: Stdout, stderr: bytes, exit_code: int | None) -> bool:
         return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)

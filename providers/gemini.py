@@ -40,8 +40,9 @@ from providers.common import (
     matches_auth_failure,
     options_as,
     start_checks,
+    stdout_answer,
 )
-from providers.parsing import as_int, as_str, decode, json_document, plain_text
+from providers.parsing import Stdout, as_int, as_str
 
 GEMINI_AUTH_EXIT_CODE = 41  # gemini-cli's FatalAuthenticationError exit status
 AUTH_FAILURE = re.compile(
@@ -121,14 +122,14 @@ class GeminiProvider(CliProvider):
         argv.append(("--print=" if agy else "--prompt=") + request.prompt)
         return finish(argv)
 
-    def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
+    def parse_stream(self, stdout: Stdout, stderr: bytes, exit_code: int | None,
                      options: ProviderOptions | None = None) -> ProviderResult:
-        document = json_document(decode(stdout))
+        document = stdout.json_document()
         if isinstance(document, Mapping) and _is_envelope(document):
             return _from_envelope(document, exit_code)
-        return ProviderResult(text=plain_text(stdout), is_error=failed(exit_code))
+        return stdout_answer(exit_code)
 
-    def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
+    def auth_error_in(self, stdout: Stdout, stderr: bytes, exit_code: int | None) -> bool:
         if exit_code == GEMINI_AUTH_EXIT_CODE:
             return True
         return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)

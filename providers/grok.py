@@ -12,7 +12,7 @@ deltas (`data`) and a final `end` with stopReason, sessionId and snake_case usag
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -33,15 +33,9 @@ from providers.common import (
     matches_auth_failure,
     options_as,
     start_checks,
+    stdout_answer,
 )
-from providers.parsing import (
-    as_int,
-    as_str,
-    decode,
-    json_document,
-    json_objects,
-    plain_text,
-)
+from providers.parsing import Stdout, as_int, as_str
 
 AUTH_FAILURE = re.compile(
     r"not (?:logged|signed) in|unauthenticated|unauthori[sz]ed|\b401\b|XAI_API_KEY"
@@ -113,18 +107,17 @@ class GrokProvider(CliProvider):
         fmt = options_as(GrokOptions, options).output_format
         return OutputDiscipline.STREAMS if fmt == "streaming-json" else OutputDiscipline.AT_EXIT
 
-    def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
+    def parse_stream(self, stdout: Stdout, stderr: bytes, exit_code: int | None,
                      options: ProviderOptions | None = None) -> ProviderResult:
-        text = decode(stdout)
-        events = [e for e in json_objects(text) if e.get("type") in STREAM_TYPES]
-        if events:
-            return _from_stream(events, exit_code)
-        document = json_document(text)
+        streamed = _from_stream(stdout.json_objects(), exit_code)
+        if streamed is not None:
+            return streamed
+        document = stdout.json_document()
         if isinstance(document, Mapping) and ("text" in document or "sessionId" in document):
             return _from_object(document, exit_code)
-        return ProviderResult(text=plain_text(stdout), is_error=failed(exit_code))
+        return stdout_answer(exit_code)
 
-    def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
+    def auth_error_in(self, stdout: Stdout, stderr: bytes, exit_code: int | None) -> bool:
         return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)
 
 
@@ -151,20 +144,35 @@ def _extra(source: Mapping[str, Any]) -> dict[str, Any]:
     return extra
 
 
-def _from_stream(events: Sequence[Mapping[str, Any]], exit_code: int | None) -> ProviderResult:
-    deltas = [as_str(e.get("data")) or as_str(e.get("text")) or ""
-              for e in events if e.get("type") == "text"]
-    end = next((e for e in reversed(events) if e.get("type") == "end"), None)
-    errors = [as_str(e.get("message")) or "grok reported an error"
-              for e in events if e.get("type") == "error"]
-    text = "".join(deltas) or (errors[-1] if errors else "")
+def _from_stream(events: Iterable[Mapping[str, Any]],
+                 exit_code: int | None) -> ProviderResult | None:
+    """The result of a `streaming-json` run, read one event at a time (only the text deltas,
+    the last `end` and the last error are kept); None when no such event came."""
+    streamed = False
+    deltas: list[str] = []
+    end: Mapping[str, Any] | None = None
+    error: str | None = None
+    for event in events:
+        kind = event.get("type")
+        if kind not in STREAM_TYPES:
+            continue
+        streamed = True
+        if kind == "text":
+            deltas.append(as_str(event.get("data")) or as_str(event.get("text")) or "")
+        elif kind == "end":
+            end = event
+        elif kind == "error":
+            error = as_str(event.get("message")) or "grok reported an error"
+    if not streamed:
+        return None
     extra: dict[str, Any] = _extra(end) if end else {"incomplete": True}
-    if errors:
-        extra["error"] = errors[-1]
+    if error is not None:
+        extra["error"] = error
     return ProviderResult(
-        text=text, session_id=as_str(end.get("sessionId")) if end else None,
+        text="".join(deltas) or error or "",
+        session_id=as_str(end.get("sessionId")) if end else None,
         usage=_usage(end.get("usage")) if end else None,
-        is_error=bool(errors) or end is None or failed(exit_code), extra=extra,
+        is_error=error is not None or end is None or failed(exit_code), extra=extra,
     )
 
 

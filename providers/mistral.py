@@ -15,7 +15,7 @@ exits 1 with "Missing MISTRAL_API_KEY environment variable ... run `vibe --setup
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -35,8 +35,9 @@ from providers.common import (
     matches_auth_failure,
     options_as,
     start_checks,
+    stdout_answer,
 )
-from providers.parsing import as_str, decode, json_document, json_objects, plain_text
+from providers.parsing import Stdout, as_str
 
 MODEL_ENV = "VIBE_ACTIVE_MODEL"  # vibe reads any config field from VIBE_<FIELD>
 AUTH_FAILURE = re.compile(
@@ -98,22 +99,21 @@ class MistralProvider(CliProvider):
         model = effective_model(request, default_model)
         return finish(argv, env={MODEL_ENV: model} if model else None)
 
-    def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
+    def parse_stream(self, stdout: Stdout, stderr: bytes, exit_code: int | None,
                      options: ProviderOptions | None = None) -> ProviderResult:
-        text = decode(stdout)
-        entries: list[Any] = [e for e in json_objects(text) if "role" in e or "content" in e]
-        if not entries:
-            document = json_document(text)
+        entries = (e for e in stdout.json_objects() if "role" in e or "content" in e)
+        seen, answer = _last_assistant_text(entries)
+        if not seen:
+            document = stdout.json_document()
             if isinstance(document, Mapping):
                 document = document.get("history")
             if isinstance(document, list):
-                entries = document
-        answer = _last_assistant_text(entries) if entries else None
+                answer = _last_assistant_text(document)[1]
         if answer is None:
-            return ProviderResult(text=plain_text(stdout), is_error=failed(exit_code))
+            return stdout_answer(exit_code)
         return ProviderResult(text=answer, is_error=failed(exit_code))
 
-    def is_auth_error(self, stdout: bytes, stderr: bytes, exit_code: int | None) -> bool:
+    def auth_error_in(self, stdout: Stdout, stderr: bytes, exit_code: int | None) -> bool:
         return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)
 
 
@@ -127,10 +127,13 @@ def _entry_text(entry: Mapping[str, Any]) -> str:
     return ""
 
 
-def _last_assistant_text(entries: Sequence[Any]) -> str | None:
-    for entry in reversed(entries):
+def _last_assistant_text(entries: Iterable[Any]) -> tuple[bool, str | None]:
+    """(whether there was any entry, the last assistant entry's non-empty text), read one
+    entry at a time: a streamed history can be as long as the whole output."""
+    seen = False
+    answer: str | None = None
+    for entry in entries:
+        seen = True
         if isinstance(entry, Mapping) and entry.get("role") == "assistant":
-            text = _entry_text(entry)
-            if text:
-                return text
-    return None
+            answer = _entry_text(entry) or answer
+    return seen, answer

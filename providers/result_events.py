@@ -8,11 +8,12 @@ usage in camelCase, Claude in snake_case; both are read here.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from providers.base import ProviderResult, Usage
-from providers.parsing import as_float, as_int, as_str
+from providers.common import stdout_answer
+from providers.parsing import Stdout, as_float, as_int, as_str
 
 STREAM_EVENT_TYPES = frozenset({"system", "assistant", "user", "result", "stream_event",
                                 "tool_call", "thinking"})
@@ -54,29 +55,90 @@ def _message_text(event: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
-def _assistant_text(events: Sequence[Mapping[str, Any]]) -> str:
-    """What the assistant said so far: whole messages, else the streamed text deltas."""
-    messages = [t for e in events if e.get("type") == "assistant" and (t := _message_text(e))]
-    if messages:
-        return "\n\n".join(messages)
-    deltas: list[str] = []
-    for event in events:
-        inner = event.get("event")
-        if event.get("type") == "stream_event" and isinstance(inner, Mapping):
-            delta = inner.get("delta")
+class ClaudeStyleRun:
+    """What a Claude-style run printed, read one event at a time.
+
+    Keeps only what its result needs (the ids, the model, the last `result` event and the
+    assistant's text), never the events: a stream-json run can be max_output_bytes of
+    partial messages and tool output.
+    """
+
+    def __init__(self) -> None:
+        self.events = 0  # JSON objects seen, of any type
+        self.streamed = False  # one of them was a Claude-style event
+        self.session_id: str | None = None
+        self.model: str | None = None  # from the first `system` event that names one
+        self.result: Mapping[str, Any] | None = None  # the last `result` event
+        self.messages: list[str] = []  # whole assistant messages
+        self.deltas: list[str] = []  # streamed text deltas, while there is no whole message
+
+    @classmethod
+    def read(cls, events: Iterable[Mapping[str, Any]]) -> ClaudeStyleRun:
+        run = cls()
+        for event in events:
+            run.add(event)
+        return run
+
+    def add(self, event: Mapping[str, Any]) -> None:
+        self.events += 1
+        kind = event.get("type")
+        self.streamed = self.streamed or kind in STREAM_EVENT_TYPES
+        self.session_id = (as_str(event.get("session_id")) or as_str(event.get("sessionId"))
+                           or self.session_id)
+        if kind == "result":
+            self.result = event
+        elif kind == "system" and self.model is None and as_str(event.get("model")):
+            self.model = str(event["model"])
+        elif kind == "assistant" and (text := _message_text(event)):
+            self.messages.append(text)
+            self.deltas.clear()  # whole messages are the answer: the deltas are not needed
+        elif kind == "stream_event" and not self.messages:
+            inner = event.get("event")
+            delta = inner.get("delta") if isinstance(inner, Mapping) else None
             if isinstance(delta, Mapping) and delta.get("type") == "text_delta":
-                deltas.append(as_str(delta.get("text")) or "")
-    return "".join(deltas)
+                self.deltas.append(as_str(delta.get("text")) or "")
 
+    def assistant_text(self) -> str:
+        """What the assistant said: whole messages, else the streamed text deltas."""
+        return "\n\n".join(self.messages) if self.messages else "".join(self.deltas)
 
-def _model(events: Sequence[Mapping[str, Any]], result: Mapping[str, Any] | None) -> str | None:
-    for event in events:
-        if event.get("type") == "system" and as_str(event.get("model")):
-            return str(event["model"])
-    model_usage = result.get("modelUsage") if result else None
-    if isinstance(model_usage, Mapping) and model_usage:
-        return str(next(iter(model_usage)))
-    return None
+    def outcome(self, exit_code: int | None) -> ProviderResult | None:
+        """The ProviderResult, or None when the events were not a Claude-style run.
+
+        Uses the last `result` event; without one (a run killed mid-stream) returns what the
+        assistant had said so far, marked as an error with `extra["incomplete"] = True`.
+        """
+        if not self.streamed:
+            return None
+        result = self.result
+        model = self.model
+        if result is None:
+            return ProviderResult(
+                text=self.assistant_text(), session_id=self.session_id, is_error=True,
+                extra={"incomplete": True, **({"model": model} if model else {})},
+            )
+        subtype = as_str(result.get("subtype"))
+        failed_exit = exit_code is not None and exit_code != 0
+        is_error = bool(result.get("is_error")) or (subtype not in (None, "success")) or failed_exit
+        text = result.get("result")
+        if not isinstance(text, str):
+            text = self.assistant_text()
+        if not text and is_error:
+            text = _error_text(result)
+        extra: dict[str, Any] = {}
+        for key in ("num_turns", "stop_reason", "duration_ms", "duration_api_ms", "subtype"):
+            if result.get(key) is not None:
+                extra[key] = result[key]
+        model_usage = result.get("modelUsage")
+        if model is None and isinstance(model_usage, Mapping) and model_usage:
+            model = str(next(iter(model_usage)))
+        if model:
+            extra["model"] = model
+        return ProviderResult(
+            text=text, session_id=as_str(result.get("session_id")) or self.session_id,
+            usage=usage_from(result.get("usage"), result.get("total_cost_usd")),
+            is_error=is_error, extra=extra,
+        )
 
 
 def _error_text(result: Mapping[str, Any]) -> str:
@@ -88,47 +150,25 @@ def _error_text(result: Mapping[str, Any]) -> str:
     return as_str(result.get("error")) or f"the CLI ended with {result.get('subtype', 'an error')}"
 
 
-def claude_style_result(events: Sequence[Mapping[str, Any]],
+def claude_style_result(events: Iterable[Mapping[str, Any]],
                         exit_code: int | None) -> ProviderResult | None:
-    """The ProviderResult of a Claude-style run, or None when `events` are not such a run.
-
-    Uses the last `result` event; without one (a run killed mid-stream) returns what the
-    assistant had said so far, marked as an error with `extra["incomplete"] = True`.
-    """
-    if not any(e.get("type") in STREAM_EVENT_TYPES for e in events):
-        return None
-    session_id: str | None = None
-    for event in events:
-        session_id = as_str(event.get("session_id")) or as_str(event.get("sessionId")) or session_id
-    result = next((e for e in reversed(events) if e.get("type") == "result"), None)
-    failed_exit = exit_code is not None and exit_code != 0
-    if result is None:
-        return ProviderResult(
-            text=_assistant_text(events), session_id=session_id, is_error=True,
-            extra={"incomplete": True, **({"model": m} if (m := _model(events, None)) else {})},
-        )
-    subtype = as_str(result.get("subtype"))
-    is_error = bool(result.get("is_error")) or (subtype not in (None, "success")) or failed_exit
-    text = result.get("result")
-    if not isinstance(text, str):
-        text = _assistant_text(events)
-    if not text and is_error:
-        text = _error_text(result)
-    extra: dict[str, Any] = {}
-    for key in ("num_turns", "stop_reason", "duration_ms", "duration_api_ms", "subtype"):
-        if result.get(key) is not None:
-            extra[key] = result[key]
-    model = _model(events, result)
-    if model:
-        extra["model"] = model
-    return ProviderResult(
-        text=text, session_id=as_str(result.get("session_id")) or session_id,
-        usage=usage_from(result.get("usage"), result.get("total_cost_usd")),
-        is_error=is_error, extra=extra,
-    )
+    """The ProviderResult of a Claude-style run, or None when `events` are not such a run
+    (see ClaudeStyleRun.outcome)."""
+    return ClaudeStyleRun.read(events).outcome(exit_code)
 
 
-def has_auth_error_event(events: Sequence[Mapping[str, Any]], pattern: re.Pattern[str]) -> bool:
+def parse_claude_style(stdout: Stdout, exit_code: int | None) -> ProviderResult:
+    """A Claude-style run's result: from its NDJSON events (`stream-json`), else from its one
+    result object (`json`), else its stdout is the plain-text answer (`text`)."""
+    run = ClaudeStyleRun.read(stdout.json_objects())
+    if not run.events:
+        document = stdout.json_document()
+        if isinstance(document, dict):
+            run = ClaudeStyleRun.read([document])
+    return run.outcome(exit_code) or stdout_answer(exit_code)
+
+
+def has_auth_error_event(events: Iterable[Mapping[str, Any]], pattern: re.Pattern[str]) -> bool:
     """True when an error result (or an API-error assistant message) says "not logged in"."""
     for event in events:
         if event.get("error") == "authentication_failed":

@@ -356,6 +356,26 @@ def test_jobs_result_pages_concatenate_to_the_exact_answer(
     assert b"".join(pages) == expected
 
 
+def test_jobs_result_prints_an_answer_stored_as_a_range_of_the_output(home: Path) -> None:
+    config = config_file(home, f'[persistence]\npath = "{home / "state" / "jobs.db"}"\n')
+    job_id = str(uuid.uuid4())
+    output = "banner\nthe ánswer\n"
+
+    async def seed(store: Any) -> None:
+        await store.insert_job(NewJob(id=job_id, provider="devin", request_key="key-span",
+                                      owner_instance=LIVE_OWNER), ttl_s=3600)
+        await store.complete(job_id, LIVE_OWNER, Completion(
+            status=JobStatus.COMPLETED, exit_code=0, output=output,
+            output_bytes=len(output.encode()), result_json=json.dumps({"text_span": [7, 18]})))
+
+    in_store(load_settings(config), seed)
+    done = run_cli(home, "jobs", "result", job_id, "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "the ánswer"
+    raw = run_cli(home, "jobs", "result", job_id, "--raw", "--config", str(config))
+    assert raw.stdout == output
+
+
 def test_jobs_result_raw_prints_the_cli_stdout(
     home: Path, seeded: tuple[Path, Settings, dict[str, str]]
 ) -> None:

@@ -7,19 +7,28 @@ so there is one job path for every provider.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from gateway.config import Settings
-from gateway.jobs.model import EXIT_CODES, ErrorKind, GatewayError
+from gateway.jobs.model import (
+    EXIT_CODES,
+    OUTPUT_CHUNK_BYTES,
+    ErrorKind,
+    GatewayError,
+    OutputFile,
+)
 from gateway.jobs.runner import ProcessIdentity, ProcessRun, RunSpec, read_tail
 from gateway.jobs.targets import Target
 from providers.base import ProviderResult
+from providers.parsing import Stdout, plain_text
 
 STDERR_TAIL_BYTES = 8 * 1024  # the end of stderr kept on the row (errors, auth detection)
+CLEAN_STDOUT_NAME = "stdout.utf8"  # the spool dir's copy of a stdout that is not valid UTF-8
 
 
 @dataclass(slots=True)
@@ -27,13 +36,16 @@ class ExecutionOutcome:
     exit_code: int | None
     error_kind: ErrorKind | None
     error: str | None
-    output: str  # final stdout (capped)
+    output: str | OutputFile  # final stdout (capped); a process's stays in its file
     stderr_tail: str
     output_bytes: int
     truncated: bool
     duration_s: float
     result: ProviderResult | None
     auth_error: bool = False
+    # The parsed answer is the output's bytes [start, end): stored as this range instead of
+    # a second copy of the text (result.text is then empty).
+    answer_span: tuple[int, int] | None = None
 
 
 class Execution(Protocol):
@@ -84,26 +96,29 @@ class ProcessExecution:
         assert adapter is not None
         options = self.target.provider_request.options if self.target.provider_request else None
 
-        def read_and_parse() -> tuple[str, str, ProviderResult, bool]:
-            # stdout can be max_output_bytes: it is read once, parsed from those bytes and
-            # decoded once, and the bytes are gone when this returns (only the text stays).
-            stdout = outcome.stdout_path.read_bytes() if outcome.stdout_path.exists() else b""
+        def read_and_parse() -> tuple[FinalStdout, str, ProviderResult, bool]:
+            # stdout can be max_output_bytes: it stays in its spool file. The adapter reads
+            # it in bounded passes, and the row gets it from the file, piece by piece.
+            stdout = Stdout(outcome.stdout_path)
             stderr_tail = read_tail(outcome.stderr_path, STDERR_TAIL_BYTES)
             stderr = stderr_tail.encode("utf-8")
-            # The auth check first: its scratch copies are freed before the parsed answer
-            # (as large as stdout for a plain-text answer) is held, which lowers the peak.
             auth = adapter.is_auth_error(stdout, stderr, outcome.exit_code)
-            result = adapter.parse_output(stdout, stderr, outcome.exit_code, options)
-            output = stdout.decode("utf-8", errors="replace")
-            return output, stderr_tail, result, auth
+            result = adapter.parse_stream(stdout, stderr, outcome.exit_code, options)
+            final = final_stdout(outcome.stdout_path, plain_answer=result.answer_is_stdout)
+            if result.answer_is_stdout and final.answer_span is None and final.escape:
+                # ANSI codes in a plain-text answer: it is not a range of the output, so it
+                # is the one case held as text (rare: the CLIs run with NO_COLOR=1).
+                result.text = plain_text(Stdout(final.file.path).read())
+            result.answer_is_stdout = False
+            return final, stderr_tail, result, auth
 
-        # Off the event loop: up to max_output_bytes of output to decode and parse.
-        output, stderr_tail, result, auth = await asyncio.to_thread(read_and_parse)
+        # Off the event loop: passes over up to max_output_bytes of output.
+        final, stderr_tail, result, auth = await asyncio.to_thread(read_and_parse)
         return ExecutionOutcome(
             exit_code=outcome.exit_code, error_kind=outcome.error_kind, error=outcome.error,
-            output=output, stderr_tail=stderr_tail,
+            output=final.file, stderr_tail=stderr_tail,
             output_bytes=outcome.stdout_bytes, truncated=outcome.truncated,
-            duration_s=outcome.duration_s, result=result,
+            duration_s=outcome.duration_s, result=result, answer_span=final.answer_span,
             auth_error=auth and outcome.error_kind in (None, ErrorKind.PROVIDER_ERROR),
         )
 
@@ -166,10 +181,14 @@ class HttpExecution:
         with contextlib.suppress(BaseException):
             await self._task
         text = result.text if result else ""
+        size = len(text.encode("utf-8"))
+        if result is not None and size:
+            result.text = ""  # the answer is the output: stored once, as its whole range
         return ExecutionOutcome(
             exit_code=0 if kind is None else EXIT_CODES.get(kind, 1), error_kind=kind,
-            error=error, output=text, stderr_tail="", output_bytes=len(text.encode("utf-8")),
+            error=error, output=text, stderr_tail="", output_bytes=size,
             truncated=False, duration_s=time.monotonic() - self._started, result=result,
+            answer_span=(0, size) if result is not None and size else None,
             auth_error=kind == ErrorKind.AUTH)
 
     def cancel(self, reason: ErrorKind, grace_s: float | None = None) -> None:
@@ -186,3 +205,85 @@ class HttpExecution:
 
     def read_stderr_tail(self, max_bytes: int) -> str:
         return ""
+
+
+# -- the final stdout as the row stores it -----------------------------------------------------
+
+
+@dataclass(slots=True)
+class FinalStdout:
+    file: OutputFile  # the output the row stores: valid UTF-8
+    answer_span: tuple[int, int] | None  # where the plain-text answer is in it (None: empty)
+    escape: bool  # ANSI codes: the plain-text answer is not a range of the output
+
+
+def final_stdout(spool: Path, plain_answer: bool) -> FinalStdout:
+    """The output the row stores, found in bounded passes over the spool file.
+
+    One pass checks that stdout is UTF-8 (the row's text must be) and, when the answer is
+    stdout as plain text, where that text is. Output that is not UTF-8 gets a second pass
+    that writes a copy beside the spool file with each bad sequence replaced by U+FFFD,
+    exactly as decoding the whole would.
+    """
+    try:
+        return _stdout_pass(spool, "strict", None, plain_answer)
+    except UnicodeDecodeError:
+        clean = spool.with_name(CLEAN_STDOUT_NAME)
+        with clean.open("wb") as copy:
+            final = _stdout_pass(spool, "replace", copy, plain_answer)
+        return FinalStdout(OutputFile(clean, final.file.size), final.answer_span, final.escape)
+
+
+def _stdout_pass(spool: Path, errors: str, copy: BinaryIO | None,
+                 plain_answer: bool) -> FinalStdout:
+    decoder = codecs.getincrementaldecoder("utf-8")(errors)
+    answer = _PlainAnswer() if plain_answer else None
+    size = 0
+
+    def take(text: str) -> None:
+        nonlocal size
+        if copy is None and answer is None:
+            return
+        data = text.encode("utf-8")
+        if copy is not None:
+            copy.write(data)
+        if answer is not None:
+            answer.add(text, size, len(data))
+        size += len(data)
+
+    with contextlib.suppress(FileNotFoundError), spool.open("rb") as fh:
+        while chunk := fh.read(OUTPUT_CHUNK_BYTES):
+            take(decoder.decode(chunk))
+    take(decoder.decode(b"", final=True))
+    if copy is None and answer is None:
+        size = spool.stat().st_size if spool.exists() else 0
+    return FinalStdout(OutputFile(spool, size), answer.span() if answer else None,
+                       bool(answer and answer.escape))
+
+
+class _PlainAnswer:
+    """Where plain_text(stdout) lies in the output, read piece by piece: after the leading
+    newlines, up to the end of the last non-blank character (plain_text strips "\n" from
+    both ends, then any trailing whitespace)."""
+
+    def __init__(self) -> None:
+        self.start = 0
+        self.end = 0
+        self.leading = True
+        self.escape = False
+
+    def add(self, text: str, offset: int, size: int) -> None:
+        """`text` is the output's next piece: `size` bytes from byte `offset`."""
+        self.escape = self.escape or "\x1b" in text
+        if self.leading:
+            body = text.lstrip("\n")
+            self.start += len(text) - len(body)  # newlines: one byte per character
+            self.leading = not body
+        kept = text.rstrip()
+        if kept:
+            self.end = offset + size - len(text[len(kept):].encode("utf-8"))
+
+    def span(self) -> tuple[int, int] | None:
+        if self.escape or self.end <= self.start:
+            return None
+        return self.start, self.end

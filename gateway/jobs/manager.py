@@ -354,8 +354,12 @@ class JobManager:
             error = f"{job.target.login_hint} ({error})" if error else job.target.login_hint
         result_json = None
         if result is not None:
+            # An answer that is (a range of) the output is stored as that range, not as a
+            # second copy: read_output resolves `text_span` against `output`.
+            answer: dict[str, Any] = ({"text": result.text} if outcome.answer_span is None
+                                      else {"text_span": list(outcome.answer_span)})
             result_json = canonical_json({
-                "text": result.text, "session_id": result.session_id,
+                **answer, "session_id": result.session_id,
                 "usage": result.usage.as_dict() if result.usage else None,
                 "is_error": result.is_error, "extra": result.extra,
                 "duration_s": round(outcome.duration_s, 3),

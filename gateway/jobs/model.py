@@ -5,10 +5,15 @@ Column names are the contract of DESIGN.md section 3; both store backends use th
 
 from __future__ import annotations
 
+import codecs
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from datetime import datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
+
+OUTPUT_CHUNK_BYTES = 256 * 1024  # one piece of a large output on its way into the row
 
 
 class JobStatus(StrEnum):
@@ -150,6 +155,62 @@ class NewJob:
     forced: bool = False
 
 
+class OutputFileError(RuntimeError):
+    """An OutputFile could not be read back as it was measured (removed or changed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutputFile:
+    """A run's final stdout as valid UTF-8 in a file (its spool file, or a cleaned copy).
+
+    A store writes it into `output` piece by piece (`chunks`), so an output of
+    limits.max_output_bytes is never held whole in the gateway; one of at most
+    OUTPUT_CHUNK_BYTES it may read in one piece (`text`). The file must not change
+    until the terminal write is done.
+    """
+
+    path: Path
+    size: int  # bytes
+
+    @property
+    def small(self) -> bool:
+        """Small enough to bind as one value (a single piece)."""
+        return self.size <= OUTPUT_CHUNK_BYTES
+
+    def chunks(self) -> Iterator[bytes]:
+        """Exactly `size` bytes, in pieces of OUTPUT_CHUNK_BYTES (a piece may end inside a
+        character: `text_chunks` decodes across the cut).
+
+        Raises OutputFileError when the file is gone or shorter than measured.
+        """
+        if self.size == 0:
+            return  # nothing to read, whether or not a file is there
+        try:
+            with self.path.open("rb") as fh:
+                remaining = self.size
+                while remaining > 0:
+                    data = fh.read(min(OUTPUT_CHUNK_BYTES, remaining))
+                    if not data:
+                        raise OutputFileError(f"{self.path} ended {remaining} bytes early")
+                    remaining -= len(data)
+                    yield data
+        except OSError as exc:
+            raise OutputFileError(f"cannot read the output file {self.path}: {exc}") from exc
+
+    def text_chunks(self) -> Iterator[str]:
+        """The output as text, piece by piece."""
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        for chunk in self.chunks():
+            if text := decoder.decode(chunk):
+                yield text
+        if tail := decoder.decode(b"", final=True):
+            yield tail
+
+    def text(self) -> str:
+        """The whole output as text: only for a small one, or a store that holds it anyway."""
+        return "".join(self.text_chunks())
+
+
 @dataclass(slots=True)
 class Completion:
     """The terminal write of a run (guarded complete)."""
@@ -158,7 +219,7 @@ class Completion:
     exit_code: int | None = None
     error: str | None = None
     error_kind: str | None = None
-    output: str | None = None
+    output: str | OutputFile | None = None  # a large one is written in pieces
     stderr_tail: str | None = None
     output_bytes: int = 0
     truncated: bool = False

@@ -17,9 +17,17 @@ import json
 from collections.abc import Collection, Sequence
 from typing import Protocol, runtime_checkable
 
-from gateway.jobs.model import Completion, InstanceRow, JobRow, JobStatus, NewJob, Progress
+from gateway.jobs.model import (
+    Completion,
+    InstanceRow,
+    JobRow,
+    JobStatus,
+    NewJob,
+    OutputFile,
+    Progress,
+)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: SQLite keeps `output` last in the row (nothing changed on PostgreSQL)
 
 
 class StoreUnavailable(Exception):
@@ -55,15 +63,44 @@ def without_output(row: JobRow) -> JobRow:
     return dataclasses.replace(row, output=None, result_json=result_json)
 
 
-def answer_text(result_json: str | None) -> str | None:
-    """The parsed answer read_output(answer=True) pages: result_json's `text` when it is a
-    non-empty string, else None (then the output is paged)."""
+def answer_in(result_json: str | None) -> str | tuple[int, int] | None:
+    """Where read_output(answer=True) finds the parsed answer: result_json's `text` when it
+    is a non-empty string; or its `text_span` [start, end), the byte range of `output` that
+    is the answer (how an answer that is the output, or a range of it, is stored: once);
+    None when there is neither (then the output itself is paged)."""
     try:
         parsed = json.loads(result_json) if result_json else None
     except ValueError:
         return None
-    text = parsed.get("text") if isinstance(parsed, dict) else None
-    return text if isinstance(text, str) and text else None
+    if not isinstance(parsed, dict):
+        return None
+    text = parsed.get("text")
+    if isinstance(text, str) and text:
+        return text
+    span = parsed.get("text_span")
+    if (isinstance(span, list) and len(span) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in span)
+            and 0 <= span[0] < span[1]):
+        return span[0], span[1]
+    return None
+
+
+def page_of(data: bytes, offset: int, length: int,
+            span: tuple[int, int] | None = None) -> tuple[bytes, int]:
+    """read_output's page of `data` (or of its range `span`) and the paged size, in bytes."""
+    start, end = span if span is not None else (0, len(data))
+    end = min(end, len(data))
+    start = min(start, end)
+    first = start + min(max(offset, 0), end - start)
+    return data[first:min(end, first + max(length, 0))], end - start
+
+
+def output_to_bind(output: str | OutputFile | None) -> tuple[str | None, OutputFile | None]:
+    """(the output as one value to bind, or the file a store must write in pieces): a small
+    OutputFile is read and bound like text; a large one is never read whole."""
+    if isinstance(output, OutputFile):
+        return (output.text(), None) if output.small else (None, output)
+    return output, None
 
 
 @runtime_checkable
@@ -123,7 +160,12 @@ class JobStore(Protocol):
         """Guarded terminal write: applies only if the row is queued/running, or orphaned AND
         owned by owner_instance (self-heal). A cancel request on the row makes the final
         status `cancelled` whatever the completion says (cancelled wins). Terminal rows never
-        change. Returns whether it applied."""
+        change. Returns whether it applied.
+
+        The status and the whole output commit together: a reader sees the row active, or
+        terminal with all of its output, never between. An OutputFile larger than one piece
+        is written from the file in pieces, never held whole (OutputFileError if it cannot
+        be read back)."""
 
     async def request_cancel(self, job_id: str) -> JobRow | None:
         """Set cancel_requested_at = now if the row is still active (first request wins; a
@@ -182,6 +224,7 @@ class JobStore(Protocol):
     ) -> tuple[bytes, int] | None:
         """Up to `length` bytes of the job's output (UTF-8) from byte `offset`, and the
         output's total size in bytes, read in the store: a page never needs the whole
-        output in the gateway's memory. answer=True pages the parsed answer instead
-        (result_json's `text`, when it is a non-empty string), else the output. The cut is
-        at bytes: the caller trims the page to whole characters. None: no such job."""
+        output in the gateway's memory. answer=True pages the parsed answer instead (see
+        answer_in: result_json's `text`, or the range of the output its `text_span` names),
+        else the output. The cut is at bytes: the caller trims the page to whole
+        characters. None: no such job."""

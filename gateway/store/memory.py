@@ -25,9 +25,16 @@ from gateway.jobs.model import (
     JobRow,
     JobStatus,
     NewJob,
+    OutputFile,
     Progress,
 )
-from gateway.store.base import SCHEMA_VERSION, DuplicateActiveJob, answer_text, without_output
+from gateway.store.base import (
+    SCHEMA_VERSION,
+    DuplicateActiveJob,
+    answer_in,
+    page_of,
+    without_output,
+)
 
 ORPHANED_ERROR = "owning gateway instance stopped renewing its lease"
 CANCELLED_ERROR = "cancelled at the caller's request"
@@ -341,9 +348,10 @@ class MemoryJobStore:
             job = self._jobs.get(job_id)
             if job is None:
                 return None
-            text = answer_text(job.result_json) if answer else None
-            data = (text or job.output or "").encode("utf-8")
-            return data[max(offset, 0):max(offset, 0) + max(length, 0)], len(data)
+            where = answer_in(job.result_json) if answer else None
+            if isinstance(where, str):
+                return page_of(where.encode("utf-8"), offset, length)
+            return page_of((job.output or "").encode("utf-8"), offset, length, where)
 
     async def list_jobs(
         self, *, statuses: Sequence[JobStatus] | None = None, provider: str | None = None,
@@ -365,6 +373,9 @@ class MemoryJobStore:
 
 def _apply_completion(job: JobRow, completion: Completion) -> None:
     """Write a terminal outcome onto `job`; a pending cancel request turns it into cancelled."""
+    # Read first (a file that cannot be read changes nothing); this store holds it anyway.
+    output = completion.output
+    text = output.text() if isinstance(output, OutputFile) else output
     status = completion.status
     error_kind = completion.error_kind
     error = completion.error
@@ -377,7 +388,7 @@ def _apply_completion(job: JobRow, completion: Completion) -> None:
     job.exit_code = completion.exit_code
     job.error = error
     job.error_kind = error_kind
-    job.output = completion.output
+    job.output = text
     job.stderr_tail = completion.stderr_tail
     job.output_bytes = completion.output_bytes
     job.truncated = completion.truncated

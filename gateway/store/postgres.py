@@ -36,13 +36,16 @@ from gateway.jobs.model import (
     JobRow,
     JobStatus,
     NewJob,
+    OutputFile,
     Progress,
 )
 from gateway.store.base import (
     SCHEMA_VERSION,
     DuplicateActiveJob,
     StoreUnavailable,
-    answer_text,
+    answer_in,
+    output_to_bind,
+    page_of,
     without_output,
 )
 
@@ -159,7 +162,9 @@ _SCHEMA_V1 = (
 )
 
 # (version, statements) in order; every statement is idempotent on its own as well.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _SCHEMA_V1),)
+# v2 changed only SQLite's table (`output` last in the row, for its in-place writes): a
+# PostgreSQL row is never built in the client, and TOAST keeps a large value out of line.
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _SCHEMA_V1), (2, ()))
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
@@ -246,19 +251,30 @@ WHERE id = $1 AND owner_instance = $2 AND status = 'running'"""
 # Guarded terminal write: an active row, or an orphaned row of the same owner (self-heal of
 # a stale owner that revived); every other terminal row is final. A cancel request on the
 # row turns any outcome into `cancelled` (cancelled wins over a late completion).
-COMPLETE_JOB = """
+_COMPLETE_JOB = """
 UPDATE jobs SET
     status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE $3 END,
     error_kind = CASE WHEN cancel_requested_at IS NOT NULL AND $3 <> 'cancelled'
                       THEN 'cancelled' ELSE $4 END,
     error = CASE WHEN cancel_requested_at IS NOT NULL AND $3 <> 'cancelled'
                  THEN COALESCE($5, $12) ELSE $5 END,
-    exit_code = $6, output = $7, stderr_tail = $8,
+    exit_code = $6, output = {output}, stderr_tail = $8,
     output_bytes = $9, truncated = $10, result_json = $11,
     finished_at = now(), updated_at = now(), lease_deadline = NULL
 WHERE id = $1
   AND (status IN ('queued','running')
        OR (status = 'orphaned' AND owner_instance = $2))"""
+COMPLETE_JOB = _COMPLETE_JOB.format(output="$7")
+
+# A large output reaches the server in pieces (COPY into a temporary table of this
+# transaction, dropped at its end), so the gateway never holds it whole; the guarded
+# terminal write above then takes it from there in the same one statement ($7 is NULL).
+CREATE_OUTPUT_PIECES = """
+CREATE TEMPORARY TABLE IF NOT EXISTS job_output_pieces (seq integer NOT NULL, piece text NOT NULL)
+ON COMMIT DROP"""
+OUTPUT_PIECES_TABLE = "job_output_pieces"
+COMPLETE_JOB_FROM_PIECES = _COMPLETE_JOB.format(
+    output="COALESCE($7, (SELECT string_agg(piece, '' ORDER BY seq) FROM job_output_pieces), '')")
 
 # A cancel lands only on an active row, and the first request's time is kept. Not a
 # single statement with a fallback SELECT: under READ COMMITTED that SELECT would read the
@@ -365,17 +381,30 @@ LIMIT $4"""
 LIST_JOBS = f"SELECT {_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"
 LIST_JOBS_LIGHT = f"SELECT {_LIGHT_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"
 
-# A page of the output, or of the parsed answer's text ($4, when it is a non-empty string),
-# cut on the server: only the page crosses the wire. As bytea (UTF-8), substring and
-# octet_length count bytes. OFFSET 0 keeps the subquery whole: the value is built once.
+# A page of the output, or of the parsed answer ($4), cut on the server: only the page
+# crosses the wire. The answer is result_json's `text` when it is a non-empty string, else the
+# range of the output its `text_span` names (see base.answer_in), else the output. As bytea
+# (UTF-8), substring and octet_length count bytes. OFFSET 0 keeps the subquery whole: the
+# value is built once.
 READ_OUTPUT = """
 SELECT substring(data FROM $2 FOR $3), octet_length(data) FROM (
-    SELECT convert_to(CASE WHEN $4 AND json_typeof(result_json::json) = 'object'
-                                AND json_typeof(result_json::json -> 'text') = 'string'
-                                AND result_json::json ->> 'text' <> ''
-                           THEN result_json::json ->> 'text'
-                           ELSE COALESCE(output, '') END, 'UTF8') AS data
-    FROM jobs WHERE id = $1 OFFSET 0) AS source"""
+    SELECT CASE
+        WHEN answer.text IS NOT NULL THEN convert_to(answer.text, 'UTF8')
+        WHEN answer.span_start >= 0 AND answer.span_end > answer.span_start
+        THEN substring(convert_to(COALESCE(jobs.output, ''), 'UTF8')
+                       FROM answer.span_start + 1 FOR answer.span_end - answer.span_start)
+        ELSE convert_to(COALESCE(jobs.output, ''), 'UTF8') END AS data
+    FROM jobs, LATERAL (
+        SELECT CASE WHEN json_typeof(parsed -> 'text') = 'string' AND parsed ->> 'text' <> ''
+                    THEN parsed ->> 'text' END AS text,
+               CASE WHEN json_typeof(parsed -> 'text_span' -> 1) = 'number'
+                    THEN (parsed -> 'text_span' ->> 0)::integer END AS span_start,
+               CASE WHEN json_typeof(parsed -> 'text_span' -> 1) = 'number'
+                    THEN (parsed -> 'text_span' ->> 1)::integer END AS span_end
+        FROM (SELECT CASE WHEN $4 AND json_typeof(jobs.result_json::json) = 'object'
+                          THEN jobs.result_json::json END AS parsed) AS result
+    ) AS answer
+    WHERE jobs.id = $1 OFFSET 0) AS source"""
 
 # For the rare answer READ_OUTPUT cannot unescape (a \u0000 in it): paged in Python.
 READ_RESULT_JSON = "SELECT result_json FROM jobs WHERE id = $1"
@@ -447,6 +476,19 @@ def _status_count(status: str) -> int:
 
 def _job(row: asyncpg.Record) -> JobRow:
     return JobRow.from_mapping(row)
+
+
+async def _output_pieces(source: OutputFile) -> AsyncIterator[tuple[int, str]]:
+    """(seq, text) rows of a large output for COPY, each piece read in a thread: file reads
+    stay off the event loop, and one piece at a time is held."""
+    pieces = source.text_chunks()
+    try:
+        seq = 0
+        while (piece := await asyncio.to_thread(next, pieces, None)) is not None:
+            yield seq, piece
+            seq += 1
+    finally:
+        pieces.close()
 
 
 def _instance(row: asyncpg.Record) -> InstanceRow:
@@ -648,14 +690,24 @@ class PostgresJobStore:
         """Guarded terminal write; ValueError if the completion is not a final status."""
         if completion.status not in FINAL_STATUSES:
             raise ValueError(f"a completion cannot be {completion.status!s}")
-        async with self._connection("complete job") as conn:
-            status = await conn.execute(
-                COMPLETE_JOB,
-                job_id, owner_instance, completion.status.value, completion.error_kind,
-                completion.error, completion.exit_code, completion.output,
-                completion.stderr_tail, completion.output_bytes, completion.truncated,
-                completion.result_json, CANCELLED_ERROR,
-            )
+        output, pieces = output_to_bind(completion.output)
+        params = (job_id, owner_instance, completion.status.value, completion.error_kind,
+                  completion.error, completion.exit_code, output, completion.stderr_tail,
+                  completion.output_bytes, completion.truncated, completion.result_json,
+                  CANCELLED_ERROR)
+        if pieces is None:
+            async with self._connection("complete job") as conn:
+                status = await conn.execute(COMPLETE_JOB, *params)
+            return _status_count(status) == 1
+        # Invariant: the pieces go into a table only this transaction sees; the status and
+        # the output are then set by ONE guarded UPDATE, so the compare-and-set is still a
+        # single statement and a reader sees the row active, or terminal with its whole
+        # output. A write that lost the CAS leaves nothing (the table is dropped at commit).
+        async with self._transaction("complete job") as conn:
+            await conn.execute(CREATE_OUTPUT_PIECES)
+            await conn.copy_records_to_table(
+                OUTPUT_PIECES_TABLE, records=_output_pieces(pieces), columns=("seq", "piece"))
+            status = await conn.execute(COMPLETE_JOB_FROM_PIECES, *params)
         return _status_count(status) == 1
 
     async def request_cancel(self, job_id: str) -> JobRow | None:
@@ -720,12 +772,16 @@ class PostgresJobStore:
             try:
                 row = await conn.fetchrow(READ_OUTPUT, job_id, start + 1, length, answer)
             except _JSON_ERRORS:
-                result_json = await conn.fetchval(READ_RESULT_JSON, job_id)
-                text = answer_text(result_json)
-                if text is not None:
-                    data = text.encode("utf-8")
-                    return data[start:start + length], len(data)
-                row = await conn.fetchrow(READ_OUTPUT, job_id, start + 1, length, False)
+                where = answer_in(await conn.fetchval(READ_RESULT_JSON, job_id)) if answer else None
+                if isinstance(where, str):
+                    return page_of(where.encode("utf-8"), start, length)
+                first, last = where or (0, None)
+                at = first + start if last is None else first + min(start, last - first)
+                want = length if last is None else max(0, min(length, last - at))
+                row = await conn.fetchrow(READ_OUTPUT, job_id, at + 1, want, False)
+                if row is not None and last is not None:
+                    size = int(row[1] or 0)
+                    return bytes(row[0] or b""), max(0, min(last, size) - min(first, size))
         if row is None:
             return None
         return bytes(row[0] or b""), int(row[1] or 0)

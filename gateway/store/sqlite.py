@@ -17,27 +17,40 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 import anyio
 import structlog
 
 from gateway.config import gateway_home
-from gateway.jobs.model import FINAL_STATUSES, Completion, InstanceRow, JobRow, JobStatus, NewJob, Progress
+from gateway.jobs.model import (
+    FINAL_STATUSES,
+    Completion,
+    InstanceRow,
+    JobRow,
+    JobStatus,
+    NewJob,
+    OutputFile,
+    Progress,
+)
 from gateway.store.base import (
     SCHEMA_VERSION,
     DuplicateActiveJob,
     StoreUnavailable,
-    answer_text,
+    answer_in,
+    output_to_bind,
+    page_of,
     without_output,
 )
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 5000  # another process holding the write lock gets this long before we give up
 FILE_MODE = 0o600  # job rows hold prompts and outputs: owner only
@@ -139,8 +152,67 @@ _SCHEMA_V1 = (
     "CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at)",
 )
 
-# (version, statements) in order; every statement is idempotent on its own as well.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _SCHEMA_V1),)
+# v2: the same columns with `output` moved to the end of the row. SQLite builds a whole row
+# in memory to write it, except a zero-filled blob in the LAST column, which it writes as
+# zeroed pages: only there can complete() reserve a large output with zeroblob() and fill
+# it in place from the spool file (incremental blob I/O), so an output of
+# max_output_bytes is never in memory. The table is rebuilt (sqlite.org/lang_altertable.html,
+# "other kinds of table schema changes"), its columns named as they were at v2; the steps
+# re-run in order rebuild the same table again.
+_V2_COLUMNS = (
+    "id, provider, status, request_key, correlation_id, transport, owner_instance, "
+    "lease_deadline, hostname, pid, pgid, pid_started_at, working_dir, model, session_id, "
+    "request_json, created_at, started_at, finished_at, updated_at, exit_code, error, "
+    "error_kind, stderr_tail, output_bytes, truncated, result_json, cancel_requested_at, "
+    "forced, boot_id, output"
+)
+_SCHEMA_V2 = (
+    """
+    CREATE TABLE IF NOT EXISTS jobs_v2 (
+        id                  TEXT PRIMARY KEY,
+        provider            TEXT NOT NULL,
+        status              TEXT NOT NULL CHECK (status IN
+                            ('queued','running','completed','failed','cancelled',
+                             'timed_out','orphaned')),
+        request_key         TEXT NOT NULL,
+        correlation_id      TEXT,
+        transport           TEXT NOT NULL DEFAULT 'process'
+                            CHECK (transport IN ('process','http')),
+        owner_instance      TEXT,
+        lease_deadline      REAL,
+        hostname            TEXT,
+        pid                 INTEGER,
+        pgid                INTEGER,
+        pid_started_at      REAL,
+        working_dir         TEXT,
+        model               TEXT,
+        session_id          TEXT,
+        request_json        TEXT NOT NULL DEFAULT '{}',
+        created_at          REAL NOT NULL,
+        started_at          REAL,
+        finished_at         REAL,
+        updated_at          REAL NOT NULL,
+        exit_code           INTEGER,
+        error               TEXT,
+        error_kind          TEXT,
+        stderr_tail         TEXT,
+        output_bytes        INTEGER NOT NULL DEFAULT 0,
+        truncated           INTEGER NOT NULL DEFAULT 0,
+        result_json         TEXT,
+        cancel_requested_at REAL,
+        forced              INTEGER NOT NULL DEFAULT 0,
+        boot_id             TEXT,
+        output              TEXT  -- last: see above; UTF-8 as TEXT, or as a BLOB if large
+    )""",
+    f"INSERT INTO jobs_v2 ({_V2_COLUMNS}) SELECT {_V2_COLUMNS} FROM jobs",
+    "DROP TABLE jobs",
+    "ALTER TABLE jobs_v2 RENAME TO jobs",
+    *_SCHEMA_V1[2:],  # the indexes went with the old table
+)
+
+# (version, statements) in order, each version in one transaction; re-running a version's
+# statements in order changes nothing.
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _SCHEMA_V1), (2, _SCHEMA_V2))
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
@@ -222,7 +294,9 @@ WHERE id = :job_id AND owner_instance = :owner_instance AND status = 'running'""
 
 # Guarded terminal write: an active row, or an orphaned row of the same owner (self-heal of
 # a stale owner that revived); every other terminal row is final. A cancel request on the
-# row turns any outcome into `cancelled` (cancelled wins over a late completion).
+# row turns any outcome into `cancelled` (cancelled wins over a late completion). A large
+# output (:reserve bytes) is reserved as a zero blob here and written in place right after,
+# in the same transaction (complete()).
 COMPLETE_JOB = """
 UPDATE jobs SET
     status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE :status END,
@@ -230,7 +304,8 @@ UPDATE jobs SET
                       THEN 'cancelled' ELSE :error_kind END,
     error = CASE WHEN cancel_requested_at IS NOT NULL AND :status <> 'cancelled'
                  THEN COALESCE(:error, :cancelled_error) ELSE :error END,
-    exit_code = :exit_code, output = :output, stderr_tail = :stderr_tail,
+    exit_code = :exit_code, stderr_tail = :stderr_tail,
+    output = CASE WHEN :reserve IS NULL THEN :output ELSE zeroblob(:reserve) END,
     output_bytes = :output_bytes, truncated = :truncated, result_json = :result_json,
     finished_at = :now, updated_at = :now, lease_deadline = NULL
 WHERE id = :job_id
@@ -321,15 +396,16 @@ LIMIT :limit"""
 LIST_JOBS = f"SELECT {_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"
 LIST_JOBS_LIGHT = f"SELECT {_LIGHT_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"
 
-# A page of the output cut here, so that only the page reaches Python. As a BLOB, substr and
-# length count bytes (UTF-8), not characters. (SQLite still loads the whole value once.)
-READ_OUTPUT = """
-SELECT substr(CAST(output AS BLOB), :start, :length), length(CAST(output AS BLOB))
-FROM jobs WHERE id = :job_id"""
+# The row's rowid: incremental blob I/O addresses a value by table, column and rowid.
+JOB_ROWID = "SELECT rowid FROM jobs WHERE id = :job_id"
 
-# The parsed answer lives inside result_json (JSON-escaped): paged in Python, without the
-# output column. SQLite's JSON functions would hold more copies of a large value than this.
-READ_RESULT_JSON = "SELECT result_json FROM jobs WHERE id = :job_id"
+# What read_output pages: the output is read in place (incremental blob I/O reads only the
+# pages of the range asked for; a TEXT value reads as its UTF-8 bytes), so only its type is
+# selected here; result_json only when the answer is asked for (CASE is evaluated lazily).
+READ_OUTPUT_SOURCE = """
+SELECT rowid, typeof(output) AS output_type,
+       CASE WHEN :answer THEN result_json END AS result_json
+FROM jobs WHERE id = :job_id"""
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -346,7 +422,50 @@ def _job(row: Mapping[str, Any]) -> JobRow:
     data = {name: row[name] for name in JobRow.column_names()}
     for name in _JOB_TIME_FIELDS:
         data[name] = _utc(data[name])
+    if isinstance(data["output"], bytes):  # a large output, written in place as a blob
+        data["output"] = data["output"].decode("utf-8", errors="replace")
     return JobRow.from_mapping(data)
+
+
+async def _on_connection_thread(conn: aiosqlite.Connection,
+                                work: Callable[[sqlite3.Connection], T]) -> T:
+    """Run `work` with the sqlite3 connection on aiosqlite's thread, the one thread that may
+    use it. For incremental blob I/O, which aiosqlite does not wrap; `_execute` is how
+    aiosqlite runs each of its own calls (a call inside a transaction stays inside it)."""
+    return await conn._execute(lambda: work(conn._conn))
+
+
+def _write_output(conn: sqlite3.Connection, job_id: str, source: OutputFile) -> None:
+    """Fill the zero blob COMPLETE_JOB reserved with the output file, piece by piece."""
+    (rowid,) = conn.execute(JOB_ROWID, {"job_id": job_id}).fetchone()
+    with conn.blobopen("jobs", "output", rowid) as blob:
+        for chunk in source.chunks():
+            blob.write(chunk)
+
+
+def _read_output(conn: sqlite3.Connection, job_id: str, offset: int, length: int,
+                 answer: bool) -> tuple[bytes, int] | None:
+    """read_output's page, read in place. One read transaction: the row and its value are
+    seen as of one moment."""
+    conn.execute("BEGIN")
+    try:
+        row = conn.execute(READ_OUTPUT_SOURCE, {"job_id": job_id, "answer": answer}).fetchone()
+        if row is None:
+            return None
+        where = answer_in(row["result_json"]) if answer else None
+        if isinstance(where, str):  # a parsed answer (JSON-escaped in result_json)
+            return page_of(where.encode("utf-8"), offset, length)
+        if row["output_type"] not in ("text", "blob"):
+            return b"", 0
+        with conn.blobopen("jobs", "output", row["rowid"], readonly=True) as blob:
+            start, end = where if where is not None else (0, len(blob))
+            end = min(end, len(blob))
+            start = min(start, end)
+            first = start + min(max(offset, 0), end - start)
+            blob.seek(first)
+            return blob.read(min(end - first, max(length, 0))), end - start
+    finally:
+        conn.execute("COMMIT")
 
 
 def _instance(row: Mapping[str, Any]) -> InstanceRow:
@@ -615,16 +734,26 @@ class SqliteJobStore:
     async def complete(self, job_id: str, owner_instance: str, completion: Completion) -> bool:
         if completion.status not in FINAL_STATUSES:
             raise ValueError(f"a completion cannot be {completion.status!s}")
+        output, pieces = output_to_bind(completion.output)
         async with self._write("complete") as conn:
-            return 1 == await self._changes(conn, COMPLETE_JOB, {
+            applied = 1 == await self._changes(conn, COMPLETE_JOB, {
                 "job_id": job_id, "owner_instance": owner_instance,
                 "status": completion.status.value, "exit_code": completion.exit_code,
                 "error": completion.error, "error_kind": completion.error_kind,
-                "output": completion.output, "stderr_tail": completion.stderr_tail,
+                "output": output, "reserve": pieces.size if pieces else None,
+                "stderr_tail": completion.stderr_tail,
                 "output_bytes": completion.output_bytes, "truncated": completion.truncated,
                 "result_json": completion.result_json, "cancelled_error": CANCELLED_ERROR,
                 "now": time.time(),
             })
+            if applied and pieces is not None:
+                # Invariant: the CAS above and the output's bytes commit in one IMMEDIATE
+                # transaction, so a reader (any process) sees the row active, or terminal
+                # with its whole output; a failure here rolls both back. A write that lost
+                # the CAS touches nothing.
+                await _on_connection_thread(
+                    conn, lambda raw: _write_output(raw, job_id, pieces))
+            return applied
 
     async def request_cancel(self, job_id: str) -> JobRow | None:
         async with self._write("request_cancel") as conn:
@@ -696,26 +825,9 @@ class SqliteJobStore:
     async def read_output(
         self, job_id: str, offset: int, length: int, *, answer: bool = False
     ) -> tuple[bytes, int] | None:
-        if answer:
-            async with self._read("read_output") as conn:
-                rows = await conn.execute_fetchall(READ_RESULT_JSON, {"job_id": job_id})
-            if not rows:
-                return None
-            # A large answer is parsed in a thread, not on the event loop.
-            text = await anyio.to_thread.run_sync(answer_text, rows[0][0])
-            del rows
-            if text is not None:
-                data = text.encode("utf-8")
-                del text
-                start = max(offset, 0)
-                return data[start:start + max(length, 0)], len(data)
         async with self._read("read_output") as conn:
-            rows = await conn.execute_fetchall(READ_OUTPUT, {
-                "job_id": job_id, "start": max(offset, 0) + 1, "length": max(length, 0)})
-            if not rows:
-                return None
-            page, total = rows[0]
-            return bytes(page or b""), int(total or 0)
+            return await _on_connection_thread(
+                conn, lambda raw: _read_output(raw, job_id, offset, length, answer))
 
     async def list_jobs(
         self, *, statuses: Sequence[JobStatus] | None = None, provider: str | None = None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from gateway.jobs.model import ErrorKind, GatewayError, JobStatus
 from gateway.jobs.requests import SubmitRequest
+from providers.parsing import plain_text
 from tests.jobs.conftest import FakeLog, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -195,6 +197,53 @@ async def test_result_paging_across_a_multi_mib_output(make_settings, start_gate
     stored = await manager.store.get_job(sub.job.id)  # the wait's row is light: no output
     assert stored is not None and row.output is None
     assert "".join(pieces) == stored.output and page.total_bytes >= 3_000_000
+
+
+async def test_a_plain_text_answer_is_stored_once_as_a_range_of_the_output(
+    make_settings, start_gateway
+) -> None:
+    manager = await (await start_gateway(make_settings())).manager()
+    sub = await manager.submit("devin", req("@bytes=600000 plain"))  # devin prints text
+    row = await manager.wait(sub.job.id, 30)
+    assert row.status == JobStatus.COMPLETED, row.error
+    stored = await manager.store.get_job(sub.job.id)
+    assert stored is not None and stored.output is not None and stored.result_json
+    parsed = json.loads(stored.result_json)
+    assert "text" not in parsed and parsed["text_span"][1] > 600_000  # no second copy
+    pieces, offset = [], 0
+    while True:
+        page = await manager.read_result(sub.job.id, offset=offset, max_bytes=200_000)
+        pieces.append(page.output)
+        if page.next_offset is None:
+            break
+        offset = page.next_offset
+    assert "".join(pieces) == plain_text(stored.output) and page.complete
+    assert "fake-devin answer" in pieces[-1]
+
+
+async def test_a_stream_past_the_output_limit_is_truncated_and_pages_the_capped_output(
+    make_settings, start_gateway
+) -> None:
+    limit = 1_000_000
+    settings = make_settings(limits={"max_output_bytes": limit})
+    manager = await (await start_gateway(settings)).manager()
+    sub = await manager.submit("claude", req("@bytes=3000000 flood"))
+    row = await manager.wait(sub.job.id, 30)
+    assert (row.status, row.error_kind, row.truncated) == (
+        JobStatus.FAILED, ErrorKind.OUTPUT_LIMIT, True)
+    stored = await manager.store.get_job(sub.job.id)
+    assert stored is not None and stored.output == "x" * limit  # the first bytes, no more
+    assert stored.output_bytes == limit
+    for raw in (True, False):  # the raw output, and the answer (all of it, as plain text)
+        pieces, offset = [], 0
+        while True:
+            page = await manager.read_result(sub.job.id, offset=offset, max_bytes=300_000,
+                                             raw=raw)
+            pieces.append(page.output)
+            if page.next_offset is None:
+                break
+            offset = page.next_offset
+        assert "".join(pieces) == stored.output and page.total_bytes == limit
 
 
 async def test_small_pages_of_a_finished_answer_never_split_a_character(

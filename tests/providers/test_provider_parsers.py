@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 import random
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from providers import parsing
 from providers.base import ProviderResult
+from providers.parsing import Stdout, decode, json_document, plain_text, strip_ansi, tail
 from providers.registry import CLI_PROVIDERS
 
 claude = CLI_PROVIDERS["claude"]
@@ -438,3 +442,122 @@ def test_parsers_never_raise_on_truncated_corrupted_or_odd_output(name: str) -> 
             assert isinstance(result.text, str)
             assert result.session_id is None or isinstance(result.session_id, str)
             assert isinstance(adapter.is_auth_error(stdout, stdout, exit_code), bool)
+
+
+# -- stdout of any size: the same readers in bounded passes ---------------------------------
+
+CHUNK_SIZES = (1, 2, 3, 7, 64, 4096)  # reads that cut lines, characters and ANSI codes anywhere
+
+
+def every_input(name: str) -> list[bytes]:
+    """The samples, cut at many points and corrupted, plus the odd outputs (as above)."""
+    rng = random.Random(f"stream-{name}")
+    inputs = list(ODD_OUTPUTS)
+    for sample in SAMPLES[name]:
+        inputs += [sample[:cut] for cut in range(0, len(sample), max(1, len(sample) // 12))]
+        # No final newline; ANSI codes and blanks before a line, cut by small reads.
+        inputs += [sample.rstrip(b"\n"), b"\x1b[2K\x1b[0m  " + sample, b"\r\n  \t" + sample]
+        for _ in range(6):
+            corrupted = bytearray(sample)
+            for _ in range(5):
+                corrupted[rng.randrange(len(corrupted))] = rng.randrange(256)
+            inputs.append(bytes(corrupted))
+    return inputs
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_a_stdout_read_in_chunks_parses_exactly_as_the_whole_bytes(name: str) -> None:
+    adapter = CLI_PROVIDERS[name]
+    for stdout in every_input(name):
+        for exit_code in (0, 1, None):
+            whole = adapter.parse_output(stdout, b"", exit_code)
+            auth = adapter.is_auth_error(stdout, b"", exit_code)
+            for size in CHUNK_SIZES:
+                streamed = adapter.parse_stream(Stdout(stdout, size), b"", exit_code)
+                if streamed.answer_is_stdout:  # left for the caller: the bytes' plain text
+                    streamed.text, streamed.answer_is_stdout = plain_text(stdout), False
+                assert streamed == whole, (name, stdout, size)
+                assert adapter.is_auth_error(Stdout(stdout, size), b"", exit_code) is auth
+
+
+def objects_in(text: str) -> list[dict[str, Any]]:
+    """The JSON-object lines of a whole text, the simple way: what json_objects must find."""
+    found = []
+    for raw in re.split(r"[\r\n]", text):
+        line = strip_ansi(raw).strip()
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                found.append(value)
+    return found
+
+
+def test_json_objects_read_in_chunks_are_the_object_lines_of_the_whole_text() -> None:
+    for data in [s for name in sorted(SAMPLES) for s in every_input(name)]:
+        expected = objects_in(decode(data))
+        for size in CHUNK_SIZES:
+            assert list(Stdout(data, size).json_objects()) == expected, (data, size)
+
+
+def test_a_plain_text_answer_is_left_to_the_caller_who_holds_stdout() -> None:
+    # Only parse_output (bytes in hand) fills it in; a spooled stdout is stored once.
+    streamed = devin.parse_stream(Stdout(b"\n\nAll done\n  \n"), b"", 0)
+    assert (streamed.text, streamed.answer_is_stdout) == ("", True)
+    assert devin.parse_output(b"\n\nAll done\n  \n", b"", 0) == ProviderResult(text="All done")
+
+
+def test_a_stream_cut_mid_line_in_a_spool_file_keeps_every_whole_event(tmp_path: Path) -> None:
+    filler = b"x" * 300_000 + b"\n"  # a line of non-JSON output longer than a read
+    stream = filler + jl(CLAUDE_INIT, CLAUDE_DELTA, CLAUDE_ASSISTANT) + filler
+    spool = tmp_path / "stdout"
+    spool.write_bytes(stream + json.dumps(CLAUDE_RESULT).encode()[:70])  # killed mid-line
+    result = claude.parse_stream(Stdout(spool, 4096), b"", None)
+    assert result.text == "Working on it."
+    assert result.session_id == SID
+    assert result.is_error is True and result.extra["incomplete"] is True
+    assert result.extra["model"] == "claude-opus-5[1m]"
+    assert not claude.is_auth_error(Stdout(spool), b"", None)
+
+
+def test_json_lines_end_at_a_newline_or_return_not_at_a_unicode_line_separator() -> None:
+    # Node's JSON.stringify leaves U+2028 unescaped inside strings; a line is still whole.
+    event = {**CLAUDE_RESULT, "result": "line\u2028separated"}
+    raw = json.dumps(event, ensure_ascii=False).encode()
+    result = claude.parse_output(b"spinner...\r" + raw + b"\r\n", b"", 0)
+    assert result.text == "line\u2028separated"
+
+
+def test_a_large_json_document_is_found_as_in_the_whole_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Past WHOLE_DOCUMENT_BYTES the document is looked for by offsets: every input must give
+    # the object or array the whole-text reader finds (scalars are of no use to adapters).
+    monkeypatch.setattr(parsing, "WHOLE_DOCUMENT_BYTES", 0)
+    big = {"response": "r" * 5000, "session_id": "s", "stats": {"n": 1}}
+    extra = [json.dumps(big, indent=2).encode(), b"banner\n" + json.dumps(big).encode() + b"\n>",
+             b"code { x } and [1] then\n" + json.dumps(big).encode(), b"{ not json }\n[1, 2]\n",
+             b"[1, 2] {\"a\": 1}", b"  \n{\"a\": [1, {\"b\": 2}]}\n  ", b"[{\"role\": 3}] ]"]
+    inputs = [s for name in sorted(SAMPLES) for s in every_input(name)] + extra
+    for data in inputs:
+        expected = json_document(decode(data))
+        for size in (3, 64, 4096):
+            found = Stdout(data, size).json_document()
+            if b"\x1b" in data:  # ANSI codes: read whole, exactly as the whole-text reader
+                assert found == expected, data
+            else:
+                assert container(found) == container(expected), data
+
+
+def container(value: Any) -> Any:
+    return value if isinstance(value, (dict, list)) else None
+
+
+def test_the_tail_of_a_stdout_is_the_end_of_its_text() -> None:
+    ansi = ("é" * 3000 + "\x1b[31mNot logged in\x1b[0m\n").encode()
+    cut_char = ("é" * 10_000 + "!").encode()  # the 16 kB window starts inside an "é"
+    for data in (ansi, b"x" * 50_000 + ansi, cut_char, b"", b"\xff\xfe tail", b"\x80abc"):
+        for size in (7, 1000, 1 << 20):
+            assert Stdout(data, size).tail() == tail(strip_ansi(decode(data))), data[-40:]

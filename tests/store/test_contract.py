@@ -13,16 +13,20 @@ import inspect
 import json
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 
 import anyio
 import pytest
 
 from gateway.jobs.model import (
+    OUTPUT_CHUNK_BYTES,
     Completion,
     InstanceRow,
     JobRow,
     JobStatus,
     NewJob,
+    OutputFile,
+    OutputFileError,
     Progress,
 )
 from gateway.store.base import DuplicateActiveJob, JobStore, SCHEMA_VERSION
@@ -798,6 +802,102 @@ async def test_read_output_pages_the_output_or_the_answer_in_bytes(store: JobSto
     assert await store.read_output(nothing.id, 0, 10) == (b"", 0)
     assert await store.read_output("no-such-job", 0, 10) is None
     assert await store.read_output("no-such-job", 0, 10, answer=True) is None
+
+
+async def test_an_answer_stored_as_a_range_of_the_output_pages_that_range(
+    store: JobStore,
+) -> None:
+    # An answer that is (a slice of) the output is stored once: result_json names its bytes.
+    output = "banner\nthe ánswer 𝄞\n\n"
+    data = output.encode()
+    start, end = 7, len("banner\nthe ánswer 𝄞".encode())
+    job = await running(store, new_job())
+    assert await store.complete(job.id, OWNER, done(output=output, result_json=json.dumps(
+        {"text_span": [start, end], "session_id": "s", "extra": {"k": "\u0000"}})))
+    answer = data[start:end]
+    assert await store.read_output(job.id, 0, 100, answer=True) == (answer, len(answer))
+    assert await store.read_output(job.id, 4, 3, answer=True) == (answer[4:7], len(answer))
+    assert await store.read_output(job.id, 50, 3, answer=True) == (b"", len(answer))
+    assert await store.read_output(job.id, 0, 100) == (data, len(data))  # raw: all of it
+    pages = [(await store.read_output(job.id, off, 2, answer=True))[0]
+             for off in range(0, len(answer), 2)]
+    assert b"".join(pages) == answer
+    # A range past the end is cut at the end; a range that is not one pages the output.
+    for span, expected in (([start, 10_000], data[start:]), ([3, 3], data), (["a", 9], data),
+                           ([-1, 4], data), ([2.5, 9], data)):
+        odd = await running(store, new_job())
+        assert await store.complete(odd.id, OWNER, done(
+            output=output, result_json=json.dumps({"text_span": span})))
+        assert await store.read_output(odd.id, 0, 100, answer=True) == (expected, len(expected))
+
+
+def large_output(tmp_path: Path, name: str, size: int) -> tuple[str, OutputFile]:
+    """A valid UTF-8 output of about `size` bytes, its characters of 1 to 4 bytes falling
+    across every piece boundary, as an OutputFile."""
+    unit = "ab é € 𝄞\n"
+    text = unit * (size // len(unit.encode()) + 1)
+    path = tmp_path / name
+    path.write_bytes(text.encode())
+    return text, OutputFile(path, path.stat().st_size)
+
+
+async def test_a_large_output_is_written_in_pieces_and_reads_back_byte_exact(
+    store: JobStore, tmp_path: Path,
+) -> None:
+    text, source = large_output(tmp_path, "stdout", 3 * OUTPUT_CHUNK_BYTES + 12_345)
+    data = text.encode()
+    assert not source.small
+    job = await running(store, new_job())
+    assert await store.complete(job.id, OWNER, done(
+        JobStatus.FAILED, error_kind="output_limit", output=source, output_bytes=len(data),
+        truncated=True, result_json=json.dumps({"text_span": [3, len(data) - 1]})))
+
+    row = await get(store, job.id)
+    assert (row.status, row.truncated, row.output_bytes) == (JobStatus.FAILED, True, len(data))
+    assert row.output == text
+    light = await store.get_job(job.id, with_output=False)
+    assert light is not None and light.output is None and light.truncated
+    pages, offset = [], 0
+    while offset < len(data):
+        page, total = await store.read_output(job.id, offset, 300_007) or (b"", -1)
+        assert total == len(data) and page
+        pages.append(page)
+        offset += len(page)
+    assert b"".join(pages) == data
+    assert await store.read_output(job.id, len(data) - 5, 100) == (data[-5:], len(data))
+    answer = data[3:-1]
+    assert await store.read_output(job.id, 0, 10, answer=True) == (answer[:10], len(answer))
+    assert await store.read_output(job.id, len(answer) - 4, 10, answer=True) == (
+        answer[-4:], len(answer))
+
+
+async def test_a_large_output_that_loses_the_cas_changes_nothing(
+    store: JobStore, tmp_path: Path,
+) -> None:
+    first_text, first = large_output(tmp_path, "first", 2 * OUTPUT_CHUNK_BYTES)
+    _, late = large_output(tmp_path, "late", 2 * OUTPUT_CHUNK_BYTES + 99)
+    job = await running(store, new_job())
+    assert await store.complete(job.id, OWNER, done(output=first))
+    assert not await store.complete(job.id, OWNER, done(JobStatus.FAILED, output=late))
+    row = await get(store, job.id)
+    assert (row.status, row.output) == (JobStatus.COMPLETED, first_text)
+
+
+async def test_an_output_file_that_cannot_be_read_back_leaves_the_row_active(
+    store: JobStore, tmp_path: Path,
+) -> None:
+    # The status and the output commit together or not at all.
+    _, source = large_output(tmp_path, "stdout", 2 * OUTPUT_CHUNK_BYTES)
+    job = await running(store, new_job())
+    for broken in (OutputFile(source.path, source.size + 10),  # shorter than measured
+                   OutputFile(tmp_path / "gone", source.size),
+                   OutputFile(tmp_path / "gone", 10)):  # small: read whole, same rule
+        with pytest.raises(OutputFileError):
+            await store.complete(job.id, OWNER, done(output=broken))
+        row = await get(store, job.id)
+        assert (row.status, row.output, row.finished_at) == (JobStatus.RUNNING, None, None)
+    assert await store.complete(job.id, OWNER, done(output=source))
+    assert (await get(store, job.id)).output == source.text()
 
 
 async def test_every_timestamp_comes_back_timezone_aware_utc(store: JobStore) -> None:

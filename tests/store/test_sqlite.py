@@ -192,8 +192,9 @@ async def test_migrations_run_once_and_reopening_is_a_no_op(db_path: Path) -> No
     conn = raw(db_path)
     try:
         versions = conn.execute("SELECT version FROM schema_version").fetchall()
-        assert versions == [(SCHEMA_VERSION,)]
-        # Every migration statement is idempotent on its own too.
+        assert versions == [(version,) for version, _ in sql.MIGRATIONS]
+        assert versions[-1] == (SCHEMA_VERSION,)
+        # Re-running every version's statements in order changes nothing.
         for _, statements in sql.MIGRATIONS:
             for statement in statements:
                 conn.execute(statement)
@@ -216,7 +217,60 @@ async def test_stores_opening_a_fresh_file_at_once_migrate_it_exactly_once(
             await store.close()
     conn = raw(db_path)
     try:
-        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 1
+        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == len(
+            sql.MIGRATIONS)
+    finally:
+        conn.close()
+
+
+async def test_output_is_the_last_column_so_a_large_output_is_written_in_place(
+    store: SqliteJobStore, db_path: Path
+) -> None:
+    # Only a zero blob in the row's last column is written without building the whole row
+    # in memory (see _SCHEMA_V2): a column added after `output` needs the table rebuilt.
+    conn = raw(db_path)
+    try:
+        assert [r[1] for r in conn.execute("PRAGMA table_info(jobs)")][-1] == "output"
+    finally:
+        conn.close()
+
+
+async def test_a_version_1_file_is_rebuilt_with_its_rows_and_indexes(db_path: Path) -> None:
+    db_path.parent.mkdir(parents=True)
+    conn = raw(db_path)
+    try:
+        for statement in (sql.CREATE_SCHEMA_VERSION_TABLE, *sql._SCHEMA_V1):
+            conn.execute(statement)
+        conn.execute(sql.RECORD_SCHEMA_VERSION, (1, 0.0))
+        conn.execute(
+            "INSERT INTO jobs (id, provider, status, request_key, created_at, updated_at, "
+            "finished_at, output, output_bytes, result_json, boot_id) VALUES "
+            "('old', 'claude', 'completed', 'k', 1.0, 2.0, 2.0, 'héllo old output', 17, "
+            "'{\"text_span\":[1,5]}', 'boot')")
+        indexes = sorted(r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"))
+    finally:
+        conn.close()
+    store = SqliteJobStore(db_path)
+    await store.open()
+    try:
+        assert await store.schema_version() == SCHEMA_VERSION
+        row = await store.get_job("old")
+        assert row is not None and row.status == JobStatus.COMPLETED
+        assert (row.output, row.output_bytes, row.boot_id) == ("héllo old output", 17, "boot")
+        # A row written as TEXT by a v1 gateway pages like one written in place.
+        data = "héllo old output".encode()
+        assert await store.read_output("old", 0, 100) == (data, len(data))
+        assert await store.read_output("old", 0, 100, answer=True) == (data[1:5], 4)
+    finally:
+        await store.close()
+    conn = raw(db_path)
+    try:
+        assert [r[1] for r in conn.execute("PRAGMA table_info(jobs)")][-1] == "output"
+        assert sorted(r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")) == indexes
+        leftover = conn.execute("SELECT name FROM sqlite_master WHERE name = 'jobs_v2'")
+        assert leftover.fetchall() == []
     finally:
         conn.close()
 
