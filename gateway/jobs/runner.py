@@ -373,8 +373,11 @@ class ProcessRun:
         except BaseException:
             self._remove_temp_dir()
             raise
+        # First thing after the spawn: until then the child runs at the gateway's priority.
+        lowered = proc.lower_priority(popen.pid, PROVIDER_NICE_INCREMENT)
         spawned = _Spawned(popen=popen, pidfd=None, started_at=time.time(),
-                           stdin_write_fd=stdin_write_fd, executable=executable)
+                           stdin_write_fd=stdin_write_fd, executable=executable,
+                           priority_lowered=lowered)
         try:
             # Before anyone can reap the child (only its ChildExit will): the pid is ours.
             spawned.pidfd = open_pidfd(popen.pid)
@@ -386,7 +389,6 @@ class ProcessRun:
             spawned.started_at = started_at
         # else: already exited (a zombie has no start time to read). Any later liveness
         # check of this identity must say "gone", which the spawn time gives as well as any.
-        spawned.priority_lowered = proc.lower_priority(popen.pid, PROVIDER_NICE_INCREMENT)
         with self._spawn_lock:
             if not self._spawn_abandoned:
                 self._spawned = spawned  # start() claims it once this thread returns
