@@ -532,16 +532,17 @@ class SqliteJobStore:
         Why not `_write`: there every statement, BEGIN and COMMIT is a hand-off to that
         thread and back (three or four per write), each waiting for the thread and then the
         event loop to be scheduled, while the lock is held and admission queues behind it.
-        The job path writes four times per job (bench/README.md, async admission). A caller
-        cancelled meanwhile cannot split the transaction: it runs to COMMIT or ROLLBACK on
-        the thread, and aiosqlite's queue runs the next statement only after it.
+        The job path writes four times per job (bench/README.md, async admission).
         """
         async with self._lock:
             conn = self._connection()
             with _store_errors(action):
-                # aiosqlite has no public call for "run this on the connection's thread";
-                # `_execute` is the one its own methods use (tests/store pin the behaviour).
-                return await conn._execute(_run_transaction, conn, work)  # noqa: SLF001
+                # Shielded, like `_write`'s COMMIT: a cancelled caller still waits for the
+                # COMMIT or ROLLBACK, so the lock is never handed on mid-transaction.
+                with anyio.CancelScope(shield=True):
+                    # aiosqlite has no public "run this on the connection's thread";
+                    # `_execute` is what its own methods use (tests/store pin the behaviour).
+                    return await conn._execute(_run_transaction, conn, work)  # noqa: SLF001
 
     async def _migrate(self) -> None:
         async with self._write("migrate") as conn:
