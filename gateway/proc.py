@@ -7,6 +7,7 @@ group leaders, init processes that never reap. The comments give those reasons.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -24,6 +25,8 @@ log = structlog.get_logger(__name__)
 START_TIME_TOLERANCE_S = 1.0
 
 _LINUX_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+_AUTOGROUP_ENABLED = Path("/proc/sys/kernel/sched_autogroup_enabled")
+MAX_NICE = 19  # the lowest priority a process can have
 
 
 def boot_id() -> str:
@@ -142,3 +145,55 @@ def signal_name(sig: int) -> str:
         return signal.Signals(sig).name
     except ValueError:
         return str(sig)
+
+
+def lower_priority(pid: int, increment: int) -> bool:
+    """Make the process group led by `pid` yield the CPU to this process: `increment` nice
+    levels below our own, for its members and, on Linux with autogroup scheduling, for its
+    autogroup. Best effort: errors are swallowed (a run never fails for its priority).
+
+    Why the autogroup: with `kernel.sched_autogroup_enabled` the scheduler shares the CPU
+    between sessions first and between processes only inside a session. Each provider runs
+    in a session of its own (start_new_session), so its own nice value would only rank it
+    against its own children; the autogroup's nice value is what ranks it against the
+    gateway. Call it right after the spawn: the session (and its autogroup) exists once the
+    child has exec'd, and children the provider starts later inherit both.
+
+    Returns False only when it is worth calling again later: the kernel lets a process
+    without CAP_SYS_ADMIN change an autogroup's nice value at most once per 100 ms
+    (EAGAIN), which a burst of spawns runs into.
+    """
+    if _refuse_own_group(pid):
+        return True
+    try:
+        target = min(MAX_NICE, os.getpriority(os.PRIO_PROCESS, 0) + increment)
+        # PRIO_PGRP: every thread of every member, not only the leader's main thread.
+        os.setpriority(os.PRIO_PGRP, pid, target)
+    except OSError:
+        pass  # gone already, or a platform without it: nothing to lower
+    own = autogroup_nice(os.getpid())
+    if own is None or not _autogroups_enabled():
+        return True
+    try:
+        with open(f"/proc/{pid}/autogroup", "w", encoding="ascii") as handle:
+            handle.write(str(min(MAX_NICE, own + increment)))
+    except OSError as exc:
+        return exc.errno != errno.EAGAIN
+    return True
+
+
+def autogroup_nice(pid: int) -> int | None:
+    """The nice value of `pid`'s autogroup (Linux with autogroup support), else None."""
+    # The file reads like "/autogroup-1234 nice 0".
+    try:
+        text = Path(f"/proc/{pid}/autogroup").read_text(encoding="ascii")
+        return int(text.split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _autogroups_enabled() -> bool:
+    try:
+        return _AUTOGROUP_ENABLED.read_text(encoding="ascii").strip() == "1"
+    except OSError:
+        return False

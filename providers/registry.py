@@ -7,9 +7,9 @@ therefore looked up on `extended_path`, which the runner also gives the child pr
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
+from dataclasses import dataclass
 
 from providers.base import CliProvider
 from providers.claude import ClaudeProvider
@@ -22,7 +22,7 @@ from providers.mistral import MistralProvider
 from providers.safety import check_argv_size
 
 __all__ = ["CLI_PROVIDERS", "USER_BIN_DIRS", "check_argv_size", "extended_path",
-           "resolve_command"]
+           "resolve_command", "user_bin_dirs"]
 
 CLI_PROVIDERS: dict[str, CliProvider] = {
     provider.name: provider
@@ -31,7 +31,8 @@ CLI_PROVIDERS: dict[str, CliProvider] = {
 }
 
 # Where CLIs installed for the user live (npm -g, nvm, bun, pipx/uv tool, Homebrew), in the
-# order they are searched after the given PATH. Globs pick up every installed node version.
+# order they are searched after the given PATH. A `*` component picks up every installed
+# node version (the one pattern form user_bin_dirs() understands).
 USER_BIN_DIRS = (
     "~/.local/bin",
     "/opt/homebrew/bin",
@@ -49,10 +50,83 @@ def extended_path(path: str) -> str:
     first. An empty `path` falls back to the system default search path.
     """
     entries = [p for p in (path or os.defpath).split(os.pathsep) if p]
-    for pattern in USER_BIN_DIRS:
-        matches = sorted(glob.glob(os.path.expanduser(pattern)), reverse=True)
-        entries.extend(m for m in matches if os.path.isdir(m))
+    entries.extend(user_bin_dirs())
     return os.pathsep.join(dict.fromkeys(entries))
+
+
+@dataclass(frozen=True, slots=True)
+class _BinDirs:
+    """The user bin dirs found, and what decided that: each path looked at (a candidate
+    dir, or the dir a `*` was matched in) with its mtime then (None: missing)."""
+
+    found: tuple[str, ...]
+    seen: tuple[tuple[str, int | None], ...]
+
+    def still_valid(self) -> bool:
+        return all(_mtime_ns(directory) == mtime for directory, mtime in self.seen)
+
+
+# By home directory. Read and filled from the event loop and the spawn threads: a dict
+# lookup and store are atomic, and two threads that both rescan store equal answers.
+_bin_dirs: dict[str, _BinDirs] = {}
+
+
+def user_bin_dirs() -> tuple[str, ...]:
+    """The USER_BIN_DIRS that exist, in search order (glob matches newest name first).
+
+    Every request and every spawn asks (bench/README.md, async admission), so the answer is
+    kept and re-used while nothing it was read from has changed: a user bin dir that appears
+    or goes, or a new entry where a `*` matches, changes a watched mtime, so a CLI installed
+    into a new user bin dir (or a new nvm node version) while the gateway runs is found on
+    the next request. A CLI added to a dir already listed needs nothing: shutil.which looks.
+    """
+    home = os.path.expanduser("~")
+    cached = _bin_dirs.get(home)
+    if cached is not None and cached.still_valid():
+        return cached.found
+    fresh = _scan_user_bin_dirs()
+    _bin_dirs[home] = fresh
+    return fresh.found
+
+
+def _scan_user_bin_dirs() -> _BinDirs:
+    found: list[str] = []
+    seen: list[tuple[str, int | None]] = []
+
+    def look_into(directory: str) -> None:
+        # The mtime first: a change made while we look makes the next call look again.
+        seen.append((directory, _mtime_ns(directory)))
+
+    for pattern in USER_BIN_DIRS:
+        expanded = os.path.expanduser(pattern)
+        base, wildcard, tail = expanded.partition(f"{os.sep}*{os.sep}")
+        if not wildcard:
+            look_into(expanded)
+            if os.path.isdir(expanded):
+                found.append(expanded)
+            continue
+        # One `*` component, like glob (hidden names skipped): the entries of `base` and
+        # each candidate decide what matches.
+        look_into(base)
+        try:
+            names = [n for n in os.listdir(base) if not n.startswith(".")]
+        except OSError:
+            names = []
+        matches = []
+        for name in names:
+            candidate = os.path.join(base, name, tail)
+            look_into(candidate)
+            if os.path.isdir(candidate):
+                matches.append(candidate)
+        found.extend(sorted(matches, reverse=True))
+    return _BinDirs(found=tuple(dict.fromkeys(found)), seen=tuple(seen))
+
+
+def _mtime_ns(directory: str) -> int | None:
+    try:
+        return os.stat(directory).st_mtime_ns
+    except OSError:
+        return None
 
 
 def _executable(path: str) -> str | None:

@@ -136,3 +136,26 @@ def test_signal_group_refuses_the_gateways_own_group_and_pgid_zero() -> None:
 def test_signal_name_names_known_signals() -> None:
     assert proc.signal_name(signal.SIGKILL) == "SIGKILL"
     assert proc.signal_name(9999) == "9999"
+
+
+def test_lower_priority_nices_a_group_relative_to_the_gateway(
+    sleeper: subprocess.Popen[bytes],
+) -> None:
+    expected = min(proc.MAX_NICE, os.nice(0) + 5)
+    _wait_until(lambda: proc.lower_priority(sleeper.pid, 5), "the kernel to accept it")
+    assert psutil.Process(sleeper.pid).nice() == expected
+    own_group = proc.autogroup_nice(os.getpid())
+    if own_group is not None:  # its own session, so its own autogroup on Linux
+        assert proc.autogroup_nice(sleeper.pid) == min(proc.MAX_NICE, own_group + 5)
+
+
+def test_lower_priority_of_a_gone_process_or_of_our_own_group_is_a_quiet_no_op(
+    zombie: subprocess.Popen[bytes],
+) -> None:
+    own = os.nice(0)
+    zombie.wait()
+    assert proc.lower_priority(zombie.pid, 5)  # nothing left to retry
+    assert proc.lower_priority(0, 5)  # "my own group"
+    assert proc.lower_priority(1, 5)  # init's
+    assert proc.lower_priority(os.getpgrp(), 5)
+    assert os.nice(0) == own  # the gateway's own priority is untouched

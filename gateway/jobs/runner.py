@@ -61,6 +61,14 @@ ERROR_TAIL_BYTES = 4096  # how much of the end of stderr is read to quote a prov
 ERROR_TAIL_LINES = 3  # how many last non-empty stderr lines become the error text
 STDIN_CHUNK_BYTES = 64 * 1024  # one pipe buffer: the most a non-blocking write can take at once
 TEMP_DIR_PREFIX = "agent-cli-gateway-run-"
+# Provider CLIs run this many nice levels below the gateway, and so does each one's autogroup
+# (proc.lower_priority). The gateway's heartbeat and MCP answers must not be starved by its
+# own providers: with 32 CPU-bound ones, each in a session (autogroup) of its own, the gateway
+# got ~1/34 of the CPU and answered 10-12 calls/s (128-143 with this); under load the chaos
+# run saw ~1 s loop stalls that let peers orphan live jobs. Provider CLIs mostly wait on the
+# network, so this costs them little: it decides who goes first when the CPU is short. 10 is
+# what `nice` gives a background command.
+PROVIDER_NICE_INCREMENT = 10
 
 
 @dataclass(slots=True)
@@ -192,6 +200,7 @@ class _Spawned:
     started_at: float
     stdin_write_fd: int | None
     executable: str
+    priority_lowered: bool = False  # False: proc.lower_priority asked to be called again
 
 
 # -- the run -----------------------------------------------------------------------------------
@@ -223,6 +232,7 @@ class ProcessRun:
         self._spawn_lock = threading.Lock()
         self._spawn_abandoned = False
         self._spawned: _Spawned | None = None
+        self._priority_pending = False  # lowering the child's priority is to be retried
 
     # -- public surface ----------------------------------------------------------------------
 
@@ -263,6 +273,7 @@ class ProcessRun:
         pid = spawned.popen.pid
         # On the loop, before anything can await: from here the exit is watched and reaped.
         self._exit = ChildExit(spawned.popen, spawned.pidfd)
+        self._priority_pending = not spawned.priority_lowered
         self._started_mono = self._last_growth_mono = time.monotonic()
         # start_new_session=True made the leader's pid the pgid; asking getpgid() instead
         # would fail once the leader is reaped.
@@ -362,8 +373,11 @@ class ProcessRun:
         except BaseException:
             self._remove_temp_dir()
             raise
+        # First thing after the spawn: until then the child runs at the gateway's priority.
+        lowered = proc.lower_priority(popen.pid, PROVIDER_NICE_INCREMENT)
         spawned = _Spawned(popen=popen, pidfd=None, started_at=time.time(),
-                           stdin_write_fd=stdin_write_fd, executable=executable)
+                           stdin_write_fd=stdin_write_fd, executable=executable,
+                           priority_lowered=lowered)
         try:
             # Before anyone can reap the child (only its ChildExit will): the pid is ours.
             spawned.pidfd = open_pidfd(popen.pid)
@@ -546,6 +560,8 @@ class ProcessRun:
                 await asyncio.wait(wakers, timeout=MONITOR_INTERVAL_S,
                                    return_when=asyncio.FIRST_COMPLETED)
                 self._refresh_sizes()
+                if self._priority_pending:  # rate-limited by the kernel: retried each tick
+                    self._priority_pending = not proc.lower_priority(pgid, PROVIDER_NICE_INCREMENT)
                 if self._stop is None and not leader_exit.done():
                     breach = self._limit_breached()
                     if breach is not None:

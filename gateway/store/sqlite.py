@@ -4,6 +4,8 @@ All SQL of this backend is below as named module constants; each says which inva
 WHERE clause enforces. Every write runs in `BEGIN IMMEDIATE`, so two processes sharing the
 file take the write lock before they read the rows they decide on: a compare-and-set can
 never act on a stale view. Within one process, one lock serializes the single connection.
+The writes every job makes (insert, mark running, record the process, progress, complete)
+run as one function on the connection's thread (`_transaction`): one hand-off per write.
 
 Times are REAL epoch seconds (the local clock is the clock: SQLite is one host); rows come
 back with timezone-aware UTC datetimes. `now` is read after the write lock is held, so a
@@ -430,9 +432,10 @@ def _job(row: Mapping[str, Any]) -> JobRow:
 async def _on_connection_thread(conn: aiosqlite.Connection,
                                 work: Callable[[sqlite3.Connection], T]) -> T:
     """Run `work` with the sqlite3 connection on aiosqlite's thread, the one thread that may
-    use it. For incremental blob I/O, which aiosqlite does not wrap; `_execute` is how
-    aiosqlite runs each of its own calls (a call inside a transaction stays inside it)."""
-    return await conn._execute(lambda: work(conn._conn))
+    use it: for incremental blob I/O, which aiosqlite does not wrap, and for a whole write
+    transaction in one hand-off. aiosqlite has no public call for this; `_execute` is how
+    its own methods run (a call inside a transaction stays inside it). tests/store pin it."""
+    return await conn._execute(lambda: work(conn._conn))  # noqa: SLF001
 
 
 def _write_output(conn: sqlite3.Connection, job_id: str, source: OutputFile) -> None:
@@ -473,6 +476,27 @@ def _instance(row: Mapping[str, Any]) -> InstanceRow:
     for name in _INSTANCE_TIME_FIELDS:
         data[name] = _utc(data[name])
     return InstanceRow(**data)
+
+
+def _run_transaction(db: sqlite3.Connection,
+                     work: Callable[[sqlite3.Connection, float], T]) -> T:
+    """On the connection's thread: BEGIN IMMEDIATE, `work(db, now)`, COMMIT; ROLLBACK on any
+    error. `now` is read once the write lock is held, as in `_write`."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        result = work(db, time.time())
+        db.execute("COMMIT")
+    except BaseException:
+        # ROLLBACK fails harmlessly when BEGIN itself failed (nothing open).
+        with suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+        raise
+    return result
+
+
+def _changed(db: sqlite3.Connection, sql: str, params: Mapping[str, Any]) -> int:
+    """Rows changed by one statement (on the connection's thread)."""
+    return db.execute(sql, params).rowcount
 
 
 @contextmanager
@@ -622,6 +646,24 @@ class SqliteJobStore:
                         await conn.execute("ROLLBACK")
                     raise
 
+    async def _transaction(self, action: str,
+                           work: Callable[[sqlite3.Connection, float], T]) -> T:
+        """`work(db, now)` as one IMMEDIATE transaction, run whole on the connection's thread.
+
+        Why not `_write`: there every statement, BEGIN and COMMIT is a hand-off to that
+        thread and back (three or four per write), each waiting for the thread and then the
+        event loop to be scheduled, while the lock is held and admission queues behind it.
+        The job path writes four times per job (bench/README.md, async admission).
+        """
+        async with self._lock:
+            conn = self._connection()
+            with _store_errors(action):
+                # Shielded, like `_write`'s COMMIT: a cancelled caller still waits for the
+                # COMMIT or ROLLBACK, so the lock is never handed on mid-transaction.
+                with anyio.CancelScope(shield=True):
+                    return await _on_connection_thread(
+                        conn, lambda db: _run_transaction(db, work))
+
     async def _migrate(self) -> None:
         async with self._write("migrate") as conn:
             await conn.execute(CREATE_SCHEMA_VERSION_TABLE)
@@ -691,69 +733,70 @@ class SqliteJobStore:
             return _job(rows[0]) if rows else None
 
     async def insert_job(self, job: NewJob, ttl_s: float) -> JobRow:
-        async with self._write("insert_job") as conn:
+        params = {
+            "id": job.id, "provider": job.provider, "request_key": job.request_key,
+            "transport": job.transport, "correlation_id": job.correlation_id,
+            "owner_instance": job.owner_instance, "hostname": job.hostname,
+            "working_dir": job.working_dir, "model": job.model,
+            "session_id": job.session_id, "request_json": job.request_json,
+            "forced": job.forced, "boot_id": job.boot_id, "ttl_s": ttl_s,
+        }
+
+        def insert(db: sqlite3.Connection, now: float) -> JobRow:
             try:
-                rows = await conn.execute_fetchall(INSERT_JOB, {
-                    "id": job.id, "provider": job.provider, "request_key": job.request_key,
-                    "transport": job.transport, "correlation_id": job.correlation_id,
-                    "owner_instance": job.owner_instance, "hostname": job.hostname,
-                    "working_dir": job.working_dir, "model": job.model,
-                    "session_id": job.session_id, "request_json": job.request_json,
-                    "forced": job.forced, "boot_id": job.boot_id,
-                    "now": time.time(), "ttl_s": ttl_s,
-                })
+                rows = db.execute(INSERT_JOB, {**params, "now": now}).fetchall()
             except sqlite3.IntegrityError as exc:
                 raise ValueError(f"job id {job.id} already exists") from exc
             if rows:
                 return _job(rows[0])
-            existing = await conn.execute_fetchall(
-                FIND_ACTIVE_BY_KEY, {"request_key": job.request_key}
-            )
+            # The winner of the race, read in the same transaction (rolled back: no change).
+            existing = db.execute(FIND_ACTIVE_BY_KEY, {"request_key": job.request_key}).fetchall()
             raise DuplicateActiveJob(existing[0][0] if existing else None)
+
+        return await self._transaction("insert_job", insert)
 
     async def mark_running(
         self, job_id: str, owner_instance: str, pid: int | None, pgid: int | None,
         pid_started_at: float | None, ttl_s: float,
     ) -> bool:
-        async with self._write("mark_running") as conn:
-            return 1 == await self._changes(conn, MARK_RUNNING, {
-                "job_id": job_id, "owner_instance": owner_instance, "pid": pid,
-                "pgid": pgid, "pid_started_at": pid_started_at, "now": time.time(),
-                "ttl_s": ttl_s,
-            })
+        params = {"job_id": job_id, "owner_instance": owner_instance, "pid": pid, "pgid": pgid,
+                  "pid_started_at": pid_started_at, "ttl_s": ttl_s}
+        return 1 == await self._transaction(
+            "mark_running", lambda db, now: _changed(db, MARK_RUNNING, {**params, "now": now}))
 
     async def record_process(
         self, job_id: str, owner_instance: str, pid: int, pgid: int, pid_started_at: float
     ) -> bool:
-        async with self._write("record_process") as conn:
-            return 1 == await self._changes(conn, RECORD_PROCESS, {
-                "job_id": job_id, "owner_instance": owner_instance, "pid": pid,
-                "pgid": pgid, "pid_started_at": pid_started_at, "now": time.time(),
-            })
+        params = {"job_id": job_id, "owner_instance": owner_instance, "pid": pid, "pgid": pgid,
+                  "pid_started_at": pid_started_at}
+        return 1 == await self._transaction(
+            "record_process", lambda db, now: _changed(db, RECORD_PROCESS, {**params, "now": now}))
 
     async def complete(self, job_id: str, owner_instance: str, completion: Completion) -> bool:
         if completion.status not in FINAL_STATUSES:
             raise ValueError(f"a completion cannot be {completion.status!s}")
         output, pieces = output_to_bind(completion.output)
-        async with self._write("complete") as conn:
-            applied = 1 == await self._changes(conn, COMPLETE_JOB, {
-                "job_id": job_id, "owner_instance": owner_instance,
-                "status": completion.status.value, "exit_code": completion.exit_code,
-                "error": completion.error, "error_kind": completion.error_kind,
-                "output": output, "reserve": pieces.size if pieces else None,
-                "stderr_tail": completion.stderr_tail,
-                "output_bytes": completion.output_bytes, "truncated": completion.truncated,
-                "result_json": completion.result_json, "cancelled_error": CANCELLED_ERROR,
-                "now": time.time(),
-            })
+        params = {
+            "job_id": job_id, "owner_instance": owner_instance,
+            "status": completion.status.value, "exit_code": completion.exit_code,
+            "error": completion.error, "error_kind": completion.error_kind,
+            "output": output, "reserve": pieces.size if pieces else None,
+            "stderr_tail": completion.stderr_tail,
+            "output_bytes": completion.output_bytes, "truncated": completion.truncated,
+            "result_json": completion.result_json, "cancelled_error": CANCELLED_ERROR,
+        }
+
+        def complete(db: sqlite3.Connection, now: float) -> bool:
+            applied = 1 == _changed(db, COMPLETE_JOB, {**params, "now": now})
             if applied and pieces is not None:
                 # Invariant: the CAS above and the output's bytes commit in one IMMEDIATE
                 # transaction, so a reader (any process) sees the row active, or terminal
                 # with its whole output; a failure here rolls both back. A write that lost
                 # the CAS touches nothing.
-                await _on_connection_thread(
-                    conn, lambda raw: _write_output(raw, job_id, pieces))
+                _write_output(db, job_id, pieces)
             return applied
+
+        return await self._transaction("complete", complete)
 
     async def request_cancel(self, job_id: str) -> JobRow | None:
         async with self._write("request_cancel") as conn:
@@ -769,12 +812,11 @@ class SqliteJobStore:
             return [r[0] for r in rows]
 
     async def save_progress(self, job_id: str, owner_instance: str, progress: Progress) -> bool:
-        async with self._write("save_progress") as conn:
-            return 1 == await self._changes(conn, SAVE_PROGRESS, {
-                "job_id": job_id, "owner_instance": owner_instance,
-                "output_bytes": progress.output_bytes, "output": progress.output,
-                "stderr_tail": progress.stderr_tail, "now": time.time(),
-            })
+        params = {"job_id": job_id, "owner_instance": owner_instance,
+                  "output_bytes": progress.output_bytes, "output": progress.output,
+                  "stderr_tail": progress.stderr_tail}
+        return 1 == await self._transaction(
+            "save_progress", lambda db, now: _changed(db, SAVE_PROGRESS, {**params, "now": now}))
 
     # -- the reaper -----------------------------------------------------------------------
     async def list_expired_candidates(self, http_grace_s: float) -> list[JobRow]:

@@ -28,6 +28,7 @@ import pytest
 from gateway import proc
 from gateway.jobs.model import ErrorKind, GatewayError
 from gateway.jobs.runner import (
+    PROVIDER_NICE_INCREMENT,
     ProcessRun,
     RunOutcome,
     RunSpec,
@@ -643,6 +644,31 @@ async def test_live_counters_follow_the_spool_files_while_the_run_goes_on(
         run.cancel()
         outcome = await run.wait()
     assert (outcome.stdout_bytes, outcome.stderr_bytes) == (1000, 10)
+
+
+async def test_the_provider_group_runs_below_the_gateways_priority(tmp_path: Path) -> None:
+    # The gateway's event loop (heartbeat, MCP answers) must not be starved by its own
+    # providers: the leader, what it starts later, and (autogroup scheduling) its session.
+    invocation = child(tmp_path, """
+        fork_grandchild(sys.argv[1], False)
+        time.sleep(60)
+    """, str(tmp_path / "grandchild.pid"))
+    run = ProcessRun(make_spec(tmp_path, invocation))
+    expected = min(proc.MAX_NICE, os.nice(0) + PROVIDER_NICE_INCREMENT)
+    with anyio.fail_after(DEADLINE_S):
+        identity = await run.start()
+        grandchild, _ = await published_pid(tmp_path / "grandchild.pid")
+        assert psutil.Process(identity.pid).nice() == expected
+        assert psutil.Process(grandchild).nice() == expected
+        own_group = proc.autogroup_nice(os.getpid())
+        if own_group is not None:  # Linux with autogroup support
+            # Retried while the kernel rate-limits it (EAGAIN without CAP_SYS_ADMIN).
+            await until(lambda: proc.autogroup_nice(identity.pid)
+                        == min(proc.MAX_NICE, own_group + PROVIDER_NICE_INCREMENT),
+                        "the provider's autogroup to be niced")
+            assert proc.autogroup_nice(os.getpid()) == own_group  # ours is untouched
+        run.cancel()
+        await run.wait()
 
 
 def test_read_tail_never_splits_a_character(tmp_path: Path) -> None:

@@ -103,6 +103,33 @@ def test_a_cli_in_a_user_bin_dir_is_found_on_a_bare_path(home: Path) -> None:
     assert resolve_command("claude", None, "/usr/bin:/bin") == str(claude)
 
 
+def test_a_cli_installed_into_a_new_user_bin_dir_after_a_lookup_is_found(home: Path) -> None:
+    # The user bin dirs are remembered between requests; a dir that appears later counts.
+    assert resolve_command("claude", None, "/usr/bin:/bin") is None
+    claude = _executable(home / ".local/bin/claude")
+    assert resolve_command("claude", None, "/usr/bin:/bin") == str(claude)
+    assert str(home / ".local/bin") in extended_path("/bin").split(os.pathsep)
+
+
+def test_a_node_version_installed_after_a_lookup_comes_first(home: Path) -> None:
+    old = _executable(home / ".nvm/versions/node/v20.0.0/bin/codex")
+    assert resolve_command("codex", None, "/usr/bin:/bin") == str(old)
+    (home / ".nvm/versions/node/v22.0.0").mkdir()  # nvm creates the version, then its bin
+    assert resolve_command("codex", None, "/usr/bin:/bin") == str(old)
+    new = _executable(home / ".nvm/versions/node/v22.0.0/bin/codex")
+    assert resolve_command("codex", None, "/usr/bin:/bin") == str(new)
+
+
+def test_a_user_bin_dir_that_is_removed_is_no_longer_searched(home: Path) -> None:
+    bun = home / ".bun/bin"
+    _executable(bun / "grok")
+    assert str(bun) in extended_path("/bin").split(os.pathsep)
+    (bun / "grok").unlink()
+    bun.rmdir()
+    assert str(bun) not in extended_path("/bin").split(os.pathsep)
+    assert resolve_command("grok", None, "/bin") is None
+
+
 def test_gemini_falls_back_to_the_gemini_cli_when_agy_is_missing(
     home: Path, tmp_path: Path,
 ) -> None:
