@@ -70,6 +70,7 @@ from mcp.client.stdio import stdio_client  # noqa: E402
 
 from gateway.config import load_settings  # noqa: E402
 from gateway.jobs.requests import SubmitRequest  # noqa: E402
+from gateway.jobs.runner import PROVIDER_NICE_INCREMENT  # noqa: E402
 from gateway.jobs.targets import resolve_target  # noqa: E402
 
 RESULTS = BENCH / "results" / "bench.json"
@@ -380,8 +381,22 @@ async def _noop_rate(minimal: Client, calls: int) -> float:
     return calls / (time.perf_counter() - started)
 
 
+async def _noop_rate_while(minimal: Client, load: Awaitable[float]) -> float:
+    """No-op calls per second on `minimal` while `load` runs: the protocol's own rate when
+    the machine is as busy as the gateway's jobs make it (the admission row's conditions)."""
+    task = asyncio.ensure_future(load)
+    calls = 0
+    started = time.perf_counter()
+    while not task.done():
+        await call(minimal, "noop", {})
+        calls += 1
+    elapsed = time.perf_counter() - started
+    await task
+    return calls / elapsed
+
+
 async def _direct_batch(config: Path, prompts: list[str], concurrency: int,
-                        workdir: Path) -> float:
+                        workdir: Path, nice: int = 0) -> float:
     """Seconds to run the fake for every prompt, spawned directly, `concurrency` at a time:
     what the machine needs to run the processes alone."""
     gate = asyncio.Semaphore(concurrency)
@@ -389,7 +404,8 @@ async def _direct_batch(config: Path, prompts: list[str], concurrency: int,
     async def one(index: int, prompt: str) -> None:
         argv, stdin = _direct_argv(config, prompt)
         async with gate:
-            await runner_bench._direct_once(argv, stdin, workdir / f"batch-{index}")  # noqa: SLF001
+            await runner_bench._direct_once(argv, stdin, workdir / f"batch-{index}",  # noqa: SLF001
+                                            nice)
 
     started = time.perf_counter()
     await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
@@ -429,6 +445,9 @@ async def bench_admission(servers: Servers, sizes: Sizes, workdir: Path) -> list
             statuses[done["status"]] = statuses.get(done["status"], 0) + 1
         terminal_s = time.perf_counter() - started
         after = await _noop_rate(minimal, n)
+        loaded = await _noop_rate_while(
+            minimal, _direct_batch(config, prompts, concurrency, workdir / "admission-loaded",
+                                   nice=PROVIDER_NICE_INCREMENT))
     rate = n / admitted_s
     floor = (before + after) / 2
     ratio = rate / floor
@@ -437,13 +456,19 @@ async def bench_admission(servers: Servers, sizes: Sizes, workdir: Path) -> list
                     round(ratio, 3), _target("admission"), _met("admission", ratio),
                     {"calls": n, "admitted_s": admitted_s, "noop_rate_before": before,
                      "noop_rate_after": after, "limits": limits})
+    under_load = Row("admission_loaded",
+                     f"  the same, against no-op calls while the same {n} fakes run",
+                     f"{rate:.0f} calls/s", f"{loaded:.0f} no-op calls/s",
+                     round(rate / loaded, 3), "(report)", None,
+                     {"noop_rate_while_fakes_run": loaded,
+                      "fakes_nice": PROVIDER_NICE_INCREMENT})
     terminal = Row("admission_terminal", f"  time until all {n} are terminal",
                    f"{terminal_s:.2f} s",
                    f"{direct_s:.2f} s ({n} direct spawns, {concurrency} at a time)",
                    round(terminal_s / direct_s, 3), "(report)", None,
                    {"terminal_s": terminal_s, "direct_s": direct_s, "statuses": statuses,
                     "jobs_per_s": n / terminal_s, "concurrency": concurrency})
-    return [admission, terminal]
+    return [admission, under_load, terminal]
 
 
 async def _peak_rss_during(process: psutil.Process,
@@ -652,7 +677,8 @@ async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
     await phase("admission", bench_admission(servers, sizes, workdir))
     await phase("memory", bench_memory(servers, sizes, workdir))
     await phase("store", store_phase())
-    order = ["sync_overhead", "async_overhead", "admission", "admission_terminal",
+    order = ["sync_overhead", "async_overhead", "admission", "admission_loaded",
+             "admission_terminal",
              "status_roundtrip", "wait_roundtrip", "heartbeat_sqlite", "heartbeat_postgres",
              "reaper_sqlite", "reaper_postgres", "stream_runner", "stream_gateway", "rss_idle",
              "rss_after_jobs", "startup"]

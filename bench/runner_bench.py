@@ -45,6 +45,7 @@ import structlog
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gateway import proc  # noqa: E402
 from gateway.jobs.runner import ProcessRun, RunSpec  # noqa: E402
 from providers.base import Invocation  # noqa: E402
 
@@ -138,14 +139,18 @@ async def bench_memory(gib: float, workdir: Path) -> dict[str, Any]:
     }
 
 
-async def _direct_once(argv: list[str], stdin: bytes | None, spool: Path) -> float:
-    """The least a caller could do: spawn in its own session, output to files, wait."""
+async def _direct_once(argv: list[str], stdin: bytes | None, spool: Path,
+                       nice: int = 0) -> float:
+    """The least a caller could do: spawn in its own session, output to files, wait.
+    `nice`: lower the child's priority right after the spawn, as the gateway's runner does."""
     spool.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with open(spool / "stdout", "wb") as out, open(spool / "stderr", "wb") as err:
         process = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
             stdout=out, stderr=err, start_new_session=True)
+    if nice:
+        proc.lower_priority(process.pid, nice)
     await process.communicate(stdin)
     return time.perf_counter() - started
 
