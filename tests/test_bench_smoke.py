@@ -19,8 +19,8 @@ from typing import Any
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 EVERY_ROW = {
-    "sync_overhead", "async_overhead", "admission", "admission_terminal", "status_roundtrip",
-    "wait_roundtrip", "heartbeat_sqlite", "heartbeat_postgres", "reaper_sqlite",
+    "sync_overhead", "async_overhead", "admission", "admission_loaded", "admission_terminal",
+    "status_roundtrip", "wait_roundtrip", "heartbeat_sqlite", "heartbeat_postgres", "reaper_sqlite",
     "reaper_postgres", "stream_runner", "stream_gateway", "rss_idle", "rss_after_jobs",
     "startup",
 }
