@@ -10,15 +10,18 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
+from typing import TYPE_CHECKING
 
 import structlog
 
-from gateway import __version__, proc
+from gateway import __version__
 from gateway.config import Settings
-from gateway.jobs.leases import LeaseKeeper
-from gateway.jobs.manager import JobManager
 from gateway.jobs.model import ErrorKind, GatewayError, InstanceRow
-from gateway.store.base import JobStore
+
+if TYPE_CHECKING:
+    from gateway.jobs.leases import LeaseKeeper
+    from gateway.jobs.manager import JobManager
+    from gateway.store.base import JobStore
 
 log = structlog.get_logger(__name__)
 
@@ -45,6 +48,11 @@ class Gateway:
 
     async def start(self) -> None:
         """Open the store (retrying while it is down), build the manager, register, loop."""
+        # Imported here, not at the top: the job machinery (store driver, runner, psutil) is
+        # not needed to answer `initialize` and `tools/list`, so it loads after them.
+        from gateway import proc
+        from gateway.jobs.leases import LeaseKeeper
+        from gateway.jobs.manager import JobManager
         from gateway.store import open_store
 
         while True:

@@ -21,6 +21,7 @@ import anyio
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.tools import Tool
 from pydantic import ValidationError
 
 from gateway import __version__
@@ -28,7 +29,7 @@ from gateway.cli_versions import CliVersions
 from gateway.config import Settings
 from gateway.jobs.model import ErrorKind
 from gateway.tool_results import failure, invalid_arguments
-from gateway.tools import ServerState, register_tools
+from gateway.tools import ServerState, build_tools
 
 log = structlog.get_logger(__name__)
 
@@ -54,16 +55,19 @@ class GatewayServer(MCPServer[ServerState]):
         super().__init__(**kwargs)
         self.state = state
         self._accepted: dict[str, frozenset[str]] = {}
+        for tool in self._tool_manager.list_tools():
+            self._refuse_unknown_arguments(tool)
 
     def add_tool(self, fn: Any, name: str | None = None, *args: Any, **kwargs: Any) -> None:
         super().add_tool(fn, name, *args, **kwargs)
-        tool_name = name or fn.__name__
-        tool = self._tool_manager.get_tool(tool_name)
+        tool = self._tool_manager.get_tool(name or fn.__name__)
         if tool is not None:
-            properties = tool.parameters.get("properties", {})
-            self._accepted[tool_name] = frozenset(properties)
-            # Unknown arguments are refused (below); say so in the schema too.
-            tool.parameters["additionalProperties"] = False
+            self._refuse_unknown_arguments(tool)
+
+    def _refuse_unknown_arguments(self, tool: Tool) -> None:
+        self._accepted[tool.name] = frozenset(tool.parameters.get("properties", {}))
+        # Unknown arguments are refused (call_tool); say so in the schema too.
+        tool.parameters["additionalProperties"] = False
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[ServerState, Any] | None = None) -> Any:
@@ -122,10 +126,8 @@ def build_server(settings: Settings, role: str = "stdio") -> GatewayServer:
             state.gateway = None
             log.info("MCP server stopped", action="serve_stop", instance_id=gateway.instance_id)
 
-    server = GatewayServer(state, name=SERVER_NAME, version=__version__,
-                           instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING")
-    register_tools(server, state)
-    return server
+    return GatewayServer(state, name=SERVER_NAME, version=__version__, tools=build_tools(state),
+                         instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING")
 
 
 async def _probe_versions_when_ready(state: ServerState, gateway: Any) -> None:
