@@ -22,6 +22,7 @@ import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
+from mcp.types import Tool as MCPTool
 from pydantic import ValidationError
 
 from gateway import __version__
@@ -37,6 +38,10 @@ SERVER_NAME = "agent-cli-gateway"
 STOP_MARGIN_S = 1.0  # beyond the drain timeout: leases stop, instance row, store close
 PROBE_STOP_S = 1.0  # a stopped version probe kills its child and returns at once
 VERSION_PROBE_START_WAIT_S = 15.0  # probe CLI versions once the store is up (or after this)
+# A stdio client lists the tools right after `initialize`; the job machinery loads once that
+# answer is out (a few ms to write it), so it never delays the handshake.
+START_AFTER_LISTING_S = 0.1
+START_DEFER_MAX_S = 1.0  # a stdio client that never lists tools: start anyway after this
 INSTRUCTIONS = (
     "Runs coding-agent CLIs (claude, codex, gemini, grok, mistral, devin, cursor) and HTTP "
     "model APIs as durable jobs. For a quick task call <provider>_request: it waits for the "
@@ -68,6 +73,12 @@ class GatewayServer(MCPServer[ServerState]):
         self._accepted[tool.name] = frozenset(tool.parameters.get("properties", {}))
         # Unknown arguments are refused (call_tool); say so in the schema too.
         tool.parameters["additionalProperties"] = False
+
+    async def list_tools(self) -> list[MCPTool]:
+        tools = await super().list_tools()
+        if self.state.gateway is not None:
+            self.state.gateway.start_soon(START_AFTER_LISTING_S)  # the handshake is over
+        return tools
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[ServerState, Any] | None = None) -> Any:
@@ -106,7 +117,8 @@ def build_server(settings: Settings, role: str = "stdio") -> GatewayServer:
         gateway = Gateway(settings, role=role)
         state.gateway = gateway
         state.versions = CliVersions(settings)  # fresh per entry (in-process reconnects)
-        gateway.start_in_background()
+        # Over HTTP there is no one client's handshake to wait for: start at once.
+        gateway.start_in_background(START_DEFER_MAX_S if role == "stdio" else 0.0)
         probe = asyncio.create_task(_probe_versions_when_ready(state, gateway),
                                     name="cli_version_probe")
         log.info("MCP server started", action="serve", role=role,
@@ -132,8 +144,7 @@ def build_server(settings: Settings, role: str = "stdio") -> GatewayServer:
 
 async def _probe_versions_when_ready(state: ServerState, gateway: Any) -> None:
     """Probe CLI versions in the background, after the store is open (startup first)."""
-    with contextlib.suppress(Exception):
-        await gateway.manager(VERSION_PROBE_START_WAIT_S)
+    await gateway.wait_ready(VERSION_PROBE_START_WAIT_S)
     try:
         await state.versions.probe_all()
     except asyncio.CancelledError:

@@ -447,10 +447,32 @@ async def test_tools_are_listed_at_once_even_while_the_job_store_cannot_open(
     assert status["backend"] == "postgres"
 
 
+async def test_listing_the_tools_starts_the_gateway_without_a_tool_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over stdio the job machinery loads once the handshake is answered: the first
+    tools/list is the cue (the fallback bound is pushed out of reach here)."""
+    from gateway import server as server_module
+    from gateway.config import load_settings
+
+    monkeypatch.setattr(server_module, "START_DEFER_MAX_S", 3600.0)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    db = tmp_path / "state" / "jobs.db"
+    server = server_module.build_server(
+        load_settings(persistence={"backend": "sqlite", "path": str(db)}), role="stdio")
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with Client(server) as client:
+            running = server.state.gateway
+            assert running is not None
+            assert await running.wait_ready(0.3) is False and not db.exists()
+            await client.list_tools()
+            assert await running.wait_ready(STARTUP_ANSWER_S) is True
+    assert db.exists()
+
+
 def test_answering_tools_list_imports_none_of_the_job_machinery(tmp_path: Path) -> None:
     """What initialize and tools/list need stays light (issue 7, startup): the store driver,
     the runner, the job manager, psutil and the HTTP API client load only when the gateway
-    starts."""
+    starts, after the handshake."""
     script = (
         "import asyncio, sys\n"
         "from gateway.config import Settings\n"
