@@ -8,17 +8,21 @@ migrates it and registers the instance in the background; tools await `manager()
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
+from typing import TYPE_CHECKING
 
 import structlog
 
-from gateway import __version__, proc
+from gateway import __version__
 from gateway.config import Settings
-from gateway.jobs.leases import LeaseKeeper
-from gateway.jobs.manager import JobManager
 from gateway.jobs.model import ErrorKind, GatewayError, InstanceRow
-from gateway.store.base import JobStore
+
+if TYPE_CHECKING:
+    from gateway.jobs.leases import LeaseKeeper
+    from gateway.jobs.manager import JobManager
+    from gateway.store.base import JobStore
 
 log = structlog.get_logger(__name__)
 
@@ -39,12 +43,43 @@ class Gateway:
         self._start_error: str | None = None
         self._start_task: asyncio.Task[None] | None = None
         self._open_task: asyncio.Task[JobStore] | None = None
+        self._start_due = asyncio.Event()  # a deferred start may begin now
 
-    def start_in_background(self) -> None:
-        self._start_task = asyncio.create_task(self.start(), name="gateway_start")
+    def start_in_background(self, defer_s: float = 0.0) -> None:
+        """Run `start()` in a task, after at most `defer_s`.
+
+        Loading the job machinery and opening the store take tens of milliseconds of the one
+        event loop, so a stdio server defers them until the client's handshake is answered:
+        `start_soon()` (the server calls it once the tools are listed) or any caller of
+        `manager()` lets the start begin earlier; `defer_s` bounds the wait for a client that
+        does neither.
+        """
+        self._start_task = asyncio.create_task(self._start_when_due(defer_s),
+                                               name="gateway_start")
+
+    def start_soon(self, delay_s: float = 0.0) -> None:
+        """Let a deferred start begin within `delay_s` (never later than it would have)."""
+        if self._start_due.is_set():
+            return
+        if delay_s <= 0:
+            self._start_due.set()
+        else:
+            asyncio.get_running_loop().call_later(delay_s, self._start_due.set)
+
+    async def _start_when_due(self, defer_s: float) -> None:
+        if defer_s > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._start_due.wait(), defer_s)
+        self._start_due.set()  # later start_soon() calls have nothing left to hurry
+        await self.start()
 
     async def start(self) -> None:
         """Open the store (retrying while it is down), build the manager, register, loop."""
+        # Imported here, not at the top: the job machinery (store driver, runner, psutil) is
+        # not needed to answer `initialize` and `tools/list`, so it loads after them.
+        from gateway import proc
+        from gateway.jobs.leases import LeaseKeeper
+        from gateway.jobs.manager import JobManager
         from gateway.store import open_store
 
         while True:
@@ -73,17 +108,25 @@ class Gateway:
                  backend=self.settings.persistence.backend, role=self.role)
 
     async def manager(self, wait_s: float = READY_WAIT_S) -> JobManager:
-        """The job manager once the store is open; GatewayError(unavailable) if not in time."""
+        """The job manager once the store is open (a deferred start begins at once);
+        GatewayError(unavailable) if not in time."""
+        self.start_soon()
+        if not await self.wait_ready(wait_s):
+            detail = f": {self._start_error}" if self._start_error else ""
+            raise GatewayError(ErrorKind.UNAVAILABLE,
+                               f"The gateway is still starting (job store not open yet"
+                               f"{detail}). Retry in a few seconds.")
+        assert self._manager is not None
+        return self._manager
+
+    async def wait_ready(self, wait_s: float) -> bool:
+        """Whether the gateway became ready within `wait_s`, without hurrying its start."""
         if not self._ready.is_set():
             try:
                 await asyncio.wait_for(self._ready.wait(), wait_s)
             except TimeoutError:
-                detail = f": {self._start_error}" if self._start_error else ""
-                raise GatewayError(ErrorKind.UNAVAILABLE,
-                                   f"The gateway is still starting (job store not open yet"
-                                   f"{detail}). Retry in a few seconds.") from None
-        assert self._manager is not None
-        return self._manager
+                return False
+        return True
 
     @property
     def ready(self) -> bool:

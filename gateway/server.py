@@ -21,6 +21,8 @@ import anyio
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.types import Tool as MCPTool
 from pydantic import ValidationError
 
 from gateway import __version__
@@ -28,7 +30,7 @@ from gateway.cli_versions import CliVersions
 from gateway.config import Settings
 from gateway.jobs.model import ErrorKind
 from gateway.tool_results import failure, invalid_arguments
-from gateway.tools import ServerState, register_tools
+from gateway.tools import ServerState, build_tools
 
 log = structlog.get_logger(__name__)
 
@@ -36,6 +38,10 @@ SERVER_NAME = "agent-cli-gateway"
 STOP_MARGIN_S = 1.0  # beyond the drain timeout: leases stop, instance row, store close
 PROBE_STOP_S = 1.0  # a stopped version probe kills its child and returns at once
 VERSION_PROBE_START_WAIT_S = 15.0  # probe CLI versions once the store is up (or after this)
+# A stdio client lists the tools right after `initialize`; the job machinery loads once that
+# answer is out (a few ms to write it), so it never delays the handshake.
+START_AFTER_LISTING_S = 0.1
+START_DEFER_MAX_S = 1.0  # a stdio client that never lists tools: start anyway after this
 INSTRUCTIONS = (
     "Runs coding-agent CLIs (claude, codex, gemini, grok, mistral, devin, cursor) and HTTP "
     "model APIs as durable jobs. For a quick task call <provider>_request: it waits for the "
@@ -54,16 +60,25 @@ class GatewayServer(MCPServer[ServerState]):
         super().__init__(**kwargs)
         self.state = state
         self._accepted: dict[str, frozenset[str]] = {}
+        for tool in self._tool_manager.list_tools():
+            self._refuse_unknown_arguments(tool)
 
     def add_tool(self, fn: Any, name: str | None = None, *args: Any, **kwargs: Any) -> None:
         super().add_tool(fn, name, *args, **kwargs)
-        tool_name = name or fn.__name__
-        tool = self._tool_manager.get_tool(tool_name)
+        tool = self._tool_manager.get_tool(name or fn.__name__)
         if tool is not None:
-            properties = tool.parameters.get("properties", {})
-            self._accepted[tool_name] = frozenset(properties)
-            # Unknown arguments are refused (below); say so in the schema too.
-            tool.parameters["additionalProperties"] = False
+            self._refuse_unknown_arguments(tool)
+
+    def _refuse_unknown_arguments(self, tool: Tool) -> None:
+        self._accepted[tool.name] = frozenset(tool.parameters.get("properties", {}))
+        # Unknown arguments are refused (call_tool); say so in the schema too.
+        tool.parameters["additionalProperties"] = False
+
+    async def list_tools(self) -> list[MCPTool]:
+        tools = await super().list_tools()
+        if self.state.gateway is not None:
+            self.state.gateway.start_soon(START_AFTER_LISTING_S)  # the handshake is over
+        return tools
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[ServerState, Any] | None = None) -> Any:
@@ -102,7 +117,8 @@ def build_server(settings: Settings, role: str = "stdio") -> GatewayServer:
         gateway = Gateway(settings, role=role)
         state.gateway = gateway
         state.versions = CliVersions(settings)  # fresh per entry (in-process reconnects)
-        gateway.start_in_background()
+        # Over HTTP there is no one client's handshake to wait for: start at once.
+        gateway.start_in_background(START_DEFER_MAX_S if role == "stdio" else 0.0)
         probe = asyncio.create_task(_probe_versions_when_ready(state, gateway),
                                     name="cli_version_probe")
         log.info("MCP server started", action="serve", role=role,
@@ -122,16 +138,13 @@ def build_server(settings: Settings, role: str = "stdio") -> GatewayServer:
             state.gateway = None
             log.info("MCP server stopped", action="serve_stop", instance_id=gateway.instance_id)
 
-    server = GatewayServer(state, name=SERVER_NAME, version=__version__,
-                           instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING")
-    register_tools(server, state)
-    return server
+    return GatewayServer(state, name=SERVER_NAME, version=__version__, tools=build_tools(state),
+                         instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING")
 
 
 async def _probe_versions_when_ready(state: ServerState, gateway: Any) -> None:
     """Probe CLI versions in the background, after the store is open (startup first)."""
-    with contextlib.suppress(Exception):
-        await gateway.manager(VERSION_PROBE_START_WAIT_S)
+    await gateway.wait_ready(VERSION_PROBE_START_WAIT_S)
     try:
         await state.versions.probe_all()
     except asyncio.CancelledError:

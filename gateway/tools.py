@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import structlog
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from gateway import __version__
-from gateway.jobs.manager import MAX_WAIT_S, JobManager
 from gateway.jobs.model import ErrorKind, GatewayError, JobRow, JobStatus
 from gateway.jobs.requests import SubmitRequest
-from providers.http_api import redact_url
 from gateway.tool_results import (
     describe_status,
     duration_s,
@@ -47,10 +46,9 @@ from gateway.tool_signatures import (
 )
 
 if TYPE_CHECKING:
-    from mcp.server.mcpserver import MCPServer
-
     from gateway.cli_versions import CliVersions
     from gateway.config import Settings
+    from gateway.jobs.manager import JobManager
     from gateway.runtime import Gateway
 
 log = structlog.get_logger(__name__)
@@ -61,6 +59,7 @@ DEFAULT_RESULT_PAGE_BYTES = 200_000  # one page of llm_job_result: comfortable i
 MAX_RESULT_PAGE_BYTES = 400_000
 INLINE_ANSWER_BYTES = DEFAULT_RESULT_PAGE_BYTES  # a sync answer longer than this is paged
 DEFAULT_WAIT_S = 30.0  # llm_job_wait's default: well under the common 60 s tool timeout
+MAX_WAIT_S = 50.0  # llm_job_wait's bound: under the common 60 s client tool timeout
 DEFAULT_LIST_LIMIT = 20
 MAX_LIST_LIMIT = 200
 PROGRESS_STEP = 0.001  # progress values must strictly increase between notifications
@@ -288,8 +287,7 @@ def _next_step(kind: str, row: JobRow) -> str:
 
 
 def provider_tools(state: ServerState) -> list[ProviderTools]:
-    """One ProviderTools per enabled CLI provider and per configured HTTP API provider."""
-    from providers.http_api import ApiRequest
+    """One ProviderTools per enabled CLI provider, then one per configured HTTP API provider."""
     from providers.registry import CLI_PROVIDERS
 
     settings = state.settings
@@ -303,7 +301,18 @@ def provider_tools(state: ServerState) -> list[ProviderTools]:
         result.append(ProviderTools(state, name, "cli", option_params(adapter.options_model),
                                     cli_common_params(default_timeout, name),
                                     f"{name} (the `{command}` CLI)"))
-    for name, api in settings.api_providers.items():
+    if settings.api_providers:  # else the HTTP client stack is not even imported
+        result += api_provider_tools(state)
+    return result
+
+
+def api_provider_tools(state: ServerState) -> list[ProviderTools]:
+    """One ProviderTools per configured HTTP API provider."""
+    from providers.http_api import ApiRequest, redact_url
+
+    default_timeout = state.settings.limits.default_timeout_s
+    result: list[ProviderTools] = []
+    for name, api in state.settings.api_providers.items():
         fields = option_params(ApiRequest, reserved=frozenset())
         result.append(ProviderTools(state, name, "api", fields,
                                     api_common_params(default_timeout, name),
@@ -454,6 +463,8 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         """This gateway instance: readiness, durable admission, running and queued jobs per
         provider, limits, the store backend, and which provider CLIs are installed where
         (with their versions, probed in the background after startup)."""
+        from providers.http_api import redact_url
+
         settings = state.settings
         gateway = state.gateway
         manager = state.ready_manager()
@@ -525,13 +536,29 @@ def _status_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def register_tools(server: MCPServer[Any], state: ServerState) -> None:
-    """Add every tool to the server: provider tools first, then the job tools."""
+def build_tools(state: ServerState) -> list[Tool]:
+    """Every tool, in `tools/list` order: provider tools first, then the job tools.
+
+    Deriving a tool from its signature (an argument model and its JSON schema) is most of a
+    gateway's startup beyond the SDK's own. A provider's sync and async tools take exactly
+    the same arguments, so the async one is a copy of the sync one with its own body, name
+    and description: one derivation per provider instead of two.
+    """
     request_annotations = ToolAnnotations(open_world_hint=True, read_only_hint=False)
-    for tools in provider_tools(state):
-        for sync in (True, False):
-            body = tools.make(sync)
-            server.add_tool(body, name=body.__name__, description=tools.description(sync),
-                            annotations=request_annotations)
+    tools: list[Tool] = []
+    for provider in provider_tools(state):
+        sync_body, async_body = provider.make(sync=True), provider.make(sync=False)
+        sync_tool = Tool.from_function(sync_body, name=sync_body.__name__,
+                                       description=provider.description(sync=True),
+                                       annotations=request_annotations)
+        # Its own top-level schema dict (the server sets keys on it); the SDK titles a
+        # schema after its function ("claude_request_asyncArguments").
+        schema = dict(sync_tool.parameters)
+        schema["title"] = schema["title"].replace(sync_body.__name__, async_body.__name__, 1)
+        async_tool = sync_tool.model_copy(update={
+            "fn": async_body, "name": async_body.__name__,
+            "description": provider.description(sync=False), "parameters": schema})
+        tools += [sync_tool, async_tool]
     for name, body, hints in job_tools(state):
-        server.add_tool(guarded(name, body), name=name, annotations=hints)
+        tools.append(Tool.from_function(guarded(name, body), name=name, annotations=hints))
+    return tools

@@ -31,7 +31,7 @@ class ProviderOptions(BaseModel):
     Field descriptions become the MCP tool's input schema, so write them for an agent.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,6 @@ DEFAULT_RESULT_PAGE = 200_000
 # A stored page is read with this many bytes more on each side: a UTF-8 character is at most
 # 4 bytes, so the page's ends can be moved to character boundaries inside what was read.
 PAGE_MARGIN_BYTES = 8
-MAX_WAIT_S = 50.0
 ADOPT_RETRY_FIRST_S = 0.5  # re-reading a row after an unconfirmed insert, while the store is down
 ADOPT_RETRY_MAX_S = 5.0  # llm_job_wait's bound: under the common 60 s client tool timeout
 

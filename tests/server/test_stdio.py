@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -159,3 +160,33 @@ async def test_stdout_is_only_json_rpc_and_the_server_drains_and_stops_on_its_wa
     assert instance is not None and instance["stopped_at"] is not None
     # Logs went to stderr (JSON lines), never to stdout.
     assert b"MCP server stopped" in stderr_path.read_bytes()
+
+
+async def test_a_client_that_never_lists_the_tools_still_gets_a_started_gateway(
+        stdio_harness: Harness) -> None:
+    """The start waits for the handshake (the first tools/list), but not forever: a client
+    that only initializes and asks for the status sees the gateway become ready and its
+    instance registered, with no job tool called."""
+    config = stdio_harness.write_config({})
+    db = stdio_harness.db_of(config)
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        process = await anyio.open_process(
+            [sys.executable, "-m", "gateway"], env=server_env(stdio_harness.home, config),
+            cwd=stdio_harness.home, stderr=subprocess.DEVNULL)
+        session = RawStdioSession(process)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(session.read_all)
+            await session.initialize()
+            status = await session.call("gateway_status", {})
+            while not status["ready"]:
+                await anyio.sleep(0.05)
+                status = await session.call("gateway_status", {})
+            assert process.stdin is not None
+            await process.stdin.aclose()
+            with anyio.fail_after(EXIT_TIMEOUT_S):
+                assert await process.wait() == 0
+            tasks.cancel_scope.cancel()
+    assert not any("tools" in m.get("result", {}) for m in session.messages)
+    instance = db_row(db, "SELECT role FROM gateway_instances WHERE instance_id = ?",
+                      status["instance_id"])
+    assert instance is not None and instance["role"] == "stdio"

@@ -4,6 +4,9 @@ legacy and auto, Streamable HTTP) against the fake provider CLIs."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,7 @@ from mcp import Client
 from mcp.types import CallToolResult
 
 from tests.fakes.fake_api_server import run_fake_api_server
-from tests.server.conftest import Harness, free_port
+from tests.server.conftest import REPO, Harness, free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -442,3 +445,44 @@ async def test_tools_are_listed_at_once_even_while_the_job_store_cannot_open(
     assert len(tools) == 2 * len(PROVIDERS) + len(JOB_TOOLS)
     assert status["ready"] is False and status["admitting"] is False
     assert status["backend"] == "postgres"
+
+
+async def test_listing_the_tools_starts_the_gateway_without_a_tool_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over stdio the job machinery loads once the handshake is answered: the first
+    tools/list is the cue (the fallback bound is pushed out of reach here)."""
+    from gateway import server as server_module
+    from gateway.config import load_settings
+
+    monkeypatch.setattr(server_module, "START_DEFER_MAX_S", 3600.0)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    db = tmp_path / "state" / "jobs.db"
+    server = server_module.build_server(
+        load_settings(persistence={"backend": "sqlite", "path": str(db)}), role="stdio")
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with Client(server) as client:
+            running = server.state.gateway
+            assert running is not None
+            assert await running.wait_ready(0.3) is False and not db.exists()
+            await client.list_tools()
+            assert await running.wait_ready(STARTUP_ANSWER_S) is True
+    assert db.exists()
+
+
+def test_answering_tools_list_imports_none_of_the_job_machinery(tmp_path: Path) -> None:
+    """What initialize and tools/list need stays light (issue 7, startup): the store driver,
+    the runner, the job manager, psutil and the HTTP API client load only when the gateway
+    starts, after the handshake."""
+    script = (
+        "import asyncio, sys\n"
+        "from gateway.config import Settings\n"
+        "from gateway.server import build_server\n"
+        "asyncio.run(build_server(Settings()).list_tools())\n"
+        "print(' '.join(sorted(m for m in sys.modules if m in sys.argv[1:])))\n")
+    heavy = ["gateway.jobs.manager", "gateway.jobs.runner", "gateway.jobs.leases",
+             "gateway.store.sqlite", "aiosqlite", "psutil", "providers.http_api"]
+    env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
+    env.pop("AGENT_GATEWAY_CONFIG", None)
+    done = subprocess.run([sys.executable, "-c", script, *heavy], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=TEST_TIMEOUT_S, check=True)
+    assert done.stdout.split() == []
