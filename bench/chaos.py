@@ -121,6 +121,7 @@ LEASE = dict(FAST_LEASE)  # heartbeat 0.2, ttl 1, grace 1, sweep 0.2, gc 1, canc
 KILL_GRACE_S = 0.5  # SIGTERM -> SIGKILL escalation for cancelled/drained jobs
 RUN_SLOTS_PER_INSTANCE = 4  # small, so bursts queue jobs and queued jobs meet the chaos too
 PROVIDERS = ("claude", "codex", "gemini")  # three prompt paths: after --, stdin, --print=
+ANSWER_READ_BYTES = 1 << 20  # a fake's answer is a line quoting its prompt: far less than this
 PROMPT_PREFIX = "chaos"
 
 # Bounds of the audit (see the module docstring for how each one is used).
@@ -1123,6 +1124,13 @@ class ChaosRun:
         store = await open_store(settings)
         try:
             rows = await store.list_jobs(limit=1_000_000)
+            # The answer as a client reads it (llm_job_result): it may be stored as a range
+            # of the output rather than as result_json's text.
+            answers: dict[str, str] = {}
+            for row in rows:
+                if row.status == JobStatus.COMPLETED:
+                    page = await store.read_output(row.id, 0, ANSWER_READ_BYTES, answer=True)
+                    answers[row.id] = page[0].decode("utf-8", "replace") if page else ""
         finally:
             await store.close()
         report = ChaosReport(backend=self.o.backend)
@@ -1266,9 +1274,7 @@ class ChaosRun:
         for row in rows:
             if row.status != JobStatus.COMPLETED:
                 continue
-            text = ""
-            with contextlib.suppress(ValueError, TypeError):
-                text = str(json.loads(row.result_json or "{}").get("text") or "")
+            text = answers.get(row.id, "")
             if (row_prompt(row) or "\0") not in text:
                 bad_results += 1
                 report.details.append(f"BAD RESULT {text[:200]!r}: {timeline(row)}")
