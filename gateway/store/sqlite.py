@@ -86,44 +86,50 @@ READ_SCHEMA_VERSION = "SELECT COALESCE(MAX(version), 0) FROM schema_version"
 
 RECORD_SCHEMA_VERSION = "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)"
 
+# The jobs table's columns, in their v1 order (v2 moves `output` last).
+_JOB_COLUMN_DEFS: tuple[tuple[str, str], ...] = (
+    ("id", "TEXT PRIMARY KEY"),
+    ("provider", "TEXT NOT NULL"),
+    ("status", "TEXT NOT NULL CHECK (status IN ('queued','running','completed','failed',"
+               "'cancelled','timed_out','orphaned'))"),
+    ("request_key", "TEXT NOT NULL"),
+    ("correlation_id", "TEXT"),
+    ("transport", "TEXT NOT NULL DEFAULT 'process' CHECK (transport IN ('process','http'))"),
+    ("owner_instance", "TEXT"),
+    ("lease_deadline", "REAL"),
+    ("hostname", "TEXT"),
+    ("pid", "INTEGER"),
+    ("pgid", "INTEGER"),
+    ("pid_started_at", "REAL"),
+    ("working_dir", "TEXT"),
+    ("model", "TEXT"),
+    ("session_id", "TEXT"),
+    ("request_json", "TEXT NOT NULL DEFAULT '{}'"),
+    ("created_at", "REAL NOT NULL"),
+    ("started_at", "REAL"),
+    ("finished_at", "REAL"),
+    ("updated_at", "REAL NOT NULL"),
+    ("exit_code", "INTEGER"),
+    ("error", "TEXT"),
+    ("error_kind", "TEXT"),
+    ("output", "TEXT"),
+    ("stderr_tail", "TEXT"),
+    ("output_bytes", "INTEGER NOT NULL DEFAULT 0"),
+    ("truncated", "INTEGER NOT NULL DEFAULT 0"),
+    ("result_json", "TEXT"),
+    ("cancel_requested_at", "REAL"),
+    ("forced", "INTEGER NOT NULL DEFAULT 0"),
+    ("boot_id", "TEXT"),
+)
+
+
+def _create_jobs_table(name: str, columns: Sequence[tuple[str, str]]) -> str:
+    body = ",\n".join(f"    {column:<19} {definition}" for column, definition in columns)
+    return f"CREATE TABLE IF NOT EXISTS {name} (\n{body}\n)"
+
+
 _SCHEMA_V1 = (
-    """
-    CREATE TABLE IF NOT EXISTS jobs (
-        id                  TEXT PRIMARY KEY,
-        provider            TEXT NOT NULL,
-        status              TEXT NOT NULL CHECK (status IN
-                            ('queued','running','completed','failed','cancelled',
-                             'timed_out','orphaned')),
-        request_key         TEXT NOT NULL,
-        correlation_id      TEXT,
-        transport           TEXT NOT NULL DEFAULT 'process'
-                            CHECK (transport IN ('process','http')),
-        owner_instance      TEXT,
-        lease_deadline      REAL,
-        hostname            TEXT,
-        pid                 INTEGER,
-        pgid                INTEGER,
-        pid_started_at      REAL,
-        working_dir         TEXT,
-        model               TEXT,
-        session_id          TEXT,
-        request_json        TEXT NOT NULL DEFAULT '{}',
-        created_at          REAL NOT NULL,
-        started_at          REAL,
-        finished_at         REAL,
-        updated_at          REAL NOT NULL,
-        exit_code           INTEGER,
-        error               TEXT,
-        error_kind          TEXT,
-        output              TEXT,
-        stderr_tail         TEXT,
-        output_bytes        INTEGER NOT NULL DEFAULT 0,
-        truncated           INTEGER NOT NULL DEFAULT 0,
-        result_json         TEXT,
-        cancel_requested_at REAL,
-        forced              INTEGER NOT NULL DEFAULT 0,
-        boot_id             TEXT
-    )""",
+    _create_jobs_table("jobs", _JOB_COLUMN_DEFS),
     """
     CREATE TABLE IF NOT EXISTS gateway_instances (
         instance_id      TEXT PRIMARY KEY,
@@ -144,7 +150,7 @@ _SCHEMA_V1 = (
         ON jobs (request_key) WHERE status IN ('queued','running') AND forced = 0""",
     # The reaper's range scan: active rows ordered by their own lease deadline.
     "CREATE INDEX IF NOT EXISTS jobs_status_lease_deadline ON jobs (status, lease_deadline)",
-    # The heartbeat, the cancel poller and drain: one instance's active rows.
+    # The cancel poller and drain: one instance's active rows.
     "CREATE INDEX IF NOT EXISTS jobs_owner_status ON jobs (owner_instance, status)",
     # find_reusable: newest rows of one request key.
     "CREATE INDEX IF NOT EXISTS jobs_request_key_created ON jobs (request_key, created_at)",
@@ -161,51 +167,11 @@ _SCHEMA_V1 = (
 # max_output_bytes is never in memory. The table is rebuilt (sqlite.org/lang_altertable.html,
 # "other kinds of table schema changes"), its columns named as they were at v2; the steps
 # re-run in order rebuild the same table again.
-_V2_COLUMNS = (
-    "id, provider, status, request_key, correlation_id, transport, owner_instance, "
-    "lease_deadline, hostname, pid, pgid, pid_started_at, working_dir, model, session_id, "
-    "request_json, created_at, started_at, finished_at, updated_at, exit_code, error, "
-    "error_kind, stderr_tail, output_bytes, truncated, result_json, cancel_requested_at, "
-    "forced, boot_id, output"
-)
+_V2_COLUMN_DEFS = (*(c for c in _JOB_COLUMN_DEFS if c[0] != "output"),
+                   ("output", "TEXT"))  # last: UTF-8 as TEXT, or as a BLOB if large
+_V2_COLUMNS = ", ".join(column for column, _ in _V2_COLUMN_DEFS)
 _SCHEMA_V2 = (
-    """
-    CREATE TABLE IF NOT EXISTS jobs_v2 (
-        id                  TEXT PRIMARY KEY,
-        provider            TEXT NOT NULL,
-        status              TEXT NOT NULL CHECK (status IN
-                            ('queued','running','completed','failed','cancelled',
-                             'timed_out','orphaned')),
-        request_key         TEXT NOT NULL,
-        correlation_id      TEXT,
-        transport           TEXT NOT NULL DEFAULT 'process'
-                            CHECK (transport IN ('process','http')),
-        owner_instance      TEXT,
-        lease_deadline      REAL,
-        hostname            TEXT,
-        pid                 INTEGER,
-        pgid                INTEGER,
-        pid_started_at      REAL,
-        working_dir         TEXT,
-        model               TEXT,
-        session_id          TEXT,
-        request_json        TEXT NOT NULL DEFAULT '{}',
-        created_at          REAL NOT NULL,
-        started_at          REAL,
-        finished_at         REAL,
-        updated_at          REAL NOT NULL,
-        exit_code           INTEGER,
-        error               TEXT,
-        error_kind          TEXT,
-        stderr_tail         TEXT,
-        output_bytes        INTEGER NOT NULL DEFAULT 0,
-        truncated           INTEGER NOT NULL DEFAULT 0,
-        result_json         TEXT,
-        cancel_requested_at REAL,
-        forced              INTEGER NOT NULL DEFAULT 0,
-        boot_id             TEXT,
-        output              TEXT  -- last: see above; UTF-8 as TEXT, or as a BLOB if large
-    )""",
+    _create_jobs_table("jobs_v2", _V2_COLUMN_DEFS),
     f"INSERT INTO jobs_v2 ({_V2_COLUMNS}) SELECT {_V2_COLUMNS} FROM jobs",
     "DROP TABLE jobs",
     "ALTER TABLE jobs_v2 RENAME TO jobs",
