@@ -140,7 +140,8 @@ class JobStore(Protocol):
     async def find_reusable(self, request_key: str, dedup_window_s: float) -> JobRow | None:
         """The job an identical request should reuse: non-forced, and queued/running (any
         age), or completed with finished_at within dedup_window_s. Newest first. Never
-        failed, cancelled, timed_out or orphaned."""
+        failed, cancelled, timed_out or orphaned. A light row (as get_job with_output=False):
+        admission answers with the job's id and status, never its output."""
 
     async def insert_job(self, job: NewJob, ttl_s: float) -> JobRow:
         """Insert a queued row, lease_deadline = now + ttl_s.
@@ -169,7 +170,8 @@ class JobStore(Protocol):
 
     async def request_cancel(self, job_id: str) -> JobRow | None:
         """Set cancel_requested_at = now if the row is still active (first request wins; a
-        second leaves the first time). Returns the row after the write, or None if unknown."""
+        second leaves the first time). Returns the row after the write, light (as get_job
+        with_output=False), or None if unknown."""
 
     async def list_cancel_requested(self, owner_instance: str) -> list[str]:
         """Ids of this instance's queued/running jobs whose cancel was requested."""

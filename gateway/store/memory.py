@@ -148,7 +148,7 @@ class MemoryJobStore:
             if not candidates:
                 return None
             newest = max(candidates, key=lambda j: (j.created_at or _utc(0), j.id))
-            return replace(newest)
+            return without_output(newest)
 
     async def insert_job(self, job: NewJob, ttl_s: float) -> JobRow:
         async with self._lock:
@@ -250,7 +250,7 @@ class MemoryJobStore:
                 now = self._now()
                 job.cancel_requested_at = now
                 job.updated_at = now
-            return replace(job)
+            return without_output(job)
 
     async def list_cancel_requested(self, owner_instance: str) -> list[str]:
         async with self._lock:

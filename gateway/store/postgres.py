@@ -370,6 +370,12 @@ _LIGHT_JOB_COLUMNS = ", ".join(
     for name in JobRow.column_names())
 
 GET_JOB_LIGHT = f"SELECT {_LIGHT_JOB_COLUMNS} FROM jobs WHERE id = $1"
+# Admission's dedup lookup and a cancel's answer read light rows too: a duplicate of (or a
+# cancel for) a finished job with a large output must not load that output.
+FIND_REUSABLE_LIGHT = FIND_REUSABLE.replace(f"SELECT {_JOB_COLUMNS}",
+                                            f"SELECT {_LIGHT_JOB_COLUMNS}", 1)
+REQUEST_CANCEL_LIGHT = REQUEST_CANCEL.replace(f"RETURNING {_JOB_COLUMNS}",
+                                              f"RETURNING {_LIGHT_JOB_COLUMNS}", 1)
 
 # Optional filters as NULL-able parameters keep one statement text (one prepared plan).
 _LIST_JOBS_FILTERS = """
@@ -645,7 +651,7 @@ class PostgresJobStore:
     # -- admission and transitions --------------------------------------------------------
     async def find_reusable(self, request_key: str, dedup_window_s: float) -> JobRow | None:
         async with self._connection("find reusable job") as conn:
-            row = await conn.fetchrow(FIND_REUSABLE, request_key, float(dedup_window_s))
+            row = await conn.fetchrow(FIND_REUSABLE_LIGHT, request_key, float(dedup_window_s))
         return _job(row) if row is not None else None
 
     async def insert_job(self, job: NewJob, ttl_s: float) -> JobRow:
@@ -712,9 +718,9 @@ class PostgresJobStore:
 
     async def request_cancel(self, job_id: str) -> JobRow | None:
         async with self._connection("request cancel") as conn:
-            row = await conn.fetchrow(REQUEST_CANCEL, job_id)
+            row = await conn.fetchrow(REQUEST_CANCEL_LIGHT, job_id)
             if row is None:  # not active, or already requested: the row as it is now
-                row = await conn.fetchrow(GET_JOB, job_id)
+                row = await conn.fetchrow(GET_JOB_LIGHT, job_id)
         return _job(row) if row is not None else None
 
     async def list_cancel_requested(self, owner_instance: str) -> list[str]:

@@ -353,6 +353,10 @@ _LIGHT_JOB_COLUMNS = ", ".join(
     for name in JobRow.column_names())
 
 GET_JOB_LIGHT = f"SELECT {_LIGHT_JOB_COLUMNS} FROM jobs WHERE id = :job_id"
+# Admission's dedup lookup reads light rows too: a duplicate of a finished job with a large
+# output must not load that output to answer with the job's id and status.
+FIND_REUSABLE_LIGHT = FIND_REUSABLE.replace(f"SELECT {_JOB_COLUMNS}",
+                                            f"SELECT {_LIGHT_JOB_COLUMNS}", 1)
 
 # Optional filters as NULL-able parameters (statuses: a JSON array) keep one statement text.
 _LIST_JOBS_FILTERS = """
@@ -691,12 +695,10 @@ class SqliteJobStore:
 
     # -- admission and transitions --------------------------------------------------------
     async def find_reusable(self, request_key: str, dedup_window_s: float) -> JobRow | None:
-        async with self._read("find_reusable") as conn:
-            rows = await conn.execute_fetchall(FIND_REUSABLE, {
-                "request_key": request_key, "now": time.time(),
-                "dedup_window_s": dedup_window_s,
-            })
-            return _job(rows[0]) if rows else None
+        rows = await self._light_rows("find_reusable", FIND_REUSABLE_LIGHT, FIND_REUSABLE, {
+            "request_key": request_key, "now": time.time(), "dedup_window_s": dedup_window_s,
+        })
+        return rows[0] if rows else None
 
     async def insert_job(self, job: NewJob, ttl_s: float) -> JobRow:
         params = {
@@ -767,8 +769,10 @@ class SqliteJobStore:
     async def request_cancel(self, job_id: str) -> JobRow | None:
         async with self._write("request_cancel") as conn:
             await conn.execute(REQUEST_CANCEL, {"job_id": job_id, "now": time.time()})
-            rows = await conn.execute_fetchall(GET_JOB, {"job_id": job_id})
-            return _job(rows[0]) if rows else None
+        # The row as it is after the write, light (a finished job's output is not needed to
+        # answer a cancel). Read after the commit: a later write can only be a completion.
+        rows = await self._light_rows("request_cancel", GET_JOB_LIGHT, GET_JOB, {"job_id": job_id})
+        return rows[0] if rows else None
 
     async def list_cancel_requested(self, owner_instance: str) -> list[str]:
         async with self._read("list_cancel_requested") as conn:

@@ -367,7 +367,7 @@ async def test_find_reusable_returns_a_completed_job_only_within_the_window(
     assert await store.complete(job.id, OWNER, done(output="answer"))
     finished = await get(store, job.id)
     found = await store.find_reusable("k", 3600)
-    assert found is not None and found.id == job.id and found.output == "answer"
+    assert found is not None and found.id == job.id and found.status is JobStatus.COMPLETED
 
     await wait_for_store_time(store, epoch(finished.finished_at) + PAST_S)
     assert await store.find_reusable("k", WINDOW_S) is None  # finished before the window
@@ -772,6 +772,27 @@ async def test_a_light_read_leaves_out_the_output_and_the_answer_text_only(
     assert listed.keys() == {job.id, queued.id, weird.id}
     assert listed[job.id] == light and listed[weird.id] == light_weird
     assert [r.id for r in await store.list_jobs(with_output=False, limit=1)] == [weird.id]
+
+
+async def test_dedup_lookup_and_cancel_answer_with_light_rows(store: JobStore) -> None:
+    """Admission's dedup lookup and a cancel answer with a job's id and status: a finished
+    job's output (up to max_output_bytes) is not read for them."""
+    answer = {"text": "the answer", "session_id": "native-1"}
+    job = await running(store, new_job(key="dedup-light"))
+    assert await store.complete(job.id, OWNER, done(
+        output="raw stdout", output_bytes=10,
+        result_json=json.dumps(answer, sort_keys=True, separators=(",", ":"))))
+    light = await store.get_job(job.id, with_output=False)
+
+    reused = await store.find_reusable("dedup-light", 3600)
+    after_cancel = await store.request_cancel(job.id)
+
+    assert reused == light and after_cancel == light
+    assert reused is not None and reused.output is None
+    active = await running(store, new_job())
+    cancelled = await store.request_cancel(active.id)
+    assert cancelled is not None and cancelled.cancel_requested_at is not None
+    assert cancelled == await store.get_job(active.id, with_output=False)
 
 
 async def test_read_output_pages_the_output_or_the_answer_in_bytes(store: JobStore) -> None:
