@@ -4,8 +4,10 @@ All SQL of this backend is below as named module constants; each says which inva
 WHERE clause enforces. Every state transition is ONE conditional statement, so PostgreSQL's
 row locks arbitrate races: under READ COMMITTED an UPDATE that waited for another
 transaction's row lock re-evaluates its WHERE clause on the committed row version before it
-writes. A heartbeat that commits first therefore saves its jobs from a concurrent reaper, and
-a reaper that commits first makes the late heartbeat skip the orphaned rows.
+writes. The one decision that reads another table, the reaper's (a job's lease is also its
+owner's instance lease), first locks the lapsed owners' rows (LOCK_EXPIRED_OWNERS): a
+heartbeat that commits first saves its jobs, one that comes later waits and finds them
+orphaned.
 
 Clocks: every time written and every time compared is the database clock `now()`; the client
 sends only durations in seconds (`now() + make_interval(secs => $n)`), never a timestamp, so
@@ -151,7 +153,7 @@ _SCHEMA_V1 = (
         ON jobs (request_key) WHERE status IN ('queued','running') AND NOT forced""",
     # The reaper's range scan: active rows ordered by their own lease deadline.
     "CREATE INDEX IF NOT EXISTS jobs_status_lease_deadline ON jobs (status, lease_deadline)",
-    # The heartbeat, the cancel poller and drain: one instance's active rows.
+    # The reaper's owner lock, the cancel poller and drain: one instance's active rows.
     "CREATE INDEX IF NOT EXISTS jobs_owner_status ON jobs (owner_instance, status)",
     # find_reusable: newest rows of one request key.
     "CREATE INDEX IF NOT EXISTS jobs_request_key_created ON jobs (request_key, created_at)",
