@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 STORE_OPEN_RETRY_S = 2.0  # a store that is down at startup is retried, never given up on
-READY_WAIT_S = 10.0
-STOP_OPEN_WAIT_S = 1.0  # part of the drain budget: an interrupted store open may finish  # how long a tool call waits for startup before answering `unavailable`
+READY_WAIT_S = 10.0  # how long a tool call waits for startup before answering `unavailable`
+STOP_OPEN_WAIT_S = 1.0  # part of the drain budget: an interrupted store open may finish
 
 
 class Gateway:

@@ -53,7 +53,7 @@ DEFAULT_RESULT_PAGE = 200_000
 # 4 bytes, so the page's ends can be moved to character boundaries inside what was read.
 PAGE_MARGIN_BYTES = 8
 ADOPT_RETRY_FIRST_S = 0.5  # re-reading a row after an unconfirmed insert, while the store is down
-ADOPT_RETRY_MAX_S = 5.0  # llm_job_wait's bound: under the common 60 s client tool timeout
+ADOPT_RETRY_MAX_S = 5.0  # the longest pause between those re-reads
 
 
 ProgressCallback = Callable[[int, float], Awaitable[None]]  # (output bytes, elapsed s)
