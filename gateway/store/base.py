@@ -85,14 +85,22 @@ def answer_in(result_json: str | None) -> str | tuple[int, int] | None:
     return None
 
 
+def page_bounds(size: int, offset: int, length: int,
+                span: tuple[int, int] | None = None) -> tuple[int, int, int]:
+    """read_output's page of a `size`-byte value (or of its range `span`): the first byte,
+    how many bytes to read, and the paged size. Offsets past the end give an empty page."""
+    start, end = span if span is not None else (0, size)
+    end = min(end, size)
+    start = min(start, end)
+    first = start + min(max(offset, 0), end - start)
+    return first, min(end - first, max(length, 0)), end - start
+
+
 def page_of(data: bytes, offset: int, length: int,
             span: tuple[int, int] | None = None) -> tuple[bytes, int]:
     """read_output's page of `data` (or of its range `span`) and the paged size, in bytes."""
-    start, end = span if span is not None else (0, len(data))
-    end = min(end, len(data))
-    start = min(start, end)
-    first = start + min(max(offset, 0), end - start)
-    return data[first:min(end, first + max(length, 0))], end - start
+    first, count, total = page_bounds(len(data), offset, length, span)
+    return data[first:first + count], total
 
 
 def output_to_bind(output: str | OutputFile | None) -> tuple[str | None, OutputFile | None]:

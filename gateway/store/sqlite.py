@@ -4,8 +4,8 @@ All SQL of this backend is below as named module constants; each says which inva
 WHERE clause enforces. Every write runs in `BEGIN IMMEDIATE`, so two processes sharing the
 file take the write lock before they read the rows they decide on: a compare-and-set can
 never act on a stale view. Within one process, one lock serializes the single connection.
-The writes every job makes (insert, mark running, record the process, progress, complete)
-run as one function on the connection's thread (`_transaction`): one hand-off per write.
+Every write runs as one function on the connection's thread (`_transaction`): one hand-off
+per write, not one per statement.
 
 Times are REAL epoch seconds (the local clock is the clock: SQLite is one host); rows come
 back with timezone-aware UTC datetimes. `now` is read after the write lock is held, so a
@@ -46,6 +46,7 @@ from gateway.store.base import (
     StoreUnavailable,
     answer_in,
     output_to_bind,
+    page_bounds,
     page_of,
     without_output,
 )
@@ -431,12 +432,9 @@ def _read_output(conn: sqlite3.Connection, job_id: str, offset: int, length: int
         if row["output_type"] not in ("text", "blob"):
             return b"", 0
         with conn.blobopen("jobs", "output", row["rowid"], readonly=True) as blob:
-            start, end = where if where is not None else (0, len(blob))
-            end = min(end, len(blob))
-            start = min(start, end)
-            first = start + min(max(offset, 0), end - start)
+            first, count, total = page_bounds(len(blob), offset, length, where)
             blob.seek(first)
-            return blob.read(min(end - first, max(length, 0))), end - start
+            return blob.read(count), total
     finally:
         conn.execute("COMMIT")
 
@@ -451,7 +449,8 @@ def _instance(row: Mapping[str, Any]) -> InstanceRow:
 def _run_transaction(db: sqlite3.Connection,
                      work: Callable[[sqlite3.Connection, float], T]) -> T:
     """On the connection's thread: BEGIN IMMEDIATE, `work(db, now)`, COMMIT; ROLLBACK on any
-    error. `now` is read once the write lock is held, as in `_write`."""
+    error. `now` is read once the write lock is held: a lease computed by one writer is
+    never older than a decision taken by the next."""
     db.execute("BEGIN IMMEDIATE")
     try:
         result = work(db, time.time())
@@ -462,6 +461,18 @@ def _run_transaction(db: sqlite3.Connection,
             db.execute("ROLLBACK")
         raise
     return result
+
+
+def _fetch_light(db: sqlite3.Connection, light_sql: str, full_sql: str,
+                 params: Mapping[str, Any]) -> list[JobRow]:
+    """Rows without output or answer text, stripped in SQL; a result_json that is not
+    JSON (never written by complete()) makes json_remove fail: then strip in Python."""
+    try:
+        return [_job(r) for r in db.execute(light_sql, params)]
+    except sqlite3.OperationalError as exc:
+        if "JSON" not in str(exc):
+            raise
+    return [without_output(_job(r)) for r in db.execute(full_sql, params)]
 
 
 def _changed(db: sqlite3.Connection, sql: str, params: Mapping[str, Any]) -> int:
@@ -594,62 +605,46 @@ class SqliteJobStore:
             with _store_errors(action):
                 yield conn
 
-    @asynccontextmanager
-    async def _write(self, action: str) -> AsyncIterator[aiosqlite.Connection]:
-        """One IMMEDIATE transaction: the write lock is held before the first read, so two
-        processes on the same file serialize. Rolled back on any error or cancellation."""
-        async with self._lock:
-            conn = self._connection()
-            with _store_errors(action):
-                try:
-                    # Inside the try: a caller cancelled while BEGIN is queued still gets
-                    # its ROLLBACK, because aiosqlite runs both in order on its thread.
-                    await conn.execute("BEGIN IMMEDIATE")
-                    yield conn
-                    # Shielded: once the statements ran, a cancelled caller must not leave
-                    # the transaction (and the file's write lock) open.
-                    with anyio.CancelScope(shield=True):
-                        await conn.execute("COMMIT")
-                except BaseException:
-                    # ROLLBACK fails harmlessly when BEGIN itself failed (nothing open).
-                    with anyio.CancelScope(shield=True), suppress(sqlite3.Error):
-                        await conn.execute("ROLLBACK")
-                    raise
-
     async def _transaction(self, action: str,
                            work: Callable[[sqlite3.Connection, float], T]) -> T:
-        """`work(db, now)` as one IMMEDIATE transaction, run whole on the connection's thread.
+        """`work(db, now)` as one IMMEDIATE transaction, run whole on the connection's thread:
+        every write of this store. The write lock is held before the first read, so two
+        processes on the same file serialize; rolled back on any error.
 
-        Why not `_write`: there every statement, BEGIN and COMMIT is a hand-off to that
-        thread and back (three or four per write), each waiting for the thread and then the
-        event loop to be scheduled, while the lock is held and admission queues behind it.
-        The job path writes four times per job (bench/README.md, async admission).
+        One hand-off, not one per statement (BEGIN, each statement, COMMIT): each of those
+        waits for the thread and then for the event loop, while the lock is held and
+        admission queues behind it (bench/README.md, async admission).
         """
         async with self._lock:
             conn = self._connection()
             with _store_errors(action):
-                # Shielded, like `_write`'s COMMIT: a cancelled caller still waits for the
-                # COMMIT or ROLLBACK, so the lock is never handed on mid-transaction.
+                # Shielded: a cancelled caller still waits for the COMMIT or ROLLBACK, so the
+                # lock (and the file's write lock) is never handed on mid-transaction.
                 with anyio.CancelScope(shield=True):
                     return await _on_connection_thread(
                         conn, lambda db: _run_transaction(db, work))
 
     async def _migrate(self) -> None:
-        async with self._write("migrate") as conn:
-            await conn.execute(CREATE_SCHEMA_VERSION_TABLE)
-            current = (await conn.execute_fetchall(READ_SCHEMA_VERSION))[0][0]
+        def migrate(db: sqlite3.Connection, now: float) -> list[int]:
+            db.execute(CREATE_SCHEMA_VERSION_TABLE)
+            current = db.execute(READ_SCHEMA_VERSION).fetchone()[0]
             if current > SCHEMA_VERSION:
                 raise StoreUnavailable(
                     f"sqlite store {self.path} has schema version {current}, newer than this "
                     f"gateway understands ({SCHEMA_VERSION}): upgrade agent-cli-gateway"
                 )
+            applied = []
             for version, statements in MIGRATIONS:
                 if version <= current:
                     continue
                 for statement in statements:
-                    await conn.execute(statement)
-                await conn.execute(RECORD_SCHEMA_VERSION, (version, time.time()))
-                log.info("sqlite schema migrated", action="migrate", version=version)
+                    db.execute(statement)
+                db.execute(RECORD_SCHEMA_VERSION, (version, now))
+                applied.append(version)
+            return applied
+
+        for version in await self._transaction("migrate", migrate):
+            log.info("sqlite schema migrated", action="migrate", version=version)
 
     async def schema_version(self) -> int:
         async with self._read("schema_version") as conn:
@@ -658,36 +653,29 @@ class SqliteJobStore:
     async def now(self) -> float:
         return time.time()
 
-    @staticmethod
-    async def _changes(conn: aiosqlite.Connection, sql: str, params: Mapping[str, Any]) -> int:
-        async with conn.execute(sql, params) as cursor:
-            return cursor.rowcount
-
     # -- instances -------------------------------------------------------------------------
     async def register_instance(self, instance: InstanceRow, ttl_s: float) -> None:
-        async with self._write("register_instance") as conn:
-            await conn.execute(UPSERT_INSTANCE, {
-                "instance_id": instance.instance_id, "hostname": instance.hostname,
-                "boot_id": instance.boot_id, "pid": instance.pid,
-                "pid_started_at": instance.pid_started_at, "role": instance.role,
-                "version": instance.version, "started_at": _epoch(instance.started_at),
-                "now": time.time(), "ttl_s": ttl_s,
-            })
+        params = {
+            "instance_id": instance.instance_id, "hostname": instance.hostname,
+            "boot_id": instance.boot_id, "pid": instance.pid,
+            "pid_started_at": instance.pid_started_at, "role": instance.role,
+            "version": instance.version, "started_at": _epoch(instance.started_at),
+            "ttl_s": ttl_s,
+        }
+        await self._transaction("register_instance", lambda db, now: _changed(
+            db, UPSERT_INSTANCE, {**params, "now": now}))
 
     async def mark_instance_stopped(self, instance_id: str) -> None:
-        async with self._write("mark_instance_stopped") as conn:
-            await conn.execute(MARK_INSTANCE_STOPPED, {"instance_id": instance_id, "now": time.time()})
+        await self._transaction("mark_instance_stopped", lambda db, now: _changed(
+            db, MARK_INSTANCE_STOPPED, {"instance_id": instance_id, "now": now}))
 
     async def heartbeat(self, instance_id: str, ttl_s: float) -> int:
-        async with self._write("heartbeat") as conn:
-            params = {"instance_id": instance_id, "now": time.time(), "ttl_s": ttl_s}
-            return await self._changes(conn, RENEW_INSTANCE_LEASE, params)
+        return await self._transaction("heartbeat", lambda db, now: _changed(
+            db, RENEW_INSTANCE_LEASE, {"instance_id": instance_id, "now": now, "ttl_s": ttl_s}))
 
     async def gc_instances(self, older_than_s: float) -> int:
-        async with self._write("gc_instances") as conn:
-            return await self._changes(
-                conn, GC_INSTANCES, {"now": time.time(), "older_than_s": older_than_s}
-            )
+        return await self._transaction("gc_instances", lambda db, now: _changed(
+            db, GC_INSTANCES, {"now": now, "older_than_s": older_than_s}))
 
     async def list_instances(self) -> list[InstanceRow]:
         async with self._read("list_instances") as conn:
@@ -767,12 +755,16 @@ class SqliteJobStore:
         return await self._transaction("complete", complete)
 
     async def request_cancel(self, job_id: str) -> JobRow | None:
-        async with self._write("request_cancel") as conn:
-            await conn.execute(REQUEST_CANCEL, {"job_id": job_id, "now": time.time()})
-        # The row as it is after the write, light (a finished job's output is not needed to
-        # answer a cancel). Read after the commit: a later write can only be a completion.
-        rows = await self._light_rows("request_cancel", GET_JOB_LIGHT, GET_JOB, {"job_id": job_id})
-        return rows[0] if rows else None
+        params = {"job_id": job_id}
+
+        def cancel(db: sqlite3.Connection, now: float) -> JobRow | None:
+            db.execute(REQUEST_CANCEL, {**params, "now": now})
+            # The row as this write left it (same transaction), light: a finished job's
+            # output is not needed to answer a cancel.
+            rows = _fetch_light(db, GET_JOB_LIGHT, GET_JOB, params)
+            return rows[0] if rows else None
+
+        return await self._transaction("request_cancel", cancel)
 
     async def list_cancel_requested(self, owner_instance: str) -> list[str]:
         async with self._read("list_cancel_requested") as conn:
@@ -799,20 +791,15 @@ class SqliteJobStore:
     async def recover_expired_leases(
         self, http_grace_s: float, alive_ids: Collection[str] = ()
     ) -> list[JobRow]:
-        async with self._write("recover_expired_leases") as conn:
-            rows = await conn.execute_fetchall(RECOVER_EXPIRED_LEASES, {
-                "now": time.time(), "http_grace_s": http_grace_s,
-                "alive_ids": json.dumps(list(alive_ids)), "orphaned_error": ORPHANED_ERROR,
-            })
-            return [_job(r) for r in rows]
+        params = {"http_grace_s": http_grace_s, "alive_ids": json.dumps(list(alive_ids)),
+                  "orphaned_error": ORPHANED_ERROR}
+        return await self._transaction("recover_expired_leases", lambda db, now: [
+            _job(r) for r in db.execute(RECOVER_EXPIRED_LEASES, {**params, "now": now})])
 
     # -- retention and reads --------------------------------------------------------------
     async def purge_terminal(self, older_than_s: float) -> list[str]:
-        async with self._write("purge_terminal") as conn:
-            rows = await conn.execute_fetchall(
-                PURGE_TERMINAL, {"now": time.time(), "older_than_s": older_than_s}
-            )
-            return [r[0] for r in rows]
+        return await self._transaction("purge_terminal", lambda db, now: [
+            r[0] for r in db.execute(PURGE_TERMINAL, {"now": now, "older_than_s": older_than_s})])
 
     async def get_job(self, job_id: str, *, with_output: bool = True) -> JobRow | None:
         if not with_output:
@@ -824,15 +811,9 @@ class SqliteJobStore:
 
     async def _light_rows(self, action: str, light_sql: str, full_sql: str,
                           params: Mapping[str, Any]) -> list[JobRow]:
-        """Rows without output or answer text, stripped in SQL; a result_json that is not
-        JSON (never written by complete()) makes json_remove fail: then strip in Python."""
         async with self._read(action) as conn:
-            try:
-                return [_job(r) for r in await conn.execute_fetchall(light_sql, params)]
-            except sqlite3.OperationalError as exc:
-                if "JSON" not in str(exc):
-                    raise
-            return [without_output(_job(r)) for r in await conn.execute_fetchall(full_sql, params)]
+            return await _on_connection_thread(
+                conn, lambda db: _fetch_light(db, light_sql, full_sql, params))
 
     async def read_output(
         self, job_id: str, offset: int, length: int, *, answer: bool = False
