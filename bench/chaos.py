@@ -13,7 +13,10 @@ database server once for a few seconds. Then it lets everything settle, stops ev
 instance, and audits the rows (read straight from the store), the gateways' logs, the
 spawn log and the process table. It prints
 
-    chaos: backend=postgres jobs=N completed=… cancelled=… orphaned=… lost=0 false_orphans=0 late_orphans=0 duplicate_runs=0 leftover_processes=0
+    chaos: backend=postgres jobs=N completed=… cancelled=… orphaned=… lost=0 false_orphans=0
+           late_orphans=0 duplicate_runs=0 leftover_processes=0
+
+(one line in the output; folded here)
 
 and a second `chaos-info:` line with what happened (submits, lost answers, kills, outages…).
 
@@ -55,7 +58,8 @@ An unimpaired instance commits a heartbeat at least once every P = heartbeat_s +
   alive process group alone until it exits (the driver watches every spawned fake CLI and
   notes when it ends - exits or turns zombie, the reaper's own notion - every WATCH_S);
   first_reaper(t) is the first moment >= t at which some instance has been unimpaired for
-  P (so it is admitting and sweeping) and stays so for SWEEP_BOUND_S; a reaper sweeps every sweep_interval_s, may skip one sweep after a late
+  P (so it is admitting and sweeping) and stays so for SWEEP_BOUND_S; a reaper sweeps every
+  sweep_interval_s, may skip one sweep after a late
   heartbeat (hence two intervals plus jitter); and a SIGSTOPped instance can hold a lock a
   sweep needs (the SQLite write lock, or PostgreSQL row locks on its own jobs), so no sweep
   completes while it is stopped.
@@ -79,6 +83,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -111,7 +116,7 @@ import tomli_w  # noqa: E402
 from mcp import Client  # noqa: E402
 
 from gateway.config import Settings, load_settings  # noqa: E402
-from gateway.jobs.model import JobRow, JobStatus  # noqa: E402
+from gateway.model import JobRow, JobStatus  # noqa: E402
 from gateway.store import open_store  # noqa: E402
 from tests.jobs.conftest import FAKE_COMMANDS, FAKES_BIN, FAST_LEASE, FakeLog  # noqa: E402
 
@@ -576,7 +581,7 @@ def longest_silence(times: Sequence[float], a: float, b: float) -> float:
     starvation, a blocked store call) shows up as silence in a busy gateway's log."""
     inside = [t for t in times if a <= t <= b]
     edges = [a, *inside, b]
-    return max((y - x for x, y in zip(edges, edges[1:])), default=b - a)
+    return max((y - x for x, y in itertools.pairwise(edges)), default=b - a)
 
 
 def parse_orphan_events(paths: Iterable[Path]) -> dict[str, tuple[float, str]]:
@@ -814,7 +819,7 @@ class ChaosRun:
                                   read_timeout_seconds=CALL_TIMEOUT_S) as client:
                     result = await client.call_tool(
                         tool, args, read_timeout_seconds=tool_timeout or CALL_TIMEOUT_S)
-            except Exception as exc:  # noqa: BLE001 - every failure is an outcome here
+            except Exception as exc:
                 error = describe_error(exc)
         # The session's close may fail after the answer: the answer counts.
         return self.attempt(life, started, result, error)
@@ -832,7 +837,7 @@ class ChaosRun:
                 try:
                     result = await client.call_tool(
                         tool, args, read_timeout_seconds=tool_timeout or CALL_TIMEOUT_S)
-                except Exception as exc:  # noqa: BLE001 - every failure is an outcome here
+                except Exception as exc:
                     error = describe_error(exc)
                     if f"({REQUEST_TIMEOUT_CODE})" not in error:
                         life.drop_session()  # broken, not just slow: the next call reopens
@@ -859,7 +864,7 @@ class ChaosRun:
                     life.client = client
                     opened.set()
                     await life.session_done.wait()
-        except Exception:  # noqa: BLE001 - a broken session is simply reopened on demand
+        except Exception:
             pass
         finally:
             life.client = None

@@ -304,7 +304,7 @@ async def bench_overhead_and_roundtrips(servers: Servers, sizes: Sizes,
             tag = uuid.uuid4().hex[:8]
             prompt = f"bench {tag} @sleep={FAKE_WORK_S}"
             argv, stdin = _direct_argv(config, prompt)
-            d = await runner_bench._direct_once(argv, stdin, workdir / "direct")  # noqa: SLF001
+            d = await runner_bench._direct_once(argv, stdin, workdir / "direct")
 
             started = time.perf_counter()
             answer = await call(client, "claude_request",
@@ -404,7 +404,7 @@ async def _direct_batch(config: Path, prompts: list[str], concurrency: int,
     async def one(index: int, prompt: str) -> None:
         argv, stdin = _direct_argv(config, prompt)
         async with gate:
-            await runner_bench._direct_once(argv, stdin, workdir / f"batch-{index}",  # noqa: SLF001
+            await runner_bench._direct_once(argv, stdin, workdir / f"batch-{index}",
                                             nice)
 
     started = time.perf_counter()

@@ -55,9 +55,9 @@ from gateway import proc  # noqa: E402
 from gateway.config import load_settings  # noqa: E402
 from gateway.jobs.leases import LeaseKeeper  # noqa: E402
 from gateway.jobs.manager import JobManager  # noqa: E402
-from gateway.jobs.model import InstanceRow  # noqa: E402
-from gateway.store import postgres as pg_sql  # noqa: E402
-from gateway.store import sqlite as sqlite_sql  # noqa: E402
+from gateway.model import InstanceRow  # noqa: E402
+from gateway.store import postgres_sql as pg_sql  # noqa: E402
+from gateway.store import sqlite_sql  # noqa: E402
 from gateway.store.base import JobStore  # noqa: E402
 from gateway.store.postgres import PostgresJobStore  # noqa: E402
 from gateway.store.sqlite import SqliteJobStore  # noqa: E402
@@ -110,7 +110,7 @@ def start_postgres() -> tuple[Any | None, str | None]:
     conftest = load_test_conftest()
     try:
         return conftest._start_or_give_up(), None
-    except Exception as exc:  # noqa: BLE001 - reported in the table, the rest still runs
+    except Exception as exc:
         return None, str(exc)
 
 
@@ -422,7 +422,7 @@ def _keeper(store: JobStore, workdir: Path) -> LeaseKeeper:
 
 
 async def _sweep(keeper: LeaseKeeper) -> int:
-    keeper._last_purge = time.monotonic()  # noqa: SLF001 - keep the 5-minute purge out
+    keeper._last_purge = time.monotonic()
     return len(await keeper.sweep_once())
 
 

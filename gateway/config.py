@@ -202,15 +202,15 @@ class Settings(BaseSettings):
 
 
 # The parsed TOML of the file being loaded; a source below env so env vars override it.
-_FILE_DATA: ContextVar[dict[str, Any]] = ContextVar("_FILE_DATA", default={})
+_FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("_FILE_DATA", default=None)
 
 
 class _FileSource(PydanticBaseSettingsSource):
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return _FILE_DATA.get().get(field_name), field_name, False
+        return (_FILE_DATA.get() or {}).get(field_name), field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        return dict(_FILE_DATA.get())
+        return dict(_FILE_DATA.get() or {})
 
 
 class ConfigError(Exception):

@@ -17,7 +17,7 @@ import structlog
 
 from gateway import __version__
 from gateway.config import Settings
-from gateway.jobs.model import ErrorKind, GatewayError, InstanceRow
+from gateway.model import ErrorKind, GatewayError, InstanceRow
 
 if TYPE_CHECKING:
     from gateway.jobs.leases import LeaseKeeper
@@ -89,7 +89,7 @@ class Gateway:
             try:
                 self.store = await asyncio.shield(self._open_task)
                 break
-            except Exception as exc:  # noqa: BLE001 - reported to callers, retried
+            except Exception as exc:
                 self._start_error = str(exc) or repr(exc)
                 log.warning("job store unavailable at startup; retrying", action="open_store",
                             error=self._start_error)
@@ -177,5 +177,5 @@ class Gateway:
         if store is not None:
             try:
                 await store.close()
-            except Exception as exc:  # noqa: BLE001 - shutting down anyway
+            except Exception as exc:
                 log.warning("store close failed", action="close", error=repr(exc))

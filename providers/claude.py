@@ -78,7 +78,8 @@ class ClaudeProvider(CliProvider):
     name: ClassVar[str] = "claude"
     commands: ClassVar[tuple[str, ...]] = ("claude",)
     discipline: ClassVar[OutputDiscipline] = OutputDiscipline.STREAMS
-    login_hint: ClassVar[str] = "Run `claude` once and log in with /login (or `claude setup-token`), then retry."
+    login_hint: ClassVar[str] = ("Run `claude` once and log in with /login (or "
+                                 "`claude setup-token`), then retry.")
     install_hint: ClassVar[str] = "npm install -g @anthropic-ai/claude-code"
     options_model: ClassVar[type[ProviderOptions]] = ClaudeOptions
     known_models: ClassVar[tuple[str, ...]] = ("opus", "sonnet", "haiku", "fable")

@@ -27,10 +27,10 @@ from providers.safety import (
 # Model names that mean "whatever the gateway (or else the CLI) uses by default".
 DEFAULT_MODEL_ALIASES = frozenset({"default", "latest"})
 
-O = TypeVar("O", bound=ProviderOptions)
+OptionsT = TypeVar("OptionsT", bound=ProviderOptions)
 
 
-def options_as(model: type[O], options: ProviderOptions | None) -> O:
+def options_as(model: type[OptionsT], options: ProviderOptions | None) -> OptionsT:
     """The request's options as this provider's options model (defaults when absent).
 
     Accepts an instance of another ProviderOptions subclass by re-validating its fields, so

@@ -16,9 +16,9 @@ import anyio
 import pytest
 
 from gateway import __version__
-from gateway.cli import is_loopback
+from gateway.cli.main import is_loopback
 from gateway.config import Settings, load_settings
-from gateway.jobs.model import Completion, InstanceRow, JobStatus, NewJob
+from gateway.model import Completion, InstanceRow, JobStatus, NewJob
 
 REPO = Path(__file__).resolve().parents[1]
 CLI_TIMEOUT_S = 60  # a cold interpreter on a busy 2-core box; a hang fails instead of blocking

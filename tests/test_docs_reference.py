@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import build_parser
+from gateway.cli.main import build_parser
 from gateway.config import PROVIDER_NAMES, Settings
-from gateway.jobs.model import ErrorKind, JobRow
+from gateway.model import ErrorKind, JobRow
 from providers.registry import CLI_PROVIDERS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,7 +132,7 @@ def test_the_providers_doc_names_each_providers_login_and_install_commands() -> 
 
 @pytest.mark.anyio
 async def test_the_tools_doc_names_every_tool_and_every_job_tool_argument() -> None:
-    from gateway.server import build_server
+    from gateway.mcp.server import build_server
 
     # Only the tool list is read: the lifespan (store, leases) never starts.
     tools = {tool.name: tool for tool in await build_server(Settings()).list_tools()}
@@ -164,9 +164,9 @@ def test_every_log_action_the_operations_doc_lists_is_logged_by_the_code_and_vic
 
 def _cli_flags(parser: argparse.ArgumentParser) -> set[str]:
     flags: set[str] = set()
-    for action in parser._actions:  # noqa: SLF001 - argparse has no public walk
+    for action in parser._actions:
         flags |= {s for s in action.option_strings if s.startswith("--")}
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+        if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 flags |= _cli_flags(sub)
     return flags

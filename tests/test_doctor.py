@@ -14,8 +14,8 @@ from typing import Any
 import anyio
 import pytest
 
+from gateway.cli.doctor import Check, Report, run_doctor
 from gateway.config import PROVIDER_NAMES, load_settings
-from gateway.doctor import Check, Report, run_doctor
 from gateway.store.base import SCHEMA_VERSION
 
 FAKE_BIN = Path(__file__).resolve().parent / "fakes" / "bin"

@@ -80,15 +80,15 @@ def test_the_wheel_holds_both_packages_the_example_config_and_the_console_script
         names = set(archive.namelist())
         entry_points = next(archive.read(n).decode() for n in names
                             if n.endswith(".dist-info/entry_points.txt"))
-    for module in ("gateway/__init__.py", "gateway/__main__.py", "gateway/cli.py",
-                   "gateway/server.py", "gateway/tools.py", "gateway/http_app.py",
+    for module in ("gateway/__init__.py", "gateway/__main__.py", "gateway/cli/main.py",
+                   "gateway/mcp/server.py", "gateway/mcp/tools.py", "gateway/mcp/http.py",
                    "gateway/runtime.py", "gateway/jobs/manager.py", "gateway/store/sqlite.py",
                    "providers/__init__.py", "providers/registry.py", "providers/claude.py",
-                   "providers/http_api.py"):
+                   "gateway/jobs/http_call.py"):
         assert module in names, module
     # `agent-cli-gateway init` copies this file out of the installed package.
     assert "gateway/config.example.toml" in names
-    assert "agent-cli-gateway = gateway.cli:main" in entry_points
+    assert "agent-cli-gateway = gateway.cli.main:main" in entry_points
     assert not any(n.startswith("tests/") for n in names)
 
 

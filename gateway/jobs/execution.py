@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from gateway.config import Settings
-from gateway.jobs.model import (
+from gateway.jobs.runner import ProcessIdentity, ProcessRun, RunSpec, read_tail
+from gateway.jobs.targets import Target
+from gateway.model import (
     EXIT_CODES,
     OUTPUT_CHUNK_BYTES,
     ErrorKind,
     GatewayError,
     OutputFile,
 )
-from gateway.jobs.runner import ProcessIdentity, ProcessRun, RunSpec, read_tail
-from gateway.jobs.targets import Target
 from providers.base import ProviderResult
 from providers.parsing import Stdout, plain_text
 
@@ -151,7 +151,7 @@ class HttpExecution:
         self._bytes = n
 
     async def start(self) -> None:
-        from providers.http_api import call_api
+        from gateway.jobs.http_call import call_api
 
         assert self.target.api_config is not None
         self._started = time.monotonic()

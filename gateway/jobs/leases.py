@@ -41,7 +41,7 @@ import structlog
 from gateway import proc
 from gateway.config import LeaseConfig, Settings
 from gateway.jobs.manager import JobManager
-from gateway.jobs.model import ErrorKind, InstanceRow, JobRow
+from gateway.model import ErrorKind, InstanceRow, JobRow
 from gateway.store.base import JobStore
 
 log = structlog.get_logger(__name__)
@@ -86,7 +86,7 @@ class LeaseKeeper:
             with contextlib.suppress(asyncio.CancelledError):
                 try:
                     await task
-                except Exception:  # noqa: BLE001 - cancel-and-collect
+                except Exception:
                     log.exception("lease loop failed", action="stop_loops", loop=task.get_name())
         self._tasks.clear()
 
@@ -103,7 +103,7 @@ class LeaseKeeper:
                 log.warning("heartbeat fired late", action="heartbeat_drift", late_s=round(late, 3))
             try:
                 await tick()
-            except Exception as exc:  # noqa: BLE001 - a failing tick is retried next tick
+            except Exception as exc:
                 log.warning("lease tick failed", action=name, error=repr(exc))
             expected = time.monotonic() + interval
 
@@ -111,7 +111,7 @@ class LeaseKeeper:
     async def register(self) -> bool:
         try:
             await self.store.register_instance(self.identity, self.lease.ttl_s)
-        except Exception as exc:  # noqa: BLE001 - fail closed, retried by the heartbeat
+        except Exception as exc:
             log.warning("instance registration failed; admission stays off",
                         action="register", error=repr(exc))
             self.registered = False
@@ -132,7 +132,7 @@ class LeaseKeeper:
             return
         try:
             renewed = await self.store.heartbeat(self.identity.instance_id, self.lease.ttl_s)
-        except Exception as exc:  # noqa: BLE001 - counted, fail closed after the limit
+        except Exception as exc:
             self.heartbeat_failures += 1
             log.warning("heartbeat failed", action="heartbeat", failures=self.heartbeat_failures,
                         error=repr(exc))

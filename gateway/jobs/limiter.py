@@ -9,10 +9,11 @@ the process group is really gone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from gateway.jobs.model import ErrorKind, GatewayError
+from gateway.model import ErrorKind, GatewayError
 
 
 @dataclass(eq=False)
@@ -91,10 +92,8 @@ class Limiter:
             self._running[ticket.provider] -= 1
         else:
             # Never granted: it leaves the queue (cancelled or timed out while waiting).
-            try:
+            with contextlib.suppress(ValueError):
                 self._queue.remove(ticket)
-            except ValueError:
-                pass
             if not ticket._granted.done():
                 ticket._granted.cancel()
         self._pump()

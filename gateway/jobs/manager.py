@@ -29,7 +29,9 @@ from gateway.jobs.execution import (
     build_execution,
 )
 from gateway.jobs.limiter import Limiter, Ticket
-from gateway.jobs.model import (
+from gateway.jobs.requests import SubmitRequest, canonical_json, request_key
+from gateway.jobs.targets import Target, resolve_target
+from gateway.model import (
     EXIT_CODES,
     Completion,
     ErrorKind,
@@ -39,8 +41,6 @@ from gateway.jobs.model import (
     NewJob,
     Progress,
 )
-from gateway.jobs.requests import SubmitRequest, canonical_json, request_key
-from gateway.jobs.targets import Target, resolve_target
 from gateway.store.base import DuplicateActiveJob, JobStore, StoreUnavailable
 
 log = structlog.get_logger(__name__)
@@ -475,7 +475,8 @@ class JobManager:
     def _not_found(self, job_id: str) -> GatewayError:
         return GatewayError(ErrorKind.JOB_NOT_FOUND,
                             f"No job with id {job_id!r}. Check the id (llm_job_list shows recent "
-                            f"jobs); finished jobs are kept {self.settings.persistence.retention_days:g} days.")
+                            f"jobs); finished jobs are kept "
+                            f"{self.settings.persistence.retention_days:g} days.")
 
     async def wait(self, job_id: str, timeout_s: float,
                    on_progress: ProgressCallback | None = None) -> JobRow:

@@ -39,7 +39,7 @@ import structlog
 from gateway import proc
 from gateway.config import ENV_PREFIX
 from gateway.jobs.child_exit import ChildExit, open_pidfd
-from gateway.jobs.model import EXIT_CODES, ErrorKind, GatewayError
+from gateway.model import EXIT_CODES, ErrorKind, GatewayError
 from providers.base import Invocation
 from providers.registry import extended_path
 

@@ -14,9 +14,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from gateway.config import ApiProviderConfig, Settings
-from gateway.jobs.model import ErrorKind, GatewayError
 from gateway.jobs.requests import SubmitRequest
-from providers.base import CliProvider, InvalidRequest, Invocation, OutputDiscipline, ProviderRequest
+from gateway.model import ErrorKind, GatewayError
+from providers.base import (
+    CliProvider,
+    InvalidRequest,
+    Invocation,
+    OutputDiscipline,
+    ProviderRequest,
+)
 
 
 @dataclass(slots=True)
@@ -131,7 +137,7 @@ def resolve_target(settings: Settings, provider: str, request: SubmitRequest) ->
 
 
 def _http_target(settings: Settings, provider: str, request: SubmitRequest) -> Target:
-    from providers.http_api import ApiRequest, normalized_request
+    from providers.http.request import ApiRequest, normalized_request
 
     config = settings.api_providers[provider]
     fields = dict(request.options or {})
@@ -145,7 +151,10 @@ def _http_target(settings: Settings, provider: str, request: SubmitRequest) -> T
         raise _invalid(f"invalid {provider} request: {_pydantic_problem(exc)}") from None
     if api_request.prompt is not None:
         _check_prompt(api_request.prompt, settings)
-    normalized = normalized_request(provider, config, api_request)
+    try:
+        normalized = normalized_request(provider, config, api_request)
+    except InvalidRequest as exc:
+        raise _invalid(str(exc)) from None
     return Target(provider=provider, transport="http", normalized=normalized,
                   model=normalized.get("model"), working_dir=None,
                   login_hint=f"Check the API key in the environment variable "

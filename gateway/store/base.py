@@ -17,7 +17,7 @@ import json
 from collections.abc import Collection, Sequence
 from typing import Protocol, runtime_checkable
 
-from gateway.jobs.model import (
+from gateway.model import (
     Completion,
     InstanceRow,
     JobRow,

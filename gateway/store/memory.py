@@ -16,9 +16,11 @@ from datetime import UTC, datetime, timedelta
 
 import anyio
 
-from gateway.jobs.model import (
+from gateway.model import (
     ACTIVE_STATUSES,
+    CANCELLED_ERROR,
     FINAL_STATUSES,
+    ORPHANED_ERROR,
     Completion,
     ErrorKind,
     InstanceRow,
@@ -35,9 +37,6 @@ from gateway.store.base import (
     page_of,
     without_output,
 )
-
-ORPHANED_ERROR = "owning gateway instance stopped renewing its lease"
-CANCELLED_ERROR = "cancelled at the caller's request"
 
 
 def _utc(epoch_s: float) -> datetime:

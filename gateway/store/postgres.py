@@ -31,8 +31,10 @@ from urllib.parse import unquote, urlsplit
 import asyncpg
 import structlog
 
-from gateway.jobs.model import (
+from gateway.model import (
+    CANCELLED_ERROR,
     FINAL_STATUSES,
+    ORPHANED_ERROR,
     Completion,
     InstanceRow,
     JobRow,
@@ -50,6 +52,43 @@ from gateway.store.base import (
     page_of,
     without_output,
 )
+from gateway.store.postgres_sql import (
+    _JSON_ERRORS,
+    ACTIVE_INDEX_NAME,
+    COMPLETE_JOB,
+    COMPLETE_JOB_FROM_PIECES,
+    CREATE_OUTPUT_PIECES,
+    CREATE_SCHEMA_VERSION_TABLE,
+    FIND_ACTIVE_BY_KEY,
+    FIND_REUSABLE_LIGHT,
+    GC_INSTANCES,
+    GET_JOB,
+    GET_JOB_LIGHT,
+    INSERT_JOB,
+    LIST_CANCEL_REQUESTED,
+    LIST_EXPIRED_CANDIDATES,
+    LIST_INSTANCES,
+    LIST_JOBS,
+    LIST_JOBS_LIGHT,
+    LOCK_EXPIRED_OWNERS,
+    LOCK_SCHEMA,
+    MARK_INSTANCE_STOPPED,
+    MARK_RUNNING,
+    MIGRATIONS,
+    OUTPUT_PIECES_TABLE,
+    PURGE_TERMINAL,
+    READ_NOW,
+    READ_OUTPUT,
+    READ_RESULT_JSON,
+    READ_SCHEMA_VERSION,
+    RECORD_PROCESS,
+    RECORD_SCHEMA_VERSION,
+    RECOVER_EXPIRED_LEASES,
+    RENEW_INSTANCE_LEASE,
+    REQUEST_CANCEL_LIGHT,
+    SAVE_PROGRESS,
+    UPSERT_INSTANCE,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -59,370 +98,6 @@ ACQUIRE_TIMEOUT_S = 30.0  # a pool exhausted by stuck calls fails the next call,
 CLOSE_TIMEOUT_S = 5.0  # close() waits this long for borrowed connections, then terminates
 LOCK_TIMEOUT_MS = 5000  # a row lock held longer than this is a stuck peer: fail the call
 APPLICATION_NAME = "agent-cli-gateway"  # so operators can find our sessions in pg_stat_activity
-
-# pg_advisory_xact_lock key that serializes schema migration between instances starting at
-# once: the ASCII bytes of "acg_schm" read as a bigint (positive, fits int8).
-SCHEMA_LOCK_KEY = int.from_bytes(b"acg_schm", "big")
-
-ORPHANED_ERROR = "owning gateway instance stopped renewing its lease"  # as memory/sqlite
-CANCELLED_ERROR = "cancelled at the caller's request"  # as memory/sqlite
-
-ACTIVE_INDEX_NAME = "jobs_active_request_key"
-
-_JOB_COLUMNS = ", ".join(JobRow.column_names())
-_INSTANCE_COLUMNS = (
-    "instance_id, hostname, boot_id, pid, pid_started_at, role, version, started_at, "
-    "heartbeat_at, lease_expires_at, stopped_at"
-)
-
-# -- schema -------------------------------------------------------------------------------
-
-# Taken first in the migration transaction, released at its commit: only one instance at a
-# time inspects and changes the schema, so concurrent `CREATE ... IF NOT EXISTS` never race.
-LOCK_SCHEMA = f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})"
-
-# One row per applied migration; created under LOCK_SCHEMA like everything else.
-CREATE_SCHEMA_VERSION_TABLE = """
-CREATE TABLE IF NOT EXISTS schema_version (
-    version    integer PRIMARY KEY,
-    applied_at timestamptz NOT NULL
-)"""
-
-# 0 for a database no gateway has touched yet.
-READ_SCHEMA_VERSION = "SELECT COALESCE(MAX(version), 0) FROM schema_version"
-
-# Each version is recorded once (primary key), by the instance holding the schema lock.
-RECORD_SCHEMA_VERSION = "INSERT INTO schema_version (version, applied_at) VALUES ($1, now())"
-
-_SCHEMA_V1 = (
-    """
-    CREATE TABLE IF NOT EXISTS jobs (
-        id                  text PRIMARY KEY,
-        provider            text NOT NULL,
-        status              text NOT NULL CHECK (status IN
-                            ('queued','running','completed','failed','cancelled',
-                             'timed_out','orphaned')),
-        request_key         text NOT NULL,
-        correlation_id      text,
-        transport           text NOT NULL DEFAULT 'process'
-                            CHECK (transport IN ('process','http')),
-        owner_instance      text,
-        lease_deadline      timestamptz,
-        hostname            text,
-        pid                 integer,
-        pgid                integer,
-        pid_started_at      double precision,
-        working_dir         text,
-        model               text,
-        session_id          text,
-        request_json        text NOT NULL DEFAULT '{}',
-        created_at          timestamptz NOT NULL,
-        started_at          timestamptz,
-        finished_at         timestamptz,
-        updated_at          timestamptz NOT NULL,
-        exit_code           integer,
-        error               text,
-        error_kind          text,
-        output              text,
-        stderr_tail         text,
-        output_bytes        bigint NOT NULL DEFAULT 0,
-        truncated           boolean NOT NULL DEFAULT false,
-        result_json         text,
-        cancel_requested_at timestamptz,
-        forced              boolean NOT NULL DEFAULT false,
-        boot_id             text
-    )""",
-    """
-    CREATE TABLE IF NOT EXISTS gateway_instances (
-        instance_id      text PRIMARY KEY,
-        hostname         text NOT NULL,
-        boot_id          text NOT NULL,
-        pid              integer NOT NULL,
-        pid_started_at   double precision,
-        role             text NOT NULL,
-        version          text NOT NULL,
-        started_at       timestamptz NOT NULL,
-        heartbeat_at     timestamptz NOT NULL,
-        lease_expires_at timestamptz NOT NULL,
-        stopped_at       timestamptz
-    )""",
-    # Exactly-once dedup: at most one active, non-forced job per request key, whoever races
-    # (the loser's INSERT fails with a unique violation naming this index).
-    f"""
-    CREATE UNIQUE INDEX IF NOT EXISTS {ACTIVE_INDEX_NAME}
-        ON jobs (request_key) WHERE status IN ('queued','running') AND NOT forced""",
-    # The reaper's range scan: active rows ordered by their own lease deadline.
-    "CREATE INDEX IF NOT EXISTS jobs_status_lease_deadline ON jobs (status, lease_deadline)",
-    # The reaper's owner lock, the cancel poller and drain: one instance's active rows.
-    "CREATE INDEX IF NOT EXISTS jobs_owner_status ON jobs (owner_instance, status)",
-    # find_reusable: newest rows of one request key.
-    "CREATE INDEX IF NOT EXISTS jobs_request_key_created ON jobs (request_key, created_at)",
-    # purge_terminal: terminal rows by age.
-    "CREATE INDEX IF NOT EXISTS jobs_status_finished ON jobs (status, finished_at)",
-    # list_jobs: newest first.
-    "CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at)",
-)
-
-# (version, statements) in order; every statement is idempotent on its own as well.
-# v2 changed only SQLite's table (`output` last in the row, for its in-place writes): a
-# PostgreSQL row is never built in the client, and TOAST keeps a large value out of line.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _SCHEMA_V1), (2, ()))
-assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
-
-# -- instances ----------------------------------------------------------------------------
-
-# Upsert: a re-registering instance (after a heartbeat outage) keeps its first started_at
-# and is alive again (stopped_at cleared); its lease restarts from the database's now().
-UPSERT_INSTANCE = f"""
-INSERT INTO gateway_instances ({_INSTANCE_COLUMNS})
-VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now(), now() + make_interval(secs => $8), NULL)
-ON CONFLICT (instance_id) DO UPDATE SET
-    hostname = excluded.hostname, boot_id = excluded.boot_id, pid = excluded.pid,
-    pid_started_at = excluded.pid_started_at, role = excluded.role,
-    version = excluded.version, heartbeat_at = excluded.heartbeat_at,
-    lease_expires_at = excluded.lease_expires_at, stopped_at = NULL"""
-
-# Only the first stop counts: the row records when the instance really went away.
-MARK_INSTANCE_STOPPED = """
-UPDATE gateway_instances SET stopped_at = now()
-WHERE instance_id = $1 AND stopped_at IS NULL"""
-
-# Renews exactly one instance row (the caller's own). This row IS the lease of every job the
-# instance owns (the reaper reads it), so a heartbeat costs one row whatever the job count.
-# It waits while a reaper holds this row locked (LOCK_EXPIRED_OWNERS), then renews a lease
-# that had lapsed: the owner then finds its jobs orphaned and self-heals at completion.
-RENEW_INSTANCE_LEASE = """
-UPDATE gateway_instances
-SET heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => $2)
-WHERE instance_id = $1"""
-
-# Only rows stopped, or whose lease expired, more than the threshold ago: a live instance's
-# row (lease in the future) is never collected.
-GC_INSTANCES = """
-DELETE FROM gateway_instances
-WHERE (stopped_at IS NOT NULL AND stopped_at < now() - make_interval(secs => $1))
-   OR lease_expires_at < now() - make_interval(secs => $1)"""
-
-LIST_INSTANCES = f"""
-SELECT {_INSTANCE_COLUMNS} FROM gateway_instances ORDER BY started_at, instance_id"""
-
-# -- admission and transitions ------------------------------------------------------------
-
-# Reuse only non-forced rows that are active (any age) or completed within the window
-# measured from finished_at on the database clock; failed/cancelled/timed_out/orphaned
-# never match.
-FIND_REUSABLE = f"""
-SELECT {_JOB_COLUMNS} FROM jobs
-WHERE request_key = $1 AND NOT forced
-  AND (status IN ('queued','running')
-       OR (status = 'completed' AND finished_at >= now() - make_interval(secs => $2)))
-ORDER BY created_at DESC, id DESC
-LIMIT 1"""
-
-# A plain INSERT: the partial unique index jobs_active_request_key is the arbiter. Two
-# instances racing with the same non-forced key: the second INSERT waits for the first
-# transaction and then fails with a unique violation (mapped to DuplicateActiveJob).
-INSERT_JOB = f"""
-INSERT INTO jobs (id, provider, status, request_key, transport, correlation_id,
-                  owner_instance, lease_deadline, hostname, working_dir, model, session_id,
-                  request_json, created_at, updated_at, forced, boot_id)
-VALUES ($1, $2, 'queued', $3, $4, $5,
-        $6, now() + make_interval(secs => $7), $8, $9, $10, $11,
-        $12, now(), now(), $13, $14)
-RETURNING {_JOB_COLUMNS}"""
-
-# The one active, non-forced row the index let win (NULL if it finished meanwhile).
-FIND_ACTIVE_BY_KEY = """
-SELECT id FROM jobs
-WHERE request_key = $1 AND NOT forced AND status IN ('queued','running')
-LIMIT 1"""
-
-# queued -> running only for the owner: a row orphaned or cancelled while it waited in the
-# queue never starts (the manager spawns only after this returns true).
-MARK_RUNNING = """
-UPDATE jobs SET status = 'running', pid = $3, pgid = $4, pid_started_at = $5,
-                started_at = now(), updated_at = now(),
-                lease_deadline = now() + make_interval(secs => $6)
-WHERE id = $1 AND owner_instance = $2 AND status = 'queued'"""
-
-# A process identity is stamped only on a running row this instance still owns.
-RECORD_PROCESS = """
-UPDATE jobs SET pid = $3, pgid = $4, pid_started_at = $5, updated_at = now()
-WHERE id = $1 AND owner_instance = $2 AND status = 'running'"""
-
-# Guarded terminal write: an active row, or an orphaned row of the same owner (self-heal of
-# a stale owner that revived); every other terminal row is final. A cancel request on the
-# row turns any outcome into `cancelled` (cancelled wins over a late completion).
-_COMPLETE_JOB = """
-UPDATE jobs SET
-    status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE $3 END,
-    error_kind = CASE WHEN cancel_requested_at IS NOT NULL AND $3 <> 'cancelled'
-                      THEN 'cancelled' ELSE $4 END,
-    error = CASE WHEN cancel_requested_at IS NOT NULL AND $3 <> 'cancelled'
-                 THEN COALESCE($5, $12) ELSE $5 END,
-    exit_code = $6, output = {output}, stderr_tail = $8,
-    output_bytes = $9, truncated = $10, result_json = $11,
-    finished_at = now(), updated_at = now(), lease_deadline = NULL
-WHERE id = $1
-  AND (status IN ('queued','running')
-       OR (status = 'orphaned' AND owner_instance = $2))"""
-COMPLETE_JOB = _COMPLETE_JOB.format(output="$7")
-
-# A large output reaches the server in pieces (COPY into a temporary table of this
-# transaction, dropped at its end), so the gateway never holds it whole; the guarded
-# terminal write above then takes it from there in the same one statement ($7 is NULL).
-CREATE_OUTPUT_PIECES = """
-CREATE TEMPORARY TABLE IF NOT EXISTS job_output_pieces (seq integer NOT NULL, piece text NOT NULL)
-ON COMMIT DROP"""
-OUTPUT_PIECES_TABLE = "job_output_pieces"
-COMPLETE_JOB_FROM_PIECES = _COMPLETE_JOB.format(
-    output="COALESCE($7, (SELECT string_agg(piece, '' ORDER BY seq) FROM job_output_pieces), '')")
-
-# A cancel lands only on an active row, and the first request's time is kept. Not a
-# single statement with a fallback SELECT: under READ COMMITTED that SELECT would read the
-# statement's snapshot, from before a completion this UPDATE waited for, and report a
-# finished job as still running. request_cancel reads the row in a second statement.
-REQUEST_CANCEL = f"""
-UPDATE jobs SET cancel_requested_at = now(), updated_at = now()
-WHERE id = $1 AND status IN ('queued','running') AND cancel_requested_at IS NULL
-RETURNING {_JOB_COLUMNS}"""
-
-# Only this instance's still-active rows: a cancel on a finished job needs no kill.
-LIST_CANCEL_REQUESTED = """
-SELECT id FROM jobs
-WHERE owner_instance = $1 AND status IN ('queued','running')
-  AND cancel_requested_at IS NOT NULL
-ORDER BY created_at"""
-
-# Partial output only while running and owned: a late flush never touches a terminal row
-# or a row that another instance now answers for.
-SAVE_PROGRESS = """
-UPDATE jobs SET output_bytes = $3, output = $4, stderr_tail = $5, updated_at = now()
-WHERE id = $1 AND owner_instance = $2 AND status = 'running'"""
-
-# -- the reaper ---------------------------------------------------------------------------
-
-# A job's lease is the LATER of its own lease_deadline (set when it was admitted and when it
-# started) and its owner's instance lease (renewed by every heartbeat). A job is a candidate
-# only when both passed on the database clock (plus the grace for http jobs); an owner whose
-# row is gone (collected) holds no lease. Never because another instance started.
-# `lease_deadline < now()` first, so the range scan on jobs_status_lease_deadline does the
-# work; the owner is one primary-key probe per row.
-_LEASE_EXPIRED = """
-status IN ('queued','running') AND lease_deadline < now()
-  AND (transport <> 'http' OR lease_deadline + make_interval(secs => $1) < now())
-  AND NOT EXISTS (
-      SELECT 1 FROM gateway_instances AS owner
-      WHERE owner.instance_id = jobs.owner_instance
-        AND owner.lease_expires_at + CASE WHEN jobs.transport = 'http'
-                                          THEN make_interval(secs => $1)
-                                          ELSE interval '0' END >= now())"""
-
-LIST_EXPIRED_CANDIDATES = f"""
-SELECT {_JOB_COLUMNS} FROM jobs WHERE {_LEASE_EXPIRED}
-ORDER BY lease_deadline"""
-
-# Taken first in the reaper's transaction: the rows of lapsed owners that still own active
-# jobs, locked (in a fixed order: two reapers never deadlock). While they are held no
-# heartbeat of those owners can commit, and owners live at this moment stay live for the
-# whole transaction (now() is its start time, a lease only grows). So the UPDATE below,
-# whose NOT EXISTS reads a later snapshot, can never orphan a job whose owner renewed in
-# between: its lease had lapsed when we judged it, or it is not touched.
-LOCK_EXPIRED_OWNERS = """
-SELECT instance_id FROM gateway_instances AS owner
-WHERE lease_expires_at < now()
-  AND EXISTS (SELECT 1 FROM jobs WHERE jobs.owner_instance = owner.instance_id
-                                   AND jobs.status IN ('queued','running'))
-ORDER BY instance_id
-FOR UPDATE"""
-
-# The same predicate, re-checked inside the UPDATE (no select-then-flip); a row a completion
-# or cancel changed first is re-evaluated on its committed version. Rows proven alive by the
-# reaper's probe ($2) are spared.
-RECOVER_EXPIRED_LEASES = f"""
-UPDATE jobs SET status = 'orphaned', error = COALESCE(error, $3),
-                error_kind = 'orphaned', finished_at = now(), updated_at = now(),
-                lease_deadline = NULL
-WHERE {_LEASE_EXPIRED}
-  AND NOT (id = ANY($2::text[]))
-RETURNING {_JOB_COLUMNS}"""
-
-# -- retention and reads ------------------------------------------------------------------
-
-# Only terminal rows past retention; an active row is never deleted, whatever its age.
-PURGE_TERMINAL = """
-DELETE FROM jobs
-WHERE status IN ('completed','failed','cancelled','timed_out','orphaned')
-  AND finished_at < now() - make_interval(secs => $1)
-RETURNING id"""
-
-# A plain read; every caller that acts on it goes through a guarded UPDATE afterwards.
-GET_JOB = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = $1"
-
-# The light read (status, wait, list, cancel): the output stays on the server and the parsed
-# result loses its `text` there (each can be max_output_bytes; those reads need neither).
-# `json`, not `jsonb`: jsonb refuses the \u0000 escape a CLI's output can hold.
-_LIGHT_JOB_COLUMNS = ", ".join(
-    "NULL::text AS output" if name == "output"
-    else ("CASE WHEN json_typeof(result_json::json) = 'object' THEN "
-          "(SELECT COALESCE(json_object_agg(key, value), '{}'::json)::text "
-          "FROM json_each(result_json::json) WHERE key <> 'text') "
-          "ELSE result_json END AS result_json") if name == "result_json"
-    else name
-    for name in JobRow.column_names())
-
-GET_JOB_LIGHT = f"SELECT {_LIGHT_JOB_COLUMNS} FROM jobs WHERE id = $1"
-# Admission's dedup lookup and a cancel's answer read light rows too: a duplicate of (or a
-# cancel for) a finished job with a large output must not load that output.
-FIND_REUSABLE_LIGHT = FIND_REUSABLE.replace(f"SELECT {_JOB_COLUMNS}",
-                                            f"SELECT {_LIGHT_JOB_COLUMNS}", 1)
-REQUEST_CANCEL_LIGHT = REQUEST_CANCEL.replace(f"RETURNING {_JOB_COLUMNS}",
-                                              f"RETURNING {_LIGHT_JOB_COLUMNS}", 1)
-
-# Optional filters as NULL-able parameters keep one statement text (one prepared plan).
-_LIST_JOBS_FILTERS = """
-WHERE ($1::text[] IS NULL OR status = ANY($1::text[]))
-  AND ($2::text IS NULL OR provider = $2)
-  AND ($3::text IS NULL OR owner_instance = $3)
-ORDER BY created_at DESC, id DESC
-LIMIT $4"""
-LIST_JOBS = f"SELECT {_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"
-LIST_JOBS_LIGHT = f"SELECT {_LIGHT_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"
-
-# A page of the output, or of the parsed answer ($4), cut on the server: only the page
-# crosses the wire. The answer is result_json's `text` when it is a non-empty string, else the
-# range of the output its `text_span` names (see base.answer_in), else the output. As bytea
-# (UTF-8), substring and octet_length count bytes. OFFSET 0 keeps the subquery whole: the
-# value is built once.
-READ_OUTPUT = """
-SELECT substring(data FROM $2 FOR $3), octet_length(data) FROM (
-    SELECT CASE
-        WHEN answer.text IS NOT NULL THEN convert_to(answer.text, 'UTF8')
-        WHEN answer.span_start >= 0 AND answer.span_end > answer.span_start
-        THEN substring(convert_to(COALESCE(jobs.output, ''), 'UTF8')
-                       FROM answer.span_start + 1 FOR answer.span_end - answer.span_start)
-        ELSE convert_to(COALESCE(jobs.output, ''), 'UTF8') END AS data
-    FROM jobs, LATERAL (
-        SELECT CASE WHEN json_typeof(parsed -> 'text') = 'string' AND parsed ->> 'text' <> ''
-                    THEN parsed ->> 'text' END AS text,
-               CASE WHEN json_typeof(parsed -> 'text_span' -> 1) = 'number'
-                    THEN (parsed -> 'text_span' ->> 0)::integer END AS span_start,
-               CASE WHEN json_typeof(parsed -> 'text_span' -> 1) = 'number'
-                    THEN (parsed -> 'text_span' ->> 1)::integer END AS span_end
-        FROM (SELECT CASE WHEN $4 AND json_typeof(jobs.result_json::json) = 'object'
-                          THEN jobs.result_json::json END AS parsed) AS result
-    ) AS answer
-    WHERE jobs.id = $1 OFFSET 0) AS source"""
-
-# For the rare answer READ_OUTPUT cannot unescape (a \u0000 in it): paged in Python.
-READ_RESULT_JSON = "SELECT result_json FROM jobs WHERE id = $1"
-
-# What the light and paged reads cannot parse (result_json is only ever written by
-# complete(), as canonical JSON, so only a row written by hand): handled in Python.
-_JSON_ERRORS = (asyncpg.InvalidTextRepresentationError, asyncpg.UntranslatableCharacterError)
-
-# The database clock as epoch seconds: the one clock every instance agrees on.
-READ_NOW = "SELECT EXTRACT(EPOCH FROM now())::float8"
 
 
 # -- errors -------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ build_invocation -> fake -> parse_output, and each directive.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -91,10 +92,8 @@ def spawned() -> Iterator[list[int]]:
     groups: list[int] = []
     yield groups
     for pgid in groups:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def start(invocation: Invocation, env: dict[str, str], out: Path,
@@ -131,7 +130,7 @@ def alive(pid: int) -> bool:
 
 def _cases(name: str) -> list[dict[str, Any]]:
     cases: list[dict[str, Any]] = [{"options": o} for o in single_option_sets(provider(name))]
-    return cases + [{"options": {}, "session_id": SESSION}, {"options": {}, "model": "m-1"}]
+    return [*cases, {"options": {}, "session_id": SESSION}, {"options": {}, "model": "m-1"}]
 
 
 @pytest.mark.parametrize(("name", "binary"), DIALECTS)

@@ -9,8 +9,8 @@ import anyio
 import pytest
 import structlog
 
-from gateway.jobs.model import ErrorKind, GatewayError, JobStatus
 from gateway.jobs.requests import SubmitRequest
+from gateway.model import ErrorKind, GatewayError, JobStatus
 from tests.fakes.fake_api_server import FakeApiServer, Script, run_fake_api_server
 
 pytestmark = pytest.mark.anyio

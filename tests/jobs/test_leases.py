@@ -12,8 +12,8 @@ import pytest
 import structlog
 
 from gateway import proc
-from gateway.jobs.model import ErrorKind, GatewayError, JobStatus, NewJob
 from gateway.jobs.requests import SubmitRequest
+from gateway.model import ErrorKind, GatewayError, JobStatus, NewJob
 from tests.jobs.conftest import FakeLog, wait_for
 
 pytestmark = pytest.mark.anyio

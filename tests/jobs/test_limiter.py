@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.jobs.limiter import Limiter
-from gateway.jobs.model import ErrorKind, GatewayError
+from gateway.model import ErrorKind, GatewayError
 
 pytestmark = pytest.mark.anyio
 

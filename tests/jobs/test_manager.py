@@ -10,8 +10,8 @@ import anyio
 import psutil
 import pytest
 
-from gateway.jobs.model import ErrorKind, GatewayError, JobStatus
 from gateway.jobs.requests import SubmitRequest
+from gateway.model import ErrorKind, GatewayError, JobStatus
 from providers.parsing import plain_text
 from tests.jobs.conftest import FakeLog, wait_for
 

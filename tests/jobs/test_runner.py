@@ -26,7 +26,6 @@ import psutil
 import pytest
 
 from gateway import proc
-from gateway.jobs.model import ErrorKind, GatewayError
 from gateway.jobs.runner import (
     PROVIDER_NICE_INCREMENT,
     ProcessRun,
@@ -35,6 +34,7 @@ from gateway.jobs.runner import (
     read_range,
     read_tail,
 )
+from gateway.model import ErrorKind, GatewayError
 from providers.base import Invocation
 
 pytestmark = pytest.mark.anyio
@@ -263,9 +263,9 @@ async def test_a_start_cancelled_just_after_the_spawn_returned_kills_the_child(
         starting = asyncio.create_task(run.start())
         await asyncio.sleep(0)  # start() now awaits the spawn thread
         deadline = time.monotonic() + DEADLINE_S
-        while run._spawned is None and time.monotonic() < deadline:  # noqa: SLF001
+        while run._spawned is None and time.monotonic() < deadline:
             time.sleep(0.001)
-        handed_over = run._spawned  # noqa: SLF001
+        handed_over = run._spawned
         assert handed_over is not None
         starting.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -63,7 +63,7 @@ def test_a_session_id_that_starts_with_a_dash_is_refused(
     name: str, binary: str, session_id: str,
 ) -> None:
     adapter = provider(name)
-    with pytest.raises(InvalidRequest, match="session_id .* starts with '-'"):
+    with pytest.raises(InvalidRequest, match=r"session_id .* starts with '-'"):
         adapter.build_invocation(request(adapter, {}, session_id=session_id), binary)
 
 
@@ -72,9 +72,9 @@ def test_a_model_that_starts_with_a_dash_is_refused_even_from_config(
     name: str, binary: str,
 ) -> None:
     adapter = provider(name)
-    with pytest.raises(InvalidRequest, match="model .* starts with '-'"):
+    with pytest.raises(InvalidRequest, match=r"model .* starts with '-'"):
         adapter.build_invocation(request(adapter, {}, model="--yolo"), binary)
-    with pytest.raises(InvalidRequest, match="model .* starts with '-'"):
+    with pytest.raises(InvalidRequest, match=r"model .* starts with '-'"):
         adapter.build_invocation(request(adapter, {}), binary, default_model="-x")
 
 

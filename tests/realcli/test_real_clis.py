@@ -30,9 +30,9 @@ import pytest
 from argv_cases import covering_cases, provider, request
 
 from gateway.config import load_settings
-from gateway.jobs.model import ErrorKind, JobStatus
 from gateway.jobs.requests import SubmitRequest
 from gateway.jobs.runner import ProcessRun, RunSpec
+from gateway.model import ErrorKind, JobStatus
 from gateway.runtime import Gateway
 from providers.base import Invocation
 
@@ -160,10 +160,8 @@ def _start_codex(invocation: Invocation, env: dict[str, str], cwd: Path,
 
 
 def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait(WAIT_S)
 
 

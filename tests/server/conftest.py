@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
-import anyio
 import tomli_w
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -206,7 +206,7 @@ class Harness:
     @contextlib.asynccontextmanager
     async def _inproc(self, overrides: dict[str, Any]) -> AsyncIterator[Client]:
         from gateway.config import load_settings
-        from gateway.server import build_server
+        from gateway.mcp.server import build_server
 
         config = self.write_config(overrides)
         self.monkeypatch.setenv("HOME", str(self.home))
@@ -232,10 +232,12 @@ async def stdio_client(home: Path, config: Path, mode: str) -> AsyncIterator[Cli
 @contextlib.asynccontextmanager
 async def http_client(url: str, token: str | None, mode: str = "legacy") -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120)) as http:
-        async with Client(streamable_http_client(url, http_client=http), mode=mode,
-                          read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
-            yield client
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120)) as http,
+        Client(streamable_http_client(url, http_client=http), mode=mode,
+               read_timeout_seconds=CLIENT_TIMEOUT_S) as client,
+    ):
+        yield client
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 from mcp import MCPError
 
 from gateway.config import load_settings
-from gateway.server import ServeError, serve
+from gateway.mcp.serve import ServeError, serve
 from tests.server.conftest import (
     TOKEN,
     Harness,

@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gateway.jobs.model import (
+from gateway.model import (
     OUTPUT_CHUNK_BYTES,
     Completion,
     InstanceRow,
@@ -29,7 +29,7 @@ from gateway.jobs.model import (
     OutputFileError,
     Progress,
 )
-from gateway.store.base import DuplicateActiveJob, JobStore, SCHEMA_VERSION
+from gateway.store.base import SCHEMA_VERSION, DuplicateActiveJob, JobStore
 
 pytestmark = pytest.mark.anyio
 

@@ -19,17 +19,15 @@ import anyio
 import asyncpg
 import pytest
 
-from gateway.jobs.model import Completion, InstanceRow, JobRow, JobStatus, NewJob, Progress
+from gateway.model import ORPHANED_ERROR, Completion, InstanceRow, JobRow, JobStatus, NewJob, Progress
 from gateway.store.base import SCHEMA_VERSION, DuplicateActiveJob, StoreUnavailable
-from gateway.store.postgres import (
-    APPLICATION_NAME,
+from gateway.store.postgres import APPLICATION_NAME, PostgresJobStore
+from gateway.store.postgres_sql import (
     LIST_EXPIRED_CANDIDATES,
     LOCK_EXPIRED_OWNERS,
     MIGRATIONS,
-    ORPHANED_ERROR,
     RECOVER_EXPIRED_LEASES,
     RENEW_INSTANCE_LEASE,
-    PostgresJobStore,
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]

@@ -18,10 +18,10 @@ import anyio
 import pytest
 
 from gateway.config import gateway_home
-from gateway.jobs.model import InstanceRow, JobRow, JobStatus, NewJob
-from gateway.store import sqlite as sql
+from gateway.model import InstanceRow, JobRow, JobStatus, NewJob
+from gateway.store import sqlite_sql as sql
 from gateway.store.base import SCHEMA_VERSION, StoreUnavailable
-from gateway.store.sqlite import SqliteJobStore
+from gateway.store.sqlite import BUSY_TIMEOUT_MS, SqliteJobStore
 
 pytestmark = pytest.mark.anyio
 
@@ -137,7 +137,7 @@ async def test_connection_uses_wal_normal_sync_and_a_busy_timeout(
     conn = store._connection()
     assert (await conn.execute_fetchall("PRAGMA journal_mode"))[0][0] == "wal"
     assert (await conn.execute_fetchall("PRAGMA synchronous"))[0][0] == 1  # NORMAL
-    assert (await conn.execute_fetchall("PRAGMA busy_timeout"))[0][0] == sql.BUSY_TIMEOUT_MS
+    assert (await conn.execute_fetchall("PRAGMA busy_timeout"))[0][0] == BUSY_TIMEOUT_MS
     other = raw(db_path)
     try:  # WAL is a property of the file: every other connection sees it too
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -292,7 +292,7 @@ async def test_dedup_index_is_unique_and_covers_only_active_unforced_jobs(
     conn = raw(db_path)
     try:
         indexes = {r[1]: r for r in conn.execute("PRAGMA index_list(jobs)")}
-        name, unique, _origin, partial = indexes["jobs_active_request_key"][1:5]
+        _name, unique, _origin, partial = indexes["jobs_active_request_key"][1:5]
         assert (unique, partial) == (1, 1)
         ddl = conn.execute(
             "SELECT sql FROM sqlite_master WHERE name = 'jobs_active_request_key'"
@@ -402,7 +402,7 @@ CHILD_SCRIPT = textwrap.dedent(
     """
     import json, os, sys, time, uuid, anyio
     from pathlib import Path
-    from gateway.jobs.model import NewJob
+    from gateway.model import NewJob
     from gateway.store.base import DuplicateActiveJob
     from gateway.store.sqlite import SqliteJobStore
 

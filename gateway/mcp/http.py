@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.config import Settings
-from gateway.server import GatewayServer, build_server
+from gateway.mcp.server import GatewayServer, build_server
 
 log = structlog.get_logger(__name__)
 

@@ -41,6 +41,11 @@ FINAL_STATUSES = frozenset(
 )
 
 
+# The `error` text every backend writes with the two statuses only a store decides.
+ORPHANED_ERROR = "owning gateway instance stopped renewing its lease"
+CANCELLED_ERROR = "cancelled at the caller's request"
+
+
 class ErrorKind(StrEnum):
     """What a caller can branch on (DESIGN.md section 3)."""
 

@@ -1,46 +1,44 @@
-"""HTTP model-API providers: `[api_providers.<name>]` with kind "openai" or "anthropic".
+"""One call to an HTTP model API as a job runs it: keys, retries, timeouts, errors.
 
-The job manager uses exactly three things from here:
-
-- `ApiRequest` — the validated input of `<name>_request[_async]` (its field descriptions
-  become the MCP tool schema).
-- `normalized_request(name, config, request)` — the canonical dict stored as `request_json`
-  and hashed into the request key. It describes what will be sent, minus every secret.
-- `await call_api(name, config, request, on_progress=..., client=...)` — one streamed call,
-  with retries, returning a `ProviderResult` or raising `GatewayError`.
+The HTTP twin of `gateway/jobs/runner.py`. `await call_api(name, config, request,
+on_progress=..., client=...)` makes one streamed call, with retries, and returns a
+`ProviderResult` or raises `GatewayError`. The request model and its secret-free description
+live in `providers/http/request.py`, the wire formats in `providers/http/openai.py` and
+`providers/http/anthropic.py`.
 
 The API key is read from `os.environ[config.api_key_env]` at call time and lives only in the
 request headers: it is never stored, logged, or quoted in an error (error bodies are scrubbed
-of it, because some APIs echo the credentials they were given). The wire formats live in
-`http_openai.py` and `http_anthropic.py`; this module owns keys, retries, timeouts, errors.
+of it, because some APIs echo the credentials they were given).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import math
 import os
 import random
-import re
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
-from typing import Any, Literal, cast
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, cast
+from urllib.parse import urlsplit
 
 import anyio
 import httpx2
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.config import ApiProviderConfig
-from gateway.jobs.model import ErrorKind, GatewayError
-from providers import http_anthropic, http_openai
-from providers.base import ProviderResult
-from providers.http_wire import (
+from gateway.model import ErrorKind, GatewayError
+from providers.base import InvalidRequest, ProviderResult
+from providers.http import anthropic, openai
+from providers.http.request import (
+    ApiRequest,
+    is_loopback_url,
+    normalized_request,
+    parse_retry_after,
+    redact_url,
+    scrub,
+)
+from providers.http.wire import (
     AnswerSummary,
     StreamFailure,
     StreamParser,
@@ -60,13 +58,9 @@ CONNECT_TIMEOUT_S = 10.0  # a host that does not accept a connection this fast i
 ERROR_BODY_MAX_BYTES = 8192  # read no more of an error body than this
 ERROR_EXCERPT_CHARS = 300  # how much of an error body a message quotes
 MIN_SCRUB_LEN = 6  # configured header values shorter than this are not scrubbed from text
-REDACTED = "[redacted]"
 
-# Header names and URL query keys whose values are treated as secrets.
-_SECRET_NAME = re.compile(
-    r"auth|key|token|secret|passw|cookie|session|credential|signature", re.IGNORECASE)
 
-_WIRES: dict[str, WireFormat] = {"openai": http_openai, "anthropic": http_anthropic}
+_WIRES: dict[str, WireFormat] = {"openai": openai, "anthropic": anthropic}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,181 +84,6 @@ class RetryPolicy:
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy()
-
-
-class ApiMessage(BaseModel):
-    """One turn of a conversation."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    role: Literal["user", "assistant"] = Field(
-        description="Who said it: 'user' or 'assistant'. Put instructions in `system` instead.")
-    content: str = Field(min_length=1, description="The text of this turn.")
-
-
-class ApiRequest(BaseModel):
-    """A request to an HTTP model API. HTTP APIs keep no session: to continue a
-    conversation, send the whole of it in `messages`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    prompt: str | None = Field(
-        default=None, min_length=1,
-        description="The message to send, as a single user turn. Give either `prompt` or "
-                    "`messages`, not both.")
-    messages: list[ApiMessage] | None = Field(
-        default=None, min_length=1,
-        description="The whole conversation so far, oldest turn first, usually ending with "
-                    "the user's new turn. Use instead of `prompt` to continue a conversation.")
-    model: str | None = Field(
-        default=None, min_length=1,
-        description="The model id as this API names it (e.g. 'gpt-4o-mini', "
-                    "'claude-sonnet-4-5'). Omit to use the provider's configured default_model.")
-    system: str | None = Field(
-        default=None,
-        description="System instructions that frame the whole conversation (role, rules, "
-                    "output format). Omit for none.")
-    temperature: float | None = Field(
-        default=None, ge=0, le=2,
-        description="Sampling temperature: 0 is most deterministic, higher is more varied. "
-                    "0..2 for OpenAI-compatible APIs, 0..1 for Anthropic. Omit for the API's "
-                    "default.")
-    max_output_tokens: int | None = Field(
-        default=None, ge=1,
-        description="Upper bound on the tokens the model may generate. Omit for the API's "
-                    f"default (Anthropic requires one; {http_anthropic.DEFAULT_MAX_TOKENS} "
-                    "is sent).")
-
-    @model_validator(mode="after")
-    def _prompt_or_messages(self) -> ApiRequest:
-        if (self.prompt is None) == (self.messages is None):
-            raise ValueError("give exactly one of `prompt` (a single user message) or "
-                             "`messages` (a whole conversation)")
-        return self
-
-
-# -- secrets ---------------------------------------------------------------------------
-
-
-def is_loopback_url(url: str) -> bool:
-    """True for a base_url on this machine (a local server such as Ollama may need no key)."""
-    host = urlsplit(url).hostname
-    if not host:
-        return False
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def redact_url(url: str) -> str:
-    """The URL without a userinfo password or secret-looking query values."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if parts.password is not None:
-        netloc = f"{parts.username or ''}:{REDACTED}@{netloc.rpartition('@')[2]}"
-    query = "&".join(
-        f"{pair.partition('=')[0]}={REDACTED}"
-        if "=" in pair and _SECRET_NAME.search(pair.partition("=")[0]) else pair
-        for pair in parts.query.split("&")
-    ) if parts.query else ""
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def public_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """Configured headers for the request key: secret-looking values replaced, names sorted."""
-    return {name: (REDACTED if _SECRET_NAME.search(name) else value)
-            for name, value in sorted(headers.items(), key=lambda kv: kv[0].lower())}
-
-
-def _scrub(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, REDACTED)
-    return text
-
-
-# -- the request -----------------------------------------------------------------------
-
-
-def normalized_request(name: str, config: ApiProviderConfig, request: ApiRequest) -> dict[str, Any]:
-    """The canonical, secret-free description of what `call_api` will send.
-
-    Stored as the job's `request_json` and hashed into its request key, so it holds every
-    input that changes the answer (endpoint, model, messages, sampling, non-secret headers)
-    and nothing secret: no API key, no secret-looking header value or URL parameter.
-
-    Raises GatewayError(INVALID_INPUT) when no model is known or a value is out of the
-    API's range.
-    """
-    model = request.model or config.default_model
-    if not model:
-        raise GatewayError(
-            ErrorKind.INVALID_INPUT,
-            f"api provider '{name}' has no model to use: pass `model`, or set default_model "
-            f"in [api_providers.{name}]")
-    if (config.kind == "anthropic" and request.temperature is not None
-            and request.temperature > http_anthropic.MAX_TEMPERATURE):
-        raise GatewayError(
-            ErrorKind.INVALID_INPUT,
-            f"temperature {request.temperature:g} is out of range for api provider '{name}' "
-            f"(Anthropic accepts 0..{http_anthropic.MAX_TEMPERATURE:g})")
-    if request.messages is not None:
-        messages = [{"role": m.role, "content": m.content} for m in request.messages]
-    else:
-        messages = [{"role": "user", "content": request.prompt or ""}]
-    max_output_tokens = request.max_output_tokens
-    if max_output_tokens is None and config.kind == "anthropic":
-        max_output_tokens = http_anthropic.DEFAULT_MAX_TOKENS
-    return {
-        "transport": "http",
-        "provider": name,
-        "kind": config.kind,
-        "base_url": redact_url(config.base_url),
-        "model": model,
-        "system": request.system,
-        "messages": messages,
-        "temperature": request.temperature,
-        "max_output_tokens": max_output_tokens,
-        "headers": public_headers(config.headers),
-    }
-
-
-def list_api_models(config: ApiProviderConfig) -> list[str]:
-    """The models to advertise for an API provider: its default_model (no network call)."""
-    return [config.default_model] if config.default_model else []
-
-
-def parse_retry_after(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
-    """Seconds to wait from `retry-after-ms` or `Retry-After` (seconds or an HTTP date).
-
-    None when absent or unreadable; never negative.
-    """
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            value = float(millis) / 1000
-            if math.isfinite(value):
-                return max(0.0, value)
-        except ValueError:
-            pass
-    raw = (headers.get("retry-after") or "").strip()
-    if not raw:
-        return None
-    try:
-        seconds = float(raw)
-        return max(0.0, seconds) if math.isfinite(seconds) else None
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(raw)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
 def _read_api_key(name: str, config: ApiProviderConfig) -> str | None:
@@ -336,7 +155,7 @@ class _Call:
     key_sent: bool
 
     def excerpt(self, text: str) -> str:
-        flat = " ".join(_scrub(text, self.secrets).split())
+        flat = " ".join(scrub(text, self.secrets).split())
         return flat if len(flat) <= ERROR_EXCERPT_CHARS else flat[:ERROR_EXCERPT_CHARS] + "..."
 
 
@@ -368,7 +187,10 @@ async def call_api(
     - PROVIDER_ERROR: any other 4xx, 429/5xx/connection errors after the last attempt, an
       error inside the stream, or a stream that ended before the answer was complete.
     """
-    normalized = normalized_request(name, config, request)
+    try:
+        normalized = normalized_request(name, config, request)
+    except InvalidRequest as exc:
+        raise GatewayError(ErrorKind.INVALID_INPUT, str(exc)) from None
     wire = _WIRES[config.kind]
     api_key = _read_api_key(name, config)
     headers = httpx2.Headers(wire.auth_headers(api_key))

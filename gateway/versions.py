@@ -68,7 +68,7 @@ class CliVersions:
             return cached
         try:
             path = resolve_command(provider, config.command, os.environ.get("PATH", ""))
-        except Exception as exc:  # noqa: BLE001 - a status report must not fail on one CLI
+        except Exception as exc:
             return CliInfo(provider, config.enabled, config.command, None,
                            version_error=f"lookup failed: {exc}")
         return CliInfo(provider, config.enabled, config.command, path)

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from httpx2 import ServerSentEvent
 
 from providers.base import Usage
-from providers.http_wire import (
+from providers.http.wire import (
     RETRYABLE_STREAM_ERRORS,
     AnswerSummary,
     StreamFailure,

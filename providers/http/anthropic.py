@@ -13,7 +13,7 @@ from typing import Any
 from httpx2 import ServerSentEvent
 
 from providers.base import Usage
-from providers.http_wire import (
+from providers.http.wire import (
     RETRYABLE_STREAM_ERRORS,
     AnswerSummary,
     StreamFailure,

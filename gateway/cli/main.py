@@ -11,8 +11,6 @@ commands talk to a human on stdout and put errors on stderr.
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
 import ipaddress
 import json
 import os
@@ -28,8 +26,8 @@ import anyio
 
 from gateway import __version__
 from gateway.config import ConfigError, Settings, default_config_path, load_settings
-from gateway.jobs.model import JobRow, JobStatus
 from gateway.logs import configure_logging, redact_text
+from gateway.model import JobRow, JobStatus
 from gateway.store.base import StoreUnavailable, answer_in, page_of
 
 PROG = "agent-cli-gateway"
@@ -185,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except Exception as exc:  # noqa: BLE001 - the top-level handler: one line, not a trace
+    except Exception as exc:
         if args.debug:
             traceback.print_exc(file=sys.stderr)
         _error(f"error: {type(exc).__name__}: {exc}")
@@ -239,21 +237,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.transport == "http" and not args.no_auth and not settings.http.auth_token:
         raise CliError(f"serving over HTTP needs a bearer token: {TOKEN_HOWTO}; or, on a "
                        f"loopback host only, pass --no-auth", EXIT_USAGE)
-    try:
-        server = importlib.import_module("gateway.server")  # lazy: other commands start fast
-    except ModuleNotFoundError as exc:
-        if exc.name != "gateway.server":
-            raise
-        raise CliError("this build has no MCP server module (gateway/server.py)") from None
-    outcome = server.serve(settings, transport=args.transport, host=host, port=port,
-                           no_auth=args.no_auth)
-    if inspect.isawaitable(outcome):
-        outcome = _run(_await, outcome)
-    return outcome if isinstance(outcome, int) else EXIT_OK
+    from gateway.mcp.serve import serve  # lazy: the other commands start fast
 
-
-async def _await(awaitable: Awaitable[T]) -> T:
-    return await awaitable
+    return serve(settings, transport=args.transport, host=host, port=port,
+                 no_auth=args.no_auth)
 
 
 # -- init ----------------------------------------------------------------------------------
@@ -317,7 +304,7 @@ _MARKS = {"ok": "ok", "warning": "WARN", "error": "FAIL", "disabled": "off", "sk
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from gateway.doctor import run_doctor, summarize
+    from gateway.cli.doctor import run_doctor, summarize
 
     configure_logging("debug" if args.debug else "warning", "auto")
     report = run_doctor(args.config)

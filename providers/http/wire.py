@@ -1,7 +1,7 @@
 """What the two HTTP wire formats (OpenAI chat completions, Anthropic Messages) share.
 
-`providers/http_openai.py` and `providers/http_anthropic.py` each implement `WireFormat`
-(module-level functions plus a `StreamParser` class); `providers/http_api.py` drives them
+`providers/http/openai.py` and `providers/http/anthropic.py` each implement `WireFormat`
+(module-level functions plus a `StreamParser` class); `gateway/jobs/http_call.py` drives them
 and owns everything else (keys, retries, timeouts, errors). Nothing here does I/O.
 """
 

@@ -14,7 +14,7 @@ from typing import Any
 from mcp.types import CallToolResult, TextContent
 from pydantic import ValidationError
 
-from gateway.jobs.model import RETRYABLE, ErrorKind, GatewayError, JobRow, JobStatus
+from gateway.model import RETRYABLE, ErrorKind, GatewayError, JobRow, JobStatus
 
 STDERR_EXCERPT_CHARS = 2000  # enough of a CLI's stderr to see why it failed, not a flood
 

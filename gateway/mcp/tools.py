@@ -23,9 +23,8 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from gateway import __version__
-from gateway.jobs.model import ErrorKind, GatewayError, JobRow, JobStatus
 from gateway.jobs.requests import SubmitRequest
-from gateway.tool_results import (
+from gateway.mcp.results import (
     describe_status,
     duration_s,
     failure,
@@ -36,7 +35,7 @@ from gateway.tool_results import (
     parsed_result,
     stderr_excerpt,
 )
-from gateway.tool_signatures import (
+from gateway.mcp.signatures import (
     Param,
     api_common_params,
     cli_common_params,
@@ -44,12 +43,13 @@ from gateway.tool_signatures import (
     options_given,
     signature_of,
 )
+from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 
 if TYPE_CHECKING:
-    from gateway.cli_versions import CliVersions
     from gateway.config import Settings
     from gateway.jobs.manager import JobManager
     from gateway.runtime import Gateway
+    from gateway.versions import CliVersions
 
 log = structlog.get_logger(__name__)
 
@@ -72,7 +72,7 @@ class ServerState:
     the background-probed CLI versions."""
 
     def __init__(self, settings: Settings, role: str) -> None:
-        from gateway.cli_versions import CliVersions
+        from gateway.versions import CliVersions
 
         self.settings = settings
         self.role = role
@@ -110,7 +110,7 @@ def guarded(name: str, body: ToolBody) -> ToolBody:
             return from_gateway_error(err)
         except ValidationError as exc:
             return invalid_arguments(name, exc)
-        except Exception as exc:  # noqa: BLE001 - top-level handler of a tool call
+        except Exception as exc:
             log.exception("tool failed unexpectedly", action="tool_error", tool=name)
             return failure("internal_error",
                            f"Internal gateway error in {name}: {type(exc).__name__}: {exc}. "
@@ -308,7 +308,7 @@ def provider_tools(state: ServerState) -> list[ProviderTools]:
 
 def api_provider_tools(state: ServerState) -> list[ProviderTools]:
     """One ProviderTools per configured HTTP API provider."""
-    from providers.http_api import ApiRequest, redact_url
+    from providers.http.request import ApiRequest, redact_url
 
     default_timeout = state.settings.limits.default_timeout_s
     result: list[ProviderTools] = []
@@ -316,7 +316,8 @@ def api_provider_tools(state: ServerState) -> list[ProviderTools]:
         fields = option_params(ApiRequest, reserved=frozenset())
         result.append(ProviderTools(state, name, "api", fields,
                                     api_common_params(default_timeout, name),
-                                    f"the {name} HTTP API ({api.kind}-compatible, {redact_url(api.base_url)})"))
+                                    f"the {name} HTTP API ({api.kind}-compatible, "
+                                    f"{redact_url(api.base_url)})"))
     return result
 
 
@@ -463,7 +464,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         """This gateway instance: readiness, durable admission, running and queued jobs per
         provider, limits, the store backend, and which provider CLIs are installed where
         (with their versions, probed in the background after startup)."""
-        from providers.http_api import redact_url
+        from providers.http.request import redact_url
 
         settings = state.settings
         gateway = state.gateway

@@ -125,7 +125,7 @@ def check_store(settings: Settings) -> Check:
         return Check("store", "error",
                      f"{backend} {where} did not answer within {STORE_PROBE_TIMEOUT_S:g} s",
                      details)
-    except Exception as exc:  # noqa: BLE001 - any failure to open is the finding itself
+    except Exception as exc:
         reason = redact_text(str(exc) or type(exc).__name__)
         return Check("store", "error", f"{backend} {where} is unreachable: {reason}", details)
     details["schema_version"] = version
@@ -193,7 +193,7 @@ def check_cli_providers(providers: dict[str, ProviderConfig]) -> list[Check]:
 async def _probe_versions(found: dict[str, str]) -> dict[str, tuple[str | None, str | None]]:
     """`<cli> --version` for every found CLI at once; each probe is bounded and killed
     (with its process group) when it overruns, so a hung CLI cannot hang doctor."""
-    from gateway.cli_versions import probe_version
+    from gateway.versions import probe_version
 
     results: dict[str, tuple[str | None, str | None]] = {}
 

@@ -1,0 +1,1 @@
+"""The operator command line: serve, init, doctor, jobs."""

@@ -1,0 +1,1 @@
+"""The MCP front end: tools, results, stdio and Streamable HTTP transports."""

@@ -1,0 +1,107 @@
+"""Serving MCP: stdio (the default) or Streamable HTTP, with the gateway's signal handling.
+
+Kept apart from `server.py` so that the HTTP app (`http.py`) and the stdio loop both build on
+the server without the server knowing either: the import graph has no cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import signal
+
+import structlog
+
+from gateway.config import Settings
+from gateway.mcp.server import GatewayServer, build_server
+
+log = structlog.get_logger(__name__)
+
+
+class ServeError(ValueError):
+    """serve() was asked for something unsafe or impossible; the message says what to do."""
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(settings: Settings, transport: str = "stdio", host: str | None = None,
+          port: int | None = None, no_auth: bool = False) -> int:
+    """Serve MCP until the client goes away or a signal arrives; returns an exit code.
+
+    Raises ServeError for an unknown transport, HTTP without a token (unless no_auth on a
+    loopback host), or no_auth on a non-loopback host.
+    """
+    if transport == "stdio":
+        return asyncio.run(serve_stdio(settings))
+    if transport == "http":
+        from gateway.mcp.http import serve_http
+
+        host = host if host is not None else settings.http.host
+        port = port if port is not None else settings.http.port
+        token = settings.http.auth_token
+        if no_auth and not is_loopback(host):
+            raise ServeError(f"no_auth is only allowed on a loopback host (127.0.0.1, ::1, "
+                             f"localhost), not {host!r}; configure [http] auth_token instead.")
+        if not no_auth and not token:
+            raise ServeError("serving MCP over HTTP needs a bearer token: set [http] auth_token "
+                             "in the config or the AGENT_GATEWAY_HTTP__AUTH_TOKEN environment "
+                             "variable (or, on a loopback host only, pass --no-auth).")
+        return asyncio.run(serve_http(settings, host, port, None if no_auth else token))
+    raise ServeError(f"unknown transport {transport!r}; use 'stdio' or 'http'.")
+
+
+async def run_stdio(server: GatewayServer) -> None:
+    """The SDK's `run_stdio_async`, but reading stdin on a daemon thread (stdio_input.py):
+    cancelling it then really ends serving. stdout is still claimed by the SDK (fd 1 points
+    at stderr while serving, so stray writes never reach the wire)."""
+    from mcp.server.stdio import stdio_server
+
+    from gateway.mcp.stdio import DaemonStdin
+
+    stdin = DaemonStdin()
+    lowlevel = server._lowlevel_server
+    try:
+        async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+    finally:
+        stdin.restore()
+
+
+async def serve_stdio(settings: Settings) -> int:
+    """MCP over stdin/stdout. SIGTERM/SIGINT cancel the serving task, so the lifespan's
+    drain runs exactly as on stdin EOF."""
+    server = build_server(settings, role="stdio")
+    serving = asyncio.create_task(run_stdio(server), name="mcp_stdio")
+    stopped_by: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        # Only the first signal cancels: a second one (an impatient client, a double
+        # Ctrl-C) must not interrupt the drain, which is bounded anyway.
+        name = signal.Signals(signum).name
+        if stopped_by:
+            log.info("signal received while shutting down; drain continues", action="signal",
+                     signal=name)
+            return
+        log.info("signal received; shutting down", action="signal", signal=name)
+        stopped_by.append(signum)
+        serving.cancel()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        await serving
+    except asyncio.CancelledError:
+        if not stopped_by:
+            raise
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+    return 0

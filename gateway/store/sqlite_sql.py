@@ -1,0 +1,334 @@
+"""Every SQL statement of the SQLite backend, each named after what it does.
+
+The executor (`sqlite.py`) runs them; the invariant each state transition protects is
+written beside its statement, in its WHERE clause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gateway.model import (
+    JobRow,
+)
+from gateway.store.base import (
+    SCHEMA_VERSION,
+)
+
+_JOB_COLUMNS = ", ".join(JobRow.column_names())
+_JOB_TIME_FIELDS = (
+    "lease_deadline", "created_at", "started_at", "finished_at", "updated_at",
+    "cancel_requested_at",
+)
+_INSTANCE_COLUMNS = (
+    "instance_id, hostname, boot_id, pid, pid_started_at, role, version, started_at, "
+    "heartbeat_at, lease_expires_at, stopped_at"
+)
+_INSTANCE_TIME_FIELDS = ("started_at", "heartbeat_at", "lease_expires_at", "stopped_at")
+
+# -- schema -------------------------------------------------------------------------------
+
+CREATE_SCHEMA_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version    INTEGER PRIMARY KEY,
+    applied_at REAL NOT NULL
+)"""
+
+READ_SCHEMA_VERSION = "SELECT COALESCE(MAX(version), 0) FROM schema_version"
+
+RECORD_SCHEMA_VERSION = "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)"
+
+# The jobs table's columns, in their v1 order (v2 moves `output` last).
+_JOB_COLUMN_DEFS: tuple[tuple[str, str], ...] = (
+    ("id", "TEXT PRIMARY KEY"),
+    ("provider", "TEXT NOT NULL"),
+    ("status", "TEXT NOT NULL CHECK (status IN ('queued','running','completed','failed',"
+               "'cancelled','timed_out','orphaned'))"),
+    ("request_key", "TEXT NOT NULL"),
+    ("correlation_id", "TEXT"),
+    ("transport", "TEXT NOT NULL DEFAULT 'process' CHECK (transport IN ('process','http'))"),
+    ("owner_instance", "TEXT"),
+    ("lease_deadline", "REAL"),
+    ("hostname", "TEXT"),
+    ("pid", "INTEGER"),
+    ("pgid", "INTEGER"),
+    ("pid_started_at", "REAL"),
+    ("working_dir", "TEXT"),
+    ("model", "TEXT"),
+    ("session_id", "TEXT"),
+    ("request_json", "TEXT NOT NULL DEFAULT '{}'"),
+    ("created_at", "REAL NOT NULL"),
+    ("started_at", "REAL"),
+    ("finished_at", "REAL"),
+    ("updated_at", "REAL NOT NULL"),
+    ("exit_code", "INTEGER"),
+    ("error", "TEXT"),
+    ("error_kind", "TEXT"),
+    ("output", "TEXT"),
+    ("stderr_tail", "TEXT"),
+    ("output_bytes", "INTEGER NOT NULL DEFAULT 0"),
+    ("truncated", "INTEGER NOT NULL DEFAULT 0"),
+    ("result_json", "TEXT"),
+    ("cancel_requested_at", "REAL"),
+    ("forced", "INTEGER NOT NULL DEFAULT 0"),
+    ("boot_id", "TEXT"),
+)
+
+
+def _create_jobs_table(name: str, columns: Sequence[tuple[str, str]]) -> str:
+    body = ",\n".join(f"    {column:<19} {definition}" for column, definition in columns)
+    return f"CREATE TABLE IF NOT EXISTS {name} (\n{body}\n)"
+
+
+_SCHEMA_V1 = (
+    _create_jobs_table("jobs", _JOB_COLUMN_DEFS),
+    """
+    CREATE TABLE IF NOT EXISTS gateway_instances (
+        instance_id      TEXT PRIMARY KEY,
+        hostname         TEXT NOT NULL,
+        boot_id          TEXT NOT NULL,
+        pid              INTEGER NOT NULL,
+        pid_started_at   REAL,
+        role             TEXT NOT NULL,
+        version          TEXT NOT NULL,
+        started_at       REAL NOT NULL,
+        heartbeat_at     REAL NOT NULL,
+        lease_expires_at REAL NOT NULL,
+        stopped_at       REAL
+    )""",
+    # Exactly-once dedup: at most one active, non-forced job per request key, whoever races.
+    """
+    CREATE UNIQUE INDEX IF NOT EXISTS jobs_active_request_key
+        ON jobs (request_key) WHERE status IN ('queued','running') AND forced = 0""",
+    # The reaper's range scan: active rows ordered by their own lease deadline.
+    "CREATE INDEX IF NOT EXISTS jobs_status_lease_deadline ON jobs (status, lease_deadline)",
+    # The cancel poller and drain: one instance's active rows.
+    "CREATE INDEX IF NOT EXISTS jobs_owner_status ON jobs (owner_instance, status)",
+    # find_reusable: newest rows of one request key.
+    "CREATE INDEX IF NOT EXISTS jobs_request_key_created ON jobs (request_key, created_at)",
+    # purge_terminal: terminal rows by age.
+    "CREATE INDEX IF NOT EXISTS jobs_status_finished ON jobs (status, finished_at)",
+    # list_jobs: newest first.
+    "CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at)",
+)
+
+# v2: the same columns with `output` moved to the end of the row. SQLite builds a whole row
+# in memory to write it, except a zero-filled blob in the LAST column, which it writes as
+# zeroed pages: only there can complete() reserve a large output with zeroblob() and fill
+# it in place from the spool file (incremental blob I/O), so an output of
+# max_output_bytes is never in memory. The table is rebuilt (sqlite.org/lang_altertable.html,
+# "other kinds of table schema changes"), its columns named as they were at v2; the steps
+# re-run in order rebuild the same table again.
+_V2_COLUMN_DEFS = (*(c for c in _JOB_COLUMN_DEFS if c[0] != "output"),
+                   ("output", "TEXT"))  # last: UTF-8 as TEXT, or as a BLOB if large
+_V2_COLUMNS = ", ".join(column for column, _ in _V2_COLUMN_DEFS)
+_SCHEMA_V2 = (
+    _create_jobs_table("jobs_v2", _V2_COLUMN_DEFS),
+    f"INSERT INTO jobs_v2 ({_V2_COLUMNS}) SELECT {_V2_COLUMNS} FROM jobs",
+    "DROP TABLE jobs",
+    "ALTER TABLE jobs_v2 RENAME TO jobs",
+    *_SCHEMA_V1[2:],  # the indexes went with the old table
+)
+
+# (version, statements) in order, each version in one transaction; re-running a version's
+# statements in order changes nothing.
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _SCHEMA_V1), (2, _SCHEMA_V2))
+assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
+
+# -- instances ----------------------------------------------------------------------------
+
+# Upsert: a re-registering instance (after a heartbeat outage) keeps its started_at and is
+# alive again (stopped_at cleared); its lease restarts from now.
+UPSERT_INSTANCE = """
+INSERT INTO gateway_instances (instance_id, hostname, boot_id, pid, pid_started_at, role,
+                               version, started_at, heartbeat_at, lease_expires_at, stopped_at)
+VALUES (:instance_id, :hostname, :boot_id, :pid, :pid_started_at, :role, :version,
+        COALESCE(:started_at, :now), :now, :now + :ttl_s, NULL)
+ON CONFLICT (instance_id) DO UPDATE SET
+    hostname = excluded.hostname, boot_id = excluded.boot_id, pid = excluded.pid,
+    pid_started_at = excluded.pid_started_at, role = excluded.role,
+    version = excluded.version, heartbeat_at = excluded.heartbeat_at,
+    lease_expires_at = excluded.lease_expires_at, stopped_at = NULL"""
+
+# Only the first stop counts: the row records when the instance really went away.
+MARK_INSTANCE_STOPPED = """
+UPDATE gateway_instances SET stopped_at = :now
+WHERE instance_id = :instance_id AND stopped_at IS NULL"""
+
+# Renews exactly one instance row (the caller's own). This row IS the lease of every job the
+# instance owns (the reaper reads it), so a heartbeat costs one row whatever the job count.
+RENEW_INSTANCE_LEASE = """
+UPDATE gateway_instances SET heartbeat_at = :now, lease_expires_at = :now + :ttl_s
+WHERE instance_id = :instance_id"""
+
+# Only rows stopped, or whose lease expired, more than the threshold ago: a live instance's
+# row (lease in the future) is never collected.
+GC_INSTANCES = """
+DELETE FROM gateway_instances
+WHERE (stopped_at IS NOT NULL AND stopped_at < :now - :older_than_s)
+   OR lease_expires_at < :now - :older_than_s"""
+
+LIST_INSTANCES = f"""
+SELECT {_INSTANCE_COLUMNS} FROM gateway_instances ORDER BY started_at, instance_id"""
+
+# -- admission and transitions ------------------------------------------------------------
+
+# Reuse only non-forced rows that are active (any age) or completed within the window
+# measured from finished_at; failed/cancelled/timed_out/orphaned never match.
+FIND_REUSABLE = f"""
+SELECT {_JOB_COLUMNS} FROM jobs
+WHERE request_key = :request_key AND forced = 0
+  AND (status IN ('queued','running')
+       OR (status = 'completed' AND finished_at >= :now - :dedup_window_s))
+ORDER BY created_at DESC, id DESC
+LIMIT 1"""
+
+# The partial unique index jobs_active_request_key is the arbiter: a second active,
+# non-forced row with the same key is not inserted (no row returned), whoever races.
+INSERT_JOB = f"""
+INSERT INTO jobs (id, provider, status, request_key, transport, correlation_id,
+                  owner_instance, lease_deadline, hostname, working_dir, model, session_id,
+                  request_json, created_at, updated_at, forced, boot_id)
+VALUES (:id, :provider, 'queued', :request_key, :transport, :correlation_id,
+        :owner_instance, :now + :ttl_s, :hostname, :working_dir, :model, :session_id,
+        :request_json, :now, :now, :forced, :boot_id)
+ON CONFLICT (request_key) WHERE status IN ('queued','running') AND forced = 0 DO NOTHING
+RETURNING {_JOB_COLUMNS}"""
+
+# The one active, non-forced row the index let win (read in the same transaction).
+FIND_ACTIVE_BY_KEY = """
+SELECT id FROM jobs
+WHERE request_key = :request_key AND forced = 0 AND status IN ('queued','running')"""
+
+# queued -> running only for the owner: a row orphaned or cancelled while it waited in the
+# queue never starts (the manager spawns only after this returns true).
+MARK_RUNNING = """
+UPDATE jobs SET status = 'running', pid = :pid, pgid = :pgid, pid_started_at = :pid_started_at,
+                started_at = :now, updated_at = :now, lease_deadline = :now + :ttl_s
+WHERE id = :job_id AND owner_instance = :owner_instance AND status = 'queued'"""
+
+# A process identity is stamped only on a running row this instance still owns.
+RECORD_PROCESS = """
+UPDATE jobs SET pid = :pid, pgid = :pgid, pid_started_at = :pid_started_at, updated_at = :now
+WHERE id = :job_id AND owner_instance = :owner_instance AND status = 'running'"""
+
+# Guarded terminal write: an active row, or an orphaned row of the same owner (self-heal of
+# a stale owner that revived); every other terminal row is final. A cancel request on the
+# row turns any outcome into `cancelled` (cancelled wins over a late completion). A large
+# output (:reserve bytes) is reserved as a zero blob here and written in place right after,
+# in the same transaction (complete()).
+COMPLETE_JOB = """
+UPDATE jobs SET
+    status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE :status END,
+    error_kind = CASE WHEN cancel_requested_at IS NOT NULL AND :status <> 'cancelled'
+                      THEN 'cancelled' ELSE :error_kind END,
+    error = CASE WHEN cancel_requested_at IS NOT NULL AND :status <> 'cancelled'
+                 THEN COALESCE(:error, :cancelled_error) ELSE :error END,
+    exit_code = :exit_code, stderr_tail = :stderr_tail,
+    output = CASE WHEN :reserve IS NULL THEN :output ELSE zeroblob(:reserve) END,
+    output_bytes = :output_bytes, truncated = :truncated, result_json = :result_json,
+    finished_at = :now, updated_at = :now, lease_deadline = NULL
+WHERE id = :job_id
+  AND (status IN ('queued','running')
+       OR (status = 'orphaned' AND owner_instance = :owner_instance))"""
+
+# A cancel lands only on an active row, and the first request's time is kept.
+REQUEST_CANCEL = """
+UPDATE jobs SET cancel_requested_at = :now, updated_at = :now
+WHERE id = :job_id AND status IN ('queued','running') AND cancel_requested_at IS NULL"""
+
+# Only this instance's still-active rows: a cancel on a finished job needs no kill.
+LIST_CANCEL_REQUESTED = """
+SELECT id FROM jobs
+WHERE owner_instance = :owner_instance AND status IN ('queued','running')
+  AND cancel_requested_at IS NOT NULL
+ORDER BY created_at"""
+
+# Partial output only while running and owned: a late flush never touches a terminal row
+# or a row that another instance now answers for.
+SAVE_PROGRESS = """
+UPDATE jobs SET output_bytes = :output_bytes, output = :output, stderr_tail = :stderr_tail,
+                updated_at = :now
+WHERE id = :job_id AND owner_instance = :owner_instance AND status = 'running'"""
+
+# -- the reaper ---------------------------------------------------------------------------
+
+# A job's lease is the LATER of its own lease_deadline (set when it was admitted and when it
+# started) and its owner's instance lease (renewed by every heartbeat). A job is a candidate
+# only when both passed (plus the grace for http jobs); an owner whose row is gone
+# (collected) holds no lease. Never because another instance started. `lease_deadline <
+# :now` first, so the range scan on jobs_status_lease_deadline does the work; the owner is
+# one primary-key probe per row.
+_LEASE_EXPIRED = """
+status IN ('queued','running') AND lease_deadline < :now
+  AND (transport <> 'http' OR lease_deadline + :http_grace_s < :now)
+  AND NOT EXISTS (
+      SELECT 1 FROM gateway_instances AS owner
+      WHERE owner.instance_id = jobs.owner_instance
+        AND owner.lease_expires_at
+            + CASE WHEN jobs.transport = 'http' THEN :http_grace_s ELSE 0 END >= :now)"""
+
+LIST_EXPIRED_CANDIDATES = f"""
+SELECT {_JOB_COLUMNS} FROM jobs WHERE {_LEASE_EXPIRED}
+ORDER BY lease_deadline"""
+
+# The same predicate, re-checked inside the UPDATE under the write lock (BEGIN IMMEDIATE: a
+# heartbeat is serialized before or after the whole statement, never in between). Rows
+# proven alive by the reaper's probe (:alive_ids, a JSON array) are spared.
+RECOVER_EXPIRED_LEASES = f"""
+UPDATE jobs SET status = 'orphaned', error = COALESCE(error, :orphaned_error),
+                error_kind = 'orphaned', finished_at = :now, updated_at = :now,
+                lease_deadline = NULL
+WHERE {_LEASE_EXPIRED}
+  AND id NOT IN (SELECT value FROM json_each(:alive_ids))
+RETURNING {_JOB_COLUMNS}"""
+
+# -- retention and reads ------------------------------------------------------------------
+
+# Only terminal rows past retention; an active row is never deleted, whatever its age.
+PURGE_TERMINAL = """
+DELETE FROM jobs
+WHERE status IN ('completed','failed','cancelled','timed_out','orphaned')
+  AND finished_at < :now - :older_than_s
+RETURNING id"""
+
+GET_JOB = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = :job_id"
+
+# The light read (status, wait, list, cancel): the output stays in the table and the parsed
+# result loses its `text` (each can be max_output_bytes; those reads need neither). No
+# json_valid() guard: it would parse (and copy) a large value once more; result_json is
+# only written by complete(), as canonical JSON, and a malformed one falls back to Python.
+_LIGHT_JOB_COLUMNS = ", ".join(
+    "NULL AS output" if name == "output"
+    else "json_remove(result_json, '$.text') AS result_json" if name == "result_json"
+    else name
+    for name in JobRow.column_names())
+
+GET_JOB_LIGHT = f"SELECT {_LIGHT_JOB_COLUMNS} FROM jobs WHERE id = :job_id"
+# Admission's dedup lookup reads light rows too: a duplicate of a finished job with a large
+# output must not load that output to answer with the job's id and status.
+FIND_REUSABLE_LIGHT = FIND_REUSABLE.replace(f"SELECT {_JOB_COLUMNS}",
+                                            f"SELECT {_LIGHT_JOB_COLUMNS}", 1)
+
+# Optional filters as NULL-able parameters (statuses: a JSON array) keep one statement text.
+_LIST_JOBS_FILTERS = """
+WHERE (:statuses IS NULL OR status IN (SELECT value FROM json_each(:statuses)))
+  AND (:provider IS NULL OR provider = :provider)
+  AND (:owner_instance IS NULL OR owner_instance = :owner_instance)
+ORDER BY created_at DESC, id DESC
+LIMIT :limit"""
+LIST_JOBS = f"SELECT {_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"
+LIST_JOBS_LIGHT = f"SELECT {_LIGHT_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"
+
+# The row's rowid: incremental blob I/O addresses a value by table, column and rowid.
+JOB_ROWID = "SELECT rowid FROM jobs WHERE id = :job_id"
+
+# What read_output pages: the output is read in place (incremental blob I/O reads only the
+# pages of the range asked for; a TEXT value reads as its UTF-8 bytes), so only its type is
+# selected here; result_json only when the answer is asked for (CASE is evaluated lazily).
+READ_OUTPUT_SOURCE = """
+SELECT rowid, typeof(output) AS output_type,
+       CASE WHEN :answer THEN result_json END AS result_json
+FROM jobs WHERE id = :job_id"""
+
+

@@ -1,0 +1,1 @@
+"""HTTP model APIs: the request a tool takes, and each API's wire format."""
