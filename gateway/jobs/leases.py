@@ -49,6 +49,15 @@ log = structlog.get_logger(__name__)
 PURGE_INTERVAL_S = 300.0  # retention is measured in days: purging every 5 minutes is plenty
 
 
+def instance_lease_held(instance: InstanceRow, now: float) -> bool:
+    """Whether `instance` still holds its lease at `now` (the store's clock, epoch s): the
+    reaper's rule for an owner (gateway/store/*_sql.py `_LEASE_EXPIRED`), for the readers
+    that show or judge it outside the store (`jobs cancel`, `jobs show`, `instances`).
+    A stopped instance keeps its lease until it lapses, as the reaper sees it."""
+    expires = instance.lease_expires_at
+    return expires is not None and expires.timestamp() >= now
+
+
 class LeaseKeeper:
     """Owns this instance's lease and the background loops of DESIGN.md section 4."""
 

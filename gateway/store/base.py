@@ -103,6 +103,16 @@ def page_of(data: bytes, offset: int, length: int,
     return data[first:first + count], total
 
 
+PREFIX_MATCH_LIMIT = 10  # ids shown for an ambiguous prefix: a few are enough to pick from
+
+
+def like_prefix(prefix: str) -> str:
+    """A LIKE pattern (ESCAPE '\\') matching the values that start with `prefix` literally:
+    a `%` or `_` the operator typed is a character, not a wildcard."""
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "%"
+
+
 def output_to_bind(output: str | OutputFile | None) -> tuple[str | None, OutputFile | None]:
     """(the output as one value to bind, or the file a store must write in pieces): a small
     OutputFile is read and bound like text; a large one is never read whole."""
@@ -215,6 +225,11 @@ class JobStore(Protocol):
         owner_instance: str | None = None, limit: int = 50, with_output: bool = True,
     ) -> list[JobRow]:
         """Newest first. with_output=False: light rows, as get_job."""
+
+    async def find_job_ids(self, prefix: str, limit: int = PREFIX_MATCH_LIMIT) -> list[str]:
+        """Ids of jobs that start with `prefix` (case-sensitive, literally: LIKE wildcards in
+        it match only themselves), sorted, at most `limit`: how the CLI resolves a short id.
+        An empty prefix matches nothing."""
 
     async def now(self) -> float:
         """The store's clock (epoch seconds): the database clock on PostgreSQL."""

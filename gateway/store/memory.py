@@ -31,6 +31,7 @@ from gateway.model import (
     Progress,
 )
 from gateway.store.base import (
+    PREFIX_MATCH_LIMIT,
     SCHEMA_VERSION,
     DuplicateActiveJob,
     answer_in,
@@ -332,6 +333,12 @@ class MemoryJobStore:
             for job_id in doomed:
                 del self._jobs[job_id]
             return doomed
+
+    async def find_job_ids(self, prefix: str, limit: int = PREFIX_MATCH_LIMIT) -> list[str]:
+        if not prefix:
+            return []
+        async with self._lock:
+            return sorted(i for i in self._jobs if i.startswith(prefix))[:max(limit, 0)]
 
     async def get_job(self, job_id: str, *, with_output: bool = True) -> JobRow | None:
         async with self._lock:

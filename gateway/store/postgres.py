@@ -44,10 +44,12 @@ from gateway.model import (
     Progress,
 )
 from gateway.store.base import (
+    PREFIX_MATCH_LIMIT,
     SCHEMA_VERSION,
     DuplicateActiveJob,
     StoreUnavailable,
     answer_in,
+    like_prefix,
     output_to_bind,
     page_of,
     without_output,
@@ -60,6 +62,7 @@ from gateway.store.postgres_sql import (
     CREATE_OUTPUT_PIECES,
     CREATE_SCHEMA_VERSION_TABLE,
     FIND_ACTIVE_BY_KEY,
+    FIND_JOB_IDS,
     FIND_REUSABLE_LIGHT,
     GC_INSTANCES,
     GET_JOB,
@@ -433,6 +436,13 @@ class PostgresJobStore:
     async def purge_terminal(self, older_than_s: float) -> list[str]:
         async with self._connection("purge terminal jobs") as conn:
             rows = await conn.fetch(PURGE_TERMINAL, float(older_than_s))
+        return [row["id"] for row in rows]
+
+    async def find_job_ids(self, prefix: str, limit: int = PREFIX_MATCH_LIMIT) -> list[str]:
+        if not prefix:
+            return []
+        async with self._connection("find job ids") as conn:
+            rows = await conn.fetch(FIND_JOB_IDS, like_prefix(prefix), max(limit, 0))
         return [row["id"] for row in rows]
 
     async def get_job(self, job_id: str, *, with_output: bool = True) -> JobRow | None:

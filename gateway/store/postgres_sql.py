@@ -311,6 +311,11 @@ RETURNING id"""
 # A plain read; every caller that acts on it goes through a guarded UPDATE afterwards.
 GET_JOB = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = $1"
 
+# Ids starting with $1 (a like_prefix pattern: the caller's wildcards escaped; PostgreSQL's
+# LIKE is case-sensitive). Bounded by $2.
+FIND_JOB_IDS = r"""
+SELECT id FROM jobs WHERE id LIKE $1 ESCAPE '\' ORDER BY id LIMIT $2"""
+
 # The light read (status, wait, list, cancel): the output stays on the server and the parsed
 # result loses its `text` there (each can be max_output_bytes; those reads need neither).
 # `json`, not `jsonb`: jsonb refuses the \u0000 escape a CLI's output can hold.

@@ -43,10 +43,12 @@ from gateway.model import (
     Progress,
 )
 from gateway.store.base import (
+    PREFIX_MATCH_LIMIT,
     SCHEMA_VERSION,
     DuplicateActiveJob,
     StoreUnavailable,
     answer_in,
+    like_prefix,
     output_to_bind,
     page_bounds,
     page_of,
@@ -58,6 +60,7 @@ from gateway.store.sqlite_sql import (
     COMPLETE_JOB,
     CREATE_SCHEMA_VERSION_TABLE,
     FIND_ACTIVE_BY_KEY,
+    FIND_JOB_IDS,
     FIND_REUSABLE,
     FIND_REUSABLE_LIGHT,
     GC_INSTANCES,
@@ -514,6 +517,13 @@ class SqliteJobStore:
     async def purge_terminal(self, older_than_s: float) -> list[str]:
         return await self._transaction("purge_terminal", lambda db, now: [
             r[0] for r in db.execute(PURGE_TERMINAL, {"now": now, "older_than_s": older_than_s})])
+
+    async def find_job_ids(self, prefix: str, limit: int = PREFIX_MATCH_LIMIT) -> list[str]:
+        if not prefix:
+            return []
+        params = {"pattern": like_prefix(prefix), "prefix": prefix, "limit": max(limit, 0)}
+        async with self._read("find_job_ids") as conn:
+            return [row[0] for row in await conn.execute_fetchall(FIND_JOB_IDS, params)]
 
     async def get_job(self, job_id: str, *, with_output: bool = True) -> JobRow | None:
         if not with_output:

@@ -294,6 +294,13 @@ RETURNING id"""
 
 GET_JOB = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = :job_id"
 
+# Ids starting with :prefix. LIKE (its wildcards escaped by like_prefix) narrows; the substr
+# test makes it exact, since SQLite's LIKE ignores ASCII case. Bounded by :limit.
+FIND_JOB_IDS = r"""
+SELECT id FROM jobs
+WHERE id LIKE :pattern ESCAPE '\' AND substr(id, 1, length(:prefix)) = :prefix
+ORDER BY id LIMIT :limit"""
+
 # The light read (status, wait, list, cancel): the output stays in the table and the parsed
 # result loses its `text` (each can be max_output_bytes; those reads need neither). No
 # json_valid() guard: it would parse (and copy) a large value once more; result_json is

@@ -423,6 +423,13 @@ def main(binary: str) -> None:
 def build_run(binary: str, args: list[str]) -> tuple[Run | None, int]:
     """Parse argv like the real CLI; (None, code) when it answers without a run."""
     if binary == "codex":
+        if args[:2] == ["login", "status"]:  # offline, like the real one: reads auth.json
+            home = os.environ.get("CODEX_HOME") or os.path.expanduser("~/.codex")
+            if os.path.exists(os.path.join(home, "auth.json")):
+                out("Logged in using ChatGPT\n")
+                return None, 0
+            err("Not logged in\n")
+            return None, 1
         if not args or args[0] != "exec":
             raise UsageError("error: the fake codex only implements `codex exec`")
         resume = len(args) > 1 and args[1] == "resume"

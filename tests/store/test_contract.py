@@ -714,6 +714,27 @@ async def test_purge_terminal_deletes_only_terminal_rows_past_retention(store: J
     assert len(await store.list_jobs()) == 3
 
 
+async def test_find_job_ids_matches_a_prefix_literally_sorted_and_bounded(
+    store: JobStore,
+) -> None:
+    ids = ["abc12345-0000", "abc12345-1111", "abd00000-0000", "ab%_x-0000", "ABC12345-2222"]
+    for job_id in ids:
+        job = new_job()
+        job.id = job_id
+        await store.insert_job(job, TTL_S)
+
+    assert await store.find_job_ids("abc1") == ["abc12345-0000", "abc12345-1111"]
+    assert await store.find_job_ids("abc12345-1111") == ["abc12345-1111"]  # a whole id
+    assert await store.find_job_ids("abc", limit=1) == ["abc12345-0000"]
+    assert await store.find_job_ids("ABC") == ["ABC12345-2222"]  # case-sensitive
+    # LIKE's wildcards are characters here: `_` is not "any one", `%` not "anything".
+    assert await store.find_job_ids("ab_") == []
+    assert await store.find_job_ids("ab%") == ["ab%_x-0000"]
+    assert await store.find_job_ids("ab%_") == ["ab%_x-0000"]
+    assert await store.find_job_ids("zzz") == []
+    assert await store.find_job_ids("") == []
+
+
 async def test_get_job_of_an_unknown_id_is_none(store: JobStore) -> None:
     assert await store.get_job("no-such-job") is None
 
