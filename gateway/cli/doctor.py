@@ -69,8 +69,10 @@ class Report:
         return {"ok": self.ok, "version": self.version, "checks": [asdict(c) for c in self.checks]}
 
 
-def run_doctor(config_path: Path | None) -> Report:
-    """Check the config, the store, every CLI provider and every API provider."""
+def run_doctor(config_path: Path | None, client_path: str = MINIMAL_CLIENT_PATH) -> Report:
+    """Check the config, the store, every CLI provider and every API provider.
+
+    `client_path`: the PATH an MCP client would start the gateway with."""
     settings, config_check = check_config(config_path)
     checks = [config_check]
     if settings is None:
@@ -78,7 +80,7 @@ def run_doctor(config_path: Path | None) -> Report:
     else:
         checks.append(check_store(settings))
     providers = settings.providers if settings else {n: ProviderConfig() for n in PROVIDER_NAMES}
-    checks += check_cli_providers(providers)
+    checks += check_cli_providers(providers, client_path)
     if settings is not None:
         checks += [check_api_provider(name, settings) for name in sorted(settings.api_providers)]
         checks.append(check_readiness(settings, checks))
@@ -177,7 +179,8 @@ def check_store(settings: Settings) -> Check:
 # -- CLI providers -----------------------------------------------------------------------
 
 
-def check_cli_providers(providers: dict[str, ProviderConfig]) -> list[Check]:
+def check_cli_providers(providers: dict[str, ProviderConfig],
+                        client_path: str = MINIMAL_CLIENT_PATH) -> list[Check]:
     """One check per CLI provider: found where (PATH + user bin dirs), which version."""
     try:
         from providers.registry import CLI_PROVIDERS, resolve_command
@@ -197,7 +200,7 @@ def check_cli_providers(providers: dict[str, ProviderConfig]) -> list[Check]:
         if not config.enabled:
             checks[name] = Check(name, "disabled", f"disabled in the config ({wanted})", details)
             continue
-        resolved = resolve_command(name, config.command, MINIMAL_CLIENT_PATH)
+        resolved = resolve_command(name, config.command, client_path)
         in_shell = resolve_command(name, config.command, os.environ.get("PATH", ""))
         if resolved is None and in_shell is not None:
             directory = os.path.dirname(in_shell)
@@ -206,7 +209,7 @@ def check_cli_providers(providers: dict[str, ProviderConfig]) -> list[Check]:
             checks[name] = Check(
                 name, "warning",
                 f"{in_shell} is found on this shell's PATH, but {directory} is neither on the "
-                f"minimal PATH an MCP client gives the gateway ({MINIMAL_CLIENT_PATH}) nor a "
+                f"minimal PATH an MCP client gives the gateway ({client_path}) nor a "
                 f"user bin dir: set [providers.{name}].command = \"{in_shell}\" (or PATH in "
                 f"the client's server `env`)", details)
             continue

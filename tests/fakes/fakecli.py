@@ -423,6 +423,9 @@ def main(binary: str) -> None:
 def build_run(binary: str, args: list[str]) -> tuple[Run | None, int]:
     """Parse argv like the real CLI; (None, code) when it answers without a run."""
     if binary == "codex":
+        if args == ["--version"]:  # the real one answers at the root too
+            out(f"{binary} 0.0.0-fake\n")
+            return None, 0
         if args[:2] == ["login", "status"]:  # offline, like the real one: reads auth.json
             home = os.environ.get("CODEX_HOME") or os.path.expanduser("~/.codex")
             if os.path.exists(os.path.join(home, "auth.json")):
