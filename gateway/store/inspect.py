@@ -84,7 +84,7 @@ def _inspect_sqlite(path: Path) -> SchemaState:
         finally:
             conn.close()
     except sqlite3.Error as exc:
-        raise StoreUnavailable(f"sqlite store: read-only inspection failed: {exc}") from None
+        raise StoreUnavailable(f"sqlite store: cannot read it: {exc}") from None
 
 
 async def _inspect_postgres(dsn: str) -> SchemaState:
