@@ -191,7 +191,7 @@ async def _print_answer(gateway: Any, job: JobRow) -> None:
     offset, last = 0, b"\n"
     while True:
         found = await store.read_output(job.id, offset, ANSWER_PAGE_BYTES,
-                                        answer=job.status is JobStatus.COMPLETED)
+                                        answer=True)
         if found is None or not found[0]:
             break
         page, total = found
