@@ -277,7 +277,7 @@ def seeded(home: Path) -> tuple[Path, Settings, dict[str, str]]:
             await store.insert_job(NewJob(id=ids[name], provider=provider,
                                           request_key=f"key-{name}", owner_instance=owner),
                                    ttl_s=3600)
-        await store.mark_running(ids["running"], LIVE_OWNER, None, None, None, ttl_s=3600)
+        await store.mark_running(ids["running"], LIVE_OWNER, ttl_s=3600)
         await store.complete(ids["done"], LIVE_OWNER, Completion(
             status=JobStatus.COMPLETED, exit_code=0, output='{"raw": "stdout"}',
             output_bytes=17, result_json=json.dumps({"text": ANSWER, "session_id": "s-1"})))

@@ -350,13 +350,10 @@ class PostgresJobStore:
         assert row is not None  # INSERT ... RETURNING always returns the row it inserted
         return _job(row)
 
-    async def mark_running(
-        self, job_id: str, owner_instance: str, pid: int | None, pgid: int | None,
-        pid_started_at: float | None, ttl_s: float,
-    ) -> bool:
+    async def mark_running(self, job_id: str, owner_instance: str, ttl_s: float) -> bool:
         async with self._connection("mark running") as conn:
             status = await conn.execute(
-                MARK_RUNNING, job_id, owner_instance, pid, pgid, pid_started_at, float(ttl_s)
+                MARK_RUNNING, job_id, owner_instance, float(ttl_s)
             )
         return _status_count(status) == 1
 
