@@ -12,7 +12,6 @@ from typing import TypeVar
 import pytest
 
 from gateway import __version__
-from gateway.cli.main import is_loopback
 from gateway.config import Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -212,16 +211,6 @@ def test_no_auth_is_checked_against_the_configured_host_too(home: Path) -> None:
     done = run_cli(home, "serve", "--transport", "http", "--no-auth", "--config", str(path))
     assert done.returncode == 2
     assert "'0.0.0.0'" in done.stderr
-
-
-@pytest.mark.parametrize(
-    ("host", "loopback"),
-    [("127.0.0.1", True), ("127.8.9.10", True), ("::1", True), ("[::1]", True),
-     ("localhost", True), ("LOCALHOST.", True), ("0.0.0.0", False), ("::", False),
-     ("10.0.0.1", False), ("localhost.example.com", False), ("", False)],
-)
-def test_loopback_detection(host: str, loopback: bool) -> None:
-    assert is_loopback(host) is loopback
 
 
 @pytest.mark.parametrize("command", [["serve"], []], ids=["serve", "default"])

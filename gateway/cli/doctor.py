@@ -26,6 +26,7 @@ from typing import Any, Literal
 import anyio
 
 from gateway import __version__
+from gateway.childenv import secret_env_names
 from gateway.cli.common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, PROG
 from gateway.config import (
     PROVIDER_NAMES,
@@ -80,7 +81,8 @@ def run_doctor(config_path: Path | None, client_path: str = MINIMAL_CLIENT_PATH)
     else:
         checks.append(check_store(settings))
     providers = settings.providers if settings else {n: ProviderConfig() for n in PROVIDER_NAMES}
-    checks += check_cli_providers(providers, client_path)
+    secret_env = secret_env_names(settings) if settings else frozenset()
+    checks += check_cli_providers(providers, secret_env, client_path)
     if settings is not None:
         checks += [check_api_provider(name, settings) for name in sorted(settings.api_providers)]
         checks.append(check_readiness(settings, checks))
@@ -180,8 +182,11 @@ def check_store(settings: Settings) -> Check:
 
 
 def check_cli_providers(providers: dict[str, ProviderConfig],
+                        secret_env: frozenset[str],
                         client_path: str = MINIMAL_CLIENT_PATH) -> list[Check]:
-    """One check per CLI provider: found where (PATH + user bin dirs), which version."""
+    """One check per CLI provider: found where (the client's PATH + user bin dirs, and
+    this shell's), which version, logged in? (probed with a provider run's environment:
+    without `secret_env`)."""
     try:
         from providers.registry import CLI_PROVIDERS, resolve_command
     except ImportError as exc:
@@ -224,7 +229,7 @@ def check_cli_providers(providers: dict[str, ProviderConfig],
         found[name] = resolved
         checks[name] = Check(name, "ok", resolved, details)
 
-    for name, (version, problem) in anyio.run(_probe_versions, found).items():
+    for name, (version, problem) in anyio.run(_probe_versions, found, secret_env).items():
         check = checks[name]
         check.details["version"] = version
         if version is not None:
@@ -233,7 +238,7 @@ def check_cli_providers(providers: dict[str, ProviderConfig],
             check.status = "warning"
             check.summary = f"{check.summary}: {problem}"
             check.details["version_error"] = problem
-    for name, finding in anyio.run(_check_logins, found, providers).items():
+    for name, finding in anyio.run(_check_logins, found, providers, secret_env).items():
         check = checks[name]
         check.details["logged_in"] = finding.logged_in
         check.details["login_check"] = finding.how
@@ -244,8 +249,8 @@ def check_cli_providers(providers: dict[str, ProviderConfig],
     return [checks[name] for name in PROVIDER_NAMES if name in checks]
 
 
-async def _check_logins(found: dict[str, str],
-                        providers: dict[str, ProviderConfig]) -> dict[str, Any]:
+async def _check_logins(found: dict[str, str], providers: dict[str, ProviderConfig],
+                        secret_env: frozenset[str]) -> dict[str, Any]:
     """Every found CLI's login state at once (status commands run in threads, bounded)."""
     from gateway.cli.doctor_auth import check_login
 
@@ -253,7 +258,8 @@ async def _check_logins(found: dict[str, str],
 
     async def one(name: str, path: str) -> None:
         config = providers.get(name, ProviderConfig())
-        results[name] = await anyio.to_thread.run_sync(check_login, name, path, config)
+        results[name] = await anyio.to_thread.run_sync(check_login, name, path, config,
+                                                       secret_env)
 
     async with anyio.create_task_group() as group:
         for name, path in found.items():
@@ -261,7 +267,8 @@ async def _check_logins(found: dict[str, str],
     return results
 
 
-async def _probe_versions(found: dict[str, str]) -> dict[str, tuple[str | None, str | None]]:
+async def _probe_versions(found: dict[str, str], secret_env: frozenset[str],
+                          ) -> dict[str, tuple[str | None, str | None]]:
     """`<cli> --version` for every found CLI at once; each probe is bounded and killed
     (with its process group) when it overruns, so a hung CLI cannot hang doctor."""
     from gateway.versions import probe_version
@@ -269,7 +276,7 @@ async def _probe_versions(found: dict[str, str]) -> dict[str, tuple[str | None, 
     results: dict[str, tuple[str | None, str | None]] = {}
 
     async def one(name: str, path: str) -> None:
-        results[name] = await probe_version(path)
+        results[name] = await probe_version(path, secret_env)
 
     async with anyio.create_task_group() as group:
         for name, path in found.items():

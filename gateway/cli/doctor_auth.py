@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from gateway.childenv import child_env
 from gateway.config import ProviderConfig
 
 STATUS_TIMEOUT_S = 10.0  # a status command reads a file; one that hangs is killed
@@ -58,11 +59,15 @@ class AuthFinding:
     how: str  # what was looked at, fit to print (never a secret value)
 
 
-def check_login(name: str, executable: str, config: ProviderConfig) -> AuthFinding:
-    """The login state of CLI `name` found at `executable` (see the module doc)."""
+def check_login(name: str, executable: str, config: ProviderConfig,
+                secret_env: frozenset[str] = frozenset()) -> AuthFinding:
+    """The login state of CLI `name` found at `executable` (see the module doc). A status
+    command gets a provider run's environment: without the gateway's secrets
+    (`secret_env`), with the provider's configured env."""
     spec = AUTH_SPECS.get(name, AuthSpec())
     if spec.status_argv:
-        finding = _status_command(executable, spec.status_argv, spec.status_exit_1_is_no)
+        env = child_env(secret_env, config.env)
+        finding = _status_command(executable, spec.status_argv, spec.status_exit_1_is_no, env)
         if finding.logged_in != "cannot tell":
             return finding
     for pattern in spec.files:
@@ -95,9 +100,9 @@ def _expand(pattern: str) -> Path | None:
     return Path(pattern).expanduser()
 
 
-def _status_command(executable: str, argv: tuple[str, ...], exit_1_is_no: bool) -> AuthFinding:
+def _status_command(executable: str, argv: tuple[str, ...], exit_1_is_no: bool,
+                    env: dict[str, str]) -> AuthFinding:
     command = f"`{Path(executable).name} {' '.join(argv)}`"
-    env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb"}
     try:
         child = subprocess.Popen([executable, *argv], stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -14,7 +14,6 @@ commands talk to a human on stdout and put errors on stderr.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import sys
 import traceback
@@ -36,6 +35,7 @@ from gateway.cli.common import (
 from gateway.config import ConfigError, default_config_path
 from gateway.model import JobStatus
 from gateway.store.base import StoreUnavailable
+from providers.loopback import is_loopback_host
 
 DEFAULT_LIST_LIMIT = 20  # a screenful of jobs
 DEFAULT_RESULT_BYTES = 65_536  # one page of `jobs result`, like llm_job_result's default page
@@ -265,23 +265,12 @@ def main(argv: list[str] | None = None) -> int:
 # -- serve ---------------------------------------------------------------------------------
 
 
-def is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 and `localhost` (nothing else: a name could resolve anywhere)."""
-    name = host.strip().removeprefix("[").removesuffix("]").rstrip(".").lower()
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve MCP. Everything this prints goes to stderr: stdout is the protocol channel."""
     settings = load(args, quiet=False)
     host = args.host if args.host is not None else settings.http.host
     port = args.port if args.port is not None else settings.http.port
-    if args.no_auth and not is_loopback(host):
+    if args.no_auth and not is_loopback_host(host):
         raise CliError(
             f"--no-auth is only allowed on a loopback host (127.0.0.1, ::1, localhost), not "
             f"{host!r}: anyone who can reach {host}:{port} could run agents as you. "

@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 
 from gateway import proc
 from gateway.config import Settings
+from gateway.jobs.spool import spool_root, stdout_path
 from gateway.model import JobRow
 from gateway.store.base import JobStore
 
@@ -106,7 +107,7 @@ class Follower:
             self.shown = text
 
     async def _new_stdout(self, row: JobRow) -> bytes:
-        spool = self.settings.state_dir / "spool" / row.id / "stdout"
+        spool = stdout_path(spool_root(self.settings.state_dir) / row.id)
         if row.hostname == proc.hostname() and spool.exists():
             data = await asyncio.to_thread(_read_from, spool, self.pos)
             self.pos += len(data)

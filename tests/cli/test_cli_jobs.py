@@ -42,8 +42,9 @@ def seed(cli: Cli) -> dict[str, str]:
                 id=IDS[name], provider=provider, request_key=f"key-{name}",
                 owner_instance=owner, hostname="elsewhere",
                 request_json=json.dumps(request)), ttl_s=3600)
-        await store.mark_running(IDS["running"], LIVE_OWNER, 4242, 4242, 1.0, ttl_s=3600)
-        await store.mark_running(IDS["done"], LIVE_OWNER, None, None, None, ttl_s=3600)
+        await store.mark_running(IDS["running"], LIVE_OWNER, ttl_s=3600)
+        await store.record_process(IDS["running"], LIVE_OWNER, 4242, 4242, 1.0)
+        await store.mark_running(IDS["done"], LIVE_OWNER, ttl_s=3600)
         await store.complete(IDS["done"], LIVE_OWNER, Completion(
             status=JobStatus.COMPLETED, exit_code=0, output='{"raw": "stdout"}',
             output_bytes=17, result_json=json.dumps({"text": ANSWER, "session_id": "s-1"})))

@@ -33,6 +33,12 @@ class Reader:
             self.lines.put(line)
         self.lines.put(None)
 
+    def drain(self, limit_s: float = WAIT_LIMIT_S) -> None:
+        """Everything left, up to the end of the stream."""
+        deadline = time.monotonic() + limit_s
+        while (line := self.lines.get(timeout=max(0.0, deadline - time.monotonic()))) is not None:
+            self.seen.append(line)
+
     def until(self, fragment: str, limit_s: float = WAIT_LIMIT_S) -> str:
         deadline = time.monotonic() + limit_s
         while True:
@@ -111,7 +117,7 @@ def test_run_stopped_by_a_signal_ends_its_job_instead_of_leaving_it_running(
 
 
 def test_run_async_returns_the_id_at_once_and_the_job_runs_to_completion(cli: Cli) -> None:
-    done = cli.run("run", "claude", "in the background @sleep=1", "--async")
+    done = cli.run("run", "claude", "in the background @sleep=3", "--async")
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.strip()
     assert uuid.UUID(job_id) and "jobs tail -f" in done.stderr
@@ -119,52 +125,58 @@ def test_run_async_returns_the_id_at_once_and_the_job_runs_to_completion(cli: Cl
     waited = cli.run("jobs", "wait", job_id[:8], "--timeout", str(WAIT_LIMIT_S))
     assert (waited.returncode, waited.stdout) == (0, "completed\n"), waited.stderr
     result = cli.run("jobs", "result", job_id)
-    assert result.stdout == "fake-claude answer: in the background @sleep=1\n"
+    assert result.stdout == "fake-claude answer: in the background @sleep=3\n"
 
 
 # -- tail -------------------------------------------------------------------------------------
 
 
 def test_tail_follows_a_running_job_from_its_spool_to_its_end(cli: Cli) -> None:
-    started = cli.run("run", "claude", "follow me @stream=40:0.1", "--async")
+    # A long stream, ended by a cancel once the tail has shown it live: no race with the
+    # job finishing on its own before the tail has started.
+    started = cli.run("run", "claude", "follow me @stream=600:0.1", "--async")
     assert started.returncode == 0, started.stderr
     job_id = started.stdout.strip()
     tail = cli.popen("jobs", "tail", "-f", "--raw", job_id)
     try:
         assert tail.stdout is not None
         reader = Reader(tail.stdout)
-        reader.until("progress 1/40")
-        assert row(cli, job_id).status is JobStatus.RUNNING  # live, not after the fact
-        reader.until('"type":"result"')
-        assert tail.wait(CLI_TIMEOUT_S) == 0
+        reader.until("progress 1/600")
+        reader.until("progress 3/600")  # more arrives while it runs
+        assert row(cli, job_id).status is JobStatus.RUNNING
+        assert cli.run("jobs", "cancel", job_id).returncode == 0
+        assert tail.wait(CLI_TIMEOUT_S) == 5  # cancelled
     finally:
         if tail.poll() is None:
             tail.kill()
+    reader.drain()
     stored = row(cli, job_id)
-    assert stored.status is JobStatus.COMPLETED
+    assert stored.status is JobStatus.CANCELLED
     assert "".join(reader.seen) == stored.output  # every byte, once, in order
 
 
 def test_tail_parsed_shows_the_text_as_it_grows(sqlite_cli: Cli) -> None:
-    # devin prints plain text: its parsed view is the progress lines, then the answer.
-    started = sqlite_cli.run("run", "devin", "grow @stream=30:0.1", "--async")
+    # devin prints plain text: its parsed view is the progress lines as they come.
+    started = sqlite_cli.run("run", "devin", "grow @stream=600:0.1", "--async")
     assert started.returncode == 0, started.stderr
     job_id = started.stdout.strip()
     tail = sqlite_cli.popen("jobs", "tail", job_id, "-f")
     try:
         assert tail.stdout is not None
         reader = Reader(tail.stdout)
-        reader.until("progress 2/30")
+        reader.until("progress 2/600")
+        reader.until("progress 4/600")
         assert row(sqlite_cli, job_id).status is JobStatus.RUNNING
-        reader.until("fake-devin answer: grow")
-        assert tail.wait(CLI_TIMEOUT_S) == 0
+        assert sqlite_cli.run("jobs", "cancel", job_id).returncode == 0
+        assert tail.wait(CLI_TIMEOUT_S) == 5
     finally:
         if tail.poll() is None:
             tail.kill()
-    assert sum("progress 2/30" in line for line in reader.seen) == 1  # nothing repeated
+    reader.drain()
+    assert sum("progress 2/600" in line for line in reader.seen) == 1  # nothing repeated
     snapshot = sqlite_cli.run("jobs", "tail", job_id)  # no -f: what there is, then exit
-    assert snapshot.returncode == 0
-    assert snapshot.stdout.endswith("fake-devin answer: grow @stream=30:0.1\n")
+    assert snapshot.returncode == 5
+    assert snapshot.stdout.startswith("fake-devin progress 1/600\n")
 
 
 def test_tail_of_another_hosts_job_reads_the_flushed_row_and_exits_with_its_outcome(
@@ -178,7 +190,8 @@ def test_tail_of_another_hosts_job_reads_the_flushed_row_and_exits_with_its_outc
             role="http", version="t"), ttl_s=3600)
         await store.insert_job(NewJob(id=job_id, provider="claude", request_key="k",
                                       owner_instance=owner, hostname="far-away"), ttl_s=3600)
-        await store.mark_running(job_id, owner, 99, 99, 1.0, ttl_s=3600)
+        await store.mark_running(job_id, owner, ttl_s=3600)
+        await store.record_process(job_id, owner, 99, 99, 1.0)
         await store.save_progress(job_id, owner, Progress(output_bytes=6, output="first\n"))
 
     cli.in_store(start)
