@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -19,7 +20,6 @@ from gateway.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
     PROG,
-    CliError,
     get_light_job,
     job_exit_code,
     no_job,
@@ -33,6 +33,7 @@ from gateway.cli.format import (
     duration,
     first_line,
     iso,
+    paint,
     size,
     table,
     terminal_columns,
@@ -186,9 +187,7 @@ async def _details(settings: Settings, store: JobStore, text: str) -> dict[str, 
     }
 
 
-def _utc(epoch: float | None) -> Any:
-    from datetime import UTC, datetime
-
+def _utc(epoch: float | None) -> datetime | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
 
 
@@ -203,7 +202,6 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
         return EXIT_OK
     colour = use_colour()
     status = JobStatus(info["status"])
-    from gateway.cli.format import paint
 
     def line(name: str, value: Any) -> None:
         print(f"{name:<12} {'-' if value in (None, '') else value}")
@@ -212,8 +210,6 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
         value = info[key]
         if value is None:
             return None
-        from datetime import datetime
-
         return f"{value}  ({ago(datetime.fromisoformat(value), now)})"
 
     line("id", info["id"])
@@ -396,6 +392,3 @@ def cmd_jobs_cancel(args: argparse.Namespace) -> int:
               "orphaned once its lease expires ([lease] ttl_s).")
     return EXIT_OK
 
-
-__all__ = ["CliError", "cmd_jobs_cancel", "cmd_jobs_list", "cmd_jobs_result", "cmd_jobs_show",
-           "cmd_jobs_tail", "cmd_jobs_wait", "job_summary", "prompt_of", "wait_for"]
