@@ -136,3 +136,20 @@ async def get_light_job(store: JobStore, text: str) -> JobRow:
     if job is None:  # purged between the two reads
         no_job(text)
     return job
+
+
+def on_job(args: argparse.Namespace,
+           action: Callable[[Settings, JobStore, JobRow], Awaitable[T]]) -> T:
+    """Run `action` on the job `args.id` names (a whole id or a unique prefix; a light
+    row), in one store session: the shape of every `jobs <action> ID` command."""
+    settings = store_settings(args)
+    if settings is None:
+        no_job(args.id)
+
+    async def act(store: JobStore) -> T:
+        return await action(settings, store, await get_light_job(store, args.id))
+
+    async def session() -> T:
+        return await with_store(settings, act)
+
+    return anyio.run(session)

@@ -20,9 +20,9 @@ from gateway.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
     PROG,
-    get_light_job,
     job_exit_code,
     no_job,
+    on_job,
     run,
     store_settings,
     with_store,
@@ -146,10 +146,9 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
 # -- show -----------------------------------------------------------------------------------
 
 
-async def _details(settings: Settings, store: JobStore, text: str) -> dict[str, Any]:
+async def _details(_settings: Settings, store: JobStore, job: JobRow) -> dict[str, Any]:
     from gateway.jobs.leases import instance_lease_held
 
-    job = await get_light_job(store, text)
     now = await store.now()
     owner: InstanceRow | None = next((i for i in await store.list_instances()
                                       if i.instance_id == job.owner_instance), None)
@@ -192,10 +191,7 @@ def _utc(epoch: float | None) -> datetime | None:
 
 
 def cmd_jobs_show(args: argparse.Namespace) -> int:
-    settings = store_settings(args)
-    if settings is None:
-        no_job(args.id)
-    info = run(with_store, settings, lambda store: _details(settings, store, args.id))
+    info = on_job(args, _details)
     now = info.pop("_now")
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
@@ -255,12 +251,8 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_result(args: argparse.Namespace) -> int:
-    settings = store_settings(args)
-    if settings is None:
-        no_job(args.id)
-
-    async def page(store: JobStore) -> tuple[JobRow, bytes, int]:
-        job = await get_light_job(store, args.id)
+    async def page(_settings: Settings, store: JobStore,
+                   job: JobRow) -> tuple[JobRow, bytes, int]:
         if job.status.is_active:
             return job, b"", 0
         found = await store.read_output(job.id, args.offset, args.max_bytes,
@@ -268,7 +260,7 @@ def cmd_jobs_result(args: argparse.Namespace) -> int:
         data, total = found if found is not None else (b"", 0)
         return job, data, total
 
-    job, data, total = run(with_store, settings, page)
+    job, data, total = on_job(args, page)
     if job.status.is_active:
         print(f"{PROG}: job {job.id} is still {job.status.value}; follow it with "
               f"`{PROG} jobs tail -f {job.id[:8]}` or wait with `{PROG} jobs wait "
@@ -297,16 +289,11 @@ def _say_outcome(job: JobRow) -> None:
 def cmd_jobs_tail(args: argparse.Namespace) -> int:
     from gateway.cli.tail import follow_job
 
-    settings = store_settings(args)
-    if settings is None:
-        no_job(args.id)
-
-    async def tail(store: JobStore) -> JobRow:
-        job = await get_light_job(store, args.id)
+    async def tail(settings: Settings, store: JobStore, job: JobRow) -> JobRow:
         return await follow_job(settings, store, job.id, follow=args.follow, raw=args.raw,
                                 out=sys.stdout.buffer)
 
-    job = run(with_store, settings, tail)
+    job = on_job(args, tail)
     if job.status.is_terminal and job.status is not JobStatus.COMPLETED:
         _say_outcome(job)
     return job_exit_code(job)
@@ -338,15 +325,10 @@ async def wait_for(store: JobStore, job_id: str, timeout_s: float | None,
 
 
 def cmd_jobs_wait(args: argparse.Namespace) -> int:
-    settings = store_settings(args)
-    if settings is None:
-        no_job(args.id)
-
-    async def wait(store: JobStore) -> JobRow:
-        job = await get_light_job(store, args.id)
+    async def wait(_settings: Settings, store: JobStore, job: JobRow) -> JobRow:
         return await wait_for(store, job.id, args.timeout, progress=True)
 
-    job = run(with_store, settings, wait)
+    job = on_job(args, wait)
     print(job.status.value)
     if job.status.is_active:
         print(f"{PROG}: job {job.id} still {job.status.value} after {args.timeout:g} s",
@@ -360,23 +342,20 @@ def cmd_jobs_wait(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_cancel(args: argparse.Namespace) -> int:
-    settings = store_settings(args)
-    if settings is None:
-        no_job(args.id)
-
-    async def cancel(store: JobStore) -> tuple[JobRow | None, bool]:
+    async def cancel(_settings: Settings, store: JobStore,
+                     found: JobRow) -> tuple[Settings, JobRow | None, bool]:
         from gateway.jobs.leases import instance_lease_held
 
-        job = await store.request_cancel((await get_light_job(store, args.id)).id)
+        job = await store.request_cancel(found.id)
         if job is None or job.status.is_terminal:
-            return job, False
+            return _settings, job, False
         now = await store.now()
         owner = next((i for i in await store.list_instances()
                       if i.instance_id == job.owner_instance), None)
-        return job, owner is not None and owner.stopped_at is None and instance_lease_held(
-            owner, now)
+        return _settings, job, owner is not None and owner.stopped_at is None and (
+            instance_lease_held(owner, now))
 
-    job, owner_live = run(with_store, settings, cancel)
+    settings, job, owner_live = on_job(args, cancel)
     if job is None:
         no_job(args.id)
     if job.status.is_terminal:
