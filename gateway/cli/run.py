@@ -44,8 +44,10 @@ DETACHED_FLAG = "--detached-child"  # internal: this process is the copy `--asyn
 
 
 def _request(args: argparse.Namespace) -> dict[str, Any]:
+    # A relative --working-dir is this shell's: the gateway (and a detached copy) need it whole.
+    working_dir = os.path.abspath(args.working_dir) if args.working_dir else None
     return {"provider": args.provider, "prompt": args.prompt, "model": args.model,
-            "working_dir": args.working_dir, "timeout_s": args.timeout,
+            "working_dir": working_dir, "timeout_s": args.timeout,
             "force_refresh": args.force}
 
 

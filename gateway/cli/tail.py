@@ -66,6 +66,7 @@ class Follower:
     ended_with_newline: bool = True
     live_parse: bool = True
     parser: tuple[Any, Any] | None = None
+    from_spool: bool = False  # once read from the spool, never from the row (other offsets)
 
     def emit(self, data: bytes) -> None:
         if not data:
@@ -109,18 +110,28 @@ class Follower:
     async def _new_stdout(self, row: JobRow) -> bytes:
         spool = stdout_path(spool_root(self.settings.state_dir) / row.id)
         if row.hostname == proc.hostname() and spool.exists():
+            self.from_spool = True
             data = await asyncio.to_thread(_read_from, spool, self.pos)
             self.pos += len(data)
             return data
+        if self.from_spool:
+            # The spool went with the job's end: the rest comes from the terminal row.
+            return b""
         return await self._new_from_row(row)
 
     async def _new_from_row(self, row: JobRow) -> bytes:
-        """New bytes out of the tail the owner flushed into the row (output_bytes: total)."""
+        """New bytes out of the tail the owner flushed into the row (output_bytes: total).
+
+        The tail is trusted only when the row read before it and the one read after it
+        agree (the same flush, still running): a flush in between, or the job's end (the
+        row then holds the whole output, which `finish` prints), makes this poll skip."""
         total = row.output_bytes
         if total <= self.pos:
             return b""
         found = await self.store.read_output(row.id, 0, READ_CHUNK_BYTES * 4)
-        if found is None:
+        after = await self.store.get_job(row.id, with_output=False)
+        if (found is None or after is None or after.status.is_terminal
+                or after.output_bytes != total):
             return b""
         tail, _ = found
         new = total - self.pos
