@@ -115,6 +115,10 @@ class HttpConfig(_Section):
     auth_token: str | None = Field(default=None, repr=False)
     max_body_bytes: int = Field(default=8_388_608, ge=1)
     max_sessions: int = Field(default=100, ge=1)
+    # Clients that leave without DELETE (many do) hold a session until this idles out.
+    session_idle_timeout_s: float = Field(default=300, gt=0, le=86_400)
+    # Browser origins (scheme://host:port) allowed to call; none by default (DNS rebinding).
+    allowed_origins: list[str] = Field(default_factory=list)
 
 
 class LoggingConfig(_Section):
