@@ -38,6 +38,7 @@ import structlog
 
 from gateway import proc
 from gateway.config import ENV_PREFIX
+from gateway.fs import ensure_private_dir
 from gateway.jobs.child_exit import ChildExit, open_pidfd
 from gateway.model import EXIT_CODES, ErrorKind, GatewayError
 from providers.base import Invocation
@@ -361,7 +362,7 @@ class ProcessRun:
         if executable is None:
             raise self._not_found(argv[0])
 
-        spec.spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        ensure_private_dir(spec.spool_dir)  # and spool/ and the state dir, all 0700
         cwd = spec.working_dir
         if cwd is None:
             # mkdtemp creates it with mode 0700: private to the gateway's user. It lies outside

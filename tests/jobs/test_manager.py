@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -347,3 +349,22 @@ async def test_regression_a_caller_that_gives_up_mid_admission_never_leaves_a_jo
     await wait_for(none_active, 30)
     rows = await manager.list_jobs(limit=100)
     assert rows and all(r.status == JobStatus.COMPLETED for r in rows)
+
+
+async def test_every_directory_the_gateway_creates_is_0700_on_both_backends(
+        make_settings, start_gateway, backend: str) -> None:
+    old_umask = os.umask(0o022)  # the usual umask: mkdir alone would leave 0755
+    try:
+        settings = make_settings()
+        manager = await (await start_gateway(settings)).manager()
+        sub = await manager.submit("claude", req("hold @sleep=2"))
+        spool = settings.state_dir / "spool" / sub.job.id
+        await wait_for(spool.exists)
+        created = [spool, spool.parent, settings.state_dir]
+        if backend == "postgres":
+            created.append(settings.state_dir.parent)  # HOME itself did not exist either
+        for directory in created:
+            assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
+        await manager.cancel(sub.job.id)
+    finally:
+        os.umask(old_umask)
