@@ -14,6 +14,8 @@ untouched) that answers before the SDK sees the request:
 - at `http.max_sessions` open sessions, the least recently used idle one is closed to make
   room (sessions.py); 429 with Retry-After only when every session is busy (the SDK refuses
   with 503; a full server is a "come back later", which clients retry, not a server fault).
+A request that is JSON but not valid Unicode (a lone surrogate) gets a parse error for its
+own id (unicode_errors.py), not the SDK's `id: null`.
 `GET /healthz` needs no token and says only whether the gateway is ready and admitting.
 """
 
@@ -32,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.config import Settings
 from gateway.mcp.server import GatewayServer, build_server
 from gateway.mcp.sessions import SessionTable
+from gateway.mcp.unicode_errors import rewrite_parse_error
 from providers.http.request import is_loopback_url
 
 log = structlog.get_logger(__name__)
@@ -173,6 +176,8 @@ class HttpGuard:
                                              f"{self.max_body_bytes} bytes (http.max_body_bytes)"},
                             )(scope, receive, send)
                 return
+        if scope.get("method") == "POST":
+            receive, send = rewrite_parse_error(receive, send)
         session_id = headers.get(SESSION_HEADER)
         if session_id is not None:
             with self.sessions.request(session_id.decode("latin-1")):
