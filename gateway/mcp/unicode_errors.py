@@ -133,3 +133,26 @@ def _is_null_parse_error(message: Message) -> bool:
     return (isinstance(answer, dict) and answer.get("id") is None
             and isinstance(answer.get("error"), dict)
             and answer["error"].get("code") == PARSE_ERROR)
+
+
+def unencodable_path(value: Any, path: str = "") -> str | None:
+    """Where in a tool's (already parsed) arguments a string cannot be UTF-8 encoded (a lone
+    surrogate, as an in-process client or a lenient parser can pass one), else None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "(value)"
+        return None
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            where = unencodable_path(key, f"{path}.<key>") or unencodable_path(
+                inner, f"{path}.{key}" if path else str(key))
+            if where is not None:
+                return where
+    elif isinstance(value, list | tuple):
+        for index, inner in enumerate(value):
+            where = unencodable_path(inner, f"{path}[{index}]")
+            if where is not None:
+                return where
+    return None

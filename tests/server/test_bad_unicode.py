@@ -116,3 +116,33 @@ async def test_a_lone_surrogate_over_streamable_http_gets_a_parse_error_for_its_
             assert answer.status_code == 400 and answer.json()["id"] is None
     finally:
         server.stop()
+
+
+async def test_a_lone_surrogate_that_reaches_a_tool_is_invalid_input_with_nothing_stored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An in-process client (or a lenient parser) hands the tool the Python string itself:
+    found by the property test, it crashed request_key with UnicodeEncodeError."""
+    from mcp import Client
+
+    from gateway.config import load_settings
+    from gateway.mcp.server import build_server
+
+    (tmp_path / "home").mkdir()
+    harness = Harness("inproc", tmp_path, monkeypatch)
+    config = harness.write_config({})
+    monkeypatch.setenv("HOME", str(harness.home))
+    monkeypatch.setenv("PATH", server_env(harness.home, config)["PATH"])
+    with anyio.fail_after(ANSWER_TIMEOUT_S):
+        async with Client(build_server(load_settings(config))) as client:
+            for name, arguments in [("claude_request", {"prompt": "x\udfff"}),
+                                    ("claude_request_async", {"prompt": "ok",
+                                                              "add_dirs": ["\ud800"]}),
+                                    ("llm_job_status", {"job_id": "\ud800"})]:
+                result = await client.call_tool(name, arguments)
+                assert result.is_error
+                assert result.structured_content is not None
+                assert result.structured_content["error_kind"] == "invalid_input"
+                assert "surrogate" in result.content[0].text  # type: ignore[union-attr]
+            listed = await client.call_tool("llm_job_list", {})
+            assert listed.structured_content is not None
+            assert listed.structured_content["jobs"] == []
