@@ -35,7 +35,7 @@ from gateway.config import Settings
 from gateway.mcp.server import GatewayServer, build_server
 from gateway.mcp.sessions import SessionTable
 from gateway.mcp.unicode_errors import rewrite_parse_error
-from providers.http.request import is_loopback_url
+from providers.loopback import LOCALHOST, is_loopback_host
 
 log = structlog.get_logger(__name__)
 
@@ -90,8 +90,8 @@ def allowed_host_headers(bound_host: str, local_ip: str | None, port: int) -> fr
     names = {_host_literal(bound_host)}
     if local_ip:
         names.add(_host_literal(local_ip))
-    if is_loopback_url(f"http://{_host_literal(bound_host)}/"):
-        names.add("localhost")
+    if is_loopback_host(bound_host.strip()):
+        names.add(LOCALHOST)
     with_port = {f"{name}:{port}" for name in names}
     if port == 80:
         with_port |= names  # a client may omit the default port
