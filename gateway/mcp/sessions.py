@@ -52,7 +52,10 @@ class SessionTable:
                 self._in_flight[session_id] = left
             else:
                 self._in_flight.pop(session_id, None)
-            self._last_used[session_id] = time.monotonic()
+            if session_id in self._manager._server_instances:
+                self._last_used[session_id] = time.monotonic()
+            else:  # an unknown id (404) or a session just ended: nothing to remember
+                self._last_used.pop(session_id, None)
 
     def _idle(self, open_ids: list[str]) -> list[str]:
         # A session absent from _last_used is still answering its opening request: busy.
