@@ -41,7 +41,8 @@ log = structlog.get_logger(__name__)
 
 HEALTH_PATH = "/healthz"
 SESSION_RETRY_AFTER_S = 5  # every session is busy: one frees when its request completes
-GRACEFUL_SHUTDOWN_S = 2.0  # open SSE streams must not hold shutdown past the drain budget
+# Open SSE streams must not hold shutdown past the drain budget (uvicorn takes whole seconds).
+GRACEFUL_SHUTDOWN_S = 2
 SESSION_HEADER = b"mcp-session-id"
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
 # The SDK's own Host/Origin check knows only the literal loopback names; ours replaces it.
