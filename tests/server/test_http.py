@@ -204,6 +204,9 @@ async def test_dns_rebinding_foreign_origin_is_refused_with_or_without_a_token(
             listed = raw(server, "POST", dict(MCP_HEADERS, Origin=allowed, **auth), INITIALIZE)
             assert listed.status_code == 200
             assert raw(server, "POST", dict(MCP_HEADERS, **auth), INITIALIZE).status_code == 200
+            rebound = raw(server, "POST", dict(MCP_HEADERS, Host="attacker.example", **auth),
+                          INITIALIZE)
+            assert rebound.status_code == 421  # a token does not make another Host fine
     finally:
         with_token.stop()
         without.stop()
