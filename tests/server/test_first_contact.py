@@ -7,6 +7,8 @@ and its fix, never a closed connection or an endless "retry".
 
 from __future__ import annotations
 
+import sqlite3
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +131,38 @@ async def test_a_missing_explicit_config_file_still_serves_and_says_which_file(
     data = data_of(answer)
     assert data["error_kind"] == "setup_error"
     assert str(missing) in data["error"] and "does not exist" in data["error"]
+
+
+async def test_a_store_written_by_a_newer_gateway_is_permanent_and_says_upgrade(
+        harness: Harness) -> None:
+    config = harness.write_config({})
+    db = harness.db_of(config)
+    db.parent.mkdir(parents=True, mode=0o700)
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, "
+                     "applied_at REAL NOT NULL)")
+        conn.execute("INSERT INTO schema_version VALUES (999, 0)")
+    db.chmod(0o600)
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with stdio_client(harness.home, config, "legacy") as client:
+            with anyio.fail_after(PERMANENT_ANSWER_S):
+                refused = await client.call_tool("llm_job_list", {})
+    data = data_of(refused)
+    assert data["error_kind"] == "setup_error" and data["retryable"] is False
+    assert "newer" in data["error"] and "upgrade agent-cli-gateway" in data["error"]
+    assert "will not pass by itself" in data["error"]
+
+
+@pytest.mark.postgres
+async def test_a_postgres_database_that_does_not_exist_is_permanent(
+        harness: Harness, postgres_server: Any) -> None:
+    postgres_server.ensure_running()
+    dsn = postgres_server.dsn_for(f"missing_{uuid.uuid4().hex[:8]}")
+    config = harness.write_config({"persistence": {"backend": "postgres", "dsn": dsn}})
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with stdio_client(harness.home, config, "legacy") as client:
+            with anyio.fail_after(PERMANENT_ANSWER_S):
+                status = data_of(await client.call_tool("gateway_status", {}))
+    assert status["ready"] is False and status["problem_permanent"] is True
+    assert "InvalidCatalogNameError" in status["problem"]
+    assert "will not pass by itself" in status["problem"]
