@@ -14,6 +14,7 @@ lease computed by one writer is never older than a decision taken by the next.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -91,6 +92,10 @@ T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 5000  # another process holding the write lock gets this long before we give up
 FILE_MODE = 0o600  # job rows hold prompts and outputs: owner only
+# OS errors creating the file that can pass by themselves (space, descriptors, a busy or
+# interrupted call); any other (no such directory, permission, read-only) is permanent.
+TRANSIENT_OS_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE,
+                                 errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.EIO})
 WAL_RETRY_FIRST_S = 0.01  # concurrent openers clear in milliseconds; back off from there
 WAL_RETRY_MAX_S = 0.2
 
@@ -236,9 +241,18 @@ class SqliteJobStore:
         """
         if self._conn is not None:
             return
-        with _store_errors("open"):
+        try:
             ensure_private_dir(self.path.parent)
             _ensure_private_file(self.path)
+        except OSError as exc:
+            # Named, and permanent unless it is a passing condition (disk full, too many
+            # open files): a path under /proc or a read-only mount never becomes creatable.
+            raise StoreUnavailable(
+                f"sqlite store: cannot create {self.path} "
+                f"({exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}); set "
+                f"[persistence] path to a writable location",
+                permanent=exc.errno not in TRANSIENT_OS_ERRORS) from exc
+        with _store_errors("open"):
             conn = await aiosqlite.connect(self.path, isolation_level=None)
         try:
             with _store_errors("open"):
@@ -323,8 +337,8 @@ class SqliteJobStore:
             if current > SCHEMA_VERSION:
                 raise StoreUnavailable(
                     f"sqlite store {self.path} has schema version {current}, newer than this "
-                    f"gateway understands ({SCHEMA_VERSION}): upgrade agent-cli-gateway"
-                )
+                    f"gateway understands ({SCHEMA_VERSION}): upgrade agent-cli-gateway",
+                    permanent=True)
             applied = []
             for version, statements in MIGRATIONS:
                 if version <= current:
