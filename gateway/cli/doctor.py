@@ -8,7 +8,9 @@ Nothing here writes: the store is inspected read-only (gateway/store/inspect.py:
 file is opened read-only if it exists, PostgreSQL in a read-only session), never created
 nor migrated; the report says what `serve` would do instead. A CLI is looked for twice: with
 this shell's PATH, and with the minimal PATH an MCP client gives the servers it starts
-(plus the user bin dirs the gateway adds), since the latter is the one that counts.
+(plus the user bin dirs the gateway adds), since the latter is the one that counts. The one
+thing doctor makes is a probe directory, removed at once, beside where a SQLite store that
+does not exist yet would be created: proof that it could be.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import os
 import stat
 import sys
+import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -164,6 +167,11 @@ def check_store(settings: Settings) -> Check:
     details["serve_would"] = state.what_serve_does()
     if not state.exists:
         details["exists"] = False
+        problem = _uncreatable(settings.persistence.path)
+        if problem is not None:
+            return Check("store", "error",
+                         f"sqlite {where} cannot be created ({problem}); set [persistence] "
+                         f"path to a writable location", details)
         return Check("store", "ok", f"{backend} {where} (not created yet: "
                                     f"{state.what_serve_does()})", details)
     if state.version is None:
@@ -176,6 +184,23 @@ def check_store(settings: Settings) -> Check:
     if not state.current:
         return Check("store", "warning", f"{summary} ({state.what_serve_does()})", details)
     return Check("store", "ok", summary, details)
+
+
+def _uncreatable(path: Path) -> str | None:
+    """Why the gateway could not create `path`, or None. Permission bits do not tell (root
+    passes every check, yet nothing can be made under /proc or on a read-only mount), so a
+    probe directory is made and removed next to where the store's directories would start:
+    nothing is left behind."""
+    ancestor = path.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{ancestor} is not a directory"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".agent-cli-gateway-doctor-", dir=ancestor))
+    except OSError as exc:
+        return f"cannot create anything in {ancestor}: {exc.strerror or exc}"
+    return None
 
 
 # -- CLI providers -----------------------------------------------------------------------
