@@ -16,19 +16,13 @@ from pathlib import Path
 from urllib.parse import quote
 
 from gateway.config import Settings
-from gateway.logs import redact_text
 from gateway.store.base import SCHEMA_VERSION, StoreUnavailable
 
-PG_CONNECT_TIMEOUT_S = 5.0  # an unreachable server is reported, not waited for
 SQLITE_BUSY_TIMEOUT_S = 5.0  # a writer holding the lock briefly is waited for, not reported
 
 _SQLITE_HAS_VERSION_TABLE = (
     "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'")
 _SQLITE_VERSION = "SELECT COALESCE(MAX(version), 0) FROM schema_version"
-_PG_HAS_VERSION_TABLE = """
-SELECT EXISTS (SELECT 1 FROM information_schema.tables
-               WHERE table_schema = current_schema() AND table_name = 'schema_version')"""
-_PG_VERSION = "SELECT COALESCE(MAX(version), 0) FROM schema_version"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +61,10 @@ async def inspect_schema(settings: Settings) -> SchemaState:
     if persistence.backend == "postgres":
         if not persistence.dsn:
             raise StoreUnavailable("persistence.dsn is required for the postgres backend")
-        return await _inspect_postgres(persistence.dsn)
+        from gateway.store.postgres import read_schema_version  # asyncpg: only when used
+
+        version = await read_schema_version(persistence.dsn)
+        return SchemaState(version)
     return SchemaState(SCHEMA_VERSION)
 
 
@@ -85,28 +82,3 @@ def _inspect_sqlite(path: Path) -> SchemaState:
             conn.close()
     except sqlite3.Error as exc:
         raise StoreUnavailable(f"sqlite store: cannot read it: {exc}") from None
-
-
-async def _inspect_postgres(dsn: str) -> SchemaState:
-    import asyncpg
-
-    try:
-        # A read-only session: even a statement this module does not send could not write.
-        conn = await asyncpg.connect(
-            dsn, timeout=PG_CONNECT_TIMEOUT_S,
-            server_settings={"default_transaction_read_only": "on",
-                             "application_name": "agent-cli-gateway inspect"})
-    except (OSError, TimeoutError, ValueError, asyncpg.PostgresError,
-            asyncpg.ClientConfigurationError, asyncpg.InterfaceError) as exc:
-        detail = redact_text(str(exc).replace(dsn, "***")) or type(exc).__name__
-        raise StoreUnavailable(f"postgres store: connect failed ({type(exc).__name__}: "
-                               f"{detail})") from None
-    try:
-        if not await conn.fetchval(_PG_HAS_VERSION_TABLE):
-            return SchemaState(None)
-        return SchemaState(int(await conn.fetchval(_PG_VERSION)))
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        raise StoreUnavailable(f"postgres store: read-only inspection failed "
-                               f"({type(exc).__name__}: {redact_text(str(exc))})") from None
-    finally:
-        await conn.close(timeout=PG_CONNECT_TIMEOUT_S)

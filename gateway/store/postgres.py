@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Collection, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from urllib.parse import unquote, urlsplit
 
 import asyncpg
@@ -68,6 +68,7 @@ from gateway.store.postgres_sql import (
     GC_INSTANCES,
     GET_JOB,
     GET_JOB_LIGHT,
+    HAS_SCHEMA_VERSION_TABLE,
     INSERT_JOB,
     LIST_CANCEL_REQUESTED,
     LIST_EXPIRED_CANDIDATES,
@@ -160,6 +161,39 @@ def redact_dsn(dsn: str) -> str:
         return dsn
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
     return parts._replace(netloc=netloc).geturl()
+
+
+async def read_schema_version(dsn: str) -> int | None:
+    """The database's schema version, or None when no gateway has created one, read in a
+    read-only session that creates nothing (gateway/store/inspect.py: doctor and the CLI's
+    reading commands must never create or migrate a shared schema).
+
+    Raises StoreUnavailable (its text free of the DSN's password)."""
+    secrets = _secrets_of(dsn)
+
+    def unavailable(action: str, exc: BaseException) -> StoreUnavailable:
+        detail = str(exc) or type(exc).__name__
+        for secret in secrets:
+            detail = detail.replace(secret, "***")
+        return StoreUnavailable(f"postgres store: {action} failed ({type(exc).__name__}: "
+                                f"{detail})")
+
+    try:
+        conn = await asyncpg.connect(
+            dsn, timeout=CONNECT_TIMEOUT_S,
+            server_settings={"default_transaction_read_only": "on",
+                             "application_name": APPLICATION_NAME})
+    except (*_UNAVAILABLE_ERRORS, ValueError, asyncpg.ClientConfigurationError) as exc:
+        raise unavailable("connect", exc) from None
+    try:
+        if not await conn.fetchval(HAS_SCHEMA_VERSION_TABLE):
+            return None
+        return int(await conn.fetchval(READ_SCHEMA_VERSION))
+    except (*_UNAVAILABLE_ERRORS, asyncpg.PostgresError) as exc:
+        raise unavailable("read-only inspection", exc) from None
+    finally:
+        with suppress(*_UNAVAILABLE_ERRORS):
+            await conn.close(timeout=CLOSE_TIMEOUT_S)
 
 
 def _status_count(status: str) -> int:

@@ -43,6 +43,11 @@ CREATE TABLE IF NOT EXISTS schema_version (
 # 0 for a database no gateway has touched yet.
 READ_SCHEMA_VERSION = "SELECT COALESCE(MAX(version), 0) FROM schema_version"
 
+# Read-only inspection (doctor, the reading CLI commands): is there a version table at all?
+HAS_SCHEMA_VERSION_TABLE = """
+SELECT EXISTS (SELECT 1 FROM information_schema.tables
+               WHERE table_schema = current_schema() AND table_name = 'schema_version')"""
+
 # Each version is recorded once (primary key), by the instance holding the schema lock.
 RECORD_SCHEMA_VERSION = "INSERT INTO schema_version (version, applied_at) VALUES ($1, now())"
 
