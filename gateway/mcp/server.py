@@ -26,6 +26,8 @@ from pydantic import ValidationError
 from gateway import __version__
 from gateway.config import Settings
 from gateway.mcp.results import failure, invalid_arguments
+from gateway.mcp.tasks import TasksExtension, request_tool_names
+from gateway.mcp.tasks_legacy import LegacyTasksMiddleware
 from gateway.mcp.tools import ServerState, build_tools
 from gateway.model import ErrorKind
 from gateway.versions import CliVersions
@@ -136,8 +138,12 @@ def build_server(settings: Settings, role: str = "stdio") -> GatewayServer:
             state.gateway = None
             log.info("MCP server stopped", action="serve_stop", instance_id=gateway.instance_id)
 
-    return GatewayServer(state, name=SERVER_NAME, version=__version__, tools=build_tools(state),
-                         instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING")
+    tools = build_tools(state)
+    task_tools = request_tool_names(tools)
+    return GatewayServer(state, name=SERVER_NAME, version=__version__, tools=tools,
+                         instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING",
+                         extensions=[TasksExtension(state, task_tools)],
+                         middleware=[LegacyTasksMiddleware(state, task_tools)])
 
 
 async def _probe_versions_when_ready(state: ServerState, gateway: Any) -> None:

@@ -14,6 +14,8 @@ import contextlib
 import functools
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import structlog
@@ -47,7 +49,7 @@ from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 
 if TYPE_CHECKING:
     from gateway.config import Settings
-    from gateway.jobs.manager import JobManager
+    from gateway.jobs.manager import JobManager, Submission
     from gateway.runtime import Gateway
     from gateway.versions import CliVersions
 
@@ -65,6 +67,18 @@ MAX_LIST_LIMIT = 200
 PROGRESS_STEP = 0.001  # progress values must strictly increase between notifications
 
 JOB_ID = Annotated[str, Field(description="The job id a request tool returned.")]
+
+
+@dataclass(slots=True)
+class TaskAdmission:
+    """Set around a `<provider>_request` call that becomes an MCP task (tasks.py): the tool
+    validates and admits exactly as a plain call, then hands the durable job over instead
+    of waiting on it. One admission path, so a task and a sync call can never differ."""
+
+    submission: Submission | None = None
+
+
+TASK_ADMISSION: ContextVar[TaskAdmission | None] = ContextVar("task_admission", default=None)
 
 
 class ServerState:
@@ -209,6 +223,11 @@ class ProviderTools:
         progress = _progress_state()
         manager = await self.state.manager()
         submission = await manager.submit(self.provider, request)
+        admission = TASK_ADMISSION.get()
+        if admission is not None:  # the row is durable: the caller answers with a task
+            admission.submission = submission
+            return ok(f"job {submission.job.id} is task {submission.job.id}",
+                      job_fields(submission.job))
         job_id = submission.job.id
         await _report(ctx, progress, f"{self.provider} job {job_id} {submission.job.status}")
 
@@ -221,7 +240,7 @@ class ProviderTools:
         row = await manager.wait(job_id, max(0.0, budget), on_progress)
         if row.status.is_active:
             return self.deferred(row, submission.deduplicated, progress)
-        return await self.answer(manager, row, submission.deduplicated)
+        return await final_answer(manager, row, submission.deduplicated)
 
     def deferred(self, row: JobRow, deduplicated: bool,
                  progress: dict[str, float]) -> CallToolResult:
@@ -235,36 +254,39 @@ class ProviderTools:
                 f"queued/running), then llm_job_result(job_id=\"{row.id}\") for the answer.")
         return ok(text, data)
 
-    async def answer(self, manager: JobManager, row: JobRow, deduplicated: bool) -> CallToolResult:
-        """A terminal job as the sync tool's answer: the reply text, or an isError."""
-        parsed = parsed_result(row) or {}
-        common = {
-            "job_id": row.id, "status": str(row.status), "provider": row.provider,
-            "model": row.model, "session_id": parsed.get("session_id"),
-            "native_session_id": parsed.get("session_id"), "usage": parsed.get("usage"),
-            "exit_code": row.exit_code, "duration_s": duration_s(row, parsed),
-            "error_kind": row.error_kind, "error": row.error, "deduplicated": deduplicated,
-            "output_bytes": row.output_bytes, "truncated": row.truncated,
-        }
-        if row.status != JobStatus.COMPLETED:
-            kind = row.error_kind or (ErrorKind.CANCELLED if row.status == JobStatus.CANCELLED
-                                      else ErrorKind.PROVIDER_ERROR)
-            message = row.error or f"the job ended {row.status}"
-            text = (f"The {self.provider} job {row.id} {row.status} ({kind}): {message}\n"
-                    f"{_next_step(kind, row)}")
-            common.pop("error_kind")
-            common.pop("error")
-            return failure(kind, message, text=text, **common,
-                           stderr_tail=stderr_excerpt(row))
-        page = await manager.read_result(row.id, 0, INLINE_ANSWER_BYTES)
-        common.update(text=page.output, text_bytes=page.total_bytes,
-                      text_complete=page.next_offset is None, next_offset=page.next_offset)
-        text = page.output if page.output else "(the provider returned an empty answer)"
-        if page.next_offset is not None:
-            text += (f"\n\n[The answer is {page.total_bytes} bytes; this is the first "
-                     f"{page.next_offset}. Read the rest with llm_job_result(job_id=\"{row.id}\", "
-                     f"offset={page.next_offset}).]")
-        return ok(text, common)
+
+async def final_answer(manager: JobManager, row: JobRow,
+                       deduplicated: bool = False) -> CallToolResult:
+    """A terminal job as the sync tool's answer: the reply text, or an isError. Also an
+    MCP task's result (tasks.py): the one place that answer is built."""
+    parsed = parsed_result(row) or {}
+    common = {
+        "job_id": row.id, "status": str(row.status), "provider": row.provider,
+        "model": row.model, "session_id": parsed.get("session_id"),
+        "native_session_id": parsed.get("session_id"), "usage": parsed.get("usage"),
+        "exit_code": row.exit_code, "duration_s": duration_s(row, parsed),
+        "error_kind": row.error_kind, "error": row.error, "deduplicated": deduplicated,
+        "output_bytes": row.output_bytes, "truncated": row.truncated,
+    }
+    if row.status != JobStatus.COMPLETED:
+        kind = row.error_kind or (ErrorKind.CANCELLED if row.status == JobStatus.CANCELLED
+                                  else ErrorKind.PROVIDER_ERROR)
+        message = row.error or f"the job ended {row.status}"
+        text = (f"The {row.provider} job {row.id} {row.status} ({kind}): {message}\n"
+                f"{_next_step(kind, row)}")
+        common.pop("error_kind")
+        common.pop("error")
+        return failure(kind, message, text=text, **common,
+                       stderr_tail=stderr_excerpt(row))
+    page = await manager.read_result(row.id, 0, INLINE_ANSWER_BYTES)
+    common.update(text=page.output, text_bytes=page.total_bytes,
+                  text_complete=page.next_offset is None, next_offset=page.next_offset)
+    text = page.output if page.output else "(the provider returned an empty answer)"
+    if page.next_offset is not None:
+        text += (f"\n\n[The answer is {page.total_bytes} bytes; this is the first "
+                 f"{page.next_offset}. Read the rest with llm_job_result(job_id=\"{row.id}\", "
+                 f"offset={page.next_offset}).]")
+    return ok(text, common)
 
 
 def _next_step(kind: str, row: JobRow) -> str:

@@ -1,0 +1,89 @@
+"""The SDK's own Python client speaking the tasks extension: a small ClientExtension that
+advertises `io.modelcontextprotocol/tasks` per request, plus the `tasks/*` requests.
+
+Not a reimplementation of a task client: the wire models are the spec's shapes, sent with
+the SDK's `ClientSession.send_request`, so a test sees exactly what the server answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import mcp_types
+from mcp import Client
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp_types import CallToolResult, RequestParams, Result
+from pydantic import ConfigDict, Field
+
+EXTENSION_ID = "io.modelcontextprotocol/tasks"
+
+
+class CreatedTask(Result):
+    """`CreateTaskResult` as it arrives (the flat task fields, `resultType: "task"`)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    result_type: Literal["task"] = Field(alias="resultType")
+    task_id: str = Field(alias="taskId")
+    status: str
+    created_at: str = Field(alias="createdAt")
+    last_updated_at: str = Field(alias="lastUpdatedAt")
+    ttl_ms: int | None = Field(alias="ttlMs")
+    poll_interval_ms: int | None = Field(default=None, alias="pollIntervalMs")
+    status_message: str | None = Field(default=None, alias="statusMessage")
+
+
+class AnyResult(Result):
+    model_config = ConfigDict(extra="allow")
+
+
+class TaskIdParams(RequestParams):
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    task_id: str = Field(serialization_alias="taskId")
+
+
+class GetTask(mcp_types.Request[TaskIdParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    params: TaskIdParams
+
+
+class CancelTask(mcp_types.Request[TaskIdParams, Literal["tasks/cancel"]]):
+    method: Literal["tasks/cancel"] = "tasks/cancel"
+    params: TaskIdParams
+
+
+class UpdateTask(mcp_types.Request[TaskIdParams, Literal["tasks/update"]]):
+    method: Literal["tasks/update"] = "tasks/update"
+    params: TaskIdParams
+
+
+class ResultTask(mcp_types.Request[TaskIdParams, Literal["tasks/result"]]):
+    method: Literal["tasks/result"] = "tasks/result"
+    params: TaskIdParams
+
+
+class TasksClientExtension(ClientExtension):
+    """Advertises the extension; a claimed task is left to the test (allow_claimed)."""
+
+    identifier = EXTENSION_ID
+
+    def claims(self) -> Sequence[ResultClaim[Any]]:
+        async def unresolved(created: CreatedTask, ctx: ClaimContext) -> CallToolResult:
+            raise AssertionError("the tests read CreateTaskResult with allow_claimed=True")
+
+        return (ResultClaim(result_type="task", model=CreatedTask, resolve=unresolved),)
+
+
+async def call_as_task(client: Client, tool: str, args: dict[str, Any]) -> Any:
+    """tools/call with the opt-in; the raw CreateTaskResult (or the plain result)."""
+    return await client.session.call_tool(tool, args, allow_claimed=True)
+
+
+async def send(client: Client, method: str, task_id: str, **extra: Any) -> dict[str, Any]:
+    request: Any = {"tasks/get": GetTask, "tasks/cancel": CancelTask,
+                    "tasks/update": UpdateTask, "tasks/result": ResultTask}[method]
+    params = TaskIdParams(task_id=task_id, **extra)
+    result = await client.session.send_request(request(params=params), AnyResult)
+    return result.model_dump(by_alias=True, exclude_none=True)
