@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
+import anyio
 import mcp_types
 from mcp import Client
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
@@ -65,15 +66,25 @@ class ResultTask(mcp_types.Request[TaskIdParams, Literal["tasks/result"]]):
 
 
 class TasksClientExtension(ClientExtension):
-    """Advertises the extension; a claimed task is left to the test (allow_claimed)."""
+    """Advertises the extension. `call_as_task` reads the raw CreateTaskResult; a plain
+    `call_tool` that became a task is resolved by polling `tasks/get` at the server's
+    `pollIntervalMs` (capped, to keep tests quick), as the spec's clients do."""
 
     identifier = EXTENSION_ID
 
     def claims(self) -> Sequence[ResultClaim[Any]]:
-        async def unresolved(created: CreatedTask, ctx: ClaimContext) -> CallToolResult:
-            raise AssertionError("the tests read CreateTaskResult with allow_claimed=True")
+        async def resolve(created: CreatedTask, ctx: ClaimContext) -> CallToolResult:
+            while True:
+                params = TaskIdParams(task_id=created.task_id)
+                task = (await ctx.session.send_request(GetTask(params=params), AnyResult)
+                        ).model_dump(by_alias=True, exclude_none=True)
+                if task["status"] == "completed":
+                    return CallToolResult.model_validate(task["result"])
+                if task["status"] != "working":
+                    raise AssertionError(f"task ended {task['status']}: {task}")
+                await anyio.sleep(min(task.get("pollIntervalMs", 100), 100) / 1000)
 
-        return (ResultClaim(result_type="task", model=CreatedTask, resolve=unresolved),)
+        return (ResultClaim(result_type="task", model=CreatedTask, resolve=resolve),)
 
 
 async def call_as_task(client: Client, tool: str, args: dict[str, Any]) -> Any:
