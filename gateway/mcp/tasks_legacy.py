@@ -135,6 +135,7 @@ def result_handler(state: ServerState) -> Handler:
                                    f"poll tasks/get and call tasks/result again once it is "
                                    f"terminal.")
         result = await task_result(manager, row)
+        result.pop("resultType", None)  # 2026 vocabulary: no such key at 2025-11-25
         meta = dict(result.get("_meta") or {})
         meta[RELATED_TASK_META_KEY] = {"taskId": row.id}
         return {**result, "_meta": meta}
