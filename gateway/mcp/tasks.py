@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp import MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -41,9 +41,11 @@ from mcp.types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, Field
 
-from gateway.jobs.manager import JobManager
 from gateway.mcp.tools import TASK_ADMISSION, ServerState, TaskAdmission, final_answer
 from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
+
+if TYPE_CHECKING:  # the job machinery loads after the handshake (startup stays light)
+    from gateway.jobs.manager import JobManager
 
 EXTENSION_ID = "io.modelcontextprotocol/tasks"
 CLIENT_CAPABILITIES_META_KEY = "io.modelcontextprotocol/clientCapabilities"
