@@ -7,6 +7,9 @@ Not wire-compatible with the 2026 extension (tasks.py), so its pieces live here:
   middleware sits above that sieve: it answers `tools/call` with `params.task` by
   `{task: ...}`, adds the `tasks` capability to the `initialize` answer and
   `execution.taskSupport: "optional"` to each `<provider>_request` in `tools/list`;
+- `notifications/tasks/status` when a task created on this connection ends, sent on the
+  connection's own channel (stdio, or an HTTP session's standing stream) if it still
+  carries notifications; clients poll `tasks/get` regardless;
 - `tasks/result` (waits until the job is terminal, bounded like `llm_job_wait`) and
   `tasks/list` (paged, this store's recent jobs), bound by TasksExtension for 2025-11-25
   only; `tasks/get` and `tasks/cancel` are shared with the extension and answered in the
@@ -15,12 +18,20 @@ Not wire-compatible with the 2026 extension (tasks.py), so its pieces live here:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
+import structlog
 from mcp import MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.types import INVALID_PARAMS, REQUEST_TIMEOUT, PaginatedRequestParams
+from mcp.types import (
+    INVALID_PARAMS,
+    REQUEST_TIMEOUT,
+    PaginatedRequestParams,
+    TaskStatusNotification,
+    TaskStatusNotificationParams,
+)
 from pydantic import ConfigDict
 
 from gateway.mcp.tasks import (
@@ -36,11 +47,18 @@ from gateway.mcp.tasks import (
 from gateway.mcp.tools import MAX_WAIT_S, ServerState
 from gateway.model import GatewayError
 
+if TYPE_CHECKING:
+    from gateway.jobs.manager import JobManager
+
+log = structlog.get_logger(__name__)
+
 RELATED_TASK_META_KEY = "io.modelcontextprotocol/related-task"
 # tasks/result blocks until the task is terminal, bounded like llm_job_wait: under the
 # common 60 s client request timeout. A task still working then gets an error saying to
 # ask again (the clients poll tasks/get first and ask for the result once it is terminal).
 RESULT_WAIT_S = MAX_WAIT_S
+# A status watcher re-checks in slices this long, so it notices a gateway that stops.
+WATCH_STEP_S = 5.0
 LIST_PAGE_SIZE = 50
 LIST_MAX_TASKS = 500  # how far back tasks/list pages: the store keeps more, llm_job_list reads it
 TASKS_CAPABILITY: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
@@ -66,6 +84,7 @@ class LegacyTasksMiddleware:
     def __init__(self, state: ServerState, task_tools: frozenset[str]) -> None:
         self.state = state
         self.task_tools = task_tools
+        self._watchers: set[asyncio.Task[None]] = set()
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any],
                        call_next: CallNext) -> HandlerResult:
@@ -92,6 +111,11 @@ class LegacyTasksMiddleware:
             raise MCPError(code=INVALID_PARAMS, message=_text_of(result))
         manager = await self.state.manager()
         task = legacy_fields(view(manager, admission.submission.job))
+        if task["status"] == "working":
+            watcher = asyncio.create_task(_notify_when_done(ctx, manager, task["taskId"]),
+                                          name=f"task-status-{task['taskId']}")
+            self._watchers.add(watcher)
+            watcher.add_done_callback(self._watchers.discard)
         return {"task": task, "_meta": {RELATED_TASK_META_KEY: {"taskId": task["taskId"]}}}
 
     def _with_task_support(self, result: HandlerResult) -> HandlerResult:
@@ -103,6 +127,32 @@ class LegacyTasksMiddleware:
             if tool.get("name") in self.task_tools:
                 tool["execution"] = {**tool.get("execution", {}), "taskSupport": "optional"}
         return {**result, "tools": tools}
+
+
+async def _notify_when_done(ctx: ServerRequestContext[Any, Any], manager: JobManager,
+                            task_id: str) -> None:
+    """Send `notifications/tasks/status` on the creating connection once the job ends.
+    Best effort by design: the client polls anyway, so a closed connection, a stopping
+    gateway or an unreachable store just ends the watch."""
+    try:
+        row = await manager.wait(task_id, WATCH_STEP_S)
+        while row.status.is_active and not manager.closing:
+            row = await manager.wait(task_id, WATCH_STEP_S)
+        if row.status.is_active:
+            return
+        fields = legacy_fields(view(manager, row))
+        params = TaskStatusNotificationParams.model_validate(
+            {**fields, "_meta": {RELATED_TASK_META_KEY: {"taskId": task_id}}})
+        notification = TaskStatusNotification(method="notifications/tasks/status",
+                                              params=params)
+        # Not in the SDK's ServerNotification union (it has no server-side tasks): sent
+        # as the typed model all the same, which is all send_notification dumps.
+        await ctx.session.send_notification(cast(Any, notification))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # the connection closed, the store went away: the watch ends
+        log.debug("task status not notified", action="task_status_notify", task_id=task_id,
+                  error=repr(exc))
 
 
 def _with_tasks_capability(result: HandlerResult) -> HandlerResult:

@@ -122,6 +122,7 @@ class RawLegacyClient:
         self.process = process
         self.next_id = 0
         self.buffer = b""
+        self.notifications: list[dict[str, Any]] = []
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         self.next_id += 1
@@ -133,6 +134,17 @@ class RawLegacyClient:
             answer = await self.read()
             if answer.get("id") == self.next_id:
                 return answer
+            if "id" not in answer:
+                self.notifications.append(answer)
+
+    async def notification(self, method: str) -> dict[str, Any]:
+        while True:
+            for message in self.notifications:
+                if message.get("method") == method:
+                    return message
+            message = await self.read()
+            if "id" not in message:
+                self.notifications.append(message)
 
     async def read(self) -> dict[str, Any]:
         assert self.process.stdout is not None
@@ -221,3 +233,18 @@ async def test_tasks_list_pages_newest_first(harness: Harness) -> None:
             second = await client.result("tasks/list", {"cursor": first["nextCursor"]})
             assert [t["taskId"] for t in second["tasks"]] == ids[::-1][LIST_PAGE_SIZE:]
             assert "nextCursor" not in second
+
+
+async def test_a_legacy_task_notifies_its_connection_when_it_ends(harness: Harness) -> None:
+    prompt = f"notify {tag()} @sleep=0.3"
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with raw_legacy(harness) as client:
+            created = await create_legacy_task(client, "grok_request", {"prompt": prompt})
+            task_id = created["result"]["task"]["taskId"]
+            note = await client.notification("notifications/tasks/status")
+            params = note["params"]
+            assert params["taskId"] == task_id
+            assert params["status"] == "completed"
+            assert params["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task_id}
+            result = await client.result("tasks/result", {"taskId": task_id})
+            assert result["content"][0]["text"].strip() == f"fake-grok answer: {prompt}"
