@@ -7,7 +7,9 @@ the SDK's `ClientSession.send_request`, so a test sees exactly what the server a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -16,6 +18,9 @@ from mcp import Client
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp_types import CallToolResult, RequestParams, Result
 from pydantic import ConfigDict, Field
+
+from tests.server.conftest import Harness
+from tests.server.test_tools import fake_spawns
 
 EXTENSION_ID = "io.modelcontextprotocol/tasks"
 
@@ -98,3 +103,21 @@ async def send(client: Client, method: str, task_id: str, **extra: Any) -> dict[
     params = TaskIdParams(task_id=task_id, **extra)
     result = await client.session.send_request(request(params=params), AnyResult)
     return result.model_dump(by_alias=True, exclude_none=True)
+
+
+@contextlib.contextmanager
+def own_harness(transport: str, tmp_path: Path, monkeypatch: Any) -> Iterator[Harness]:
+    """A harness of its own (own config, store and fake-CLI log) for one test."""
+    (tmp_path / "home").mkdir()
+    harness = Harness(transport, tmp_path, monkeypatch)
+    try:
+        yield harness
+    finally:
+        harness.close()
+
+
+async def spawned_pid(harness: Harness, marker: str) -> int:
+    """The pid of the fake CLI run whose prompt has `marker`, once it has started."""
+    while not fake_spawns(harness.fake_log, marker):
+        await anyio.sleep(0.05)
+    return int(fake_spawns(harness.fake_log, marker)[0]["pid"])

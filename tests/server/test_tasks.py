@@ -26,9 +26,11 @@ from tests.server.task_client import (
     CreatedTask,
     TasksClientExtension,
     call_as_task,
+    own_harness,
     send,
+    spawned_pid,
 )
-from tests.server.test_tools import alive, fake_spawns, tag
+from tests.server.test_tools import alive, tag
 
 pytestmark = pytest.mark.anyio
 
@@ -41,12 +43,8 @@ MODERN_HEADERS = {"Accept": "application/json, text/event-stream",
 @pytest.fixture(params=TRANSPORTS)
 def harness(request: pytest.FixtureRequest, tmp_path: Path,
             monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
-    (tmp_path / "home").mkdir()
-    harness = Harness(str(request.param), tmp_path, monkeypatch)
-    try:
+    with own_harness(str(request.param), tmp_path, monkeypatch) as harness:
         yield harness
-    finally:
-        harness.close()
 
 
 @contextlib.asynccontextmanager
@@ -153,9 +151,7 @@ async def test_cancelling_a_task_kills_its_run_and_ends_it_cancelled(harness: Ha
             created = await call_as_task(client, "gemini_request",
                                          {"prompt": f"long {marker} @sleep=30"})
             assert isinstance(created, CreatedTask)
-            while not fake_spawns(harness.fake_log, marker):
-                await anyio.sleep(0.05)
-            pid = fake_spawns(harness.fake_log, marker)[0]["pid"]
+            pid = await spawned_pid(harness, marker)
             ack = await send(client, "tasks/cancel", created.task_id)
             assert ack["resultType"] == "complete"
             assert set(ack) <= {"resultType", "_meta"}  # an empty acknowledgement

@@ -15,7 +15,8 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
 from tests.server.conftest import Harness, server_env
-from tests.server.test_tools import alive, fake_spawns, tag
+from tests.server.task_client import own_harness, spawned_pid
+from tests.server.test_tools import alive, tag
 
 pytestmark = pytest.mark.anyio
 
@@ -24,12 +25,8 @@ TEST_TIMEOUT_S = 60.0
 
 @pytest.fixture
 def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
-    (tmp_path / "home").mkdir()
-    harness = Harness("stdio-auto", tmp_path, monkeypatch)
-    try:
+    with own_harness("stdio-auto", tmp_path, monkeypatch) as harness:
         yield harness
-    finally:
-        harness.close()
 
 
 def fastmcp_client(harness: Harness) -> Client[StdioTransport]:
@@ -69,9 +66,7 @@ async def test_fastmcp_cancels_a_task_and_sees_a_failed_run_as_an_error(
             task = await fastmcp_tasks.call_tool_task(client, "codex_request",
                                                       {"prompt": f"long {marker} @sleep=30"},
                                                       raise_on_error=False)
-            while not fake_spawns(harness.fake_log, marker):
-                await anyio.sleep(0.05)
-            pid = fake_spawns(harness.fake_log, marker)[0]["pid"]
+            pid = await spawned_pid(harness, marker)
             await task.cancel()
             final = await task.wait(timeout=20)
             assert final.status == "cancelled"

@@ -22,6 +22,7 @@ from anyio.abc import Process
 from gateway.mcp.tasks_legacy import LIST_PAGE_SIZE
 from tests.conftest import in_ci
 from tests.server.conftest import REPO, Harness, server_env
+from tests.server.task_client import own_harness
 from tests.server.test_tools import alive, fake_spawns, tag
 
 pytestmark = pytest.mark.anyio
@@ -35,12 +36,8 @@ TASKS_CAPABILITY = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}
 
 @pytest.fixture
 def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
-    (tmp_path / "home").mkdir()
-    harness = Harness("stdio-legacy", tmp_path, monkeypatch)
-    try:
+    with own_harness("stdio-legacy", tmp_path, monkeypatch) as harness:
         yield harness
-    finally:
-        harness.close()
 
 
 def node() -> str:

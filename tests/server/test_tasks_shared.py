@@ -13,9 +13,16 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from tests.server.conftest import CLIENT_TIMEOUT_S, Harness, server_env
-from tests.server.task_client import CreatedTask, TasksClientExtension, call_as_task, send
+from tests.server.task_client import (
+    CreatedTask,
+    TasksClientExtension,
+    call_as_task,
+    own_harness,
+    send,
+    spawned_pid,
+)
 from tests.server.test_tasks import poll_until_done
-from tests.server.test_tools import alive, fake_spawns, tag
+from tests.server.test_tools import alive, tag
 
 pytestmark = pytest.mark.anyio
 
@@ -32,12 +39,8 @@ def store_config(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 @pytest.fixture
 def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
-    (tmp_path / "home").mkdir()
-    harness = Harness("stdio-auto", tmp_path, monkeypatch)
-    try:
+    with own_harness("stdio-auto", tmp_path, monkeypatch) as harness:
         yield harness
-    finally:
-        harness.close()
 
 
 def gateway_process(harness: Harness, config: Path) -> Client:
@@ -68,9 +71,7 @@ async def test_another_instance_resolves_and_cancels_a_running_task(
             created = await call_as_task(owner, "claude_request",
                                          {"prompt": f"long {marker} @sleep=30"})
             assert isinstance(created, CreatedTask)
-            while not fake_spawns(harness.fake_log, marker):
-                await anyio.sleep(0.05)
-            pid = fake_spawns(harness.fake_log, marker)[0]["pid"]
+            pid = await spawned_pid(harness, marker)
 
             seen = await send(other, "tasks/get", created.task_id)
             assert seen["status"] == "working"
@@ -116,9 +117,7 @@ async def test_another_process_cancels_a_task_its_owner_is_running(
             created = await call_as_task(owner, "cursor_request",
                                          {"prompt": f"long {marker} @sleep=30"})
             assert isinstance(created, CreatedTask)
-            while not fake_spawns(harness.fake_log, marker):
-                await anyio.sleep(0.05)
-            pid = fake_spawns(harness.fake_log, marker)[0]["pid"]
+            pid = await spawned_pid(harness, marker)
             async with gateway_process(harness, config) as other:
                 await send(other, "tasks/cancel", created.task_id)
                 task = await poll_until_done(other, created.task_id)
