@@ -8,18 +8,22 @@ the SDK's `ClientSession.send_request`, so a test sees exactly what the server a
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import anyio
 import mcp_types
+from anyio.abc import Process
 from mcp import Client
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp_types import CallToolResult, RequestParams, Result
 from pydantic import ConfigDict, Field
 
-from tests.server.conftest import Harness
+from tests.server.conftest import Harness, server_env
 from tests.server.test_tools import fake_spawns
 
 EXTENSION_ID = "io.modelcontextprotocol/tasks"
@@ -121,3 +125,70 @@ async def spawned_pid(harness: Harness, marker: str) -> int:
     while not fake_spawns(harness.fake_log, marker):
         await anyio.sleep(0.05)
     return int(fake_spawns(harness.fake_log, marker)[0]["pid"])
+
+
+class RawStdioClient:
+    """JSON-RPC spoken directly over the gateway's stdio: what the SDK's client cannot
+    send or receive (a 2025-11-25 CreateTaskResult, which it validates as a
+    CallToolResult; a 2026 request whose capabilities differ from the one before)."""
+
+    def __init__(self, process: Process) -> None:
+        self.process = process
+        self.next_id = 0
+        self.buffer = b""
+        self.notifications: list[dict[str, Any]] = []
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.next_id += 1
+        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method,
+                   "params": params or {}}
+        assert self.process.stdin is not None
+        await self.process.stdin.send(json.dumps(message).encode() + b"\n")
+        while True:
+            answer = await self.read()
+            if answer.get("id") == self.next_id:
+                return answer
+            if "id" not in answer:
+                self.notifications.append(answer)
+
+    async def notify(self, method: str) -> None:
+        assert self.process.stdin is not None
+        await self.process.stdin.send(json.dumps({"jsonrpc": "2.0", "method": method}).encode()
+                                      + b"\n")
+
+    async def notification(self, method: str) -> dict[str, Any]:
+        while True:
+            for message in self.notifications:
+                if message.get("method") == method:
+                    return message
+            message = await self.read()
+            if "id" not in message:
+                self.notifications.append(message)
+
+    async def read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        while b"\n" not in self.buffer:
+            self.buffer += await self.process.stdout.receive()
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)  # type: ignore[no-any-return]
+
+    async def result(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        answer = await self.request(method, params)
+        assert "result" in answer, answer
+        return answer["result"]  # type: ignore[no-any-return]
+
+
+@contextlib.asynccontextmanager
+async def raw_stdio(harness: Harness) -> AsyncIterator[RawStdioClient]:
+    """`python -m gateway` with its own config, spoken to as RawStdioClient."""
+    config = harness.write_config({})
+    async with await anyio.open_process(
+            [sys.executable, "-m", "gateway"], env=server_env(harness.home, config),
+            cwd=str(harness.home), stderr=subprocess.DEVNULL) as process:
+        try:
+            yield RawStdioClient(process)
+        finally:
+            assert process.stdin is not None
+            await process.stdin.aclose()
+            with anyio.move_on_after(10):
+                await process.wait()

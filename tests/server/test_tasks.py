@@ -27,6 +27,7 @@ from tests.server.task_client import (
     TasksClientExtension,
     call_as_task,
     own_harness,
+    raw_stdio,
     send,
     spawned_pid,
 )
@@ -288,3 +289,52 @@ def test_every_task_method_over_http_needs_the_bearer_token(tmp_path: Path,
                 assert answer.status_code != 401, method
     finally:
         harness.close()
+
+
+def envelope(*extensions: str) -> dict[str, Any]:
+    """A 2026-07-28 request's `_meta`: its own version, identity and capabilities."""
+    return {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "raw-modern-test", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {
+                "extensions": {name: {} for name in extensions}}}
+
+
+async def test_the_opt_in_is_read_from_each_request_never_from_an_earlier_one(
+        harness: Harness) -> None:
+    if harness.transport != "stdio-auto":
+        pytest.skip("one long-lived 2026 connection: stdio")
+    ext = "io.modelcontextprotocol/tasks"
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with raw_stdio(harness) as client:
+            tasked = await client.result("tools/call", {
+                "name": "codex_request", "arguments": {"prompt": f"one {tag()}"},
+                "_meta": envelope(ext)})
+            assert tasked["resultType"] == "task"
+            # The same connection, the next request without the extension: no task.
+            plain = await client.result("tools/call", {
+                "name": "codex_request", "arguments": {"prompt": f"two {tag()}"},
+                "_meta": envelope()})
+            assert plain["resultType"] == "complete"
+            assert plain["content"][0]["text"].startswith("fake-codex answer: two")
+            refused = await client.request("tasks/get", {"taskId": tasked["taskId"],
+                                                         "_meta": envelope()})
+            assert refused["error"]["code"] == -32021
+            task = await client.result("tasks/get", {"taskId": tasked["taskId"],
+                                                     "_meta": envelope(ext)})
+            assert task["taskId"] == tasked["taskId"]
+
+
+async def test_a_queued_task_says_where_it_waits(harness: Harness) -> None:
+    if harness.transport != "inproc":
+        pytest.skip("the queue is this instance's; the message is the same on every transport")
+    config = harness.write_config({"limits": {"max_running_per_provider": 1}})
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with connect(harness, config=config) as client:
+            first = await call_as_task(client, "grok_request", {"prompt": f"a {tag()} @sleep=30"})
+            second = await call_as_task(client, "grok_request", {"prompt": f"b {tag()}"})
+            assert isinstance(first, CreatedTask) and isinstance(second, CreatedTask)
+            assert second.status == "working"
+            assert second.status_message is not None
+            assert "queued (position 1)" in second.status_message
+            await send(client, "tasks/cancel", first.task_id)
+            assert (await poll_until_done(client, second.task_id))["status"] == "completed"

@@ -17,12 +17,11 @@ from typing import Any
 
 import anyio
 import pytest
-from anyio.abc import Process
 
 from gateway.mcp.tasks_legacy import LIST_PAGE_SIZE
 from tests.conftest import in_ci
 from tests.server.conftest import REPO, Harness, server_env
-from tests.server.task_client import own_harness
+from tests.server.task_client import RawStdioClient, own_harness, raw_stdio
 from tests.server.test_tools import alive, fake_spawns, tag
 
 pytestmark = pytest.mark.anyio
@@ -110,75 +109,19 @@ def test_the_typescript_client_cancels_a_task_and_its_run_dies(harness: Harness)
     assert spawns and not alive(spawns[0]["pid"])
 
 
-class RawLegacyClient:
-    """JSON-RPC over the gateway's stdio, handshake 2025-11-25: the SDK's Python client
-    validates every `tools/call` answer as a CallToolResult, so it cannot receive the
-    2025-11-25 CreateTaskResult; these tests speak the wire themselves."""
-
-    def __init__(self, process: Process) -> None:
-        self.process = process
-        self.next_id = 0
-        self.buffer = b""
-        self.notifications: list[dict[str, Any]] = []
-
-    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        self.next_id += 1
-        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method,
-                   "params": params or {}}
-        assert self.process.stdin is not None
-        await self.process.stdin.send(json.dumps(message).encode() + b"\n")
-        while True:
-            answer = await self.read()
-            if answer.get("id") == self.next_id:
-                return answer
-            if "id" not in answer:
-                self.notifications.append(answer)
-
-    async def notification(self, method: str) -> dict[str, Any]:
-        while True:
-            for message in self.notifications:
-                if message.get("method") == method:
-                    return message
-            message = await self.read()
-            if "id" not in message:
-                self.notifications.append(message)
-
-    async def read(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        while b"\n" not in self.buffer:
-            self.buffer += await self.process.stdout.receive()
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return json.loads(line)  # type: ignore[no-any-return]
-
-    async def result(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        answer = await self.request(method, params)
-        assert "result" in answer, answer
-        return answer["result"]  # type: ignore[no-any-return]
-
-
 @contextlib.asynccontextmanager
-async def raw_legacy(harness: Harness) -> AsyncIterator[RawLegacyClient]:
-    config = harness.write_config({})
-    async with await anyio.open_process(
-            [sys.executable, "-m", "gateway"], env=server_env(harness.home, config),
-            cwd=str(harness.home), stderr=subprocess.DEVNULL) as process:
-        client = RawLegacyClient(process)
+async def raw_legacy(harness: Harness) -> AsyncIterator[RawStdioClient]:
+    async with raw_stdio(harness) as client:
         init = await client.result("initialize", {
             "protocolVersion": "2025-11-25", "capabilities": {},
             "clientInfo": {"name": "raw-legacy-test", "version": "0"}})
         assert init["protocolVersion"] == "2025-11-25"
         assert init["capabilities"]["tasks"] == TASKS_CAPABILITY
-        assert process.stdin is not None
-        await process.stdin.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-        try:
-            yield client
-        finally:
-            await process.stdin.aclose()
-            with anyio.move_on_after(10):
-                await process.wait()
+        await client.notify("notifications/initialized")
+        yield client
 
 
-async def create_legacy_task(client: RawLegacyClient, tool: str,
+async def create_legacy_task(client: RawStdioClient, tool: str,
                              args: dict[str, Any]) -> dict[str, Any]:
     return await client.request("tools/call", {"name": tool, "arguments": args,
                                                "task": {"ttl": 60_000}})
