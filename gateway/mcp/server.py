@@ -26,7 +26,8 @@ from pydantic import ValidationError
 from gateway import __version__
 from gateway.config import Settings
 from gateway.mcp.results import failure, invalid_arguments
-from gateway.mcp.tasks import TasksExtension, request_tool_names
+from gateway.mcp.task_state import request_tool_names
+from gateway.mcp.tasks import TasksExtension
 from gateway.mcp.tasks_legacy import LegacyTasksMiddleware
 from gateway.mcp.tools import ServerState, build_tools
 from gateway.model import ErrorKind

@@ -11,8 +11,8 @@ Not wire-compatible with the 2026 extension (tasks.py), so its pieces live here:
   connection's own channel (stdio, or an HTTP session's standing stream) if it still
   carries notifications; clients poll `tasks/get` regardless;
 - `tasks/result` (waits until the job is terminal, bounded like `llm_job_wait`) and
-  `tasks/list` (paged, this store's recent jobs), bound by TasksExtension for 2025-11-25
-  only; `tasks/get` and `tasks/cancel` are shared with the extension and answered in the
+  `tasks/list` (paged, this store's recent jobs), bound by TasksExtension (tasks.py) for
+  2025-11-25 only; `tasks/get` and `tasks/cancel` are shared with the extension and answered in the
   2025-11-25 shape by `legacy_fields`.
 """
 
@@ -34,7 +34,7 @@ from mcp.types import (
 )
 from pydantic import ConfigDict
 
-from gateway.mcp.tasks import (
+from gateway.mcp.task_state import (
     LEGACY_TASKS_VERSION,
     TaskIdParams,
     TaskView,

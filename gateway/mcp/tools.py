@@ -71,7 +71,7 @@ JOB_ID = Annotated[str, Field(description="The job id a request tool returned.")
 
 @dataclass(slots=True)
 class TaskAdmission:
-    """Set around a `<provider>_request` call that becomes an MCP task (tasks.py): the tool
+    """Set around a `<provider>_request` call that becomes an MCP task (task_state.py): the tool
     validates and admits exactly as a plain call, then hands the durable job over instead
     of waiting on it. One admission path, so a task and a sync call can never differ."""
 
@@ -258,7 +258,7 @@ class ProviderTools:
 async def final_answer(manager: JobManager, row: JobRow,
                        deduplicated: bool = False) -> CallToolResult:
     """A terminal job as the sync tool's answer: the reply text, or an isError. Also an
-    MCP task's result (tasks.py): the one place that answer is built."""
+    MCP task's result (task_state.py): the one place that answer is built."""
     parsed = parsed_result(row) or {}
     common = {
         "job_id": row.id, "status": str(row.status), "provider": row.provider,
