@@ -26,7 +26,7 @@ from mcp import MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.types import MISSING_REQUIRED_CLIENT_CAPABILITY, CallToolRequestParams
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from gateway.mcp import tasks_legacy
