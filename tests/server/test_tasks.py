@@ -48,6 +48,19 @@ def harness(request: pytest.FixtureRequest, tmp_path: Path,
         yield harness
 
 
+@pytest.fixture
+def inproc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    """For what does not depend on the transport: the in-process server only."""
+    with own_harness("inproc", tmp_path, monkeypatch) as harness:
+        yield harness
+
+
+@pytest.fixture
+def stdio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    with own_harness("stdio-auto", tmp_path, monkeypatch) as harness:
+        yield harness
+
+
 @contextlib.asynccontextmanager
 async def connect(harness: Harness, *, opt_in: bool = True, mode: str = "auto",
                   config: Path | None = None) -> AsyncIterator[Client]:
@@ -127,9 +140,8 @@ async def test_a_tasked_request_is_working_at_once_and_its_result_is_the_sync_an
                             if k != "deduplicated"}
 
 
-async def test_a_running_task_says_how_long_and_how_much_output(harness: Harness) -> None:
-    if harness.transport != "inproc":
-        pytest.skip("the message is built the same way on every transport")
+async def test_a_running_task_says_how_long_and_how_much_output(inproc: Harness) -> None:
+    harness = inproc
     with anyio.fail_after(TEST_TIMEOUT_S):
         async with connect(harness) as client:
             created = await call_as_task(client, "codex_request",
@@ -180,9 +192,8 @@ async def test_a_failed_run_is_a_completed_task_whose_result_is_an_error(
             assert result["structuredContent"]["status"] == "failed"
 
 
-async def test_tasks_update_acknowledges_and_ignores_unknown_keys(harness: Harness) -> None:
-    if harness.transport == "http":
-        pytest.skip("transport-independent; covered in-process and over stdio")
+async def test_tasks_update_acknowledges_and_ignores_unknown_keys(inproc: Harness) -> None:
+    harness = inproc
     with anyio.fail_after(TEST_TIMEOUT_S):
         async with connect(harness) as client:
             created = await call_as_task(client, "devin_request", {"prompt": f"u {tag()}"})
@@ -235,9 +246,8 @@ async def test_a_legacy_handshake_client_with_the_extension_gets_the_plain_answe
             assert result.structured_content["text"].strip() == f"fake-grok answer: {prompt}"
 
 
-async def test_only_the_sync_request_tools_become_tasks(harness: Harness) -> None:
-    if harness.transport != "inproc":
-        pytest.skip("the choice does not depend on the transport")
+async def test_only_the_sync_request_tools_become_tasks(inproc: Harness) -> None:
+    harness = inproc
     with anyio.fail_after(TEST_TIMEOUT_S):
         async with connect(harness) as client:
             started = await call_as_task(client, "claude_request_async", {"prompt": f"a {tag()}"})
@@ -252,9 +262,8 @@ async def test_only_the_sync_request_tools_become_tasks(harness: Harness) -> Non
             assert bad.structured_content["error_kind"] == "invalid_input"
 
 
-async def test_the_server_advertises_the_extension(harness: Harness) -> None:
-    if harness.transport != "inproc":
-        pytest.skip("discovery is the SDK's on every transport")
+async def test_the_server_advertises_the_extension(inproc: Harness) -> None:
+    harness = inproc
     with anyio.fail_after(TEST_TIMEOUT_S):
         async with connect(harness) as client:
             discovered = client.session.server_capabilities
@@ -300,9 +309,8 @@ def envelope(*extensions: str) -> dict[str, Any]:
 
 
 async def test_the_opt_in_is_read_from_each_request_never_from_an_earlier_one(
-        harness: Harness) -> None:
-    if harness.transport != "stdio-auto":
-        pytest.skip("one long-lived 2026 connection: stdio")
+        stdio: Harness) -> None:
+    harness = stdio
     ext = "io.modelcontextprotocol/tasks"
     with anyio.fail_after(TEST_TIMEOUT_S):
         async with raw_stdio(harness) as client:
@@ -324,9 +332,8 @@ async def test_the_opt_in_is_read_from_each_request_never_from_an_earlier_one(
             assert task["taskId"] == tasked["taskId"]
 
 
-async def test_a_queued_task_says_where_it_waits(harness: Harness) -> None:
-    if harness.transport != "inproc":
-        pytest.skip("the queue is this instance's; the message is the same on every transport")
+async def test_a_queued_task_says_where_it_waits(inproc: Harness) -> None:
+    harness = inproc
     config = harness.write_config({"limits": {"max_running_per_provider": 1}})
     with anyio.fail_after(TEST_TIMEOUT_S):
         async with connect(harness, config=config) as client:
