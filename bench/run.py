@@ -22,6 +22,9 @@ Rows (each with its target):
   second (>= 0.5), and the time until every admitted job is terminal;
 - llm_job_status / llm_job_wait round trip, median and p99, over the no-op round trip
   (<= 1.3);
+- MCP Tasks (bench/tasks_bench.py, 2026-07-28 wire): tasks/get of a completed task and
+  llm_job_result of a finished small answer over the no-op round trip (<= 1.3), and the
+  opt-in check's cost on a plain tools/call (reported);
 - heartbeat with 10,000 vs 10 owned running jobs (<= 3) and the reaper sweep over 100,000
   rows with 1% expired, with plans (bench/store_bench.py), on SQLite and PostgreSQL;
 - memory: peak RSS growth while a job streams 1 GiB through the runner
@@ -69,6 +72,7 @@ for path in (str(ROOT), str(BENCH)):
 
 import runner_bench  # noqa: E402
 import store_bench  # noqa: E402
+import tasks_bench  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 
@@ -101,6 +105,8 @@ TARGETS = {
     "admission": (">=", 0.5),
     "status_roundtrip": ("<=", 1.3),
     "wait_roundtrip": ("<=", 1.3),
+    "tasks_get_roundtrip": ("<=", 1.3),
+    "result_roundtrip": ("<=", 1.3),
     "heartbeat": ("<=", 3.0),
     "stream_runner": ("<", 5.0),
     "stream_gateway": ("<", 5.0),
@@ -230,14 +236,16 @@ class Servers:
                                      env=self._env(), cwd=str(self.home))
 
     @contextlib.asynccontextmanager
-    async def connect(self, params: StdioServerParameters, label: str,
-                      mode: str = CLIENT_MODE) -> AsyncIterator[tuple[Client, psutil.Process]]:
+    async def connect(self, params: StdioServerParameters, label: str, mode: str = CLIENT_MODE,
+                      extensions: list[Any] | None = None,
+                      ) -> AsyncIterator[tuple[Client, psutil.Process]]:
         """An initialized client and the server's process (for its RSS)."""
         me = psutil.Process()
         before = {p.pid for p in me.children()}
         errlog: TextIO
         with (self.logs / f"{label}.stderr").open("a") as errlog:
             async with Client(stdio_client(params, errlog=errlog), mode=mode,  # type: ignore[arg-type]
+                              extensions=extensions or [],
                               read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
                 spawned = [p for p in me.children() if p.pid not in before]
                 if len(spawned) != 1:
@@ -443,6 +451,44 @@ async def bench_overhead_and_roundtrips(servers: Servers, sizes: Sizes,
                          "p99_ms": p99 * 1000, "noop_median_ms": noop_med * 1000,
                          "noop_p99_ms": noop_p99 * 1000,
                          "p99_ratio": round(p99 / noop_p99, 3)}))
+    return rows
+
+
+async def bench_tasks(servers: Servers, sizes: Sizes) -> list[Row]:
+    """tasks/get of a completed task and llm_job_result of a finished small answer over the
+    no-op round trip, and the opt-in check's cost on a plain tools/call (tasks_bench.py),
+    all on the 2026-07-28 wire."""
+    config = servers.config()
+    gateway = servers.gateway(config)
+    mode = tasks_bench.TASKS_MODE
+    async with servers.connect(gateway, "tasks-gateway", mode, tasks_bench.extensions()) as (
+            opted, _), \
+            servers.connect(gateway, "tasks-gateway-plain", mode) as (plain, _), \
+            servers.connect(servers.minimal(), "tasks-minimal", mode) as (minimal, _):
+        submitted = await call(plain, "claude_request_async", {"prompt": "tasks bench"})
+        await wait_done(plain, submitted["job_id"])
+        await asyncio.sleep(sizes.settle_s)
+        samples = await tasks_bench.roundtrips(opted, plain, minimal, submitted["job_id"],
+                                               sizes.roundtrip_calls, sizes.roundtrip_warmup)
+    noop_med = _median(samples["noop"])
+    rows = []
+    for key, name, sample in (
+        ("tasks_get_roundtrip", "tasks/get of a completed task (2026-07-28)",
+         samples["tasks_get"]),
+        ("result_roundtrip", "llm_job_result of a finished small answer (2026-07-28)",
+         samples["job_result"]),
+    ):
+        med, p99 = _median(sample), _pct(sample, 99)
+        ratio = med / noop_med
+        rows.append(Row(key, name, f"{_ms(med)} (p99 {_ms(p99)})", f"{_ms(noop_med)} no-op",
+                        round(ratio, 3), f"{_target(key)} (median)", _met(key, ratio),
+                        {"calls": sizes.roundtrip_calls, "median_ms": med * 1000,
+                         "p99_ms": p99 * 1000, "noop_median_ms": noop_med * 1000}))
+    opted_med, plain_med = _median(samples["status_opted"]), _median(samples["status_plain"])
+    rows.append(Row("tasks_optin", "  opt-in check: llm_job_status, extension advertised",
+                    _ms(opted_med), f"{_ms(plain_med)} (not advertised)",
+                    round(opted_med / plain_med, 3), "(report; none measurable)", None,
+                    {"opted_median_ms": opted_med * 1000, "plain_median_ms": plain_med * 1000}))
     return rows
 
 
@@ -712,7 +758,7 @@ def plans_text(store: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-PHASES = ("startup", "tools", "overhead", "admission", "memory", "store")
+PHASES = ("startup", "tools", "overhead", "tasks", "admission", "memory", "store")
 
 
 async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
@@ -748,12 +794,14 @@ async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
     await phase("startup", startup())
     await phase("tools", bench_tool_text(servers))
     await phase("overhead and round trips", bench_overhead_and_roundtrips(servers, sizes, workdir))
+    await phase("tasks", bench_tasks(servers, sizes))
     await phase("admission", bench_admission(servers, sizes, workdir))
     await phase("memory", bench_memory(servers, sizes, workdir))
     await phase("store", store_phase())
     order = ["sync_overhead", "async_overhead", "admission", "admission_loaded",
              "admission_terminal",
-             "status_roundtrip", "wait_roundtrip", "heartbeat_sqlite", "heartbeat_postgres",
+             "status_roundtrip", "wait_roundtrip", "tasks_get_roundtrip", "result_roundtrip",
+             "tasks_optin", "heartbeat_sqlite", "heartbeat_postgres",
              "reaper_sqlite", "reaper_postgres", "stream_runner", "stream_gateway", "rss_idle",
              "rss_after_jobs", "startup", "startup_discover", "tools_none", "tools_three",
              "tools_largest"]

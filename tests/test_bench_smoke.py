@@ -20,7 +20,8 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 EVERY_ROW = {
     "sync_overhead", "async_overhead", "admission", "admission_loaded", "admission_terminal",
-    "status_roundtrip", "wait_roundtrip", "heartbeat_sqlite", "heartbeat_postgres", "reaper_sqlite",
+    "status_roundtrip", "wait_roundtrip", "tasks_get_roundtrip", "result_roundtrip",
+    "tasks_optin", "heartbeat_sqlite", "heartbeat_postgres", "reaper_sqlite",
     "reaper_postgres", "stream_runner", "stream_gateway", "rss_idle", "rss_after_jobs",
     "startup", "startup_discover", "tools_none", "tools_three", "tools_largest",
 }
@@ -49,7 +50,8 @@ def test_bench_produces_every_row_and_writes_them_as_json(tmp_path: Path) -> Non
     for key, row in measured.items():
         assert row["measured"] not in ("", "skipped"), key
     for key in ("sync_overhead", "async_overhead", "admission", "status_roundtrip",
-                "wait_roundtrip", "heartbeat_sqlite", "reaper_sqlite", "startup"):
+                "wait_roundtrip", "tasks_get_roundtrip", "result_roundtrip", "tasks_optin",
+                "heartbeat_sqlite", "reaper_sqlite", "startup"):
         assert rows[key]["ratio"] > 0, key
     assert rows["heartbeat_postgres"]["measured"] == "skipped"
     assert rows["reaper_sqlite"]["detail"]["orphaned_per_sweep"] == [

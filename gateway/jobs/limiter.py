@@ -121,6 +121,13 @@ class Limiter:
                     progressed = True
                     break
 
+    def position(self, ticket: Ticket) -> int | None:
+        """1-based place of a waiting ticket in the queue; None once granted or gone."""
+        for index, queued in enumerate(self._queue, start=1):
+            if queued is ticket:
+                return index
+        return None
+
     def snapshot(self) -> dict[str, object]:
         queued: Counter[str] = Counter(t.provider for t in self._queue)
         return {

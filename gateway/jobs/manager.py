@@ -459,6 +459,12 @@ class JobManager:
     def local_job_ids(self) -> list[str]:
         return list(self._local)
 
+    def queue_position(self, job_id: str) -> int | None:
+        """Where a job this instance holds waits for a run slot (1 = next); None when it
+        is not queued here (running, finished, or owned by another instance)."""
+        local = self._local.get(job_id)
+        return self.limiter.position(local.ticket) if local is not None else None
+
     # -- reads ------------------------------------------------------------------------------
     async def get(self, job_id: str) -> JobRow:
         """The job's row without its output: a light read (the output and the parsed answer

@@ -29,6 +29,9 @@ from gateway import __version__
 from gateway.config import Settings
 from gateway.mcp.listing import RECHECK_S, ToolListing, provider_of, unlisted_answer
 from gateway.mcp.results import failure, invalid_arguments
+from gateway.mcp.task_state import TASK_TOOLS
+from gateway.mcp.tasks import TasksExtension
+from gateway.mcp.tasks_legacy import LegacyTasksMiddleware
 from gateway.mcp.tools import ServerState
 from gateway.mcp.unicode_errors import unencodable_path
 from gateway.model import ErrorKind
@@ -216,7 +219,9 @@ def build_server(settings: Settings, role: str = "stdio",
             log.info("MCP server stopped", action="serve_stop", instance_id=gateway.instance_id)
 
     return GatewayServer(state, name=SERVER_NAME, version=__version__,
-                         instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING")
+                         instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING",
+                         extensions=[TasksExtension(state, TASK_TOOLS)],
+                         middleware=[LegacyTasksMiddleware(state, TASK_TOOLS)])
 
 
 async def _recheck_tools_periodically(state: ServerState) -> None:

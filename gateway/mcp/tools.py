@@ -14,6 +14,8 @@ import contextlib
 import functools
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import structlog
@@ -51,7 +53,7 @@ from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 
 if TYPE_CHECKING:
     from gateway.config import Settings
-    from gateway.jobs.manager import JobManager
+    from gateway.jobs.manager import JobManager, Submission
     from gateway.runtime import Gateway
     from gateway.versions import CliVersions
 
@@ -72,6 +74,18 @@ STATUS_READY_WAIT_S = 10.0
 PROGRESS_STEP = 0.001  # progress values must strictly increase between notifications
 
 JOB_ID = Annotated[str, Field(description="The job id a request tool returned.")]
+
+
+@dataclass(slots=True)
+class TaskAdmission:
+    """Set around a `<provider>_request` call that becomes an MCP task (task_state.py): the tool
+    validates and admits exactly as a plain call, then hands the durable job over instead
+    of waiting on it. One admission path, so a task and a sync call can never differ."""
+
+    submission: Submission | None = None
+
+
+TASK_ADMISSION: ContextVar[TaskAdmission | None] = ContextVar("task_admission", default=None)
 
 
 class ServerState:
@@ -219,6 +233,11 @@ class ProviderTools:
         progress = _progress_state()
         manager = await self.state.manager()
         submission = await manager.submit(self.provider, request)
+        admission = TASK_ADMISSION.get()
+        if admission is not None:  # the row is durable: the caller answers with a task
+            admission.submission = submission
+            return ok(f"job {submission.job.id} is task {submission.job.id}",
+                      job_fields(submission.job))
         job_id = submission.job.id
         await _report(ctx, progress, submission.job.output_bytes,
                       f"{self.provider} job {job_id} {submission.job.status}")
@@ -233,7 +252,7 @@ class ProviderTools:
         row = await manager.wait(job_id, max(0.0, budget), on_progress)
         if row.status.is_active:
             return self.deferred(row, submission.deduplicated, progress)
-        return await self.answer(manager, row, submission.deduplicated)
+        return await final_answer(manager, row, submission.deduplicated)
 
     def deferred(self, row: JobRow, deduplicated: bool,
                  progress: dict[str, float]) -> CallToolResult:
@@ -247,44 +266,47 @@ class ProviderTools:
                 "message": text, "next": follow_up(row)}
         return ok(text, data)
 
-    async def answer(self, manager: JobManager, row: JobRow, deduplicated: bool) -> CallToolResult:
-        """A terminal job as the sync tool's answer: the reply text, or an isError."""
-        parsed = parsed_result(row) or {}
-        reuse = reuse_of(row, deduplicated)
-        common = {
-            "job_id": row.id, "status": str(row.status), "provider": row.provider,
-            "model": row.model, "session_id": parsed.get("session_id"),
-            "native_session_id": parsed.get("session_id"), "usage": parsed.get("usage"),
-            "exit_code": row.exit_code, "duration_s": duration_s(row, parsed),
-            "error_kind": row.error_kind, "error": row.error, "deduplicated": deduplicated,
-            "reuse": reuse, "output_bytes": row.output_bytes, "truncated": row.truncated,
-        }
-        replayed = f"[{reuse['notice']}]\n\n" if reuse is not None else ""
-        if row.status != JobStatus.COMPLETED:
-            kind = row.error_kind or (ErrorKind.CANCELLED if row.status == JobStatus.CANCELLED
-                                      else ErrorKind.PROVIDER_ERROR)
-            message = row.error or f"the job ended {row.status}"
-            hint = _next_step(kind, row)
-            text = (f"{replayed}The {self.provider} job {row.id} {row.status} ({kind}): "
-                    f"{message}\n{hint}")
-            common.pop("error_kind")
-            common.pop("error")
-            return failure(kind, message, text=text, **common, what_to_do=hint,
-                           stderr_tail=stderr_excerpt(row))
-        page = await manager.read_result(row.id, 0, INLINE_ANSWER_BYTES)
-        rest = None
-        if page.next_offset is not None:
-            rest = next_call("llm_job_result", "the answer is longer than this page",
-                             job_id=row.id, offset=page.next_offset)
-        common.update(text=page.output, text_bytes=page.total_bytes,
-                      text_complete=page.next_offset is None, next_offset=page.next_offset,
-                      next=rest)
-        text = page.output if page.output else "(the provider returned an empty answer)"
-        if page.next_offset is not None:
-            text += (f"\n\n[The answer is {page.total_bytes} bytes; this is the first "
-                     f"{page.next_offset}. Read the rest with llm_job_result(job_id=\"{row.id}\", "
-                     f"offset={page.next_offset}).]")
-        return ok(replayed + text, common)
+
+async def final_answer(manager: JobManager, row: JobRow,
+                       deduplicated: bool = False) -> CallToolResult:
+    """A terminal job as the sync tool's answer: the reply text, or an isError. Also an
+    MCP task's result (task_state.py): the one place that answer is built."""
+    parsed = parsed_result(row) or {}
+    reuse = reuse_of(row, deduplicated)
+    common = {
+        "job_id": row.id, "status": str(row.status), "provider": row.provider,
+        "model": row.model, "session_id": parsed.get("session_id"),
+        "native_session_id": parsed.get("session_id"), "usage": parsed.get("usage"),
+        "exit_code": row.exit_code, "duration_s": duration_s(row, parsed),
+        "error_kind": row.error_kind, "error": row.error, "deduplicated": deduplicated,
+        "reuse": reuse, "output_bytes": row.output_bytes, "truncated": row.truncated,
+    }
+    replayed = f"[{reuse['notice']}]\n\n" if reuse is not None else ""
+    if row.status != JobStatus.COMPLETED:
+        kind = row.error_kind or (ErrorKind.CANCELLED if row.status == JobStatus.CANCELLED
+                                  else ErrorKind.PROVIDER_ERROR)
+        message = row.error or f"the job ended {row.status}"
+        hint = _next_step(kind, row)
+        text = (f"{replayed}The {row.provider} job {row.id} {row.status} ({kind}): "
+                f"{message}\n{hint}")
+        common.pop("error_kind")
+        common.pop("error")
+        return failure(kind, message, text=text, **common, what_to_do=hint,
+                       stderr_tail=stderr_excerpt(row))
+    page = await manager.read_result(row.id, 0, INLINE_ANSWER_BYTES)
+    rest = None
+    if page.next_offset is not None:
+        rest = next_call("llm_job_result", "the answer is longer than this page",
+                         job_id=row.id, offset=page.next_offset)
+    common.update(text=page.output, text_bytes=page.total_bytes,
+                  text_complete=page.next_offset is None, next_offset=page.next_offset,
+                  next=rest)
+    text = page.output if page.output else "(the provider returned an empty answer)"
+    if page.next_offset is not None:
+        text += (f"\n\n[The answer is {page.total_bytes} bytes; this is the first "
+                 f"{page.next_offset}. Read the rest with llm_job_result(job_id=\"{row.id}\", "
+                 f"offset={page.next_offset}).]")
+    return ok(replayed + text, common)
 
 
 def _next_step(kind: str, row: JobRow) -> str:
