@@ -59,6 +59,9 @@ WATCH_INTERVAL_S = 0.1
 # supervisor escalates at the grace and polls every 50 ms, so only a supervisor that is
 # stopped or dead lets this pass.
 STOP_BACKSTOP_S = 1.0
+# An adopted supervisor exits right after writing its end record (a temp dir to remove at
+# most): how long to let it before its group counts as left behind.
+SUPERVISOR_EXIT_WAIT_S = 2.0
 # After the gateway's own SIGKILL: how long to wait for the group to vanish.
 REAP_TIMEOUT_S = 5.0
 # How long start() waits for the supervisor's claim (it then runs and has lowered its
@@ -288,7 +291,8 @@ class ProcessRun:
         self._wake.set()
 
     def detach(self) -> None:
-        """The gateway leaves and the run goes on: stop watching without killing anything."""
+        """The gateway leaves and the run goes on: stop watching without killing anything
+        (also while the supervisor is being started: it runs on and is adopted)."""
         self._detached = True
         if self._watcher is not None:
             self._watcher.cancel()
@@ -305,6 +309,8 @@ class ProcessRun:
         try:
             return await asyncio.shield(spawning)
         except asyncio.CancelledError:
+            if self._detached:
+                raise  # the gateway leaves: the supervisor, once started, runs on (adopted)
             # The thread runs on: if it has spawned already, the supervisor is killed here;
             # if not, the thread sees the flag and kills it itself. Never a leaked group.
             with self._spawn_lock:
@@ -497,6 +503,10 @@ class ProcessRun:
                     self._stop_at = None
             if child is not None:
                 await child.exited
+            else:  # the end record is written just before the supervisor exits
+                deadline = time.monotonic() + SUPERVISOR_EXIT_WAIT_S
+                while self._supervisor_running() and time.monotonic() < deadline:
+                    await asyncio.sleep(WATCH_INTERVAL_S / 2)
             await self._reap_group(pgid)
             outcome = await asyncio.to_thread(self._conclude)
             log.info("provider process finished", action="run_end", job_id=self.spec.job_id,
