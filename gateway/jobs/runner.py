@@ -294,6 +294,10 @@ class ProcessRun:
         """The gateway leaves and the run goes on: stop watching without killing anything
         (also while the supervisor is being started: it runs on and is adopted)."""
         self._detached = True
+        if self._exit is not None:
+            # Collected by a thread once it exits (a watcher cancelled before it ever ran
+            # would not do it).
+            self._exit.reap_in_background()
         if self._watcher is not None:
             self._watcher.cancel()
 
@@ -310,7 +314,10 @@ class ProcessRun:
             return await asyncio.shield(spawning)
         except asyncio.CancelledError:
             if self._detached:
-                raise  # the gateway leaves: the supervisor, once started, runs on (adopted)
+                # The gateway leaves: the supervisor, once started, runs on (it is adopted);
+                # only its exit status is collected here, so it never lingers as a zombie.
+                spawning.add_done_callback(_reap_when_spawned)
+                raise
             # The thread runs on: if it has spawned already, the supervisor is killed here;
             # if not, the thread sees the flag and kills it itself. Never a leaked group.
             with self._spawn_lock:
@@ -555,3 +562,19 @@ def _size(path: Path) -> int:
         return os.stat(path).st_size
     except OSError:
         return 0
+
+
+def _reap_when_spawned(spawning: asyncio.Future[_Spawned]) -> None:
+    """A supervisor spawned for a run that was detached meanwhile: wait for its exit in a
+    daemon thread (nobody else will), without touching the run."""
+    if spawning.cancelled() or spawning.exception() is not None:
+        return
+    spawned = spawning.result()
+    _close_quietly(spawned.pidfd)
+
+    def reap() -> None:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(spawned.popen.pid, 0)
+        spawned.popen.returncode = 0  # collected: its finalizer must not wait again
+
+    threading.Thread(target=reap, name=f"reap-{spawned.popen.pid}", daemon=True).start()
