@@ -71,10 +71,14 @@ class Adopter:
             self.identity.instance_id, self.identity.hostname, self.identity.boot_id,
             manager.settings.lease.instance_gc_s, ADOPT_BATCH)
         taken = 0
+        gone: dict[str | None, bool] = {}  # one probe per owner and sweep
         for candidate in candidates:
             if manager.closing:
                 break
-            if candidate.job.id in manager.local_job_ids() or not self.owner_gone(candidate.owner):
+            owner = candidate.job.owner_instance
+            if owner not in gone:
+                gone[owner] = self.owner_gone(candidate.owner)
+            if candidate.job.id in manager.local_job_ids() or not gone[owner]:
                 continue
             taken += await self._settle(candidate.job)
         return taken

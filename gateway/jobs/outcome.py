@@ -8,13 +8,13 @@ record means for the job.
 
 from __future__ import annotations
 
-import codecs
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gateway import proc
+from gateway.jobs import spool
 from gateway.jobs import supervisor as sup
 from gateway.model import EXIT_CODES, ErrorKind
 
@@ -54,33 +54,6 @@ class Limits:
     max_output_bytes: int
 
 
-def read_tail(path: Path, max_bytes: int) -> str:
-    """The last `max_bytes` bytes (at most) of a spool file as text ("" if absent).
-
-    The cut never splits a UTF-8 character: continuation bytes at the start of the window are
-    skipped, and an incomplete character at the end (a writer still mid-character) is left
-    out. Bytes that are not UTF-8 at all become U+FFFD.
-    """
-    if max_bytes <= 0:
-        return ""
-    try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            start = max(0, size - max_bytes)
-            fh.seek(start)
-            data = fh.read(max_bytes)
-    except FileNotFoundError:
-        return ""
-    if start > 0:
-        skip = 0
-        # A UTF-8 character is at most 4 bytes: at most 3 continuation bytes (10xxxxxx) lead.
-        while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
-            skip += 1
-        data = data[skip:]
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    return decoder.decode(data, final=False)
-
-
 def stop_message(kind: ErrorKind, limits: Limits) -> str:
     if kind == ErrorKind.TIMEOUT:
         return (f"The run exceeded its wall-clock timeout of {limits.timeout_s:g} s and was "
@@ -99,7 +72,7 @@ def stop_message(kind: ErrorKind, limits: Limits) -> str:
 
 
 def _stderr_tail(path: Path) -> str:
-    text = read_tail(path, ERROR_TAIL_BYTES)
+    text = spool.read_tail(path, ERROR_TAIL_BYTES)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return "\n".join(lines[-ERROR_TAIL_LINES:])
 

@@ -39,13 +39,13 @@ from typing import Any
 import structlog
 
 from gateway import proc
-from gateway.config import ENV_PREFIX
+from gateway.childenv import child_env
 from gateway.jobs import supervisor as sup
 from gateway.jobs.child_exit import ChildExit, open_pidfd
-from gateway.jobs.outcome import Limits, RunOutcome, outcome_from_record, read_tail, stop_message
+from gateway.jobs.outcome import Limits, RunOutcome, outcome_from_record, stop_message
+from gateway.jobs.spool import read_tail
 from gateway.model import ErrorKind, GatewayError
 from providers.base import Invocation
-from providers.registry import extended_path
 
 __all__ = ["ProcessIdentity", "ProcessRun", "RunOutcome", "RunSpec", "read_range", "read_tail",
            "resolve_command"]
@@ -91,6 +91,9 @@ class RunSpec:
     idle_timeout_s: float | None  # None: never idle-killed (providers that print at exit)
     max_output_bytes: int
     kill_grace_s: float
+    # Variables of the gateway's environment the child must not see, besides AGENT_GATEWAY_*
+    # (gateway.childenv.secret_env_names of the settings).
+    secret_env: frozenset[str] = frozenset()
     install_hint: str = ""  # shown when the binary is missing
 
     @property
@@ -140,17 +143,21 @@ def spec_from_spool(job_id: str, spool_dir: Path) -> RunSpec | None:
                    kill_grace_s=float(record["kill_grace_s"]))
 
 
-def child_env(extra: dict[str, str]) -> dict[str, str]:
-    """The environment of the supervisor and so of the CLI."""
-    # The gateway's own settings (HTTP bearer token, PostgreSQL DSN with its password)
-    # are no business of a provider CLI that runs tools on untrusted prompts.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-    env["NO_COLOR"] = "1"  # no ANSI escapes in output we parse and store
-    env["TERM"] = "dumb"  # no cursor movement, spinners or pagers
-    env.update({k: v for k, v in extra.items() if k != "PATH"})
-    # The user bin dirs (providers/registry.py): MCP clients often pass a bare PATH.
-    env["PATH"] = extended_path(extra.get("PATH", os.environ.get("PATH", "")))
-    return env
+def stop_supervised_run(spool_dir: Path, reason: ErrorKind, grace_s: float) -> bool:
+    """Ask the supervisor of a run this gateway does not drive to stop it (a cancel of a job
+    orphaned elsewhere while its process still runs on this host). True if one was alive."""
+    claim = sup.read_record(spool_dir, sup.START_NAME)
+    if claim is None or claim.get("kind") != "supervisor":
+        return False
+    pid, started_at = int(claim["pid"]), float(claim["started_at"])
+    if not proc.is_process_alive(pid, started_at):
+        return False
+    sup.write_record(spool_dir, sup.STOP_NAME, {
+        "version": sup.RECORD_VERSION, "kind": str(reason), "grace_s": grace_s,
+        "message": stop_message(reason, Limits(0, None, 0))})
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGTERM)
+    return True
 
 
 def _close_quietly(fd: int | None) -> None:
@@ -330,7 +337,7 @@ class ProcessRun:
     def _spawn_blocking(self, argv: list[str]) -> _Spawned:
         """Validate, prepare the spool dir and start the supervisor (in a worker thread)."""
         spec = self.spec
-        env = child_env(spec.invocation.env)
+        env = child_env(spec.secret_env, spec.invocation.env)
         if spec.working_dir is not None and not Path(spec.working_dir).is_dir():
             raise GatewayError(
                 ErrorKind.INVALID_INPUT,

@@ -24,6 +24,9 @@ log = structlog.get_logger(__name__)
 # On top of a detached run's worst case (its remaining timeout_s plus the kill grace): the
 # supervisor's stop and exit, a clock step, and the sweep of the gateway that adopts it.
 DETACH_MARGIN_S = 30.0
+# An HTTP call's lease at detach: the drain time it gets, plus this for the detaching
+# gateway to drop it. Past that, the next gateway on the host re-queues it.
+HTTP_RELEASE_MARGIN_S = 2.0
 
 
 async def detach(manager: JobManager, drain_timeout_s: float) -> list[asyncio.Task[None]]:
@@ -38,7 +41,7 @@ async def detach(manager: JobManager, drain_timeout_s: float) -> list[asyncio.Ta
     for job in manager.local_jobs():
         execution = job.execution
         if job.target.transport == "http" and execution is not None:
-            extend[job.row.id] = drain_timeout_s + DETACH_MARGIN_S
+            extend[job.row.id] = drain_timeout_s + HTTP_RELEASE_MARGIN_S
             if job.task is not None:
                 http.append(job.task)
             continue

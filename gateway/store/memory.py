@@ -187,10 +187,7 @@ class MemoryJobStore:
             self._jobs[job.id] = row
             return replace(row)
 
-    async def mark_running(
-        self, job_id: str, owner_instance: str, pid: int | None, pgid: int | None,
-        pid_started_at: float | None, ttl_s: float,
-    ) -> bool:
+    async def mark_running(self, job_id: str, owner_instance: str, ttl_s: float) -> bool:
         async with self._lock:
             job = self._jobs.get(job_id)
             # Invariant: only a queued row of this owner starts running.
@@ -200,7 +197,6 @@ class MemoryJobStore:
                 return False
             now = self._now()
             job.status = JobStatus.RUNNING
-            job.pid, job.pgid, job.pid_started_at = pid, pgid, pid_started_at
             job.started_at = now
             job.updated_at = now
             job.lease_deadline = now + timedelta(seconds=ttl_s)
@@ -284,7 +280,7 @@ class MemoryJobStore:
         if job.status not in ACTIVE_STATUSES or job.lease_deadline is None:
             return False
         grace = timedelta(seconds=http_grace_s if job.transport == "http" else 0)
-        owner = self._instances.get(job.owner_instance)
+        owner = self._instances.get(job.owner_instance) if job.owner_instance else None
         owner_lease = owner.lease_expires_at if owner is not None else None
         if owner_lease is not None and owner_lease + grace >= now:
             return False

@@ -19,7 +19,7 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -111,7 +111,7 @@ def _epoch(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
-def _job(row: Mapping[str, Any]) -> JobRow:
+def _job(row: sqlite3.Row) -> JobRow:
     data = {name: row[name] for name in JobRow.column_names()}
     for name in _JOB_TIME_FIELDS:
         data[name] = _utc(data[name])
@@ -126,7 +126,8 @@ async def _on_connection_thread(conn: aiosqlite.Connection,
     use it: for incremental blob I/O, which aiosqlite does not wrap, and for a whole write
     transaction in one hand-off. aiosqlite has no public call for this; `_execute` is how
     its own methods run (a call inside a transaction stays inside it). tests/store pin it."""
-    return await conn._execute(lambda: work(conn._conn))
+    run_on_thread: Callable[[Callable[[], T]], Awaitable[T]] = conn._execute
+    return await run_on_thread(lambda: work(conn._conn))
 
 
 def _write_output(conn: sqlite3.Connection, job_id: str, source: OutputFile) -> None:
@@ -159,8 +160,8 @@ def _read_output(conn: sqlite3.Connection, job_id: str, offset: int, length: int
         conn.execute("COMMIT")
 
 
-def _instance(row: Mapping[str, Any]) -> InstanceRow:
-    data = {key: row[key] for key in row.keys()}  # noqa: SIM118 - iterating a Row yields values
+def _instance(row: sqlite3.Row) -> InstanceRow:
+    data = dict(zip(row.keys(), row, strict=True))  # iterating a Row yields its values
     for name in _INSTANCE_TIME_FIELDS:
         data[name] = _utc(data[name])
     return InstanceRow(**data)
@@ -341,8 +342,9 @@ class SqliteJobStore:
                 # Shielded: a cancelled caller still waits for the COMMIT or ROLLBACK, so the
                 # lock (and the file's write lock) is never handed on mid-transaction.
                 with anyio.CancelScope(shield=True):
-                    return await _on_connection_thread(
+                    result = await _on_connection_thread(
                         conn, lambda db: _run_transaction(db, work))
+        return result
 
     async def _migrate(self) -> None:
         def migrate(db: sqlite3.Connection, now: float) -> list[int]:
@@ -368,7 +370,8 @@ class SqliteJobStore:
 
     async def schema_version(self) -> int:
         async with self._read("schema_version") as conn:
-            return int((await conn.execute_fetchall(READ_SCHEMA_VERSION))[0][0])
+            (row,) = await conn.execute_fetchall(READ_SCHEMA_VERSION)
+            return int(row[0])
 
     async def now(self) -> float:
         return time.time()
@@ -431,12 +434,8 @@ class SqliteJobStore:
 
         return await self._transaction("insert_job", insert)
 
-    async def mark_running(
-        self, job_id: str, owner_instance: str, pid: int | None, pgid: int | None,
-        pid_started_at: float | None, ttl_s: float,
-    ) -> bool:
-        params = {"job_id": job_id, "owner_instance": owner_instance, "pid": pid, "pgid": pgid,
-                  "pid_started_at": pid_started_at, "ttl_s": ttl_s}
+    async def mark_running(self, job_id: str, owner_instance: str, ttl_s: float) -> bool:
+        params = {"job_id": job_id, "owner_instance": owner_instance, "ttl_s": ttl_s}
         return await self._transaction(
             "mark_running", lambda db, now: _changed(db, MARK_RUNNING, {**params, "now": now})) == 1
 
@@ -526,7 +525,7 @@ class SqliteJobStore:
             rows = await self._light_rows("get_job", GET_JOB_LIGHT, GET_JOB, {"job_id": job_id})
             return rows[0] if rows else None
         async with self._read("get_job") as conn:
-            found = await conn.execute_fetchall(GET_JOB, {"job_id": job_id})
+            found = list(await conn.execute_fetchall(GET_JOB, {"job_id": job_id}))
             return _job(found[0]) if found else None
 
     async def _light_rows(self, action: str, light_sql: str, full_sql: str,
@@ -594,10 +593,13 @@ class SqliteJobStore:
         return await self._take_over("requeue_job", REQUEUE_JOB, take)
 
 
-def _candidate(row: Any) -> AdoptionCandidate:  # a sqlite3.Row: keyed like a mapping
+def _candidate(row: sqlite3.Row) -> AdoptionCandidate:
     owner = None
     if row["owner_instance_id"] is not None:
-        owner = _instance({name: row[f"owner_{name}"] for name in (
+        data = {name: row[f"owner_{name}"] for name in (
             "instance_id", "hostname", "boot_id", "pid", "pid_started_at", "role", "version",
-            "started_at", "heartbeat_at", "lease_expires_at", "stopped_at")})
+            "started_at", "heartbeat_at", "lease_expires_at", "stopped_at")}
+        for name in _INSTANCE_TIME_FIELDS:
+            data[name] = _utc(data[name])
+        owner = InstanceRow(**data)
     return AdoptionCandidate(job=_job(row), owner=owner)

@@ -192,7 +192,7 @@ async def test_a_run_marked_running_whose_owner_died_before_its_supervisor_is_ru
                  request_key="k-never", owner_instance="ghost", request_json=json.dumps(request),
                  **here)
     await store.insert_job(job, settings.lease.ttl_s)
-    assert await store.mark_running(job.id, "ghost", None, None, None, settings.lease.ttl_s)
+    assert await store.mark_running(job.id, "ghost", settings.lease.ttl_s)
     spool_of(settings, job.id).mkdir(parents=True)
     row = await wait_for(lambda: terminal(adopter, job.id), DONE_S)
     assert row.status is JobStatus.COMPLETED and row.requeued_at is not None
@@ -287,3 +287,30 @@ async def test_cancel_after_adoption_kills_a_grandchild_that_ignores_sigterm(
     assert out.outcome == "cancelled" and out.job.status is JobStatus.CANCELLED
     await wait_for(lambda: not alive(grandchild), 10)
     assert not alive(spawn["parent_pid"])
+
+
+async def test_a_cancel_of_a_job_orphaned_elsewhere_stops_its_process_here(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    settings = make_settings()
+    owner_gw = await start_gateway(settings)
+    owner = await owner_gw.manager()
+    judge = await start_gateway(settings)
+    judge.leases.identity.hostname = "another-host"  # sees only the lease, not the process
+    sub = await owner.submit("claude", SubmitRequest(prompt="orphaned but alive @sleep=60"))
+    await wait_for(lambda: len(fake_log.spawns()) == 1)
+    pid = fake_log.spawns()[0]["pid"]
+    await owner_gw.leases.stop()  # the owner stops heartbeating (as if SIGSTOPped)
+    await wait_for(lambda: _status_is(owner, sub.job.id, JobStatus.ORPHANED), 10)
+    assert alive(pid)
+    here = await (await start_gateway(settings)).manager()
+    out = await here.cancel(sub.job.id)
+    assert out.outcome == "cancel_requested"
+    await wait_for(lambda: not alive(pid), 10)
+    # The stale owner's run ends; its guarded write heals the row to what really happened.
+    row = await wait_for(lambda: _status_is(owner, sub.job.id, JobStatus.CANCELLED), DONE_S)
+    assert row
+
+
+async def _status_is(manager: Any, job_id: str, status: JobStatus) -> bool:
+    return (await manager.get(job_id)).status is status
