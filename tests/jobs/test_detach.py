@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from gateway.config import Settings
 from gateway.jobs import supervisor as sup
 from gateway.jobs.requests import SubmitRequest
 from gateway.model import ErrorKind, JobStatus, NewJob
+from gateway.store import open_store
 from tests.jobs.conftest import FakeLog, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -314,3 +316,51 @@ async def test_a_cancel_of_a_job_orphaned_elsewhere_stops_its_process_here(
 
 async def _status_is(manager: Any, job_id: str, status: JobStatus) -> bool:
     return (await manager.get(job_id)).status is status
+
+
+def unshare_available() -> bool:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-u", "true"], capture_output=True, timeout=10)
+    return probe.returncode == 0
+
+
+async def test_a_gateway_on_another_host_never_orphans_a_running_detached_job(
+    backend: str, make_settings, start_gateway, fake_log: FakeLog, tmp_path: Path
+) -> None:
+    if backend != "postgres":
+        pytest.skip("hosts share a store only on PostgreSQL")
+    if not unshare_available():
+        pytest.skip("needs root and unshare -u (a UTS namespace with another hostname)")
+    settings, job_id = await detached_job(make_settings, start_gateway, fake_log,
+                                          "far away @sleep=4")
+    path = tmp_path / "peer-settings.pickle"
+    path.write_bytes(pickle.dumps(settings))
+    peer = subprocess.Popen(["unshare", "-u", sys.executable, "-m", "tests.jobs.owner_gateway",
+                             str(path), "claude", "-", "other-host"], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True, stderr=subprocess.DEVNULL)
+    reader = await open_store(settings)  # reads only: no gateway here until the end
+    try:
+        assert peer.stdout is not None
+        for line in peer.stdout:
+            if line.startswith("READY"):
+                break
+        else:
+            raise AssertionError("the gateway on the other host did not start")
+        assert any(i.hostname == "other-host" for i in await reader.list_instances())
+        # Many of the other host's sweeps, over several ttls, while the run goes on here.
+        deadline = time.monotonic() + 3 * settings.lease.ttl_s
+        while time.monotonic() < deadline:
+            row = await reader.get_job(job_id)
+            assert row is not None and row.status is JobStatus.RUNNING, row
+            await anyio.sleep(0.1)
+        # A gateway on the job's own host adopts and finalizes it; every host sees the result.
+        here = await (await start_gateway(make_settings())).manager()
+        done = await wait_for(lambda: terminal(here, job_id), DONE_S)
+        assert done.status is JobStatus.COMPLETED
+        final = await reader.get_job(job_id)
+        assert final is not None and final.status is JobStatus.COMPLETED
+    finally:
+        peer.kill()
+        peer.wait()
+        await reader.close()
