@@ -37,6 +37,10 @@ from gateway.store.base import TakeOver
 log = structlog.get_logger(__name__)
 
 ADOPT_BATCH = 100  # candidates read per sweep; the rest wait for the next sweep
+# How long after it was orphaned a job of this host is still settled here (healed from its
+# spool, or re-queued): at least this, or lease.instance_gc_s when that is longer. A short
+# instance_gc_s (tests, chaos) must not make a dead owner's orphaned runs unhealable.
+ORPHANED_WITHIN_MIN_S = 600.0
 
 
 class Adopter:
@@ -69,7 +73,7 @@ class Adopter:
             return 0  # an instance that cannot renew its own lease takes over nothing
         candidates = await manager.store.list_adoption_candidates(
             self.identity.instance_id, self.identity.hostname, self.identity.boot_id,
-            manager.settings.lease.instance_gc_s, ADOPT_BATCH)
+            max(manager.settings.lease.instance_gc_s, ORPHANED_WITHIN_MIN_S), ADOPT_BATCH)
         taken = 0
         gone: dict[str | None, bool] = {}  # one probe per owner and sweep
         for candidate in candidates:

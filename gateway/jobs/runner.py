@@ -360,6 +360,10 @@ class ProcessRun:
         except BaseException:
             self._remove_temp_dir()
             raise
+        # At once, from here: the supervisor's own start (an interpreter) must not compete
+        # with this gateway's heartbeat at full priority either. It sets the same values
+        # for itself (absolute, so the order does not matter) and retries the autogroup.
+        proc.lower_priority(popen.pid, PROVIDER_NICE_INCREMENT)
         spawned = _Spawned(popen=popen, pidfd=None, started_at=time.time(),
                            executable=executable)
         try:
