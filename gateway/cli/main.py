@@ -25,6 +25,7 @@ import anyio
 
 from gateway import __version__
 from gateway.config import ConfigError, Settings, default_config_path, load_settings
+from gateway.fs import ensure_private_dir
 from gateway.logs import configure_logging, redact_text
 from gateway.model import JobRow, JobStatus
 from gateway.store.base import StoreUnavailable, answer_in, page_of
@@ -36,7 +37,6 @@ EXIT_INTERRUPTED = 130  # the shell's convention for Ctrl-C
 
 DEFAULT_LIST_LIMIT = 20  # a screenful of jobs
 DEFAULT_RESULT_BYTES = 65_536  # one page of `jobs result`, like llm_job_result's default page
-CONFIG_DIR_MODE = 0o700  # the config may hold tokens: only the owner may list or read it
 CONFIG_FILE_MODE = 0o600
 TOKEN_HOWTO = (
     "set [http] auth_token in the config file or the AGENT_GATEWAY_HTTP__AUTH_TOKEN environment "
@@ -215,7 +215,17 @@ def _run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve MCP. Everything this prints goes to stderr: stdout is the protocol channel."""
-    settings = _load(args, quiet=False)
+    try:
+        settings = _load(args, quiet=False)
+    except ConfigError as exc:
+        if args.transport != "stdio":
+            raise  # an operator started it by hand and reads this message
+        # An MCP client that sees the server exit before the handshake shows only
+        # "connection closed": serve anyway, and let every tool say what is wrong.
+        _error(str(exc))
+        from gateway.mcp.serve import serve_broken_setup
+
+        return serve_broken_setup(exc)
     host = args.host if args.host is not None else settings.http.host
     port = args.port if args.port is not None else settings.http.port
     if args.no_auth and not is_loopback_host(host):
@@ -255,9 +265,7 @@ def write_private_file(path: Path, text: str, *, overwrite: bool) -> None:
     With it, the new file replaces the old one atomically. Raises CliError.
     """
     directory = path.parent
-    if not directory.exists():
-        directory.mkdir(parents=True, mode=CONFIG_DIR_MODE)
-        os.chmod(directory, CONFIG_DIR_MODE)  # mkdir's mode is filtered by the umask
+    ensure_private_dir(directory)  # the config may hold tokens: owner only
     if not overwrite:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, CONFIG_FILE_MODE)

@@ -105,6 +105,7 @@ ACQUIRE_TIMEOUT_S = 30.0  # a pool exhausted by stuck calls fails the next call,
 CLOSE_TIMEOUT_S = 5.0  # close() waits this long for borrowed connections, then terminates
 LOCK_TIMEOUT_MS = 5000  # a row lock held longer than this is a stuck peer: fail the call
 APPLICATION_NAME = "agent-cli-gateway"  # so operators can find our sessions in pg_stat_activity
+MAX_SQL_POSITION = 2**31 - 2  # substring(... FROM start + 1 FOR n) with int4 arguments
 
 
 # -- errors -------------------------------------------------------------------------------
@@ -115,6 +116,14 @@ APPLICATION_NAME = "agent-cli-gateway"  # so operators can find our sessions in 
 # deadlock (40), read-only standby after a failover (25006), bad credentials or unknown
 # database (28, 3D), client-side connection state, OS and timeout errors. Everything else
 # (syntax, constraint) is a bug and propagates unchanged.
+# Causes that do not pass by themselves: the credentials are refused (InvalidPasswordError is
+# one of these), the database does not exist, the DSN cannot be parsed.
+PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.InvalidAuthorizationSpecificationError,
+    asyncpg.InvalidCatalogNameError,
+    asyncpg.ClientConfigurationError,
+    ValueError,
+)
 _UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,
     asyncpg.OperatorInterventionError,
@@ -209,8 +218,8 @@ class PostgresJobStore:
     def _unavailable(self, action: str, exc: BaseException) -> StoreUnavailable:
         detail = self._scrub(str(exc)) or type(exc).__name__
         return StoreUnavailable(
-            f"postgres store: {action} failed ({type(exc).__name__}: {detail})"
-        )
+            f"postgres store: {action} failed ({type(exc).__name__}: {detail})",
+            permanent=isinstance(exc, PERMANENT_ERRORS))
 
     @asynccontextmanager
     async def _connection(self, action: str) -> AsyncIterator[asyncpg.Connection]:
@@ -272,8 +281,8 @@ class PostgresJobStore:
             if current > SCHEMA_VERSION:
                 raise StoreUnavailable(
                     f"postgres store: the database schema is version {current}, newer than "
-                    f"this gateway understands ({SCHEMA_VERSION}); upgrade agent-cli-gateway"
-                )
+                    f"this gateway understands ({SCHEMA_VERSION}); upgrade agent-cli-gateway",
+                    permanent=True)
             for version, statements in MIGRATIONS:
                 if version <= current:
                     continue
@@ -454,7 +463,9 @@ class PostgresJobStore:
     async def read_output(
         self, job_id: str, offset: int, length: int, *, answer: bool = False
     ) -> tuple[bytes, int] | None:
-        start, length = max(offset, 0), max(length, 0)
+        # substring() takes int4 positions; no field is over 1 GB, so past this is past the end.
+        start = min(max(offset, 0), MAX_SQL_POSITION)
+        length = min(max(length, 0), MAX_SQL_POSITION)
         async with self._connection("read output") as conn:
             try:
                 row = await conn.fetchrow(READ_OUTPUT, job_id, start + 1, length, answer)
