@@ -1034,17 +1034,24 @@ class ChaosRun:
         self.store_gaps.append(Gap(down, time.time() + STORE_RECOVERY_S, "store_outage"))
 
     async def settle(self, settings: Settings) -> None:
-        """Wait until every row is terminal, at most ttl + sweeps + the longest job + margin
-        (ending early changes nothing: a terminal row stays terminal)."""
+        """Wait until every row is terminal, at most ttl + sweeps + the longest job + margin,
+        plus the time the backlog of active jobs needs on one instance's run slots (ending
+        early changes nothing: a terminal row stays terminal)."""
         bounds = Bounds.of(settings)
         budget = (bounds.ttl_s + 2 * bounds.sweep_bound_s + self.o.sleep_s[1]
                   + PROCESS_EXIT_SLACK_S + SETTLE_MARGIN_S)
         started = time.time()
         store = await open_store(settings)
+        backlog: float | None = None
         try:
             while True:
                 rows = await store.list_jobs(limit=1_000_000)
                 active = {r.id for r in rows if r.status.is_active}
+                if backlog is None:
+                    # Jobs of dead owners are adopted or re-queued, not orphaned: the work
+                    # still queued then runs on one instance's slots at worst.
+                    backlog = len(active) / RUN_SLOTS_PER_INSTANCE * self.o.sleep_s[1]
+                    budget += backlog
                 if not active or time.time() - started > budget:
                     break
                 await anyio.sleep(0.25)
