@@ -127,6 +127,8 @@ class JobRow:
     cancel_requested_at: datetime | None = None
     forced: bool = False
     boot_id: str | None = None
+    # When a gateway queued it again after its first owner left it unstarted (at most once).
+    requeued_at: datetime | None = None
 
     @classmethod
     def column_names(cls) -> tuple[str, ...]:

@@ -40,6 +40,7 @@ import structlog
 
 from gateway import proc
 from gateway.config import LeaseConfig, Settings
+from gateway.jobs.adoption import Adopter
 from gateway.jobs.manager import JobManager
 from gateway.model import ErrorKind, InstanceRow, JobRow
 from gateway.store.base import JobStore
@@ -65,11 +66,18 @@ class LeaseKeeper:
         self.last_heartbeat_ok: float | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._last_purge = 0.0
+        self.adopter = Adopter(manager, identity)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
-        """Register (admission turns on only if that worked) and start every loop."""
+        """Register (admission turns on only if that worked), settle the jobs of gateways
+        that are gone (before the first tool call is served), and start every loop."""
         await self.register()
+        try:
+            await self.adopter.sweep()
+        except Exception as exc:
+            log.warning("adoption at start failed; the next sweep retries", action="adopt",
+                        error=repr(exc))
         loops: dict[str, tuple[float, Callable[[], Awaitable[object]]]] = {
             "heartbeat": (self.lease.heartbeat_s, self.heartbeat_once),
             "reaper": (self.lease.sweep_interval_s, self.sweep_once),
@@ -171,6 +179,9 @@ class LeaseKeeper:
             return []
         if not self.manager.admitting or self.manager.closing:
             return []  # an instance that cannot renew its own lease judges nobody
+        # Adoption first: a job whose owner is proven gone is settled here (adopted or
+        # re-queued) rather than orphaned.
+        await self.adopter.sweep()
         grace = self.lease.http_job_grace_s
         candidates = await self.store.list_expired_candidates(grace)
         alive = [row.id for row in candidates if self._provably_alive(row)]

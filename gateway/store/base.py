@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from gateway.model import (
@@ -27,7 +27,7 @@ from gateway.model import (
     Progress,
 )
 
-SCHEMA_VERSION = 2  # 2: SQLite keeps `output` last in the row (nothing changed on PostgreSQL)
+SCHEMA_VERSION = 3  # 2: SQLite keeps `output` last in the row; 3: `requeued_at`
 
 
 class StoreUnavailable(Exception):
@@ -53,6 +53,31 @@ class DuplicateActiveJob(Exception):
     def __init__(self, existing_id: str | None) -> None:
         super().__init__(f"an active job with the same request key exists: {existing_id}")
         self.existing_id = existing_id
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TakeOver:
+    """One compare-and-set that moves a job to this instance (adopt_job, requeue_job).
+
+    `expected_owner` and `expected_status` are what the caller read: the write applies only
+    if the row still says so, so of any number of instances racing exactly one wins.
+    """
+
+    job_id: str
+    expected_owner: str | None
+    expected_status: JobStatus
+    instance_id: str
+    hostname: str
+    boot_id: str
+    ttl_s: float
+
+
+@dataclasses.dataclass(slots=True)
+class AdoptionCandidate:
+    """A job on this host whose owner may be gone, with what its owner row says."""
+
+    job: JobRow  # a light row, without output and result_json
+    owner: InstanceRow | None  # None: the owner's row was collected (it holds no lease)
 
 
 def without_output(row: JobRow) -> JobRow:
@@ -235,6 +260,36 @@ class JobStore(Protocol):
 
     async def now(self) -> float:
         """The store's clock (epoch seconds): the database clock on PostgreSQL."""
+
+    # -- detach, adoption, re-queue (DESIGN.md section 4) --------------------------------
+    async def extend_leases(self, instance_id: str, seconds: Mapping[str, float]) -> int:
+        """Detach: lease_deadline = now + seconds[id] for each of this instance's RUNNING
+        jobs named (never shortened), so no gateway orphans a run its supervisor may still be
+        running after its owner left. Returns how many rows were extended."""
+
+    async def list_adoption_candidates(
+        self, instance_id: str, hostname: str, boot_id: str, orphaned_within_s: float,
+        limit: int,
+    ) -> list[AdoptionCandidate]:
+        """Jobs on `hostname` owned by another instance that may be gone: active jobs, and
+        jobs orphaned within `orphaned_within_s` that a gateway on this host can still heal
+        (started under this boot) or re-queue (never started, never re-queued); only those
+        whose owner row is stopped, collected, or on this host and boot (the caller probes
+        that owner's pid). A running http job is left out until its lease passed (its owner
+        may be draining it). Oldest first, at most `limit`."""
+
+    async def adopt_job(self, take: TakeOver) -> JobRow | None:
+        """CAS owner_instance -> take.instance_id on a queued, running or orphaned job of
+        this host (a running one: of this boot too), as the caller read it. The status does
+        not change (an orphaned row is healed by the adopter's guarded complete()). Returns
+        the light row after the write, None if another instance won or the row changed."""
+
+    async def requeue_job(self, take: TakeOver) -> JobRow | None:
+        """CAS a job that never ran back to `queued` for this instance, at most once per job
+        (requeued_at is NULL, then set): no cancel request on it, and no active twin with its
+        request key (dedup stays exactly-once). The caller has proved it never started (its
+        row was queued, or its spool's start record was claimed for the re-queue). Clears
+        the start and the error fields. Returns the light row, None if it did not apply."""
 
     # -- output --------------------------------------------------------------------------
     async def read_output(

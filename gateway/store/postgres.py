@@ -24,7 +24,7 @@ again as soon as the server is back.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from urllib.parse import unquote, urlsplit
 
@@ -45,8 +45,10 @@ from gateway.model import (
 )
 from gateway.store.base import (
     SCHEMA_VERSION,
+    AdoptionCandidate,
     DuplicateActiveJob,
     StoreUnavailable,
+    TakeOver,
     answer_in,
     output_to_bind,
     page_bounds,
@@ -56,16 +58,19 @@ from gateway.store.base import (
 from gateway.store.postgres_sql import (
     _JSON_ERRORS,
     ACTIVE_INDEX_NAME,
+    ADOPT_JOB,
     COMPLETE_JOB,
     COMPLETE_JOB_FROM_PIECES,
     CREATE_OUTPUT_PIECES,
     CREATE_SCHEMA_VERSION_TABLE,
+    EXTEND_LEASES,
     FIND_ACTIVE_BY_KEY,
     FIND_REUSABLE_LIGHT,
     GC_INSTANCES,
     GET_JOB,
     GET_JOB_LIGHT,
     INSERT_JOB,
+    LIST_ADOPTION_CANDIDATES,
     LIST_CANCEL_REQUESTED,
     LIST_EXPIRED_CANDIDATES,
     LIST_INSTANCES,
@@ -87,6 +92,7 @@ from gateway.store.postgres_sql import (
     RECOVER_EXPIRED_LEASES,
     RENEW_INSTANCE_LEASE,
     REQUEST_CANCEL_LIGHT,
+    REQUEUE_JOB,
     SAVE_PROGRESS,
     UPSERT_INSTANCE,
 )
@@ -494,3 +500,43 @@ class PostgresJobStore:
             except _JSON_ERRORS:
                 return [without_output(_job(row)) for row in await conn.fetch(LIST_JOBS, *params)]
         return [_job(row) for row in rows]
+
+    # -- detach, adoption, re-queue ---------------------------------------------------------
+    async def extend_leases(self, instance_id: str, seconds: Mapping[str, float]) -> int:
+        if not seconds:
+            return 0
+        ids = list(seconds)
+        async with self._connection("extend leases") as conn:
+            return _status_count(await conn.execute(
+                EXTEND_LEASES, instance_id, ids, [float(seconds[i]) for i in ids]))
+
+    async def list_adoption_candidates(
+        self, instance_id: str, hostname: str, boot_id: str, orphaned_within_s: float,
+        limit: int,
+    ) -> list[AdoptionCandidate]:
+        async with self._connection("list adoption candidates") as conn:
+            rows = await conn.fetch(LIST_ADOPTION_CANDIDATES, instance_id, hostname, boot_id,
+                                    float(orphaned_within_s), max(limit, 0))
+        return [_candidate(row) for row in rows]
+
+    async def _take_over(self, action: str, sql: str, take: TakeOver) -> JobRow | None:
+        async with self._connection(action) as conn:
+            row = await conn.fetchrow(sql, take.job_id, take.expected_owner,
+                                      take.expected_status.value, take.instance_id,
+                                      take.hostname, take.boot_id, float(take.ttl_s))
+        return _job(row) if row is not None else None
+
+    async def adopt_job(self, take: TakeOver) -> JobRow | None:
+        return await self._take_over("adopt job", ADOPT_JOB, take)
+
+    async def requeue_job(self, take: TakeOver) -> JobRow | None:
+        return await self._take_over("requeue job", REQUEUE_JOB, take)
+
+
+def _candidate(row: asyncpg.Record) -> AdoptionCandidate:
+    owner = None
+    if row["owner_instance_id"] is not None:
+        owner = InstanceRow(**{name: row[f"owner_{name}"] for name in (
+            "instance_id", "hostname", "boot_id", "pid", "pid_started_at", "role", "version",
+            "started_at", "heartbeat_at", "lease_expires_at", "stopped_at")})
+    return AdoptionCandidate(job=_job(row), owner=owner)

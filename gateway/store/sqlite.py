@@ -45,8 +45,10 @@ from gateway.model import (
 )
 from gateway.store.base import (
     SCHEMA_VERSION,
+    AdoptionCandidate,
     DuplicateActiveJob,
     StoreUnavailable,
+    TakeOver,
     answer_in,
     output_to_bind,
     page_bounds,
@@ -56,8 +58,10 @@ from gateway.store.base import (
 from gateway.store.sqlite_sql import (
     _INSTANCE_TIME_FIELDS,
     _JOB_TIME_FIELDS,
+    ADOPT_JOB,
     COMPLETE_JOB,
     CREATE_SCHEMA_VERSION_TABLE,
+    EXTEND_LEASES,
     FIND_ACTIVE_BY_KEY,
     FIND_REUSABLE,
     FIND_REUSABLE_LIGHT,
@@ -66,6 +70,7 @@ from gateway.store.sqlite_sql import (
     GET_JOB_LIGHT,
     INSERT_JOB,
     JOB_ROWID,
+    LIST_ADOPTION_CANDIDATES,
     LIST_CANCEL_REQUESTED,
     LIST_EXPIRED_CANDIDATES,
     LIST_INSTANCES,
@@ -82,6 +87,7 @@ from gateway.store.sqlite_sql import (
     RECOVER_EXPIRED_LEASES,
     RENEW_INSTANCE_LEASE,
     REQUEST_CANCEL,
+    REQUEUE_JOB,
     SAVE_PROGRESS,
     UPSERT_INSTANCE,
 )
@@ -538,3 +544,52 @@ class SqliteJobStore:
             return await self._light_rows("list_jobs", LIST_JOBS_LIGHT, LIST_JOBS, params)
         async with self._read("list_jobs") as conn:
             return [_job(r) for r in await conn.execute_fetchall(LIST_JOBS, params)]
+
+    # -- detach, adoption, re-queue ---------------------------------------------------------
+    async def extend_leases(self, instance_id: str, seconds: Mapping[str, float]) -> int:
+        if not seconds:
+            return 0
+        params = {"instance_id": instance_id, "seconds": json.dumps(dict(seconds))}
+        return await self._transaction("extend_leases", lambda db, now: _changed(
+            db, EXTEND_LEASES, {**params, "now": now}))
+
+    async def list_adoption_candidates(
+        self, instance_id: str, hostname: str, boot_id: str, orphaned_within_s: float,
+        limit: int,
+    ) -> list[AdoptionCandidate]:
+        params = {"instance_id": instance_id, "hostname": hostname, "boot_id": boot_id,
+                  "orphaned_within_s": orphaned_within_s, "limit": max(limit, 0),
+                  "now": time.time()}
+        async with self._read("list_adoption_candidates") as conn:
+            rows = await conn.execute_fetchall(LIST_ADOPTION_CANDIDATES, params)
+        return [_candidate(row) for row in rows]
+
+    async def _take_over(self, action: str, sql: str, take: TakeOver) -> JobRow | None:
+        params = {"job_id": take.job_id, "expected_owner": take.expected_owner,
+                  "expected_status": take.expected_status.value,
+                  "instance_id": take.instance_id, "hostname": take.hostname,
+                  "boot_id": take.boot_id, "ttl_s": take.ttl_s}
+
+        def write(db: sqlite3.Connection, now: float) -> JobRow | None:
+            row = db.execute(sql, {**params, "now": now}).fetchone()
+            return _job(row) if row is not None else None
+
+        return await self._transaction(action, write)
+
+    async def adopt_job(self, take: TakeOver) -> JobRow | None:
+        return await self._take_over("adopt_job", ADOPT_JOB, take)
+
+    async def requeue_job(self, take: TakeOver) -> JobRow | None:
+        return await self._take_over("requeue_job", REQUEUE_JOB, take)
+
+
+def _candidate(row: sqlite3.Row) -> AdoptionCandidate:
+    owner = None
+    if row["owner_instance_id"] is not None:
+        data = {name: row[f"owner_{name}"] for name in (
+            "instance_id", "hostname", "boot_id", "pid", "pid_started_at", "role", "version",
+            "started_at", "heartbeat_at", "lease_expires_at", "stopped_at")}
+        for name in _INSTANCE_TIME_FIELDS:
+            data[name] = _utc(data[name])
+        owner = InstanceRow(**data)
+    return AdoptionCandidate(job=_job(row), owner=owner)

@@ -154,10 +154,11 @@ async def test_heartbeat_failures_turn_admission_off_and_recovery_turns_it_back_
     assert (await manager.wait(sub.job.id, 20)).status == JobStatus.COMPLETED
 
 
-async def test_drain_fails_queued_and_stops_running_jobs_then_marks_the_instance_stopped(
+async def test_a_stopping_drain_fails_queued_and_stops_running_jobs_then_marks_the_instance_stopped(
     make_settings, start_gateway, fake_log: FakeLog
 ) -> None:
-    settings = make_settings(limits={"max_running_jobs": 1, "kill_grace_s": 5})
+    settings = make_settings(lease={"on_shutdown": "stop"},
+                             limits={"max_running_jobs": 1, "kill_grace_s": 5})
     gw = await start_gateway(settings)
     manager = await gw.manager()
     running = await manager.submit("claude", SubmitRequest(prompt="busy @ignore-term @sleep=60"))
