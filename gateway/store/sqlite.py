@@ -43,6 +43,7 @@ from gateway.model import (
     Progress,
 )
 from gateway.store.base import (
+    REAPER_BATCH_ROWS,
     SCHEMA_VERSION,
     DuplicateActiveJob,
     StoreUnavailable,
@@ -106,10 +107,11 @@ def _epoch(value: datetime | None) -> float | None:
 
 
 def _job(row: Mapping[str, Any]) -> JobRow:
-    data = {name: row[name] for name in JobRow.column_names()}
+    data = {name: row[name] for name in row.keys()}  # noqa: SIM118 - a Row iterates values
     for name in _JOB_TIME_FIELDS:
-        data[name] = _utc(data[name])
-    if isinstance(data["output"], bytes):  # a large output, written in place as a blob
+        if name in data:  # a narrow read (the reaper's) has some columns only
+            data[name] = _utc(data[name])
+    if isinstance(data.get("output"), bytes):  # a large output, written in place as a blob
         data["output"] = data["output"].decode("utf-8", errors="replace")
     return JobRow.from_mapping(data)
 
@@ -160,14 +162,14 @@ def _instance(row: Mapping[str, Any]) -> InstanceRow:
     return InstanceRow(**data)
 
 
-def _run_transaction(db: sqlite3.Connection,
+def _run_transaction(db: sqlite3.Connection, clock: Callable[[], float],
                      work: Callable[[sqlite3.Connection, float], T]) -> T:
     """On the connection's thread: BEGIN IMMEDIATE, `work(db, now)`, COMMIT; ROLLBACK on any
     error. `now` is read once the write lock is held: a lease computed by one writer is
     never older than a decision taken by the next."""
     db.execute("BEGIN IMMEDIATE")
     try:
-        result = work(db, time.time())
+        result = work(db, clock())
         db.execute("COMMIT")
     except BaseException:
         # ROLLBACK fails harmlessly when BEGIN itself failed (nothing open).
@@ -243,9 +245,13 @@ class SqliteJobStore:
 
     backend = "sqlite"
 
-    def __init__(self, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
+    def __init__(self, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+                 clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path).expanduser()
         self.busy_timeout_ms = int(busy_timeout_ms)
+        # The store's clock (epoch seconds): every lease is written and judged with it. A
+        # test injects one that steps, as a suspend and resume does to the wall clock.
+        self.clock = clock
         self._conn: aiosqlite.Connection | None = None
         # One connection per store: a transaction must never interleave with another task's.
         self._lock = anyio.Lock()
@@ -336,7 +342,7 @@ class SqliteJobStore:
                 # lock (and the file's write lock) is never handed on mid-transaction.
                 with anyio.CancelScope(shield=True):
                     return await _on_connection_thread(
-                        conn, lambda db: _run_transaction(db, work))
+                        conn, lambda db: _run_transaction(db, self.clock, work))
 
     async def _migrate(self) -> None:
         def migrate(db: sqlite3.Connection, now: float) -> list[int]:
@@ -365,7 +371,7 @@ class SqliteJobStore:
             return int((await conn.execute_fetchall(READ_SCHEMA_VERSION))[0][0])
 
     async def now(self) -> float:
-        return time.time()
+        return self.clock()
 
     # -- instances -------------------------------------------------------------------------
     async def register_instance(self, instance: InstanceRow, ttl_s: float) -> None:
@@ -398,7 +404,7 @@ class SqliteJobStore:
     # -- admission and transitions --------------------------------------------------------
     async def find_reusable(self, request_key: str, dedup_window_s: float) -> JobRow | None:
         rows = await self._light_rows("find_reusable", FIND_REUSABLE_LIGHT, FIND_REUSABLE, {
-            "request_key": request_key, "now": time.time(), "dedup_window_s": dedup_window_s,
+            "request_key": request_key, "now": self.clock(), "dedup_window_s": dedup_window_s,
         })
         return rows[0] if rows else None
 
@@ -495,17 +501,20 @@ class SqliteJobStore:
             "save_progress", lambda db, now: _changed(db, SAVE_PROGRESS, {**params, "now": now})) == 1
 
     # -- the reaper -----------------------------------------------------------------------
-    async def list_expired_candidates(self, http_grace_s: float) -> list[JobRow]:
+    async def list_expired_candidates(
+        self, http_grace_s: float, limit: int = REAPER_BATCH_ROWS
+    ) -> list[JobRow]:
         async with self._read("list_expired_candidates") as conn:
-            rows = await conn.execute_fetchall(
-                LIST_EXPIRED_CANDIDATES, {"now": time.time(), "http_grace_s": http_grace_s}
-            )
+            rows = await conn.execute_fetchall(LIST_EXPIRED_CANDIDATES, {
+                "now": self.clock(), "http_grace_s": http_grace_s, "limit": max(limit, 0)})
             return [_job(r) for r in rows]
 
     async def recover_expired_leases(
-        self, http_grace_s: float, alive_ids: Collection[str] = ()
+        self, http_grace_s: float, job_ids: Collection[str]
     ) -> list[JobRow]:
-        params = {"http_grace_s": http_grace_s, "alive_ids": json.dumps(list(alive_ids)),
+        if not job_ids:
+            return []
+        params = {"http_grace_s": http_grace_s, "job_ids": json.dumps(list(job_ids)),
                   "orphaned_error": ORPHANED_ERROR}
         return await self._transaction("recover_expired_leases", lambda db, now: [
             _job(r) for r in db.execute(RECOVER_EXPIRED_LEASES, {**params, "now": now})])
