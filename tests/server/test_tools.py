@@ -451,8 +451,8 @@ async def test_listing_the_tools_starts_the_gateway_without_a_tool_call(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Over stdio the job machinery loads once the handshake is answered: the first
     tools/list is the cue (the fallback bound is pushed out of reach here)."""
-    from gateway import server as server_module
     from gateway.config import load_settings
+    from gateway.mcp import server as server_module
 
     monkeypatch.setattr(server_module, "START_DEFER_MAX_S", 3600.0)
     monkeypatch.setenv("HOME", str(tmp_path))
