@@ -48,7 +48,7 @@ from gateway import proc
 from gateway.config import LeaseConfig, Settings
 from gateway.jobs.manager import JobManager
 from gateway.model import ErrorKind, InstanceRow, JobRow
-from gateway.store.base import REAPER_BATCH_ROWS, JobStore
+from gateway.store.base import REAPER_BATCH_ROWS, JobStore, StoreReplaced
 
 log = structlog.get_logger(__name__)
 
@@ -125,6 +125,7 @@ class LeaseKeeper:
             before = await self.store.now()
             await self.store.register_instance(self.identity, self.lease.ttl_s)
         except Exception as exc:
+            self._note_replaced(exc)
             log.warning("instance registration failed; admission stays off",
                         action="register", error=repr(exc))
             self.registered = False
@@ -148,6 +149,7 @@ class LeaseKeeper:
             before = await self.store.now()
             renewed = await self.store.heartbeat(self.identity.instance_id, self.lease.ttl_s)
         except Exception as exc:
+            self._note_replaced(exc)
             self.heartbeat_failures += 1
             log.warning("heartbeat failed", action="heartbeat", failures=self.heartbeat_failures,
                         error=repr(exc))
@@ -166,6 +168,13 @@ class LeaseKeeper:
             await self.register()
         else:
             self.heartbeat_failures = 0
+
+    def _note_replaced(self, exc: Exception) -> None:
+        """The store's file was deleted or replaced: admission goes off at once (not after
+        max_heartbeat_failures) and stays off, saying why, until the gateway restarts."""
+        if isinstance(exc, StoreReplaced):
+            self.manager.admitting = False
+            self.manager.store_problem = str(exc)
 
     def _renewed(self, store_now: float) -> None:
         self._watch_clock(store_now)

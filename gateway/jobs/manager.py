@@ -116,6 +116,9 @@ class JobManager:
         self.limiter = Limiter(limits.max_running_jobs, limits.max_running_per_provider,
                                limits.max_queued_jobs)
         self.admitting = False  # durable admission: turned on by the lease keeper
+        # Why the store cannot be used until a restart (its file was deleted), if so: set
+        # by the lease keeper, shown by gateway_status and in admission errors.
+        self.store_problem: str | None = None
         self.closing = False
         self.spool_root = settings.state_dir / "spool"
         self._local: dict[str, LocalJob] = {}
@@ -149,6 +152,10 @@ class JobManager:
             raise GatewayError(ErrorKind.UNAVAILABLE,
                                f"Admission is closed for {provider}: this gateway is shutting "
                                f"down. Retry; a new gateway instance will take the request.")
+        if self.store_problem is not None:
+            raise GatewayError(ErrorKind.UNAVAILABLE,
+                               f"Durable admission is off for {provider}: "
+                               f"{self.store_problem}")
         if not self.admitting:
             raise GatewayError(ErrorKind.UNAVAILABLE,
                                f"Durable admission is off for {provider}: this gateway instance "

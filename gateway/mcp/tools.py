@@ -482,6 +482,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
             "ready": manager is not None,
             "admitting": bool(manager.snapshot()["admitting"]) if manager else False,
             "start_error": gateway.start_error if gateway else None,
+            "store_problem": manager.store_problem if manager else None,
             "jobs": manager.snapshot() if manager else None,
             "limits": settings.limits.model_dump(mode="json"),
             "lease": settings.lease.model_dump(mode="json"),
@@ -517,6 +518,8 @@ def _status_text(data: dict[str, Any]) -> str:
     if not data["ready"]:
         why = f": {data['start_error']}" if data["start_error"] else ""
         lines.append(f"NOT READY (the job store is still opening{why})")
+    if data["store_problem"]:
+        lines.append(f"STORE PROBLEM: {data['store_problem']}")
     else:
         jobs = data["jobs"] or {}
         lines.append(f"admitting: {data['admitting']}; running {jobs.get('running')}/"

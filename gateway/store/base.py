@@ -48,6 +48,15 @@ class StoreUnavailable(Exception):
     """
 
 
+class StoreReplaced(StoreUnavailable):
+    """The store's file was deleted or replaced while this gateway had it open (SQLite).
+
+    Writes would land in the old, unlinked file and vanish, and another gateway would start
+    over on an empty one: the store refuses every call from then on, and the gateway stops
+    admitting until it is restarted. The message says what happened and what to do.
+    """
+
+
 class DuplicateActiveJob(Exception):
     """insert_job lost the race: a non-forced active job with the same request_key exists.
 

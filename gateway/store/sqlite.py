@@ -46,6 +46,7 @@ from gateway.store.base import (
     REAPER_BATCH_ROWS,
     SCHEMA_VERSION,
     DuplicateActiveJob,
+    StoreReplaced,
     StoreUnavailable,
     answer_in,
     output_to_bind,
@@ -253,6 +254,10 @@ class SqliteJobStore:
         # test injects one that steps, as a suspend and resume does to the wall clock.
         self.clock = clock
         self._conn: aiosqlite.Connection | None = None
+        # The file's identity (st_dev, st_ino) when it was opened, and why the store stopped
+        # using it if the path stopped naming that file (deleted, replaced).
+        self._file_id: tuple[int, int] | None = None
+        self._replaced: str | None = None
         # One connection per store: a transaction must never interleave with another task's.
         self._lock = anyio.Lock()
 
@@ -277,6 +282,7 @@ class SqliteJobStore:
                 await self._enable_wal(conn)
                 await conn.execute("PRAGMA synchronous = NORMAL")
             self._conn = conn
+            self._file_id, self._replaced = self._identity(), None
             await self._migrate()
         except BaseException:
             self._conn = None
@@ -316,7 +322,38 @@ class SqliteJobStore:
     def _connection(self) -> aiosqlite.Connection:
         if self._conn is None:
             raise StoreUnavailable("sqlite store is not open")
+        if self._replaced is not None:
+            raise StoreReplaced(self._replaced)
         return self._conn
+
+    def _identity(self) -> tuple[int, int] | None:
+        try:
+            info = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return info.st_dev, info.st_ino
+
+    def check_file(self) -> None:
+        """Raise StoreReplaced if the path no longer names the file this store opened.
+
+        A deleted file stays writable through the open connection, so without this check
+        every result written from then on would vanish with the unlinked inode, and a second
+        gateway would create an empty file and run an identical request again. Called on
+        each heartbeat (one stat); from the first mismatch on, every call is refused.
+        """
+        if self._replaced is None and self._file_id is not None:
+            found = self._identity()
+            if found != self._file_id:
+                what = "deleted" if found is None else "replaced by another file"
+                self._replaced = (
+                    f"sqlite store: the database file {self.path} was {what} while this "
+                    f"gateway had it open; its writes would be lost, so it no longer uses "
+                    f"it. Restore the file or restart the gateway (jobs it had stored are "
+                    f"in the old file only).")
+                log.error("the sqlite database file was deleted or replaced",
+                          action="store_replaced", path=str(self.path), found=what)
+        if self._replaced is not None:
+            raise StoreReplaced(self._replaced)
 
     @asynccontextmanager
     async def _read(self, action: str) -> AsyncIterator[aiosqlite.Connection]:
@@ -390,6 +427,7 @@ class SqliteJobStore:
             db, MARK_INSTANCE_STOPPED, {"instance_id": instance_id, "now": now}))
 
     async def heartbeat(self, instance_id: str, ttl_s: float) -> int:
+        self.check_file()
         return await self._transaction("heartbeat", lambda db, now: _changed(
             db, RENEW_INSTANCE_LEASE, {"instance_id": instance_id, "now": now, "ttl_s": ttl_s}))
 

@@ -265,3 +265,41 @@ async def test_an_instance_whose_own_lease_lapsed_on_the_store_clock_judges_nobo
     assert (await store.get_job(row.id)).status == JobStatus.QUEUED
     await gw.leases.heartbeat_once()  # renewed again: it judges, and the dead job goes
     assert [r.id for r in await gw.leases.sweep_once()] == [row.id]
+
+
+# -- the SQLite file deleted while running (issue 15, item 9) -------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_a_deleted_sqlite_file_stops_admission_and_no_write_vanishes_into_it(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    """Regression: with its file deleted the gateway went on writing into the unlinked
+    inode (results vanished at stop), and a second gateway created an empty file, so an
+    identical request ran twice. The first gateway notices on its next heartbeat, stops
+    admitting, says why, and writes nothing more to the dead file."""
+    settings = make_settings()
+    gw = await start_gateway(settings)
+    manager = await gw.manager()
+    running = await manager.submit("claude", SubmitRequest(prompt="mine @sleep=1"))
+    await wait_for(lambda: len(fake_log.spawns()) == 1)
+    db = settings.persistence.path
+    with structlog.testing.capture_logs() as logs:
+        for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+            path.unlink(missing_ok=True)
+        await wait_for(lambda: manager.store_problem is not None, 10)
+        assert not manager.admitting
+        assert any(e.get("action") == "store_replaced" for e in logs)
+        assert "deleted" in manager.store_problem and str(db) in manager.store_problem
+        with pytest.raises(GatewayError) as refused:
+            await manager.submit("claude", SubmitRequest(prompt="mine @sleep=1"))
+        assert refused.value.kind == ErrorKind.UNAVAILABLE
+        assert "deleted" in refused.value.message
+        # The run ends, but its result is not written into the unlinked file: the terminal
+        # write is refused (and retried: a restored file would take it), the spool stays.
+        await wait_for(lambda: any(e.get("action") == "complete" and "deleted" in e.get("error", "")
+                                   for e in logs), 20)
+    assert (manager.spool_root / running.job.id / "stdout").exists()
+    # A second gateway on the same path starts on a new, empty file (nothing to see).
+    other = await (await start_gateway(settings)).manager()
+    assert await other.store.get_job(running.job.id) is None
