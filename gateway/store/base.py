@@ -48,6 +48,12 @@ class StoreUnavailable(Exception):
     """
 
 
+class StoreFull(StoreUnavailable):
+    """The store refused a write because its disk is full (SQLite: the state filesystem;
+    PostgreSQL: the server's). Retrying the same write cannot succeed: the caller must write
+    less (a completion keeps what fits of its output) or free space first."""
+
+
 class StoreReplaced(StoreUnavailable):
     """The store's file was deleted or replaced while this gateway had it open (SQLite).
 

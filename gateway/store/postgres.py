@@ -47,6 +47,7 @@ from gateway.store.base import (
     REAPER_BATCH_ROWS,
     SCHEMA_VERSION,
     DuplicateActiveJob,
+    StoreFull,
     StoreUnavailable,
     answer_in,
     output_to_bind,
@@ -213,7 +214,8 @@ class PostgresJobStore:
 
     def _unavailable(self, action: str, exc: BaseException) -> StoreUnavailable:
         detail = self._scrub(str(exc)) or type(exc).__name__
-        return StoreUnavailable(
+        kind = StoreFull if isinstance(exc, asyncpg.DiskFullError) else StoreUnavailable
+        return kind(
             f"postgres store: {action} failed ({type(exc).__name__}: {detail})"
         )
 

@@ -14,6 +14,7 @@ lease computed by one writer is never older than a decision taken by the next.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -46,6 +47,7 @@ from gateway.store.base import (
     REAPER_BATCH_ROWS,
     SCHEMA_VERSION,
     DuplicateActiveJob,
+    StoreFull,
     StoreReplaced,
     StoreUnavailable,
     answer_in,
@@ -199,15 +201,19 @@ def _changed(db: sqlite3.Connection, sql: str, params: Mapping[str, Any]) -> int
 
 @contextmanager
 def _store_errors(action: str) -> Iterator[None]:
-    """Turn SQLite and OS failures into StoreUnavailable (integrity errors are bugs: kept)."""
+    """Turn SQLite and OS failures into StoreUnavailable, StoreFull when the disk is full
+    (integrity errors are bugs: kept)."""
     try:
         yield
     except sqlite3.IntegrityError:
         raise
     except sqlite3.Error as exc:
+        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            raise StoreFull(f"sqlite store: {action} failed: {exc}") from exc
         raise StoreUnavailable(f"sqlite store: {action} failed: {exc}") from exc
     except OSError as exc:
-        raise StoreUnavailable(f"sqlite store: {action} failed: {exc.strerror or exc}") from exc
+        unavailable = StoreFull if exc.errno == errno.ENOSPC else StoreUnavailable
+        raise unavailable(f"sqlite store: {action} failed: {exc.strerror or exc}") from exc
 
 
 def _ensure_private_dir(directory: Path) -> None:
