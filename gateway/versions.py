@@ -3,7 +3,8 @@
 `gateway_status` reports this, but must never spawn anything on the request path: a hung
 `--version` (a node CLI that wants to update itself, a login prompt) would hang the tool.
 So the lifespan starts `probe_all()` once the gateway is up; each probe is an argv list
-(never a shell), runs in its own process group, and is killed when it overruns.
+(never a shell), runs in its own process group with the same scrubbed environment as a
+provider run (gateway/childenv.py), and the group is killed when it overruns.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
+from gateway import proc
+from gateway.childenv import child_env, secret_env_names
 from gateway.config import Settings
 
 log = structlog.get_logger(__name__)
@@ -88,7 +92,7 @@ class CliVersions:
                     if self._stopping.is_set():
                         return
                     info.version, info.version_error = await probe_version(
-                        info.path, self._stopping)
+                        info.path, secret_env_names(self.settings), self._stopping)
                 info.probed = True
             self._info[name] = info
 
@@ -100,24 +104,20 @@ class CliVersions:
                   versions={n: i.version for n, i in self._info.items()})
 
 
-async def probe_version(executable: str,
+async def probe_version(executable: str, secret_env: Iterable[str],
                         stopping: asyncio.Event | None = None) -> tuple[str | None, str | None]:
     """(first line of `<executable> --version`, None) or (None, why it failed). Gives up
     (killing the probe's process group) after VERSION_PROBE_TIMEOUT_S or once `stopping`
-    is set."""
-    from providers.registry import extended_path
-
-    env = dict(os.environ)
-    env["PATH"] = extended_path(env.get("PATH", ""))
-    env.update(NO_COLOR="1", TERM="dumb")
+    is set. `secret_env`: as a provider run's (gateway.childenv.secret_env_names)."""
+    env = await asyncio.to_thread(child_env, secret_env)  # scans the user bin dirs
     try:
-        proc = await asyncio.create_subprocess_exec(
+        probe = await asyncio.create_subprocess_exec(
             executable, "--version", stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             start_new_session=True, env=env)
     except OSError as exc:
         return None, f"cannot run: {exc.strerror or exc}"
-    talk = asyncio.ensure_future(proc.communicate())
+    talk = asyncio.ensure_future(probe.communicate())
     stop = asyncio.ensure_future((stopping or asyncio.Event()).wait())
     try:
         await asyncio.wait({talk, stop}, timeout=VERSION_PROBE_TIMEOUT_S,
@@ -125,18 +125,19 @@ async def probe_version(executable: str,
     finally:
         stop.cancel()
         if not talk.done():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # the group: a wrapper's child too
+            # start_new_session: the probe's pid is its group's id. The group, so that a
+            # wrapper script's child dies too.
+            proc.signal_group(probe.pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(talk, PROBE_REAP_S)
     if talk.cancelled() or talk.exception() is not None:
         return None, "`--version` probe was interrupted"
-    if proc.returncode is not None and proc.returncode < 0:
+    if probe.returncode is not None and probe.returncode < 0:
         return None, f"`--version` did not answer within {VERSION_PROBE_TIMEOUT_S:g} s"
     stdout, stderr = talk.result()
     line = _first_line(stdout) or _first_line(stderr)
-    if proc.returncode != 0:
-        return None, f"`--version` exited {proc.returncode}: {line or 'no output'}"
+    if probe.returncode != 0:
+        return None, f"`--version` exited {probe.returncode}: {line or 'no output'}"
     return line, None if line else "`--version` printed nothing"
 
 

@@ -16,7 +16,6 @@ import anyio
 import pytest
 
 from gateway import __version__
-from gateway.cli.main import is_loopback
 from gateway.config import Settings, load_settings
 from gateway.model import Completion, InstanceRow, JobStatus, NewJob
 
@@ -219,16 +218,6 @@ def test_no_auth_is_checked_against_the_configured_host_too(home: Path) -> None:
     assert "'0.0.0.0'" in done.stderr
 
 
-@pytest.mark.parametrize(
-    ("host", "loopback"),
-    [("127.0.0.1", True), ("127.8.9.10", True), ("::1", True), ("[::1]", True),
-     ("localhost", True), ("LOCALHOST.", True), ("0.0.0.0", False), ("::", False),
-     ("10.0.0.1", False), ("localhost.example.com", False), ("", False)],
-)
-def test_loopback_detection(host: str, loopback: bool) -> None:
-    assert is_loopback(host) is loopback
-
-
 @pytest.mark.parametrize("command", [["serve"], []], ids=["serve", "default"])
 def test_serve_over_stdio_prints_nothing_to_stdout(home: Path, command: list[str]) -> None:
     # stdin is /dev/null: the stdio server sees EOF at once, drains and exits. Its logs
@@ -277,7 +266,7 @@ def seeded(home: Path) -> tuple[Path, Settings, dict[str, str]]:
             await store.insert_job(NewJob(id=ids[name], provider=provider,
                                           request_key=f"key-{name}", owner_instance=owner),
                                    ttl_s=3600)
-        await store.mark_running(ids["running"], LIVE_OWNER, None, None, None, ttl_s=3600)
+        await store.mark_running(ids["running"], LIVE_OWNER, ttl_s=3600)
         await store.complete(ids["done"], LIVE_OWNER, Completion(
             status=JobStatus.COMPLETED, exit_code=0, output='{"raw": "stdout"}',
             output_bytes=17, result_json=json.dumps({"text": ANSWER, "session_id": "s-1"})))

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import anyio
 
 from gateway import __version__
+from gateway.childenv import secret_env_names
 from gateway.config import (
     PROVIDER_NAMES,
     ConfigError,
@@ -65,7 +66,8 @@ def run_doctor(config_path: Path | None) -> Report:
     else:
         checks.append(check_store(settings))
     providers = settings.providers if settings else {n: ProviderConfig() for n in PROVIDER_NAMES}
-    checks += check_cli_providers(providers)
+    secret_env = secret_env_names(settings) if settings else frozenset()
+    checks += check_cli_providers(providers, secret_env)
     if settings is not None:
         checks += [check_api_provider(name, settings) for name in sorted(settings.api_providers)]
     return Report(version=__version__, checks=checks)
@@ -146,8 +148,10 @@ async def _schema_version(settings: Settings) -> int:
 # -- CLI providers -----------------------------------------------------------------------
 
 
-def check_cli_providers(providers: dict[str, ProviderConfig]) -> list[Check]:
-    """One check per CLI provider: found where (PATH + user bin dirs), which version."""
+def check_cli_providers(providers: dict[str, ProviderConfig],
+                        secret_env: frozenset[str]) -> list[Check]:
+    """One check per CLI provider: found where (PATH + user bin dirs), which version
+    (probed with a provider run's environment: without `secret_env`)."""
     try:
         from providers.registry import CLI_PROVIDERS, resolve_command
     except ImportError as exc:
@@ -178,7 +182,7 @@ def check_cli_providers(providers: dict[str, ProviderConfig]) -> list[Check]:
         found[name] = resolved
         checks[name] = Check(name, "ok", resolved, details)
 
-    for name, (version, problem) in anyio.run(_probe_versions, found).items():
+    for name, (version, problem) in anyio.run(_probe_versions, found, secret_env).items():
         check = checks[name]
         check.details["version"] = version
         if version is not None:
@@ -190,7 +194,8 @@ def check_cli_providers(providers: dict[str, ProviderConfig]) -> list[Check]:
     return [checks[name] for name in PROVIDER_NAMES if name in checks]
 
 
-async def _probe_versions(found: dict[str, str]) -> dict[str, tuple[str | None, str | None]]:
+async def _probe_versions(found: dict[str, str], secret_env: frozenset[str],
+                          ) -> dict[str, tuple[str | None, str | None]]:
     """`<cli> --version` for every found CLI at once; each probe is bounded and killed
     (with its process group) when it overruns, so a hung CLI cannot hang doctor."""
     from gateway.versions import probe_version
@@ -198,7 +203,7 @@ async def _probe_versions(found: dict[str, str]) -> dict[str, tuple[str | None, 
     results: dict[str, tuple[str | None, str | None]] = {}
 
     async def one(name: str, path: str) -> None:
-        results[name] = await probe_version(path)
+        results[name] = await probe_version(path, secret_env)
 
     async with anyio.create_task_group() as group:
         for name, path in found.items():

@@ -11,7 +11,6 @@ commands talk to a human on stdout and put errors on stderr.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import os
 import sys
@@ -29,6 +28,7 @@ from gateway.config import ConfigError, Settings, default_config_path, load_sett
 from gateway.logs import configure_logging, redact_text
 from gateway.model import JobRow, JobStatus
 from gateway.store.base import StoreUnavailable, answer_in, page_of
+from providers.loopback import is_loopback_host
 
 PROG = "agent-cli-gateway"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -213,23 +213,12 @@ def _run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
 # -- serve ---------------------------------------------------------------------------------
 
 
-def is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 and `localhost` (nothing else: a name could resolve anywhere)."""
-    name = host.strip().removeprefix("[").removesuffix("]").rstrip(".").lower()
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve MCP. Everything this prints goes to stderr: stdout is the protocol channel."""
     settings = _load(args, quiet=False)
     host = args.host if args.host is not None else settings.http.host
     port = args.port if args.port is not None else settings.http.port
-    if args.no_auth and not is_loopback(host):
+    if args.no_auth and not is_loopback_host(host):
         raise CliError(
             f"--no-auth is only allowed on a loopback host (127.0.0.1, ::1, localhost), not "
             f"{host!r}: anyone who can reach {host}:{port} could run agents as you. "

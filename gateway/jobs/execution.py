@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from gateway.childenv import secret_env_names
 from gateway.config import Settings
-from gateway.jobs.runner import ProcessIdentity, ProcessRun, RunSpec, read_tail
+from gateway.jobs.runner import ProcessIdentity, ProcessRun, RunSpec
+from gateway.jobs.spool import clean_stdout_path, read_tail, stderr_path, stdout_path
 from gateway.jobs.targets import Target
 from gateway.model import (
     EXIT_CODES,
@@ -28,7 +30,6 @@ from providers.base import ProviderResult
 from providers.parsing import Stdout, plain_text
 
 STDERR_TAIL_BYTES = 8 * 1024  # the end of stderr kept on the row (errors, auth detection)
-CLEAN_STDOUT_NAME = "stdout.utf8"  # the spool dir's copy of a stdout that is not valid UTF-8
 
 
 @dataclass(slots=True)
@@ -82,7 +83,7 @@ class ProcessExecution:
             working_dir=target.working_dir, timeout_s=timeout_s,
             idle_timeout_s=limits.idle_timeout_s if target.idle_timeout else None,
             max_output_bytes=limits.max_output_bytes, kill_grace_s=limits.kill_grace_s,
-            install_hint=target.install_hint,
+            secret_env=secret_env_names(settings), install_hint=target.install_hint,
         )
         self.run = ProcessRun(self.spec)
 
@@ -130,10 +131,10 @@ class ProcessExecution:
         return self.run.stdout_bytes
 
     def read_stdout_tail(self, max_bytes: int) -> str:
-        return read_tail(self.spec.spool_dir / "stdout", max_bytes)
+        return read_tail(stdout_path(self.spec.spool_dir), max_bytes)
 
     def read_stderr_tail(self, max_bytes: int) -> str:
-        return read_tail(self.spec.spool_dir / "stderr", max_bytes)
+        return read_tail(stderr_path(self.spec.spool_dir), max_bytes)
 
 
 class HttpExecution:
@@ -228,7 +229,7 @@ def final_stdout(spool: Path, plain_answer: bool) -> FinalStdout:
     try:
         return _stdout_pass(spool, "strict", None, plain_answer)
     except UnicodeDecodeError:
-        clean = spool.with_name(CLEAN_STDOUT_NAME)
+        clean = clean_stdout_path(spool)
         with clean.open("wb") as copy:
             final = _stdout_pass(spool, "replace", copy, plain_answer)
         return FinalStdout(OutputFile(clean, final.file.size), final.answer_span, final.escape)

@@ -22,6 +22,7 @@ from typing import Any
 import structlog
 
 from gateway.config import Settings
+from gateway.jobs import spool
 from gateway.jobs.execution import (
     STDERR_TAIL_BYTES,
     Execution,
@@ -43,6 +44,7 @@ from gateway.model import (
     Progress,
 )
 from gateway.store.base import DuplicateActiveJob, JobStore, StoreFull, StoreUnavailable
+from providers.parsing import char_boundary
 
 log = structlog.get_logger(__name__)
 
@@ -121,7 +123,7 @@ class JobManager:
         # by the lease keeper, shown by gateway_status and in admission errors.
         self.store_problem: str | None = None
         self.closing = False
-        self.spool_root = settings.state_dir / "spool"
+        self.spool_root = spool.spool_root(settings.state_dir)
         self._local: dict[str, LocalJob] = {}
         self._background: set[asyncio.Task[None]] = set()
 
@@ -288,7 +290,7 @@ class JobManager:
             return
         # CAS queued -> running BEFORE spawning: a row orphaned or cancelled while it waited
         # is never launched (no child is spawned only to be killed).
-        if not await self.store.mark_running(job.row.id, self.instance_id, None, None, None,
+        if not await self.store.mark_running(job.row.id, self.instance_id,
                                              self.settings.lease.ttl_s):
             log.warning("job not launched: row no longer queued", action="mark_running",
                         job_id=job.row.id)
@@ -568,12 +570,10 @@ class JobManager:
             data, total = await self._stored_output(job_id, base, upto - base, answer=not raw)
         else:
             data, total = await self._partial_stdout(row, upto)
-        start = _char_boundary(data, base, min(offset, total))
-        end = _char_boundary(data, base, min(total, start + max_bytes))
-        if end == start and start < total:  # max_bytes smaller than one character
-            end = min(total, start + 4)
-            while end < total and end - base < len(data) and (data[end - base] & 0xC0) == 0x80:
-                end += 1
+        start = base + char_boundary(data, min(offset, total) - base)
+        end = base + char_boundary(data, min(total, start + max_bytes) - base)
+        if end == start and start < total:  # max_bytes smaller than one character: take it
+            end = min(total, base + char_boundary(data, start + 1 - base, forward=True))
         next_offset = end if end < total else None
         if end >= base + len(data) and end < total:  # a running job's prefix: more is coming
             next_offset = end
@@ -596,7 +596,7 @@ class JobManager:
         """Output so far of a running job (its first `upto` bytes, and the total): the spool
         file when it runs on this host with our state dir, else the tail its owner flushed
         to the row."""
-        path = self.spool_root / row.id / "stdout"
+        path = spool.stdout_path(self.spool_root / row.id)
         if row.hostname == self.hostname and path.exists():
             with path.open("rb") as fh:
                 data = fh.read(upto)
@@ -644,12 +644,4 @@ def _retrieve_exception(task: asyncio.Task[Any]) -> None:
     'exception was never retrieved' noise; the caller, if still there, got it)."""
     if not task.cancelled():
         task.exception()
-
-
-def _char_boundary(data: bytes, base: int, index: int) -> int:
-    """Move output position `index` back to the start of a UTF-8 character (never split
-    one); `data` holds the output from position `base` on."""
-    while base < index < base + len(data) and (data[index - base] & 0xC0) == 0x80:
-        index -= 1
-    return index
 

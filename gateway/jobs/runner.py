@@ -3,7 +3,7 @@
 `ProcessRun(spec)`: `await start()` spawns the CLI (argv list, never a shell) in a new session,
 so it leads its own process group; `await wait()` returns the `RunOutcome` once the run is over
 and the whole group is gone; `cancel()` asks for a stop. stdout and stderr go straight into two
-spool files (`<spool_dir>/stdout`, `<spool_dir>/stderr`): the event loop copies no bytes, memory
+spool files (gateway/jobs/spool.py): the event loop copies no bytes, memory
 stays flat whatever the output size, partial output can be read while the run goes on, and it
 survives a gateway crash. A monitor loop stats those files to enforce the output cap and the
 idle timeout, and watches the wall clock.
@@ -20,7 +20,6 @@ crash, though; then the group is killed at once so that nothing leaks.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
 import os
 import shutil
@@ -37,11 +36,11 @@ from typing import Any
 import structlog
 
 from gateway import proc
-from gateway.config import ENV_PREFIX
+from gateway.childenv import child_env
+from gateway.jobs import spool
 from gateway.jobs.child_exit import ChildExit, open_pidfd
 from gateway.model import EXIT_CODES, ErrorKind, GatewayError
 from providers.base import Invocation
-from providers.registry import extended_path
 
 log = structlog.get_logger(__name__)
 
@@ -55,8 +54,6 @@ GROUP_POLL_INTERVAL_S = 0.05
 # warning. SIGKILL cannot be ignored; only uninterruptible sleep (e.g. a hung NFS read) delays it.
 REAP_TIMEOUT_S = 5.0
 
-STDOUT_NAME = "stdout"
-STDERR_NAME = "stderr"
 ERROR_TAIL_BYTES = 4096  # how much of the end of stderr is read to quote a provider's error
 ERROR_TAIL_LINES = 3  # how many last non-empty stderr lines become the error text
 STDIN_CHUNK_BYTES = 64 * 1024  # one pipe buffer: the most a non-blocking write can take at once
@@ -81,6 +78,9 @@ class RunSpec:
     idle_timeout_s: float | None  # None: never idle-killed (providers that print at exit)
     max_output_bytes: int
     kill_grace_s: float
+    # Variables of the gateway's environment the child must not see, besides AGENT_GATEWAY_*
+    # (gateway.childenv.secret_env_names of the settings).
+    secret_env: frozenset[str]
     install_hint: str = ""  # shown when the binary is missing
 
 
@@ -106,7 +106,7 @@ class RunOutcome:
     extra: dict[str, object] = field(default_factory=dict)
 
 
-# -- helpers: command lookup, spool reads ----------------------------------------------------
+# -- helpers: command lookup, messages ------------------------------------------------------
 
 
 def resolve_command(command: str, path: str) -> str | None:
@@ -115,45 +115,6 @@ def resolve_command(command: str, path: str) -> str | None:
         candidate = os.path.abspath(command)
         return candidate if os.path.isfile(candidate) and os.access(candidate, os.X_OK) else None
     return shutil.which(command, path=path)
-
-
-def read_range(path: Path, offset: int, max_bytes: int) -> bytes:
-    """Up to `max_bytes` bytes of a spool file from `offset` (b"" past the end or if absent)."""
-    if offset < 0 or max_bytes < 0:
-        raise ValueError("offset and max_bytes must not be negative")
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            return fh.read(max_bytes)
-    except FileNotFoundError:
-        return b""
-
-
-def read_tail(path: Path, max_bytes: int) -> str:
-    """The last `max_bytes` bytes (at most) of a spool file as text ("" if absent).
-
-    The cut never splits a UTF-8 character: continuation bytes at the start of the window are
-    skipped, and an incomplete character at the end (a writer still mid-character) is left
-    out. Bytes that are not UTF-8 at all become U+FFFD.
-    """
-    if max_bytes <= 0:
-        return ""
-    try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            start = max(0, size - max_bytes)
-            fh.seek(start)
-            data = fh.read(max_bytes)
-    except FileNotFoundError:
-        return ""
-    if start > 0:
-        skip = 0
-        # A UTF-8 character is at most 4 bytes: at most 3 continuation bytes (10xxxxxx) lead.
-        while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
-            skip += 1
-        data = data[skip:]
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    return decoder.decode(data, final=False)
 
 
 def _resolve_once(future: asyncio.Future[None]) -> None:
@@ -211,8 +172,8 @@ class ProcessRun:
 
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
-        self.stdout_path = spec.spool_dir / STDOUT_NAME
-        self.stderr_path = spec.spool_dir / STDERR_NAME
+        self.stdout_path = spool.stdout_path(spec.spool_dir)
+        self.stderr_path = spool.stderr_path(spec.spool_dir)
         self._identity: ProcessIdentity | None = None
         self._supervisor: asyncio.Task[RunOutcome] | None = None
         self._stop: _StopRequest | None = None
@@ -350,7 +311,7 @@ class ProcessRun:
     def _spawn_blocking(self, argv: list[str]) -> _Spawned:
         """Validate, prepare the directories and start the child (in a worker thread)."""
         spec = self.spec
-        env = self._child_env()
+        env = child_env(spec.secret_env, spec.invocation.env)
         if spec.working_dir is not None and not Path(spec.working_dir).is_dir():
             raise GatewayError(
                 ErrorKind.INVALID_INPUT,
@@ -454,18 +415,6 @@ class ProcessRun:
             for fd in opened:
                 self._close_quietly(fd)
         return process, stdin_write_fd
-
-    def _child_env(self) -> dict[str, str]:
-        extra = self.spec.invocation.env
-        # The gateway's own settings (HTTP bearer token, PostgreSQL DSN with its password)
-        # are no business of a provider CLI that runs tools on untrusted prompts.
-        env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-        env["NO_COLOR"] = "1"  # no ANSI escapes in output we parse and store
-        env["TERM"] = "dumb"  # no cursor movement, spinners or pagers
-        env.update({k: v for k, v in extra.items() if k != "PATH"})
-        # The user bin dirs (providers/registry.py): MCP clients often pass a bare PATH.
-        env["PATH"] = extended_path(extra.get("PATH", os.environ.get("PATH", "")))
-        return env
 
     def _not_found(self, command: str) -> GatewayError:
         hint = self.spec.install_hint.strip().rstrip(".")
@@ -715,4 +664,4 @@ class ProcessRun:
         )
 
     def _stderr_tail(self) -> str:
-        return _last_lines(read_tail(self.stderr_path, ERROR_TAIL_BYTES), ERROR_TAIL_LINES)
+        return _last_lines(spool.read_tail(self.stderr_path, ERROR_TAIL_BYTES), ERROR_TAIL_LINES)

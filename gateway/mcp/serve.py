@@ -7,28 +7,19 @@ the server without the server knowing either: the import graph has no cycle.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import signal
 
 import structlog
 
 from gateway.config import Settings
 from gateway.mcp.server import GatewayServer, build_server
+from providers.loopback import is_loopback_host
 
 log = structlog.get_logger(__name__)
 
 
 class ServeError(ValueError):
     """serve() was asked for something unsafe or impossible; the message says what to do."""
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def serve(settings: Settings, transport: str = "stdio", host: str | None = None,
@@ -46,7 +37,7 @@ def serve(settings: Settings, transport: str = "stdio", host: str | None = None,
         host = host if host is not None else settings.http.host
         port = port if port is not None else settings.http.port
         token = settings.http.auth_token
-        if no_auth and not is_loopback(host):
+        if no_auth and not is_loopback_host(host):
             raise ServeError(f"no_auth is only allowed on a loopback host (127.0.0.1, ::1, "
                              f"localhost), not {host!r}; configure [http] auth_token instead.")
         if not no_auth and not token:

@@ -190,12 +190,22 @@ class JobStore(Protocol):
         partial unique index enforces it, so two instances racing get exactly one job).
         """
 
-    async def mark_running(
-        self, job_id: str, owner_instance: str, pid: int | None, pgid: int | None,
-        pid_started_at: float | None, ttl_s: float,
+    async def mark_running(self, job_id: str, owner_instance: str, ttl_s: float) -> bool:
+        """CAS queued -> running for this owner; stamps started_at and renews the lease.
+        False if the row is no longer queued (orphaned, cancelled).
+
+        The manager marks a row running BEFORE it spawns, so a row orphaned or cancelled
+        while queued never gets a child; the process identity follows (record_process)."""
+
+    async def record_process(
+        self, job_id: str, owner_instance: str, pid: int, pgid: int, pid_started_at: float
     ) -> bool:
-        """CAS queued -> running for this owner; stamps pid/pgid/pid_started_at/started_at
-        and renews the lease. False if the row is no longer queued (orphaned, cancelled)."""
+        """Stamp pid/pgid/pid_started_at on a running row owned by owner_instance, once the
+        child is spawned: the reaper's proof that the job's process is alive.
+
+        False if the row is no longer running or no longer this instance's. The run goes
+        on then: the owner's guarded terminal write self-heals a row orphaned meanwhile,
+        and a row without a pid errs towards being orphaned, never towards being lost."""
 
     async def complete(self, job_id: str, owner_instance: str, completion: Completion) -> bool:
         """Guarded terminal write: applies only if the row is queued/running, or orphaned AND
@@ -260,16 +270,7 @@ class JobStore(Protocol):
     async def now(self) -> float:
         """The store's clock (epoch seconds): the database clock on PostgreSQL."""
 
-    # -- appended after the skeleton (backwards compatible additions) ----------------------
-    async def record_process(
-        self, job_id: str, owner_instance: str, pid: int, pgid: int, pid_started_at: float
-    ) -> bool:
-        """Stamp pid/pgid/pid_started_at on a running row owned by owner_instance.
-
-        The manager marks a row running BEFORE it spawns (so a row that was orphaned while
-        queued never gets a child), then records the process it started. False if the row is
-        no longer running or no longer this instance's: the caller must kill the child."""
-
+    # -- output --------------------------------------------------------------------------
     async def read_output(
         self, job_id: str, offset: int, length: int, *, answer: bool = False
     ) -> tuple[bytes, int] | None:

@@ -188,10 +188,7 @@ class MemoryJobStore:
             self._jobs[job.id] = row
             return replace(row)
 
-    async def mark_running(
-        self, job_id: str, owner_instance: str, pid: int | None, pgid: int | None,
-        pid_started_at: float | None, ttl_s: float,
-    ) -> bool:
+    async def mark_running(self, job_id: str, owner_instance: str, ttl_s: float) -> bool:
         async with self._lock:
             job = self._jobs.get(job_id)
             # Invariant: only a queued row of this owner starts running.
@@ -201,7 +198,6 @@ class MemoryJobStore:
                 return False
             now = self._now()
             job.status = JobStatus.RUNNING
-            job.pid, job.pgid, job.pid_started_at = pid, pgid, pid_started_at
             job.started_at = now
             job.updated_at = now
             job.lease_deadline = now + timedelta(seconds=ttl_s)

@@ -51,6 +51,7 @@ from gateway.store.base import (
     StoreUnavailable,
     answer_in,
     output_to_bind,
+    page_bounds,
     page_of,
     without_output,
 )
@@ -375,13 +376,10 @@ class PostgresJobStore:
         assert row is not None  # INSERT ... RETURNING always returns the row it inserted
         return _job(row)
 
-    async def mark_running(
-        self, job_id: str, owner_instance: str, pid: int | None, pgid: int | None,
-        pid_started_at: float | None, ttl_s: float,
-    ) -> bool:
+    async def mark_running(self, job_id: str, owner_instance: str, ttl_s: float) -> bool:
         async with self._connection("mark running") as conn:
             status = await conn.execute(
-                MARK_RUNNING, job_id, owner_instance, pid, pgid, pid_started_at, float(ttl_s)
+                MARK_RUNNING, job_id, owner_instance, float(ttl_s)
             )
         return _status_count(status) == 1
 
@@ -486,13 +484,13 @@ class PostgresJobStore:
                 where = answer_in(await conn.fetchval(READ_RESULT_JSON, job_id)) if answer else None
                 if isinstance(where, str):
                     return page_of(where.encode("utf-8"), start, length)
-                first, last = where or (0, None)
-                at = first + start if last is None else first + min(start, last - first)
-                want = length if last is None else max(0, min(length, last - at))
-                row = await conn.fetchrow(READ_OUTPUT, job_id, at + 1, want, False)
-                if row is not None and last is not None:
-                    size = int(row[1] or 0)
-                    return bytes(row[0] or b""), max(0, min(last, size) - min(first, size))
+                # The answer is a range of the output (or there is none): page the output.
+                sized = await conn.fetchrow(READ_OUTPUT, job_id, 1, 0, False)
+                if sized is None:
+                    return None
+                first, count, total = page_bounds(int(sized[1] or 0), start, length, where)
+                row = await conn.fetchrow(READ_OUTPUT, job_id, first + 1, count, False)
+                return (bytes(row[0] or b""), total) if row is not None else None
         if row is None:
             return None
         return bytes(row[0] or b""), int(row[1] or 0)

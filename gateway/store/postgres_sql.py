@@ -194,9 +194,8 @@ LIMIT 1"""
 # queued -> running only for the owner: a row orphaned or cancelled while it waited in the
 # queue never starts (the manager spawns only after this returns true).
 MARK_RUNNING = """
-UPDATE jobs SET status = 'running', pid = $3, pgid = $4, pid_started_at = $5,
-                started_at = now(), updated_at = now(),
-                lease_deadline = now() + make_interval(secs => $6)
+UPDATE jobs SET status = 'running', started_at = now(), updated_at = now(),
+                lease_deadline = now() + make_interval(secs => $3)
 WHERE id = $1 AND owner_instance = $2 AND status = 'queued'"""
 
 # A process identity is stamped only on a running row this instance still owns.

@@ -475,12 +475,8 @@ class SqliteJobStore:
 
         return await self._transaction("insert_job", insert)
 
-    async def mark_running(
-        self, job_id: str, owner_instance: str, pid: int | None, pgid: int | None,
-        pid_started_at: float | None, ttl_s: float,
-    ) -> bool:
-        params = {"job_id": job_id, "owner_instance": owner_instance, "pid": pid, "pgid": pgid,
-                  "pid_started_at": pid_started_at, "ttl_s": ttl_s}
+    async def mark_running(self, job_id: str, owner_instance: str, ttl_s: float) -> bool:
+        params = {"job_id": job_id, "owner_instance": owner_instance, "ttl_s": ttl_s}
         return await self._transaction(
             "mark_running", lambda db, now: _changed(db, MARK_RUNNING, {**params, "now": now})) == 1
 

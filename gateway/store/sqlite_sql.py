@@ -205,8 +205,8 @@ WHERE request_key = :request_key AND forced = 0 AND status IN ('queued','running
 # queued -> running only for the owner: a row orphaned or cancelled while it waited in the
 # queue never starts (the manager spawns only after this returns true).
 MARK_RUNNING = """
-UPDATE jobs SET status = 'running', pid = :pid, pgid = :pgid, pid_started_at = :pid_started_at,
-                started_at = :now, updated_at = :now, lease_deadline = :now + :ttl_s
+UPDATE jobs SET status = 'running', started_at = :now, updated_at = :now,
+                lease_deadline = :now + :ttl_s
 WHERE id = :job_id AND owner_instance = :owner_instance AND status = 'queued'"""
 
 # A process identity is stamped only on a running row this instance still owns.

@@ -8,7 +8,6 @@ raises `InvalidRequest`, which the job layer turns into an `invalid_input` answe
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -21,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from providers.base import InvalidRequest
 from providers.http import anthropic
+from providers.loopback import is_loopback_host
 
 REDACTED = "[redacted]"
 
@@ -98,15 +98,11 @@ class ApiRequest(BaseModel):
 
 def is_loopback_url(url: str) -> bool:
     """True for a base_url on this machine (a local server such as Ollama may need no key)."""
-    host = urlsplit(url).hostname
-    if not host:
-        return False
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        host = urlsplit(url).hostname  # lower case, IPv6 brackets removed
     except ValueError:
         return False
+    return is_loopback_host(host or "")
 
 
 def redact_url(url: str) -> str:

@@ -391,13 +391,14 @@ def main(binary: str) -> None:
     except UsageError as exc:
         err(str(exc))
         sys.exit(2)
-    if run is None:
+    if run is None:  # --version
+        log_invocation({"binary": binary, "version_probe": True, "env": dict(os.environ)})
         sys.exit(exit_code)
     # Signal handlers first: once the log line exists, a test may send SIGTERM.
     setup_signals(run)
     log_invocation({"provider": run.provider, "binary": binary, "argv": sys.argv,
                     "pid": os.getpid(), "pgid": os.getpgid(0), "cwd": os.getcwd(),
-                    "prompt": run.prompt, "t": time.time()})
+                    "prompt": run.prompt, "t": time.time(), "env": dict(os.environ)})
     if "stderr" in run.d:
         err(run.d["stderr"])
     if "grandchild" in run.d:

@@ -87,7 +87,7 @@ async def test_a_provably_alive_process_is_left_alone_but_a_reused_pid_is_not(
     live = await store.insert_job(new_row("gone", **here), settings.lease.ttl_s)
     reused = await store.insert_job(new_row("gone", **here), settings.lease.ttl_s)
     for row, started in ((live, me.create_time()), (reused, me.create_time() - 1000)):
-        assert await store.mark_running(row.id, "gone", None, None, None, settings.lease.ttl_s)
+        assert await store.mark_running(row.id, "gone", settings.lease.ttl_s)
         assert await store.record_process(row.id, "gone", os.getpid(), os.getpgid(0), started)
     await wait_for(lambda: _status(store, reused.id, JobStatus.ORPHANED), 10)
     # Several more sweeps: the job whose process provably runs here is never orphaned.

@@ -31,9 +31,8 @@ from gateway.jobs.runner import (
     ProcessRun,
     RunOutcome,
     RunSpec,
-    read_range,
-    read_tail,
 )
+from gateway.jobs.spool import read_tail
 from gateway.model import ErrorKind, GatewayError
 from providers.base import Invocation
 
@@ -102,6 +101,7 @@ def make_spec(tmp_path: Path, invocation: Invocation, **overrides: Any) -> RunSp
         "job_id": "job-1", "invocation": invocation, "spool_dir": tmp_path / "spool",
         "working_dir": None, "timeout_s": LONG_S, "idle_timeout_s": None,
         "max_output_bytes": 10 * 1024 * 1024, "kill_grace_s": SHORT_GRACE_S,
+        "secret_env": frozenset(),
     }
     values.update(overrides)
     return RunSpec(**values)
@@ -669,42 +669,3 @@ async def test_the_provider_group_runs_below_the_gateways_priority(tmp_path: Pat
             assert proc.autogroup_nice(os.getpid()) == own_group  # ours is untouched
         run.cancel()
         await run.wait()
-
-
-def test_read_tail_never_splits_a_character(tmp_path: Path) -> None:
-    path = tmp_path / "out"
-    path.write_bytes("aé€😀".encode())  # 1 + 2 + 3 + 4 bytes
-    for max_bytes in range(1, 11):
-        text = read_tail(path, max_bytes)
-        assert "\ufffd" not in text
-        assert "aé€😀".endswith(text)
-        assert len(text.encode()) <= max_bytes
-    assert read_tail(path, 4) == "😀"
-    assert read_tail(path, 3) == ""
-
-
-def test_read_tail_leaves_out_a_character_still_being_written(tmp_path: Path) -> None:
-    path = tmp_path / "out"
-    path.write_bytes(b"ok" + "€".encode()[:2])
-    assert read_tail(path, 100) == "ok"
-
-
-def test_read_tail_replaces_bytes_that_are_not_utf8(tmp_path: Path) -> None:
-    path = tmp_path / "out"
-    path.write_bytes(b"a\xffb")
-    assert read_tail(path, 100) == "a\ufffdb"
-
-
-def test_spool_reads_of_a_missing_file_are_empty(tmp_path: Path) -> None:
-    assert read_tail(tmp_path / "nothing", 10) == ""
-    assert read_range(tmp_path / "nothing", 0, 10) == b""
-
-
-def test_read_range_pages_through_a_file(tmp_path: Path) -> None:
-    path = tmp_path / "out"
-    path.write_bytes(b"0123456789")
-    assert read_range(path, 0, 4) == b"0123"
-    assert read_range(path, 8, 4) == b"89"
-    assert read_range(path, 20, 4) == b""
-    with pytest.raises(ValueError):
-        read_range(path, -1, 4)

@@ -275,7 +275,7 @@ def _codex_spec(tmp_path: Path, command: str, name: str, timeout_s: float) -> Ru
     return RunSpec(job_id=name, invocation=invocation, spool_dir=tmp_path / name,
                    working_dir=str(tmp_path), timeout_s=timeout_s, idle_timeout_s=None,
                    max_output_bytes=10_000_000, kill_grace_s=KILL_GRACE_S,
-                   install_hint=codex.install_hint)
+                   secret_env=frozenset(), install_hint=codex.install_hint)
 
 
 @pytest.mark.anyio

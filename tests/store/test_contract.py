@@ -105,7 +105,8 @@ async def wait_for_store_time(store: JobStore, target_epoch_s: float) -> None:
 
 async def running(store: JobStore, job: NewJob, ttl_s: float = TTL_S) -> JobRow:
     await store.insert_job(job, ttl_s)
-    assert await store.mark_running(job.id, job.owner_instance, 100, 100, 1.5, ttl_s)
+    assert await store.mark_running(job.id, job.owner_instance, ttl_s)
+    assert await store.record_process(job.id, job.owner_instance, 100, 100, 1.5)
     row = await store.get_job(job.id)
     assert row is not None
     return row
@@ -129,7 +130,7 @@ async def orphaned(store: JobStore, job: NewJob, *, run: bool = True) -> JobRow:
     """A job whose lease ran out and that the reaper recovered."""
     await store.insert_job(job, EXPIRED_TTL_S)
     if run:
-        assert await store.mark_running(job.id, job.owner_instance, 1, 1, 1.0, EXPIRED_TTL_S)
+        assert await store.mark_running(job.id, job.owner_instance, EXPIRED_TTL_S)
     flipped = await reap(store, HTTP_GRACE_S)
     assert job.id in {r.id for r in flipped}
     return await get(store, job.id)
@@ -330,7 +331,7 @@ async def test_second_active_job_with_the_same_key_is_refused_naming_the_first(
         await store.insert_job(new_job(key="same", owner=OTHER), TTL_S)
     assert caught.value.existing_id == first.id
     # Still refused once running: the key is taken while the job is active.
-    assert await store.mark_running(first.id, OWNER, None, None, None, TTL_S)
+    assert await store.mark_running(first.id, OWNER, TTL_S)
     with pytest.raises(DuplicateActiveJob):
         await store.insert_job(new_job(key="same"), TTL_S)
     assert [r.id for r in await store.list_jobs()] == [first.id]
@@ -364,7 +365,7 @@ async def test_find_reusable_returns_active_jobs_whatever_their_age(store: JobSt
     await wait_for_store_time(store, epoch(row.created_at) + PAST_S)
     found = await store.find_reusable("k", WINDOW_S)
     assert found is not None and (found.id, found.status) == (job.id, JobStatus.QUEUED)
-    assert await store.mark_running(job.id, OWNER, 1, 1, 1.0, TTL_S)
+    assert await store.mark_running(job.id, OWNER, TTL_S)
     found = await store.find_reusable("k", 0)
     assert found is not None and (found.id, found.status) == (job.id, JobStatus.RUNNING)
 
@@ -414,25 +415,17 @@ async def test_find_reusable_prefers_the_newest_candidate(store: JobStore) -> No
 
 # -- transitions --------------------------------------------------------------------------
 
-async def test_mark_running_stamps_the_process_and_renews_the_lease(store: JobStore) -> None:
+async def test_mark_running_stamps_the_start_and_renews_the_lease(store: JobStore) -> None:
     job = new_job()
     queued = await store.insert_job(job, 1.0)
     before = await store.now()
-    assert await store.mark_running(job.id, OWNER, 321, 320, 1234.25, TTL_S)
+    assert await store.mark_running(job.id, OWNER, TTL_S)
     row = await get(store, job.id)
     assert row.status is JobStatus.RUNNING
-    assert (row.pid, row.pgid, row.pid_started_at) == (321, 320, 1234.25)
+    assert (row.pid, row.pgid, row.pid_started_at) == (None, None, None)  # not spawned yet
     assert epoch(row.started_at) >= before - 1e-3
     assert epoch(row.lease_deadline) >= before + TTL_S - 1e-3
     assert epoch(row.lease_deadline) > epoch(queued.lease_deadline)
-
-
-async def test_mark_running_accepts_a_row_without_a_process_yet(store: JobStore) -> None:
-    job = new_job(transport="http")
-    await store.insert_job(job, TTL_S)
-    assert await store.mark_running(job.id, OWNER, None, None, None, TTL_S)
-    row = await get(store, job.id)
-    assert row.status is JobStatus.RUNNING and row.pid is None
 
 
 async def test_mark_running_refuses_another_owner_a_running_row_and_a_terminal_row(
@@ -440,21 +433,23 @@ async def test_mark_running_refuses_another_owner_a_running_row_and_a_terminal_r
 ) -> None:
     job = new_job()
     await store.insert_job(job, TTL_S)
-    assert not await store.mark_running(job.id, OTHER, 1, 1, 1.0, TTL_S)
+    assert not await store.mark_running(job.id, OTHER, TTL_S)
     assert (await get(store, job.id)).status is JobStatus.QUEUED
-    assert await store.mark_running(job.id, OWNER, 1, 1, 1.0, TTL_S)
-    assert not await store.mark_running(job.id, OWNER, 2, 2, 2.0, TTL_S)  # already running
-    assert (await get(store, job.id)).pid == 1
+    assert await store.mark_running(job.id, OWNER, TTL_S)
+    started = (await get(store, job.id)).started_at
+    await wait_for_store_time(store, epoch(started) + PAST_S)
+    assert not await store.mark_running(job.id, OWNER, TTL_S)  # already running
+    assert (await get(store, job.id)).started_at == started
     assert await store.complete(job.id, OWNER, done())
-    assert not await store.mark_running(job.id, OWNER, 3, 3, 3.0, TTL_S)
-    assert not await store.mark_running("no-such-job", OWNER, 3, 3, 3.0, TTL_S)
+    assert not await store.mark_running(job.id, OWNER, TTL_S)
+    assert not await store.mark_running("no-such-job", OWNER, TTL_S)
 
 
 async def test_a_job_orphaned_while_queued_is_never_launched_by_its_revived_owner(
     store: JobStore,
 ) -> None:
     row = await orphaned(store, new_job(), run=False)
-    assert not await store.mark_running(row.id, OWNER, 1, 1, 1.0, TTL_S)
+    assert not await store.mark_running(row.id, OWNER, TTL_S)
     assert (await get(store, row.id)).status is JobStatus.ORPHANED
 
 
@@ -462,7 +457,7 @@ async def test_record_process_stamps_only_a_running_row_of_its_owner(store: JobS
     job = new_job()
     await store.insert_job(job, TTL_S)
     assert not await store.record_process(job.id, OWNER, 10, 10, 10.5)  # still queued
-    assert await store.mark_running(job.id, OWNER, None, None, None, TTL_S)
+    assert await store.mark_running(job.id, OWNER, TTL_S)
     assert not await store.record_process(job.id, OTHER, 11, 11, 11.5)
     assert await store.record_process(job.id, OWNER, 12, 12, 12.5)
     row = await get(store, job.id)
@@ -550,7 +545,7 @@ async def test_an_orphaned_job_with_a_cancel_request_self_heals_as_cancelled(
 ) -> None:
     job = new_job()
     await store.insert_job(job, EXPIRED_TTL_S)
-    assert await store.mark_running(job.id, OWNER, 1, 1, 1.0, EXPIRED_TTL_S)
+    assert await store.mark_running(job.id, OWNER, EXPIRED_TTL_S)
     await store.request_cancel(job.id)
     await reap(store, HTTP_GRACE_S)
     assert (await get(store, job.id)).status is JobStatus.ORPHANED
@@ -606,7 +601,7 @@ async def test_save_progress_writes_only_while_running_and_owned(store: JobStore
     job = new_job()
     await store.insert_job(job, TTL_S)
     assert not await store.save_progress(job.id, OWNER, Progress(1, "too early"))
-    assert await store.mark_running(job.id, OWNER, 1, 1, 1.0, TTL_S)
+    assert await store.mark_running(job.id, OWNER, TTL_S)
     assert not await store.save_progress(job.id, OTHER, Progress(2, "not mine"))
     assert await store.save_progress(job.id, OWNER, Progress(12, "hello world!", "warn"))
     row = await get(store, job.id)
@@ -1010,7 +1005,7 @@ async def test_a_job_whose_owner_keeps_heartbeating_is_never_orphaned(
     live = [new_job() for _ in range(3)]
     for job in live:
         await store.insert_job(job, RACE_TTL_S)
-    assert await store.mark_running(live[0].id, OWNER, 1, 1, 1.0, RACE_TTL_S)
+    assert await store.mark_running(live[0].id, OWNER, RACE_TTL_S)
     dead = new_job(owner="instance-gone")
     await second_store.insert_job(dead, RACE_TTL_S)
     flips: list[JobRow] = []
@@ -1158,7 +1153,7 @@ async def test_mark_running_racing_the_reaper_has_exactly_one_winner(
         result: dict[str, object] = {}
 
         async def launch() -> None:
-            result["started"] = await store.mark_running(job.id, OWNER, 1, 1, 1.0, TTL_S)
+            result["started"] = await store.mark_running(job.id, OWNER, TTL_S)
 
         async def sweep() -> None:
             result["flipped"] = await reap(second_store, HTTP_GRACE_S)

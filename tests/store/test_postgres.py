@@ -169,7 +169,7 @@ async def test_every_time_written_or_compared_is_the_database_clock(
         still = await store.get_job(alive.id)
         assert still is not None and still.status is JobStatus.QUEUED
 
-        assert await store.mark_running(alive.id, "i-1", 1, 1, 1.0, ttl_s=60)
+        assert await store.mark_running(alive.id, "i-1", ttl_s=60)
         assert await store.heartbeat("i-1", ttl_s=120) == 1
         (owner,) = await store.list_instances()
         assert owner.lease_expires_at is not None
@@ -195,7 +195,7 @@ async def test_every_time_written_or_compared_is_the_database_clock(
 
         # The remaining writers stamp the server clock too.
         running = await store.insert_job(new_job("i-1"), ttl_s=60)
-        assert await store.mark_running(running.id, "i-1", None, None, None, ttl_s=60)
+        assert await store.mark_running(running.id, "i-1", ttl_s=60)
         assert await store.record_process(running.id, "i-1", 7, 7, 1.0)
         assert await store.save_progress(running.id, "i-1", Progress(3, "abc"))
         progressed = await store.get_job(running.id)

@@ -149,7 +149,7 @@ async def test_reopening_the_file_keeps_jobs_and_instances(db_path: Path) -> Non
     first = SqliteJobStore(db_path)
     await first.open()
     job = await first.insert_job(new_job(), TTL_S)
-    assert await first.mark_running(job.id, OWNER, 7, 7, 7.5, TTL_S)
+    assert await first.mark_running(job.id, OWNER, TTL_S)
     await first.register_instance(
         InstanceRow(OWNER, "host", "boot", 1, 2.5, "stdio", "0.1.0"), TTL_S
     )
@@ -378,7 +378,7 @@ async def test_a_caller_cancelled_mid_transaction_never_leaves_it_open(
     store: SqliteJobStore, db_path: Path
 ) -> None:
     job = await store.insert_job(new_job(), TTL_S)
-    assert await store.mark_running(job.id, OWNER, 1, 1, 1.0, TTL_S)
+    assert await store.mark_running(job.id, OWNER, TTL_S)
     for round_no in range(CANCEL_ROUNDS):
         async with anyio.create_task_group() as tg:
             tg.start_soon(store.heartbeat, OWNER, TTL_S)

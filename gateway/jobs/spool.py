@@ -1,0 +1,65 @@
+"""A job's spool directory: where a provider process writes its output, and how it is read.
+
+The runner points the child's stdout and stderr straight at two files here, the execution
+reads their tails for progress and errors, the manager reads a running job's stdout for
+result pages and removes the directory once the terminal row holds the output. One module
+names the files so that those three never disagree.
+
+Layout: `<state_dir>/spool/<job id>/` holding `stdout`, `stderr` and, when stdout was not
+valid UTF-8, `stdout.utf8` (the cleaned copy the row stores). Directories are 0700, files
+0600 (the runner creates them).
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+from pathlib import Path
+
+from providers.parsing import char_boundary
+
+SPOOL_DIR_NAME = "spool"
+STDOUT_NAME = "stdout"
+STDERR_NAME = "stderr"
+CLEAN_STDOUT_NAME = "stdout.utf8"  # the copy of a stdout that is not valid UTF-8
+
+
+def spool_root(state_dir: Path) -> Path:
+    """The directory that holds every job's spool directory."""
+    return state_dir / SPOOL_DIR_NAME
+
+
+def stdout_path(job_dir: Path) -> Path:
+    return job_dir / STDOUT_NAME
+
+
+def stderr_path(job_dir: Path) -> Path:
+    return job_dir / STDERR_NAME
+
+
+def clean_stdout_path(stdout: Path) -> Path:
+    """Where the cleaned (valid UTF-8) copy of the spool file `stdout` goes."""
+    return stdout.with_name(CLEAN_STDOUT_NAME)
+
+
+def read_tail(path: Path, max_bytes: int) -> str:
+    """The last `max_bytes` bytes (at most) of a spool file as text ("" if absent).
+
+    The cut never splits a UTF-8 character: continuation bytes at the start of the window are
+    skipped, and an incomplete character at the end (a writer still mid-character) is left
+    out. Bytes that are not UTF-8 at all become U+FFFD.
+    """
+    if max_bytes <= 0:
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            start = max(0, size - max_bytes)
+            fh.seek(start)
+            data = fh.read(max_bytes)
+    except FileNotFoundError:
+        return ""
+    if start > 0:
+        data = data[char_boundary(data, 0, forward=True):]
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    return decoder.decode(data, final=False)
