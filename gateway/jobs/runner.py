@@ -56,6 +56,10 @@ REAP_TIMEOUT_S = 5.0
 
 ERROR_TAIL_BYTES = 4096  # how much of the end of stderr is read to quote a provider's error
 ERROR_TAIL_LINES = 3  # how many last non-empty stderr lines become the error text
+FULL_DISK_STOP_MESSAGE = (
+    "The state filesystem is full (no space left for the provider's output under {spool}): "
+    "the run was stopped and its output truncated to what was written. Free disk space and "
+    "rerun the request.")
 STDIN_CHUNK_BYTES = 64 * 1024  # one pipe buffer: the most a non-blocking write can take at once
 TEMP_DIR_PREFIX = "agent-cli-gateway-run-"
 # Provider CLIs run this many nice levels below the gateway, and so does each one's autogroup
@@ -515,6 +519,11 @@ class ProcessRun:
                     breach = self._limit_breached()
                     if breach is not None:
                         self.cancel(breach)
+                    elif spool.filesystem_full(self.spec.spool_dir):
+                        # The provider's writes fail (ENOSPC) and a CLI may carry on anyway:
+                        # the run ends now, with the output written so far.
+                        self.cancel(ErrorKind.OUTPUT_LIMIT, FULL_DISK_STOP_MESSAGE.format(
+                            spool=self.spec.spool_dir))
             # A stop asked for before we saw the leader exit decides the outcome.
             stop = self._stop
             strays = 0

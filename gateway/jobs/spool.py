@@ -18,6 +18,10 @@ from pathlib import Path
 
 from providers.parsing import char_boundary
 
+# Less free space than this on the spool's filesystem is a full disk: a provider's next
+# write fails (ENOSPC), and the store beside it could not take the output either.
+FULL_BELOW_BYTES = 64 * 1024
+
 SPOOL_DIR_NAME = "spool"
 STDOUT_NAME = "stdout"
 STDERR_NAME = "stderr"
@@ -63,3 +67,14 @@ def read_tail(path: Path, max_bytes: int) -> str:
         data = data[char_boundary(data, 0, forward=True):]
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     return decoder.decode(data, final=False)
+
+
+def filesystem_full(job_dir: Path) -> bool:
+    """Whether the filesystem holding the spool has no room left for a provider's output
+    (the space an unprivileged writer may use). A directory that cannot be checked is not
+    reported full: the run's own limits still apply."""
+    try:
+        info = os.statvfs(job_dir)
+    except OSError:
+        return False
+    return info.f_bavail * info.f_frsize < FULL_BELOW_BYTES

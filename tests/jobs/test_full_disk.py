@@ -8,12 +8,13 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from gateway.jobs.full_store import FULL_STORE_KEPT_BYTES
 from gateway.jobs.requests import SubmitRequest
 from gateway.model import ErrorKind, JobStatus
-from tests.jobs.conftest import wait_for
+from tests.jobs.conftest import FakeLog, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -62,6 +63,25 @@ async def test_full_disk_ends_the_run_truncated_frees_its_spool_and_keeps_servin
     small = await manager.submit("claude", SubmitRequest(prompt="small after a full disk"))
     done = await manager.wait(small.job.id, 30)
     assert done.status == JobStatus.COMPLETED, done.error
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_a_provider_that_keeps_writing_on_a_full_disk_is_stopped_not_left_running(
+    make_settings, start_gateway, fake_log: FakeLog, small_state_fs: Path
+) -> None:
+    """ENOSPC ends the run: a CLI that ignores its failing writes (and would run until its
+    timeout, holding a slot and the disk) is stopped with the output written so far."""
+    db = small_state_fs / "state" / "jobs.db"
+    gw = await start_gateway(make_settings(persistence={"backend": "sqlite", "path": str(db)}))
+    manager = await gw.manager()
+    sub = await manager.submit("claude", SubmitRequest(
+        prompt=f"stubborn @bytes={6 * MIB} @enospc-retry", timeout_s=600))
+    row = await manager.wait(sub.job.id, 60)
+    assert row.status == JobStatus.FAILED and row.error_kind == ErrorKind.OUTPUT_LIMIT
+    assert row.truncated and row.error is not None and "full" in row.error
+    pid = fake_log.spawns()[0]["pid"]
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not (manager.spool_root / sub.job.id).exists()
 
 
 async def test_a_full_disk_is_reported_as_store_full_and_changes_nothing(
