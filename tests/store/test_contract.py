@@ -1166,3 +1166,33 @@ async def test_mark_running_racing_the_reaper_has_exactly_one_winner(
         assert result["started"] is not flipped
         status = (await get(store, job.id)).status
         assert status is (JobStatus.ORPHANED if flipped else JobStatus.RUNNING)
+
+
+async def test_complete_racing_the_reaper_never_loses_the_result(
+    store: JobStore, second_store: JobStore
+) -> None:
+    """The owner's terminal write and a sweep of its lapsed job, raced: whichever locks the
+    row first (PostgreSQL's reaper skips a row a completion holds), the result is stored,
+    and the reaper flips the row at most once (an orphaned row self-heals for its owner)."""
+    for round_no in range(RACE_ROUNDS // 2):
+        job = await running(store, new_job(), ttl_s=EXPIRED_TTL_S)
+        result: dict[str, object] = {}
+
+        async def finish() -> None:
+            result["applied"] = await store.complete(job.id, OWNER, done(output=f"r{round_no}"))
+
+        async def sweep() -> None:
+            result["flipped"] = await reap(second_store, HTTP_GRACE_S)
+
+        async with anyio.create_task_group() as tg:
+            if round_no % 2:
+                tg.start_soon(finish)
+                tg.start_soon(sweep)
+            else:
+                tg.start_soon(sweep)
+                tg.start_soon(finish)
+
+        assert result["applied"] is True
+        assert [r.id for r in result["flipped"]] in ([], [job.id])  # type: ignore[attr-defined]
+        final = await get(store, job.id)
+        assert (final.status, final.output) == (JobStatus.COMPLETED, f"r{round_no}")
