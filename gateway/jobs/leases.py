@@ -122,7 +122,7 @@ class LeaseKeeper:
     # -- registration and heartbeat --------------------------------------------------------
     async def register(self) -> bool:
         try:
-            before = await self.store.now()
+            before = await self._read_clock()
             await self.store.register_instance(self.identity, self.lease.ttl_s)
         except Exception as exc:
             self._note_replaced(exc)
@@ -146,7 +146,7 @@ class LeaseKeeper:
             await self.register()
             return
         try:
-            before = await self.store.now()
+            before = await self._read_clock()
             renewed = await self.store.heartbeat(self.identity.instance_id, self.lease.ttl_s)
         except Exception as exc:
             self._note_replaced(exc)
@@ -177,14 +177,18 @@ class LeaseKeeper:
             self.manager.store_problem = str(exc)
 
     def _renewed(self, store_now: float) -> None:
-        self._watch_clock(store_now)
         self.renewed_at = store_now
 
     # -- clock steps -----------------------------------------------------------------------
-    def _watch_clock(self, store_now: float) -> None:
-        """Compare the store's clock with the monotonic one; a forward step (a suspend and
-        resume, a clock jump) starts a quiet period of ttl_s in which nobody is judged."""
-        mono = time.monotonic()
+    async def _read_clock(self) -> float:
+        """The store's clock, compared with the monotonic clock read as it answers: a
+        forward step (a suspend and resume, a clock jump) starts a quiet period of ttl_s in
+        which nobody is judged."""
+        store_now = await self.store.now()
+        self._watch_clock(store_now, time.monotonic())
+        return store_now
+
+    def _watch_clock(self, store_now: float, mono: float) -> None:
         offset = store_now - mono
         previous, self._clock_offset = self._clock_offset, offset
         if previous is None:
@@ -225,8 +229,7 @@ class LeaseKeeper:
             return []
         if not self.manager.admitting or self.manager.closing:
             return []  # an instance that cannot renew its own lease judges nobody
-        now = await self.store.now()
-        self._watch_clock(now)
+        now = await self._read_clock()
         if not self.may_judge(now):
             log.info("sweep skipped: our own lease is not fresh on the store clock, or the "
                      "clock stepped", action="sweep")
