@@ -12,7 +12,7 @@ import dataclasses
 import inspect
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -134,6 +134,14 @@ async def orphaned(store: JobStore, job: NewJob, *, run: bool = True) -> JobRow:
     flipped = await reap(store, HTTP_GRACE_S)
     assert job.id in {r.id for r in flipped}
     return await get(store, job.id)
+
+
+async def race(round_no: int, one: Callable[[], Awaitable[None]],
+               other: Callable[[], Awaitable[None]]) -> None:
+    """Run both at once, started in the one order on odd rounds and the other on even."""
+    async with anyio.create_task_group() as tg:
+        for task in (one, other) if round_no % 2 else (other, one):
+            tg.start_soon(task)
 
 
 # -- the protocol itself ------------------------------------------------------------------
@@ -1096,13 +1104,7 @@ async def test_complete_racing_a_cancel_ends_cancelled_whenever_the_cancel_lande
         async def cancel() -> None:
             result["seen"] = await second_store.request_cancel(job.id)
 
-        async with anyio.create_task_group() as tg:
-            if round_no % 2:
-                tg.start_soon(finish)
-                tg.start_soon(cancel)
-            else:
-                tg.start_soon(cancel)
-                tg.start_soon(finish)
+        await race(round_no, finish, cancel)
 
         assert result["applied"] is True  # the row was active whichever came first
         seen = result["seen"]
@@ -1184,13 +1186,7 @@ async def test_complete_racing_the_reaper_never_loses_the_result(
         async def sweep() -> None:
             result["flipped"] = await reap(second_store, HTTP_GRACE_S)
 
-        async with anyio.create_task_group() as tg:
-            if round_no % 2:
-                tg.start_soon(finish)
-                tg.start_soon(sweep)
-            else:
-                tg.start_soon(sweep)
-                tg.start_soon(finish)
+        await race(round_no, finish, sweep)
 
         assert result["applied"] is True
         assert [r.id for r in result["flipped"]] in ([], [job.id])  # type: ignore[attr-defined]
