@@ -1,4 +1,4 @@
-"""Chaos run: no job is ever lost, and no job is ever falsely declared lost (issue 5 part 6).
+"""Chaos run: no job is ever lost, and no job is ever falsely declared lost.
 
 Real gateway processes (`python -m gateway serve --transport http --no-auth`, one per slot)
 share one store (SQLite file or PostgreSQL database) with short lease knobs. A driver

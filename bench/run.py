@@ -1,4 +1,4 @@
-"""The cost model of the gateway, measured: one command, one table (issue 7).
+"""The cost model of the gateway, measured: one command, one table.
 
     uv run python bench/run.py                  # full run (a few minutes), prints the table
     uv run python bench/run.py --no-postgres    # skip the PostgreSQL store rows
@@ -14,7 +14,7 @@ side (interleaved where the two can be), and the numbers are medians. Two floors
   same way as the gateway (same Python, same SDK client in legacy/handshake mode, stdio),
   for the protocol rows: what the SDK itself costs is divided out.
 
-Rows (targets from the issue):
+Rows (each with its target):
 - sync / async request overhead: claude_request (force_refresh) and claude_request_async +
   llm_job_wait until done, against the fake doing 0.2 s of work, over the direct spawn
   (<= 1.10);
@@ -83,7 +83,7 @@ MIB = 1024 * 1024
 GIB = 1024 * MIB
 CLIENT_MODE = "legacy"  # the handshake era, as Claude Desktop and Codex speak it
 CLIENT_TIMEOUT_S = 300.0  # no single call of the bench should come near this
-FAKE_WORK_S = 0.2  # the fake CLI's work per request in the overhead rows (issue 7)
+FAKE_WORK_S = 0.2  # the fake CLI's work per request in the overhead rows
 WAIT_STEP_S = 30.0  # llm_job_wait's bound per call while the bench waits for a job
 RSS_SAMPLE_INTERVAL_S = 0.005  # fine enough to catch a transient buffer while streaming
 SETTLE_S = 1.0  # after startup: let the background start (store, version probe) finish

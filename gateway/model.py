@@ -6,7 +6,7 @@ Column names are the contract of DESIGN.md section 3; both store backends use th
 from __future__ import annotations
 
 import codecs
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, fields
 from datetime import datetime
 from enum import StrEnum
@@ -187,7 +187,7 @@ class OutputFile:
         """Small enough to bind as one value (a single piece)."""
         return self.size <= OUTPUT_CHUNK_BYTES
 
-    def chunks(self) -> Iterator[bytes]:
+    def chunks(self) -> Generator[bytes, None, None]:
         """Exactly `size` bytes, in pieces of OUTPUT_CHUNK_BYTES (a piece may end inside a
         character: `text_chunks` decodes across the cut).
 
@@ -207,8 +207,9 @@ class OutputFile:
         except OSError as exc:
             raise OutputFileError(f"cannot read the output file {self.path}: {exc}") from exc
 
-    def text_chunks(self) -> Iterator[str]:
-        """The output as text, piece by piece."""
+    def text_chunks(self) -> Generator[str, None, None]:
+        """The output as text, piece by piece (a generator: close it to release the file
+        early)."""
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         for chunk in self.chunks():
             if text := decoder.decode(chunk):

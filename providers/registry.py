@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from providers.base import CliProvider
@@ -32,7 +33,8 @@ CLI_PROVIDERS: dict[str, CliProvider] = {
 
 # Where CLIs installed for the user live (npm -g, nvm, bun, pipx/uv tool, Homebrew), in the
 # order they are searched after the given PATH. A `*` component picks up every installed
-# node version (the one pattern form user_bin_dirs() understands).
+# node version (the one pattern form user_bin_dirs() understands). Every lookup takes the
+# list as a parameter: tests pass their own, so the host's installed CLIs never count.
 USER_BIN_DIRS = (
     "~/.local/bin",
     "/opt/homebrew/bin",
@@ -43,14 +45,14 @@ USER_BIN_DIRS = (
 )
 
 
-def extended_path(path: str) -> str:
-    """`path` followed by the user bin directories that exist, each directory once.
+def extended_path(path: str, bin_dirs: Sequence[str] = USER_BIN_DIRS) -> str:
+    """`path` followed by the `bin_dirs` that exist, each directory once.
 
     `~` is expanded at call time (so a test's HOME counts); newer nvm node versions come
     first. An empty `path` falls back to the system default search path.
     """
     entries = [p for p in (path or os.defpath).split(os.pathsep) if p]
-    entries.extend(user_bin_dirs())
+    entries.extend(user_bin_dirs(bin_dirs))
     return os.pathsep.join(dict.fromkeys(entries))
 
 
@@ -66,13 +68,14 @@ class _BinDirs:
         return all(_mtime_ns(directory) == mtime for directory, mtime in self.seen)
 
 
-# By home directory. Read and filled from the event loop and the spawn threads: a dict
+# By home directory and patterns. Read and filled from the event loop and the spawn threads: a dict
 # lookup and store are atomic, and two threads that both rescan store equal answers.
-_bin_dirs: dict[str, _BinDirs] = {}
+_bin_dirs: dict[tuple[str, tuple[str, ...]], _BinDirs] = {}
 
 
-def user_bin_dirs() -> tuple[str, ...]:
-    """The USER_BIN_DIRS that exist, in search order (glob matches newest name first).
+def user_bin_dirs(patterns: Sequence[str] = USER_BIN_DIRS) -> tuple[str, ...]:
+    """The `patterns` (USER_BIN_DIRS) that exist, in search order (glob matches newest
+    name first).
 
     Every request and every spawn asks (bench/README.md, async admission), so the answer is
     kept and re-used while nothing it was read from has changed: a user bin dir that appears
@@ -80,16 +83,16 @@ def user_bin_dirs() -> tuple[str, ...]:
     into a new user bin dir (or a new nvm node version) while the gateway runs is found on
     the next request. A CLI added to a dir already listed needs nothing: shutil.which looks.
     """
-    home = os.path.expanduser("~")
-    cached = _bin_dirs.get(home)
+    key = (os.path.expanduser("~"), tuple(patterns))
+    cached = _bin_dirs.get(key)
     if cached is not None and cached.still_valid():
         return cached.found
-    fresh = _scan_user_bin_dirs()
-    _bin_dirs[home] = fresh
+    fresh = _scan_user_bin_dirs(key[1])
+    _bin_dirs[key] = fresh
     return fresh.found
 
 
-def _scan_user_bin_dirs() -> _BinDirs:
+def _scan_user_bin_dirs(patterns: tuple[str, ...]) -> _BinDirs:
     found: list[str] = []
     seen: list[tuple[str, int | None]] = []
 
@@ -97,7 +100,7 @@ def _scan_user_bin_dirs() -> _BinDirs:
         # The mtime first: a change made while we look makes the next call look again.
         seen.append((directory, _mtime_ns(directory)))
 
-    for pattern in USER_BIN_DIRS:
+    for pattern in patterns:
         expanded = os.path.expanduser(pattern)
         base, wildcard, tail = expanded.partition(f"{os.sep}*{os.sep}")
         if not wildcard:
@@ -134,16 +137,17 @@ def _executable(path: str) -> str | None:
 
 
 def resolve_command(provider: str | CliProvider, configured_command: str | None,
-                    search_path: str) -> str | None:
+                    search_path: str, bin_dirs: Sequence[str] = USER_BIN_DIRS) -> str | None:
     """The absolute path of the binary to run for `provider`, or None if there is none.
 
     A configured command wins: a path (absolute, `~/...` or relative, containing '/') must
     be an executable file; a bare name is searched on the extended PATH. Without one, the
-    provider's own commands are tried in order (gemini: `agy`, then `gemini`).
+    provider's own commands are tried in order (gemini: `agy`, then `gemini`). The extended
+    PATH is `search_path` then `bin_dirs` (extended_path).
     Raises KeyError for an unknown provider name.
     """
     adapter = CLI_PROVIDERS[provider] if isinstance(provider, str) else provider
-    search = extended_path(search_path)
+    search = extended_path(search_path, bin_dirs)
     if configured_command:
         command = os.path.expanduser(configured_command)
         if os.sep in command:

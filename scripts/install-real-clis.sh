@@ -3,7 +3,7 @@
 # prefix (.tools/npm, gitignored) for the `realcli` tests. Idempotent: when the pinned
 # versions are already there it only checks and exits in well under a second.
 #
-# Pinned to the versions of /work/shared/reference/cli-help-snapshots (claude, codex) so the
+# Pinned to the versions of ../shared/reference/cli-help-snapshots (claude, codex) so the
 # real argument parsers match the snapshots our adapters are checked against.
 set -euo pipefail
 

@@ -184,3 +184,26 @@ def test_every_cli_flag_in_a_documented_command_exists() -> None:
                 used |= set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", command))
     assert used, "no documented command line found"
     assert used <= flags, sorted(used - flags)
+
+
+# A path into this repository, as docs and comments write it (`gateway/jobs/spool.py`).
+REPO_PATH = re.compile(r"(?<![\w./-])((?:gateway|providers|tests|bench|scripts|docs|\.ci)/"
+                       r"[\w./*<>-]*[\w*>/])")
+GENERATED_DIRS = ("bench/results",)  # written by the benchmarks, not in the repository
+
+
+def test_every_repository_path_the_docs_and_the_code_name_exists() -> None:
+    texts = [REPO / "README.md", *DOCS.glob("*.md"), *(REPO / "bench").glob("*.md"),
+             *(REPO / "scripts").glob("*"), REPO / ".ci" / "run"]
+    for top in ("gateway", "providers", "tests", "bench"):
+        texts += (REPO / top).rglob("*.py")
+    missing = []
+    for path in texts:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for match in REPO_PATH.finditer(line):
+                named = match.group(1).rstrip(".")
+                if "*" in named or "<" in named or named.startswith(GENERATED_DIRS):
+                    continue  # a pattern (`providers/<name>.py`) or a benchmark's output
+                if not (REPO / named).exists():
+                    missing.append(f"{path.relative_to(REPO)}:{number}: {named}")
+    assert not missing, "paths that do not exist:\n" + "\n".join(missing)

@@ -1,14 +1,18 @@
 """The wheel, built and run the way MCP clients run it: `uvx --from <wheel> agent-cli-gateway`
 spoken to by a real MCP client over stdio (Claude Desktop, Claude Code and Codex all start
-`uvx agent-cli-gateway`)."""
+`uvx agent-cli-gateway`); and every package the code imports declared in pyproject.toml."""
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import anyio
@@ -24,6 +28,9 @@ UVX_TIMEOUT_S = 240
 NETWORK_ENV = frozenset({"SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY",
                          "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy",
                          "all_proxy"})
+
+
+FIRST_PARTY = frozenset({"gateway", "providers"})
 
 
 def in_ci() -> bool:
@@ -125,3 +132,44 @@ async def test_uvx_runs_the_wheel_as_an_mcp_stdio_server(
     assert (tmp_path / "state" / "jobs.db").exists()
     # The real ~/.agent-cli-gateway was never touched: the store is where the env says.
     assert not (home / ".agent-cli-gateway" / "jobs.db").exists()
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def imported_top_level_modules(*packages: str) -> dict[str, set[str]]:
+    """Every top-level module imported anywhere in `packages` (inside functions too), with
+    the files that import it. Relative imports are first-party and skipped."""
+    found: dict[str, set[str]] = {}
+    for package in packages:
+        for path in sorted((REPO / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            for node in ast.walk(tree):
+                names: list[str] = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                for name in names:
+                    found.setdefault(name.partition(".")[0], set()).add(
+                        str(path.relative_to(REPO)))
+    return found
+
+
+def test_every_package_the_code_imports_is_a_declared_dependency() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = {_normalized(re.split(r"[\s<>=!~;\[]", spec, maxsplit=1)[0])
+                for spec in project["dependencies"]}
+    distributions = packages_distributions()
+    missing: dict[str, list[str]] = {}
+    for module, files in imported_top_level_modules("gateway", "providers").items():
+        if module in FIRST_PARTY or module in sys.stdlib_module_names or module == "__future__":
+            continue
+        owners = {_normalized(d) for d in distributions.get(module, [module])}
+        if not owners & declared:
+            missing[module] = sorted(files)
+    assert not missing, f"imported but not in [project] dependencies: {missing}"
+    # The scan itself sees what it must: direct imports that mcp also pulls in.
+    assert {"httpx2", "starlette", "uvicorn", "pydantic"} <= set(
+        imported_top_level_modules("gateway", "providers"))

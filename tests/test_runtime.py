@@ -1,6 +1,6 @@
 """The Gateway's background start: a stdio server defers it until the client's handshake is
 answered, anyone who needs the job manager hurries it, and `defer_s` bounds it for a client
-that does neither (issue 7, startup). Real SQLite files; the store file appearing is the
+that does neither (startup stays fast). Real SQLite files; the store file appearing is the
 sign that the start ran."""
 
 from __future__ import annotations

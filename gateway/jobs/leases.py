@@ -82,7 +82,7 @@ class LeaseKeeper:
     async def start(self) -> None:
         """Register (admission turns on only if that worked) and start every loop."""
         await self.register()
-        loops: dict[str, tuple[float, Callable[[], Awaitable[None]]]] = {
+        loops: dict[str, tuple[float, Callable[[], Awaitable[object]]]] = {
             "heartbeat": (self.lease.heartbeat_s, self.heartbeat_once),
             "reaper": (self.lease.sweep_interval_s, self.sweep_once),
             "cancel_poller": (self.lease.cancel_poll_s, self.poll_cancels_once),
@@ -103,7 +103,9 @@ class LeaseKeeper:
         self._tasks.clear()
 
     async def _loop(self, name: str, interval: float,
-                    tick: Callable[[], Awaitable[None]]) -> None:
+                    tick: Callable[[], Awaitable[object]]) -> None:
+        """Run `tick` every `interval` s until cancelled; what a tick returns (the reaper's
+        flipped rows, for tests) is not the loop's business."""
         expected = time.monotonic() + interval
         while True:
             await asyncio.sleep(max(0.0, expected - time.monotonic()))

@@ -30,7 +30,8 @@ log = structlog.get_logger(__name__)
 
 HEALTH_PATH = "/healthz"
 SESSION_RETRY_AFTER_S = 5  # a session slot frees when a client disconnects or idles out
-GRACEFUL_SHUTDOWN_S = 2.0  # open SSE streams must not hold shutdown past the drain budget
+# Open SSE streams must not hold shutdown past the drain budget (uvicorn takes whole seconds).
+GRACEFUL_SHUTDOWN_S = 2
 SESSION_HEADER = b"mcp-session-id"
 
 

@@ -49,7 +49,7 @@ def serve(settings: Settings, transport: str = "stdio", host: str | None = None,
 
 
 async def run_stdio(server: GatewayServer) -> None:
-    """The SDK's `run_stdio_async`, but reading stdin on a daemon thread (stdio_input.py):
+    """The SDK's `run_stdio_async`, but reading stdin on a daemon thread (stdio.py):
     cancelling it then really ends serving. stdout is still claimed by the SDK (fd 1 points
     at stderr while serving, so stray writes never reach the wire)."""
     from mcp.server.stdio import stdio_server

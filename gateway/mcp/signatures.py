@@ -31,7 +31,7 @@ class Param:
 
 
 def annotated(annotation: Any, *metadata: Any) -> Any:
-    return Annotated[(annotation, *metadata)]  # type: ignore[valid-type]
+    return Annotated[(annotation, *metadata)]
 
 
 def cli_common_params(default_timeout_s: float, provider: str) -> list[Param]:

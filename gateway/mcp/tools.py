@@ -1,6 +1,6 @@
 """The MCP tools: one request path for every provider, plus the llm_job_* family.
 
-Every tool answers readable text and `structuredContent` (tool_results.py); every failure
+Every tool answers readable text and `structuredContent` (results.py); every failure
 is an `isError` answer with `error_kind`, `error`, `retryable` and a text that says what to
 do. No exception escapes a tool body (`guarded`): the SDK would otherwise answer only
 "Error executing tool X". Tools never open the store themselves: they await the gateway's

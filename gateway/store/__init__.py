@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import assert_never
+
 from gateway.config import Settings
 from gateway.store.base import DuplicateActiveJob, JobStore, StoreUnavailable
 
@@ -27,10 +29,10 @@ async def open_store(settings: Settings) -> JobStore:
     elif persistence.backend == "postgres":
         from gateway.store.postgres import PostgresJobStore
 
-        if not persistence.dsn:  # the config validator already insists; keep mypy honest
+        if not persistence.dsn:  # load_settings refuses this; Settings built by hand may not
             raise StoreUnavailable("persistence.dsn is required for the postgres backend")
         store = PostgresJobStore(persistence.dsn)
-    else:  # pragma: no cover - the config Literal admits nothing else
-        raise StoreUnavailable(f"unknown persistence.backend {persistence.backend!r}")
+    else:
+        assert_never(persistence.backend)  # the checker proves every backend is handled
     await store.open()
     return store

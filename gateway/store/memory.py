@@ -281,7 +281,7 @@ class MemoryJobStore:
         if job.status not in ACTIVE_STATUSES or job.lease_deadline is None:
             return False
         grace = timedelta(seconds=http_grace_s if job.transport == "http" else 0)
-        owner = self._instances.get(job.owner_instance)
+        owner = self._instances.get(job.owner_instance) if job.owner_instance else None
         owner_lease = owner.lease_expires_at if owner is not None else None
         if owner_lease is not None and owner_lease + grace >= now:
             return False

@@ -20,7 +20,7 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -109,7 +109,7 @@ def _epoch(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
-def _job(row: Mapping[str, Any]) -> JobRow:
+def _job(row: sqlite3.Row) -> JobRow:
     data = {name: row[name] for name in row.keys()}  # noqa: SIM118 - a Row iterates values
     for name in _JOB_TIME_FIELDS:
         if name in data:  # a narrow read (the reaper's) has some columns only
@@ -125,7 +125,8 @@ async def _on_connection_thread(conn: aiosqlite.Connection,
     use it: for incremental blob I/O, which aiosqlite does not wrap, and for a whole write
     transaction in one hand-off. aiosqlite has no public call for this; `_execute` is how
     its own methods run (a call inside a transaction stays inside it). tests/store pin it."""
-    return await conn._execute(lambda: work(conn._conn))
+    run_on_thread: Callable[[Callable[[], T]], Awaitable[T]] = conn._execute
+    return await run_on_thread(lambda: work(conn._conn))
 
 
 def _write_output(conn: sqlite3.Connection, job_id: str, source: OutputFile) -> None:
@@ -158,8 +159,8 @@ def _read_output(conn: sqlite3.Connection, job_id: str, offset: int, length: int
         conn.execute("COMMIT")
 
 
-def _instance(row: Mapping[str, Any]) -> InstanceRow:
-    data = {key: row[key] for key in row.keys()}  # noqa: SIM118 - iterating a Row yields values
+def _instance(row: sqlite3.Row) -> InstanceRow:
+    data = dict(zip(row.keys(), row, strict=True))  # iterating a Row yields its values
     for name in _INSTANCE_TIME_FIELDS:
         data[name] = _utc(data[name])
     return InstanceRow(**data)
@@ -384,8 +385,9 @@ class SqliteJobStore:
                 # Shielded: a cancelled caller still waits for the COMMIT or ROLLBACK, so the
                 # lock (and the file's write lock) is never handed on mid-transaction.
                 with anyio.CancelScope(shield=True):
-                    return await _on_connection_thread(
+                    result = await _on_connection_thread(
                         conn, lambda db: _run_transaction(db, self.clock, work))
+        return result
 
     async def _migrate(self) -> None:
         def migrate(db: sqlite3.Connection, now: float) -> list[int]:
@@ -411,7 +413,8 @@ class SqliteJobStore:
 
     async def schema_version(self) -> int:
         async with self._read("schema_version") as conn:
-            return int((await conn.execute_fetchall(READ_SCHEMA_VERSION))[0][0])
+            (row,) = await conn.execute_fetchall(READ_SCHEMA_VERSION)
+            return int(row[0])
 
     async def now(self) -> float:
         return self.clock()
@@ -569,7 +572,7 @@ class SqliteJobStore:
             rows = await self._light_rows("get_job", GET_JOB_LIGHT, GET_JOB, {"job_id": job_id})
             return rows[0] if rows else None
         async with self._read("get_job") as conn:
-            found = await conn.execute_fetchall(GET_JOB, {"job_id": job_id})
+            found = list(await conn.execute_fetchall(GET_JOB, {"job_id": job_id}))
             return _job(found[0]) if found else None
 
     async def _light_rows(self, action: str, light_sql: str, full_sql: str,

@@ -13,7 +13,7 @@ import structlog
 
 from gateway import proc
 from gateway.jobs.requests import SubmitRequest
-from gateway.model import ErrorKind, GatewayError, JobStatus, NewJob
+from gateway.model import ORPHANED_ERROR, ErrorKind, GatewayError, JobStatus, NewJob
 from tests.jobs.conftest import FakeLog, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -57,7 +57,7 @@ async def test_a_dead_instances_jobs_are_orphaned_within_ttl_plus_sweep(
     elapsed = time.monotonic() - t0
     assert elapsed >= settings.lease.ttl_s * 0.9  # never before its own lease passed
     orphan = await store.get_job(row.id)
-    assert orphan.error_kind == ErrorKind.ORPHANED or orphan.error
+    assert (orphan.error_kind, orphan.error) == (ErrorKind.ORPHANED, ORPHANED_ERROR)
 
 
 async def _status(store, job_id: str, status: JobStatus) -> bool:
@@ -160,7 +160,6 @@ async def test_drain_fails_queued_and_stops_running_jobs_then_marks_the_instance
     settings = make_settings(limits={"max_running_jobs": 1, "kill_grace_s": 5})
     gw = await start_gateway(settings)
     manager = await gw.manager()
-    store = manager.store
     running = await manager.submit("claude", SubmitRequest(prompt="busy @ignore-term @sleep=60"))
     queued = await manager.submit("claude", SubmitRequest(prompt="queued"))
     await wait_for(lambda: len(fake_log.spawns()) == 1)
@@ -174,7 +173,8 @@ async def test_drain_fails_queued_and_stops_running_jobs_then_marks_the_instance
     assert q.status == JobStatus.FAILED and q.error_kind == ErrorKind.SHUTDOWN
     instances = {i.instance_id: i for i in await reader.store.list_instances()}
     assert instances[gw.instance_id].stopped_at is not None
-    assert store is not None
+    (spawn,) = fake_log.spawns()  # the queued job never started; the running one is gone
+    assert not proc.group_alive(spawn["pgid"]), "the drain left the provider's group behind"
 
 
 async def test_a_late_heartbeat_skips_the_next_sweep(make_settings, start_gateway) -> None:

@@ -163,10 +163,8 @@ def test_gemini_dialect_follows_the_command_name() -> None:
 
 # -- the fakes' flag tables are the snapshots ----------------------------------------------
 
-SNAPSHOT_DIRS = (
-    REPO_ROOT.parent / "shared" / "reference" / "cli-help-snapshots",
-    Path("/work/shared/reference/cli-help-snapshots"),
-)
+# ../shared beside the checkout (a worktree's parent too); CLI_HELP_SNAPSHOTS names another.
+SNAPSHOT_DIRS = (REPO_ROOT.parent / "shared" / "reference" / "cli-help-snapshots",)
 SNAPSHOT_OF = {"claude": ("claude", None), "codex exec": ("codex", "exec"),
                "codex exec resume": ("codex", "exec resume"), "agy": ("gemini", None),
                "grok": ("grok", None), "vibe": ("mistral", None), "devin": ("devin", None),

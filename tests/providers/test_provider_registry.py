@@ -1,5 +1,9 @@
 """The registry: seven adapters under the config's provider names, and finding their
-binaries on a bare PATH plus the user bin directories."""
+binaries on a bare PATH plus the user bin directories.
+
+Hermetic: the lookups search only the test's own PATH (an empty directory) and the user bin
+dirs under the test's HOME (`HOME_BIN_DIRS`), never the host's /usr/bin, /usr/local/bin or
+/opt/homebrew/bin, where a real claude or codex may be installed."""
 
 from __future__ import annotations
 
@@ -10,9 +14,12 @@ import pytest
 
 from gateway.config import PROVIDER_NAMES
 from providers.base import OutputDiscipline
-from providers.registry import CLI_PROVIDERS, extended_path, resolve_command
+from providers.registry import CLI_PROVIDERS, USER_BIN_DIRS, extended_path, resolve_command
 
 STREAMING = {"claude", "codex", "grok"}
+# The user bin dirs that live under HOME: the machine-wide ones (/usr/local/bin,
+# /opt/homebrew/bin) are the host's, not the test's.
+HOME_BIN_DIRS = tuple(d for d in USER_BIN_DIRS if d.startswith("~"))
 
 
 def test_there_is_one_adapter_per_configurable_provider() -> None:
@@ -76,15 +83,36 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "home"
 
 
+@pytest.fixture
+def bare(tmp_path: Path) -> str:
+    """A PATH as bare as an MCP client's, holding nothing (an empty directory)."""
+    empty = tmp_path / "system-bin"
+    empty.mkdir()
+    return str(empty)
+
+
+def find(provider: str, command: str | None, search_path: str) -> str | None:
+    return resolve_command(provider, command, search_path, HOME_BIN_DIRS)
+
+
+def search_dirs(path: str) -> list[str]:
+    return extended_path(path, HOME_BIN_DIRS).split(os.pathsep)
+
+
+def test_the_machine_wide_bin_dirs_are_searched_too() -> None:
+    assert {"/usr/local/bin", "/opt/homebrew/bin"} <= set(USER_BIN_DIRS)
+    assert not {"/usr/local/bin", "/opt/homebrew/bin"} & set(HOME_BIN_DIRS)
+
+
 def test_extended_path_appends_existing_user_bin_dirs_once_after_the_given_path(
-    home: Path,
+    home: Path, bare: str,
 ) -> None:
     for sub in (".local/bin", ".npm-global/bin", ".nvm/versions/node/v18.0.0/bin",
                 ".nvm/versions/node/v22.1.0/bin", ".bun/bin"):
         (home / sub).mkdir(parents=True)
     local = str(home / ".local/bin")
-    entries = extended_path(f"/usr/bin:{local}:/bin").split(os.pathsep)
-    assert entries[:3] == ["/usr/bin", local, "/bin"]
+    entries = search_dirs(f"{bare}:{local}:/bin")
+    assert entries[:3] == [bare, local, "/bin"]
     assert entries.count(local) == 1
     assert str(home / ".npm-global/bin") in entries
     assert str(home / ".bun/bin") in entries
@@ -94,40 +122,42 @@ def test_extended_path_appends_existing_user_bin_dirs_once_after_the_given_path(
     assert str(home / ".cargo/bin") not in entries
 
 
-def test_extended_path_skips_user_dirs_that_do_not_exist(home: Path) -> None:
-    assert all(str(home) not in e for e in extended_path("/bin").split(os.pathsep))
+def test_extended_path_skips_user_dirs_that_do_not_exist(home: Path, bare: str) -> None:
+    assert search_dirs(bare) == [bare]
 
 
-def test_a_cli_in_a_user_bin_dir_is_found_on_a_bare_path(home: Path) -> None:
+def test_a_cli_in_a_user_bin_dir_is_found_on_a_bare_path(home: Path, bare: str) -> None:
     claude = _executable(home / ".npm-global/bin/claude")
-    assert resolve_command("claude", None, "/usr/bin:/bin") == str(claude)
+    assert find("claude", None, bare) == str(claude)
 
 
-def test_a_cli_installed_into_a_new_user_bin_dir_after_a_lookup_is_found(home: Path) -> None:
+def test_a_cli_installed_into_a_new_user_bin_dir_after_a_lookup_is_found(
+    home: Path, bare: str,
+) -> None:
     # The user bin dirs are remembered between requests; a dir that appears later counts.
-    assert resolve_command("claude", None, "/usr/bin:/bin") is None
+    assert find("claude", None, bare) is None
     claude = _executable(home / ".local/bin/claude")
-    assert resolve_command("claude", None, "/usr/bin:/bin") == str(claude)
-    assert str(home / ".local/bin") in extended_path("/bin").split(os.pathsep)
+    assert find("claude", None, bare) == str(claude)
+    assert str(home / ".local/bin") in search_dirs(bare)
 
 
-def test_a_node_version_installed_after_a_lookup_comes_first(home: Path) -> None:
+def test_a_node_version_installed_after_a_lookup_comes_first(home: Path, bare: str) -> None:
     old = _executable(home / ".nvm/versions/node/v20.0.0/bin/codex")
-    assert resolve_command("codex", None, "/usr/bin:/bin") == str(old)
+    assert find("codex", None, bare) == str(old)
     (home / ".nvm/versions/node/v22.0.0").mkdir()  # nvm creates the version, then its bin
-    assert resolve_command("codex", None, "/usr/bin:/bin") == str(old)
+    assert find("codex", None, bare) == str(old)
     new = _executable(home / ".nvm/versions/node/v22.0.0/bin/codex")
-    assert resolve_command("codex", None, "/usr/bin:/bin") == str(new)
+    assert find("codex", None, bare) == str(new)
 
 
-def test_a_user_bin_dir_that_is_removed_is_no_longer_searched(home: Path) -> None:
+def test_a_user_bin_dir_that_is_removed_is_no_longer_searched(home: Path, bare: str) -> None:
     bun = home / ".bun/bin"
     _executable(bun / "grok")
-    assert str(bun) in extended_path("/bin").split(os.pathsep)
+    assert str(bun) in search_dirs(bare)
     (bun / "grok").unlink()
     bun.rmdir()
-    assert str(bun) not in extended_path("/bin").split(os.pathsep)
-    assert resolve_command("grok", None, "/bin") is None
+    assert str(bun) not in search_dirs(bare)
+    assert find("grok", None, bare) is None
 
 
 def test_gemini_falls_back_to_the_gemini_cli_when_agy_is_missing(
@@ -135,31 +165,31 @@ def test_gemini_falls_back_to_the_gemini_cli_when_agy_is_missing(
 ) -> None:
     bin_dir = tmp_path / "bin"
     gemini = _executable(bin_dir / "gemini")
-    assert resolve_command("gemini", None, str(bin_dir)) == str(gemini)
+    assert find("gemini", None, str(bin_dir)) == str(gemini)
     agy = _executable(bin_dir / "agy")
-    assert resolve_command("gemini", None, str(bin_dir)) == str(agy)
+    assert find("gemini", None, str(bin_dir)) == str(agy)
 
 
 def test_a_configured_command_wins_by_path_or_by_name(home: Path, tmp_path: Path) -> None:
     custom = _executable(tmp_path / "opt" / "my-claude")
     _executable(tmp_path / "bin" / "claude")
-    assert resolve_command("claude", str(custom), str(tmp_path / "bin")) == str(custom)
-    assert resolve_command("claude", "my-claude", str(tmp_path / "opt")) == str(custom)
+    assert find("claude", str(custom), str(tmp_path / "bin")) == str(custom)
+    assert find("claude", "my-claude", str(tmp_path / "opt")) == str(custom)
     tilde = _executable(home / "tools" / "claude-wrapper")
-    assert resolve_command("claude", "~/tools/claude-wrapper", "") == str(tilde)
+    assert find("claude", "~/tools/claude-wrapper", str(tmp_path / "bin")) == str(tilde)
 
 
 def test_a_missing_or_non_executable_command_resolves_to_none(
     home: Path, tmp_path: Path,
 ) -> None:
-    assert resolve_command("devin", None, str(tmp_path)) is None
-    assert resolve_command("devin", str(tmp_path / "nope"), str(tmp_path)) is None
+    assert find("devin", None, str(tmp_path)) is None
+    assert find("devin", str(tmp_path / "nope"), str(tmp_path)) is None
     plain = tmp_path / "not-executable"
     plain.write_text("data")
     plain.chmod(0o644)
-    assert resolve_command("devin", str(plain), str(tmp_path)) is None
+    assert find("devin", str(plain), str(tmp_path)) is None
 
 
 def test_resolve_command_accepts_the_adapter_itself(home: Path, tmp_path: Path) -> None:
     grok = _executable(tmp_path / "grok")
-    assert resolve_command(CLI_PROVIDERS["grok"], None, str(tmp_path)) == str(grok)
+    assert resolve_command(CLI_PROVIDERS["grok"], None, str(tmp_path), HOME_BIN_DIRS) == str(grok)

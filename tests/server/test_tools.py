@@ -17,8 +17,9 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult
 
+from gateway.config import LimitsConfig
 from tests.fakes.fake_api_server import run_fake_api_server
-from tests.server.conftest import REPO, Harness, free_port
+from tests.server.conftest import BASE_LIMITS, REPO, Harness, free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -377,7 +378,8 @@ async def test_gateway_status_and_list_models_describe_the_installation(
     assert status["ready"] is True and status["admitting"] is True
     assert status["backend"] == "sqlite"
     assert status["instance_id"]
-    assert status["limits"]["sync_defer_after_s"] > 0
+    # The configured limits, not the defaults: the harness sets kill_grace_s.
+    assert status["limits"] == {**LimitsConfig().model_dump(mode="json"), **BASE_LIMITS}
     assert status["jobs"]["running"] == 0
     claude = status["providers"]["claude"]
     assert claude["found"] is True and claude["path"].endswith("tests/fakes/bin/claude")
@@ -470,9 +472,9 @@ async def test_listing_the_tools_starts_the_gateway_without_a_tool_call(
 
 
 def test_answering_tools_list_imports_none_of_the_job_machinery(tmp_path: Path) -> None:
-    """What initialize and tools/list need stays light (issue 7, startup): the store driver,
-    the runner, the job manager, psutil and the HTTP API client load only when the gateway
-    starts, after the handshake."""
+    """What initialize and tools/list need stays light (a client waits for them at
+    startup): the store driver, the runner, the job manager, psutil and the HTTP API client
+    load only when the gateway starts, after the handshake."""
     script = (
         "import asyncio, sys\n"
         "from gateway.config import Settings\n"
