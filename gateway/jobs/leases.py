@@ -136,7 +136,7 @@ class LeaseKeeper:
         self.registered = True
         self.heartbeat_failures = 0
         self.last_heartbeat_ok = time.monotonic()
-        self._renewed(before)
+        self.renewed_at = before
         if not self.manager.admitting:
             log.info("durable admission on", action="register",
                      instance_id=self.identity.instance_id)
@@ -162,7 +162,7 @@ class LeaseKeeper:
             return
         self.last_heartbeat_ok = time.monotonic()
         if renewed:
-            self._renewed(before)
+            self.renewed_at = before
         if renewed == 0 or not self.manager.admitting:
             # The instance row is gone (GC'd while we were stopped) or we had failed closed:
             # re-register (an upsert) before admitting again; never trust a heartbeat that
@@ -177,9 +177,6 @@ class LeaseKeeper:
         if isinstance(exc, StoreReplaced):
             self.manager.admitting = False
             self.manager.store_problem = str(exc)
-
-    def _renewed(self, store_now: float) -> None:
-        self.renewed_at = store_now
 
     # -- clock steps -----------------------------------------------------------------------
     async def _read_clock(self) -> float:
