@@ -21,6 +21,9 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 ENV_PREFIX = "AGENT_GATEWAY_"
 CONFIG_ENV = "AGENT_GATEWAY_CONFIG"
+# The longest a run may be given (timeout_s, default_timeout_s): a bound, so that 1e308 or
+# infinity is refused rather than taken as "no limit".
+MAX_TIMEOUT_S = 7 * 24 * 3600
 PROVIDER_NAMES = ("claude", "codex", "gemini", "grok", "mistral", "devin", "cursor")
 
 
@@ -103,7 +106,7 @@ class LimitsConfig(_Section):
     max_output_bytes: int = Field(default=52_428_800, ge=1)
     max_prompt_bytes: int = Field(default=1_048_576, ge=1)
     sync_defer_after_s: float = Field(default=45, gt=0)
-    default_timeout_s: float = Field(default=3600, gt=0)
+    default_timeout_s: float = Field(default=3600, gt=0, le=MAX_TIMEOUT_S)
     idle_timeout_s: float = Field(default=600, gt=0)
     kill_grace_s: float = Field(default=5, ge=0)
 
@@ -115,6 +118,10 @@ class HttpConfig(_Section):
     auth_token: str | None = Field(default=None, repr=False)
     max_body_bytes: int = Field(default=8_388_608, ge=1)
     max_sessions: int = Field(default=100, ge=1)
+    # Clients that leave without DELETE (many do) hold a session until this idles out.
+    session_idle_timeout_s: float = Field(default=300, gt=0, le=86_400)
+    # Browser origins (scheme://host:port) allowed to call; none by default (DNS rebinding).
+    allowed_origins: list[str] = Field(default_factory=list)
 
 
 class LoggingConfig(_Section):
@@ -141,7 +148,7 @@ class ApiProviderConfig(_Section):
     base_url: str
     api_key_env: str | None = None
     default_model: str | None = None
-    timeout_s: float = Field(default=600, gt=0)
+    timeout_s: float = Field(default=600, gt=0, le=MAX_TIMEOUT_S)
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel
@@ -25,6 +26,9 @@ ENV_MARGIN_BYTES = 64 * 1024
 # every system we run on has far more, so this only matters on exotic platforms).
 FALLBACK_ARG_MAX = 256 * 1024
 POINTER_BYTES = 8  # each argv/envp entry also costs one pointer in the exec block
+# Characters skipped before the leading-dash check: controls, format characters (zero-width
+# space, BOM) and separators render as nothing, and trimming code often removes them.
+INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
 
 
 def reject_nul(what: str, value: str | None) -> None:
@@ -33,12 +37,25 @@ def reject_nul(what: str, value: str | None) -> None:
         raise InvalidRequest(f"{what} contains a NUL byte (\\x00); remove it and retry.")
 
 
+def _first_visible(value: str) -> str:
+    """The first character once whitespace and invisible format characters are skipped.
+
+    Adapters strip some values before use (the model), and a CLI may trim what it gets (a
+    JavaScript `trim()` also drops U+FEFF): "  --yolo" must be judged as "--yolo".
+    """
+    for char in value:
+        if not char.isspace() and unicodedata.category(char) not in INVISIBLE_CATEGORIES:
+            return char
+    return ""
+
+
 def reject_flag_like(what: str, value: str | None) -> None:
-    """A value that starts with '-' could be parsed as an option by the CLI."""
-    if value is not None and value.startswith("-"):
+    """A value that starts with '-', after any leading whitespace, could be parsed as an
+    option by the CLI."""
+    if value is not None and _first_visible(value) == "-":
         raise InvalidRequest(
-            f"{what} {value!r} starts with '-', so the CLI could read it as an option; "
-            f"pass a value that does not start with '-'."
+            f"{what} {value!r} starts with '-' (leading whitespace does not count), so the "
+            f"CLI could read it as an option; pass a value that does not start with '-'."
         )
 
 

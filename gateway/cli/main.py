@@ -25,6 +25,7 @@ import anyio
 
 from gateway import __version__
 from gateway.config import ConfigError, Settings, default_config_path, load_settings
+from gateway.fs import ensure_private_dir
 from gateway.logs import configure_logging, redact_text
 from gateway.model import JobRow, JobStatus
 from gateway.store.base import StoreUnavailable, answer_in, page_of
@@ -36,7 +37,6 @@ EXIT_INTERRUPTED = 130  # the shell's convention for Ctrl-C
 
 DEFAULT_LIST_LIMIT = 20  # a screenful of jobs
 DEFAULT_RESULT_BYTES = 65_536  # one page of `jobs result`, like llm_job_result's default page
-CONFIG_DIR_MODE = 0o700  # the config may hold tokens: only the owner may list or read it
 CONFIG_FILE_MODE = 0o600
 TOKEN_HOWTO = (
     "set [http] auth_token in the config file or the AGENT_GATEWAY_HTTP__AUTH_TOKEN environment "
@@ -255,9 +255,7 @@ def write_private_file(path: Path, text: str, *, overwrite: bool) -> None:
     With it, the new file replaces the old one atomically. Raises CliError.
     """
     directory = path.parent
-    if not directory.exists():
-        directory.mkdir(parents=True, mode=CONFIG_DIR_MODE)
-        os.chmod(directory, CONFIG_DIR_MODE)  # mkdir's mode is filtered by the umask
+    ensure_private_dir(directory)  # the config may hold tokens: owner only
     if not overwrite:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, CONFIG_FILE_MODE)

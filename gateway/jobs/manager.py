@@ -55,6 +55,9 @@ DEFAULT_RESULT_PAGE = 200_000
 # A stored page is read with this many bytes more on each side: a UTF-8 character is at most
 # 4 bytes, so the page's ends can be moved to character boundaries inside what was read.
 PAGE_MARGIN_BYTES = 8
+# Offsets beyond any output are clamped to this (2**53: exact in JSON, and offset + length
+# stays inside SQLite's and PostgreSQL's 64-bit integers).
+MAX_RESULT_OFFSET = 2**53
 ADOPT_RETRY_FIRST_S = 0.5  # re-reading a row after an unconfirmed insert, while the store is down
 ADOPT_RETRY_MAX_S = 5.0  # the longest pause between those re-reads
 
@@ -557,19 +560,19 @@ class JobManager:
         character. Works for any instance's job and after restarts."""
         if offset < 0 or max_bytes < 1:
             raise GatewayError(ErrorKind.INVALID_INPUT, "offset must be >= 0 and max_bytes >= 1.")
+        # Past any output's end (and within every store's 64-bit integers): an empty page.
+        offset, max_bytes = min(offset, MAX_RESULT_OFFSET), min(max_bytes, MAX_RESULT_OFFSET)
         row = await self.get(job_id)
         parsed = json.loads(row.result_json) if row.result_json else None
         upto = offset + max_bytes + PAGE_MARGIN_BYTES
+        # Only the page (and a few bytes around it) is read, however large the output or the
+        # offset. Stored text is valid UTF-8, so no boundary moves by more than 3 bytes.
+        base = max(0, offset - PAGE_MARGIN_BYTES)  # the output position of data[0]
         data: bytes
-        base = 0  # the output position of data[0]
         if row.status.is_terminal:
-            # Cut in the store: only the page (and a few bytes around it) reaches this
-            # process, however large the output. The stored text is valid UTF-8, so no
-            # boundary moves by more than 3 bytes.
-            base = max(0, offset - PAGE_MARGIN_BYTES)
             data, total = await self._stored_output(job_id, base, upto - base, answer=not raw)
         else:
-            data, total = await self._partial_stdout(row, upto)
+            data, total = await self._partial_stdout(row, base, upto - base)
         start = base + char_boundary(data, min(offset, total) - base)
         end = base + char_boundary(data, min(total, start + max_bytes) - base)
         if end == start and start < total:  # max_bytes smaller than one character: take it
@@ -592,16 +595,17 @@ class JobManager:
             raise self._not_found(job_id)
         return found
 
-    async def _partial_stdout(self, row: JobRow, upto: int) -> tuple[bytes, int]:
-        """Output so far of a running job (its first `upto` bytes, and the total): the spool
-        file when it runs on this host with our state dir, else the tail its owner flushed
-        to the row."""
+    async def _partial_stdout(self, row: JobRow, base: int, length: int) -> tuple[bytes, int]:
+        """Output so far of a running job (`length` bytes from `base`, and the total): the
+        spool file when it runs on this host with our state dir, else what its owner flushed
+        to the row. A spool file this process cannot read (EACCES, gone) falls back too."""
         path = spool.stdout_path(self.spool_root / row.id)
-        if row.hostname == self.hostname and path.exists():
-            with path.open("rb") as fh:
-                data = fh.read(upto)
-                return data, max(len(data), path.stat().st_size)
-        return await self._stored_output(row.id, 0, upto)
+        if row.hostname == self.hostname:
+            try:
+                return await asyncio.to_thread(spool.read_range, path, base, length)
+            except OSError:
+                pass
+        return await self._stored_output(row.id, base, length)
 
     def snapshot(self) -> dict[str, Any]:
         return {"admitting": self.admitting and not self.closing,

@@ -37,6 +37,7 @@ import structlog
 
 from gateway import proc
 from gateway.childenv import child_env
+from gateway.fs import ensure_private_dir
 from gateway.jobs import spool
 from gateway.jobs.child_exit import ChildExit, open_pidfd
 from gateway.model import EXIT_CODES, ErrorKind, GatewayError
@@ -326,13 +327,16 @@ class ProcessRun:
         if executable is None:
             raise self._not_found(argv[0])
 
-        spec.spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         cwd = spec.working_dir
-        if cwd is None:
-            # mkdtemp creates it with mode 0700: private to the gateway's user. It lies outside
-            # any repository, so no project instructions are picked up from it.
-            self._temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_DIR_PREFIX))
-            cwd = str(self._temp_dir)
+        try:  # EACCES, ENOSPC, EROFS on the state dir or the temp dir: a clear failure
+            ensure_private_dir(spec.spool_dir)  # and spool/ and the state dir, all 0700
+            if cwd is None:  # mkdtemp: 0700, outside any repository (no project instructions)
+                self._temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_DIR_PREFIX))
+                cwd = str(self._temp_dir)
+        except OSError as exc:
+            raise GatewayError(ErrorKind.LAUNCH_FAILED, f"Cannot prepare the run's directories "
+                               f"({exc.strerror or exc}: {exc.filename}); the gateway's state "
+                               f"directory must be writable by its user.") from None
         try:
             popen, stdin_write_fd = self._spawn(executable, argv, env, cwd)
         except BaseException:

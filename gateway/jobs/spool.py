@@ -69,6 +69,16 @@ def read_tail(path: Path, max_bytes: int) -> str:
     return decoder.decode(data, final=False)
 
 
+def read_range(path: Path, start: int, length: int) -> tuple[bytes, int]:
+    """`length` bytes of a (possibly growing) spool file from `start`, never more than it
+    holds however large `length` or `start` is, and the file's size."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        fh.seek(min(start, size))
+        data = fh.read(max(0, min(length, size - start)))
+    return data, max(size, start + len(data))
+
+
 def filesystem_full(job_dir: Path) -> bool:
     """Whether the filesystem holding the spool has no room left for a provider's output
     (the space an unprivileged writer may use). A directory that cannot be checked is not

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gateway.config import ApiProviderConfig, Settings
+from gateway.config import MAX_TIMEOUT_S, ApiProviderConfig, Settings
 from gateway.jobs.requests import SubmitRequest
 from gateway.model import ErrorKind, GatewayError
 from providers.base import (
@@ -23,6 +23,8 @@ from providers.base import (
     OutputDiscipline,
     ProviderRequest,
 )
+
+SHOWN_PATH_CHARS = 200  # an error message quotes at most this much of a caller's path
 
 
 @dataclass(slots=True)
@@ -69,24 +71,59 @@ def _check_prompt(prompt: str | None, settings: Settings) -> str:
     return prompt
 
 
+def _text_bytes(value: Any) -> int:
+    """UTF-8 bytes of every string in a normalized request (prompt, messages, system,
+    options, model, session id): what max_prompt_bytes bounds."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, dict):
+        return sum(_text_bytes(k) + _text_bytes(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return sum(_text_bytes(v) for v in value)
+    return 0
+
+
+def _check_request_size(normalized: dict[str, Any], settings: Settings) -> None:
+    size = _text_bytes(normalized)
+    if size > settings.limits.max_prompt_bytes:
+        raise _invalid(f"the request's text (prompt, messages, system, options) is {size} "
+                       f"bytes, over limits.max_prompt_bytes "
+                       f"({settings.limits.max_prompt_bytes}); shorten it or put the material "
+                       f"in a file under working_dir and refer to it.")
+
+
+def _check_timeout(timeout_s: float | None) -> None:
+    # `not (0 < t <= max)` also refuses NaN; infinity (1e999 in JSON) is over the bound.
+    if timeout_s is not None and not 0 < timeout_s <= MAX_TIMEOUT_S:
+        raise _invalid(f"timeout_s must be a positive number of seconds, at most "
+                       f"{MAX_TIMEOUT_S} (one week); got {timeout_s!r}. Omit it for the "
+                       f"default (limits.default_timeout_s).")
+
+
 def _check_working_dir(working_dir: str | None) -> str | None:
     if working_dir is None or working_dir == "":
         return None
     if "\x00" in working_dir:
         raise _invalid("working_dir contains a NUL byte.")
-    path = Path(working_dir).expanduser()
-    if not path.is_absolute():
-        raise _invalid(f"working_dir {working_dir!r} must be an absolute path (the gateway's own "
-                       f"current directory means nothing to the caller).")
-    if not path.is_dir():
-        raise _invalid(f"working_dir {working_dir!r} does not exist or is not a directory.")
-    return str(path.resolve())
+    shown = working_dir[:SHOWN_PATH_CHARS] + ("..." if len(working_dir) > SHOWN_PATH_CHARS else "")
+    try:
+        path = Path(working_dir).expanduser()
+        if not path.is_absolute():
+            raise _invalid(f"working_dir {shown!r} must be an absolute path (the gateway's "
+                           f"own current directory means nothing to the caller).")
+        if not path.is_dir():
+            raise _invalid(f"working_dir {shown!r} does not exist or is not a directory.")
+        return str(path.resolve())
+    except (OSError, RuntimeError) as exc:
+        # ENAMETOOLONG, EACCES on a parent, ELOOP, an unknown ~user: the caller's path.
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise _invalid(f"working_dir {shown!r} cannot be used: {reason}. Pass an existing, "
+                       f"accessible directory.") from None
 
 
 def resolve_target(settings: Settings, provider: str, request: SubmitRequest) -> Target:
     """Validate the request for `provider` and build what will run. No I/O beyond stat()."""
-    if request.timeout_s is not None and request.timeout_s <= 0:
-        raise _invalid("timeout_s must be a positive number of seconds.")
+    _check_timeout(request.timeout_s)
     if provider in settings.api_providers:
         return _http_target(settings, provider, request)
     from providers.registry import CLI_PROVIDERS, check_argv_size, resolve_command
@@ -129,6 +166,7 @@ def resolve_target(settings: Settings, provider: str, request: SubmitRequest) ->
         "session_id": request.session_id,
         "options": options.model_dump(mode="json", exclude_none=True),
     }
+    _check_request_size(normalized, settings)
     return Target(provider=provider, transport="process", normalized=normalized, model=model,
                   working_dir=working_dir, login_hint=adapter.login_hint,
                   install_hint=adapter.install_hint, adapter=adapter, invocation=invocation,
@@ -155,6 +193,7 @@ def _http_target(settings: Settings, provider: str, request: SubmitRequest) -> T
         normalized = normalized_request(provider, config, api_request)
     except InvalidRequest as exc:
         raise _invalid(str(exc)) from None
+    _check_request_size(normalized, settings)
     return Target(provider=provider, transport="http", normalized=normalized,
                   model=normalized.get("model"), working_dir=None,
                   login_hint=f"Check the API key in the environment variable "

@@ -1,14 +1,21 @@
-"""Streamable HTTP transport: bearer auth, body cap, session cap and /healthz.
+"""Streamable HTTP transport: Host/Origin, bearer auth, body cap, sessions and /healthz.
 
 One Gateway (job manager and lease tasks) serves every HTTP session of the process: the
 app's lifespan runs the SDK session manager, whose single entry into the MCP lifespan
 starts and stops it. The guard is a pure ASGI wrapper (streaming responses pass through
 untouched) that answers before the SDK sees the request:
+- 421 unless the Host header names the bound address and port, 403 for an Origin header not
+  in `http.allowed_origins` (DNS rebinding: a web page's script must never reach a loopback
+  gateway under an attacker's name). The SDK guards only the literal 127.0.0.1, localhost
+  and ::1, so its own check is off and this one covers every address, token or not;
 - 401 with `WWW-Authenticate: Bearer` unless the Authorization header carries the token
-  (compared in constant time);
+  (scheme case-insensitive per RFC 7235, token compared in constant time);
 - 413 when Content-Length exceeds `http.max_body_bytes` (the SDK also caps streamed bodies);
-- 429 with Retry-After when `http.max_sessions` sessions are open (the SDK refuses with 503;
-  a full server is a "come back later", which clients retry, not a server fault).
+- at `http.max_sessions` open sessions, the least recently used idle one is closed to make
+  room (sessions.py); 429 with Retry-After only when every session is busy (the SDK refuses
+  with 503; a full server is a "come back later", which clients retry, not a server fault).
+A request that is JSON but not valid Unicode (a lone surrogate) gets a parse error for its
+own id (unicode_errors.py), not the SDK's `id: null`.
 `GET /healthz` needs no token and says only whether the gateway is ready and admitting.
 """
 
@@ -19,20 +26,27 @@ import json
 from typing import Any
 
 import structlog
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.config import Settings
 from gateway.mcp.server import GatewayServer, build_server
+from gateway.mcp.sessions import SessionTable
+from gateway.mcp.unicode_errors import rewrite_parse_error
+from providers.loopback import LOCALHOST, is_loopback_host
 
 log = structlog.get_logger(__name__)
 
 HEALTH_PATH = "/healthz"
-SESSION_RETRY_AFTER_S = 5  # a session slot frees when a client disconnects or idles out
+SESSION_RETRY_AFTER_S = 5  # every session is busy: one frees when its request completes
 # Open SSE streams must not hold shutdown past the drain budget (uvicorn takes whole seconds).
 GRACEFUL_SHUTDOWN_S = 2
 SESSION_HEADER = b"mcp-session-id"
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
+# The SDK's own Host/Origin check knows only the literal loopback names; ours replaces it.
+SDK_HOST_CHECK_OFF = TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 def build_http_app(settings: Settings, host: str,
@@ -51,34 +65,106 @@ def build_http_app(settings: Settings, host: str,
         streamable_http_path=settings.http.path,
         max_request_body_size=settings.http.max_body_bytes,
         max_sessions=settings.http.max_sessions,
+        session_idle_timeout=settings.http.session_idle_timeout_s,
+        transport_security=SDK_HOST_CHECK_OFF,
         host=host,
     )
-    return HttpGuard(app, token=token, max_body_bytes=settings.http.max_body_bytes), server
+    guard = HttpGuard(app, token=token, max_body_bytes=settings.http.max_body_bytes,
+                      host=host, allowed_origins=settings.http.allowed_origins,
+                      sessions=SessionTable(server.session_manager),
+                      max_sessions=settings.http.max_sessions)
+    return guard, server
+
+
+def _host_literal(host: str) -> str:
+    """How a Host header spells an address: IPv6 in brackets, names lower-cased."""
+    name = host.strip().lower()
+    if ":" in name and not name.startswith("["):
+        return f"[{name}]"
+    return name
+
+
+def allowed_host_headers(bound_host: str, local_ip: str | None, port: int) -> frozenset[str]:
+    """The Host values a request to this listener may carry: the configured host, the IP
+    literal the connection reached, and `localhost` on a loopback bind. An IP literal is
+    safe to accept: DNS rebinding needs a name the attacker controls."""
+    names = {_host_literal(bound_host)}
+    if local_ip:
+        names.add(_host_literal(local_ip))
+    if is_loopback_host(bound_host.strip()):
+        names.add(LOCALHOST)
+    with_port = {f"{name}:{port}" for name in names}
+    if port == 80:
+        with_port |= names  # a client may omit the default port
+    return frozenset(with_port)
 
 
 class HttpGuard:
-    """Auth, body cap and session-cap translation in front of the SDK's app."""
+    """Host/Origin, auth, body cap and session admission in front of the SDK's app."""
 
-    def __init__(self, app: ASGIApp, *, token: str | None, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, token: str | None, max_body_bytes: int, host: str,
+                 allowed_origins: list[str], sessions: SessionTable,
+                 max_sessions: int) -> None:
         self.app = app
-        self._expected = f"Bearer {token}".encode() if token else None
+        self._token = token.encode() if token else None
         self.max_body_bytes = max_body_bytes
+        self.host = host
+        self._check_host = host.strip().lower() not in WILDCARD_HOSTS
+        self._origins = frozenset(o.strip().rstrip("/").lower() for o in allowed_origins)
+        self.sessions = sessions
+        self.max_sessions = max_sessions
+
+    def _host_refusal(self, scope: Scope, headers: dict[bytes, bytes]) -> Response | None:
+        """421/403 for a Host or Origin that is not this gateway's (DNS rebinding)."""
+        if self._check_host:
+            server = scope.get("server") or (None, None)
+            local_ip, port = server[0], server[1]
+            given = headers.get(b"host", b"").decode("latin-1").strip().lower()
+            if port is None or given not in allowed_host_headers(self.host, local_ip, port):
+                log.warning("refused a request for another host", action="host_refused",
+                            host=given[:100])
+                return _json(421, {"error": "misdirected_request",
+                                   "message": f"the Host header must name this gateway's "
+                                              f"address ({self.host}:{port})"})
+        origin = headers.get(b"origin")
+        if origin is not None:
+            given = origin.decode("latin-1").strip().rstrip("/").lower()
+            if given not in self._origins:
+                log.warning("refused a request from a foreign origin", action="origin_refused",
+                            origin=given[:100])
+                return _json(403, {"error": "forbidden_origin",
+                                   "message": "this Origin is not allowed; list it in "
+                                              "[http] allowed_origins to let it call"})
+        return None
+
+    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
+        if self._token is None:
+            return True
+        scheme, _, credentials = headers.get(b"authorization", b"").strip().partition(b" ")
+        # Schemes are case-insensitive (RFC 7235 section 2.1); constant time: the comparison
+        # must not leak how much of a guess was right.
+        return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(),
+                                                                   self._token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") == HEALTH_PATH:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
-        if self._expected is not None:
-            given = headers.get(b"authorization", b"")
-            # Constant time: the comparison must not leak how much of a guess was right.
-            if not hmac.compare_digest(given, self._expected):
-                await _json(401, {"error": "unauthorized",
-                                  "message": "a valid 'Authorization: Bearer <token>' header "
-                                             "is required"},
-                            {"WWW-Authenticate": 'Bearer realm="agent-cli-gateway"'},
-                            )(scope, receive, send)
-                return
+        refusal = self._host_refusal(scope, headers)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        if scope.get("path") == HEALTH_PATH:
+            await self.app(scope, receive, send)
+            return
+        if not self._authorized(headers):
+            await _json(401, {"error": "unauthorized",
+                              "message": "a valid 'Authorization: Bearer <token>' header "
+                                         "is required"},
+                        {"WWW-Authenticate": 'Bearer realm="agent-cli-gateway"'},
+                        )(scope, receive, send)
+            return
         length = headers.get(b"content-length")
         if length is not None:
             try:
@@ -91,21 +177,35 @@ class HttpGuard:
                                              f"{self.max_body_bytes} bytes (http.max_body_bytes)"},
                             )(scope, receive, send)
                 return
-        if scope.get("method") == "POST" and SESSION_HEADER not in headers:
-            await self.app(scope, receive, _session_cap_as_429(send))
+        if scope.get("method") == "POST":
+            receive, send = rewrite_parse_error(receive, send)
+        session_id = headers.get(SESSION_HEADER)
+        if session_id is not None:
+            with self.sessions.request(session_id.decode("latin-1")):
+                await self.app(scope, receive, send)
+            return
+        if scope.get("method") == "POST":
+            if not await self.sessions.make_room(self.max_sessions):
+                log.warning("HTTP session limit reached, every session busy",
+                            action="session_cap")
+            await self.app(scope, receive, _opening_response(send, self.sessions))
             return
         await self.app(scope, receive, send)
 
 
-def _session_cap_as_429(send: Send) -> Send:
-    """Rewrite the SDK's 503 "Too many open sessions" for a new session into a 429."""
+def _opening_response(send: Send, sessions: SessionTable) -> Send:
+    """Note the id of a session the SDK opens; rewrite its 503 "Too many open sessions" for
+    a new session into a 429."""
     rewriting = False
 
     async def wrapped(message: Message) -> None:
         nonlocal rewriting
+        if message["type"] == "http.response.start" and message["status"] != 503:
+            for name, value in message.get("headers") or []:
+                if name.lower() == SESSION_HEADER:
+                    sessions.opened(value.decode("latin-1"))
         if message["type"] == "http.response.start" and message["status"] == 503:
             rewriting = True
-            log.warning("HTTP session limit reached", action="session_cap")
             body = json.dumps({"error": "session_capacity", "retryable": True,
                                "message": "the gateway is at its HTTP session limit "
                                           "(http.max_sessions); retry shortly"}).encode()

@@ -50,17 +50,23 @@ def serve(settings: Settings, transport: str = "stdio", host: str | None = None,
 
 async def run_stdio(server: GatewayServer) -> None:
     """The SDK's `run_stdio_async`, but reading stdin on a daemon thread (stdio.py):
-    cancelling it then really ends serving. stdout is still claimed by the SDK (fd 1 points
+    cancelling it then really ends serving, and a request the SDK cannot parse but whose
+    id is known is answered (unicode_errors.py). stdout is still claimed by the SDK (fd 1 points
     at stderr while serving, so stray writes never reach the wire)."""
     from mcp.server.stdio import stdio_server
 
     from gateway.mcp.stdio import DaemonStdin
+    from gateway.mcp.unicode_errors import answer_unparsable
 
     stdin = DaemonStdin()
     lowlevel = server._lowlevel_server
     try:
-        async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
-            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+        async with (
+            stdio_server(stdin=stdin) as (read_stream, write_stream),  # type: ignore[arg-type]
+            answer_unparsable(read_stream, write_stream) as parsed_stream,
+        ):
+            await lowlevel.run(parsed_stream, write_stream,
+                               lowlevel.create_initialization_options())
     finally:
         stdin.restore()
 

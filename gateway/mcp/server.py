@@ -27,6 +27,7 @@ from gateway import __version__
 from gateway.config import Settings
 from gateway.mcp.results import failure, invalid_arguments
 from gateway.mcp.tools import ServerState, build_tools
+from gateway.mcp.unicode_errors import unencodable_path
 from gateway.model import ErrorKind
 from gateway.versions import CliVersions
 
@@ -90,6 +91,12 @@ class GatewayServer(MCPServer[ServerState]):
             return failure(ErrorKind.INVALID_INPUT,
                            f"Unknown argument(s) {unknown} for {name}. It accepts: "
                            f"{sorted(accepted)}. Remove the others and call again.")
+        where = unencodable_path(arguments)
+        if where is not None:
+            return failure(ErrorKind.INVALID_INPUT,
+                           f"Argument {where!r} of {name} is not valid Unicode (a lone UTF-16 "
+                           f"surrogate, \\ud800-\\udfff without its pair). Send well-formed "
+                           f"text and call again.")
         try:
             return await super().call_tool(name, arguments, context)
         except UnexpectedToolError as exc:

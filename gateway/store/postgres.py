@@ -111,6 +111,7 @@ IDLE_IN_TRANSACTION_TIMEOUT_MS = 10_000
 # for long, and a heartbeat that waits for one lets its own lease lapse.
 LEASE_POOL_SIZE = 1
 APPLICATION_NAME = "agent-cli-gateway"  # so operators can find our sessions in pg_stat_activity
+MAX_SQL_POSITION = 2**31 - 2  # substring(... FROM start + 1 FOR n) with int4 arguments
 
 
 # -- errors -------------------------------------------------------------------------------
@@ -476,7 +477,9 @@ class PostgresJobStore:
     async def read_output(
         self, job_id: str, offset: int, length: int, *, answer: bool = False
     ) -> tuple[bytes, int] | None:
-        start, length = max(offset, 0), max(length, 0)
+        # substring() takes int4 positions; no field is over 1 GB, so past this is past the end.
+        start = min(max(offset, 0), MAX_SQL_POSITION)
+        length = min(max(length, 0), MAX_SQL_POSITION)
         async with self._connection("read output") as conn:
             try:
                 row = await conn.fetchrow(READ_OUTPUT, job_id, start + 1, length, answer)

@@ -30,7 +30,7 @@ import aiosqlite
 import anyio
 import structlog
 
-from gateway.config import gateway_home
+from gateway.fs import ensure_private_dir
 from gateway.model import (
     CANCELLED_ERROR,
     FINAL_STATUSES,
@@ -95,7 +95,6 @@ T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 5000  # another process holding the write lock gets this long before we give up
 FILE_MODE = 0o600  # job rows hold prompts and outputs: owner only
-DIR_MODE = 0o700  # the directory also holds the -wal/-shm files and spool dirs
 WAL_RETRY_FIRST_S = 0.01  # concurrent openers clear in milliseconds; back off from there
 WAL_RETRY_MAX_S = 0.2
 
@@ -217,29 +216,6 @@ def _store_errors(action: str) -> Iterator[None]:
         raise unavailable(f"sqlite store: {action} failed: {exc.strerror or exc}") from exc
 
 
-def _ensure_private_dir(directory: Path) -> None:
-    """Create missing directories 0700; tighten the gateway's own home if it is looser."""
-    missing: list[Path] = []
-    probe = directory
-    while not probe.exists():
-        missing.append(probe)
-        probe = probe.parent
-    for path in reversed(missing):
-        with suppress(FileExistsError):  # another process created it a moment ago
-            os.mkdir(path, DIR_MODE)
-        os.chmod(path, DIR_MODE)  # the umask may have removed bits, never adds: be exact
-    if not missing:
-        mode = stat.S_IMODE(directory.stat().st_mode)
-        if directory == gateway_home() and mode != DIR_MODE:
-            os.chmod(directory, DIR_MODE)
-        elif mode & 0o077:
-            # A directory the user chose: not ours to change, but worth saying.
-            log.warning(
-                "store directory is accessible to other users",
-                action="open_store", directory=str(directory), mode=oct(mode),
-            )
-
-
 def _ensure_private_file(path: Path) -> None:
     """Create the database file 0600 before SQLite opens it (its -wal/-shm copy the mode)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
@@ -278,7 +254,7 @@ class SqliteJobStore:
         if self._conn is not None:
             return
         with _store_errors("open"):
-            _ensure_private_dir(self.path.parent)
+            ensure_private_dir(self.path.parent)
             _ensure_private_file(self.path)
             conn = await aiosqlite.connect(self.path, isolation_level=None)
         try:

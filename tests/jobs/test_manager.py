@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -347,3 +349,108 @@ async def test_regression_a_caller_that_gives_up_mid_admission_never_leaves_a_jo
     await wait_for(none_active, 30)
     rows = await manager.list_jobs(limit=100)
     assert rows and all(r.status == JobStatus.COMPLETED for r in rows)
+
+
+async def test_every_directory_the_gateway_creates_is_0700_on_both_backends(
+        make_settings, start_gateway, backend: str) -> None:
+    old_umask = os.umask(0o022)  # the usual umask: mkdir alone would leave 0755
+    try:
+        settings = make_settings()
+        manager = await (await start_gateway(settings)).manager()
+        sub = await manager.submit("claude", req("hold @sleep=2"))
+        spool = settings.state_dir / "spool" / sub.job.id
+        await wait_for(spool.exists)
+        created = [spool, spool.parent, settings.state_dir]
+        if backend == "postgres":
+            created.append(settings.state_dir.parent)  # HOME itself did not exist either
+        for directory in created:
+            assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
+        await manager.cancel(sub.job.id)
+    finally:
+        os.umask(old_umask)
+
+
+async def test_a_working_dir_too_long_for_the_kernel_is_invalid_input_not_internal_error(
+        make_settings, start_gateway) -> None:
+    manager = await (await start_gateway(make_settings())).manager()
+    too_long = ["/" + "a" * 5000,  # one component over NAME_MAX
+                "/" + "/".join(["b" * 200] * 25)]  # each fine, the whole over PATH_MAX
+    for working_dir in too_long:
+        with pytest.raises(GatewayError) as err:
+            await manager.submit("claude", req("x", working_dir=working_dir))
+        assert err.value.kind == ErrorKind.INVALID_INPUT
+        assert "working_dir" in err.value.message and len(err.value.message) < 600
+    assert await manager.list_jobs() == []
+
+
+async def test_a_result_offset_of_2_62_on_a_running_job_is_an_empty_page_not_memory_error(
+        make_settings, start_gateway) -> None:
+    manager = await (await start_gateway(make_settings())).manager()
+    sub = await manager.submit("claude", req("hold @sleep=3"))
+    await wait_for(lambda: manager.get(sub.job.id), 10)
+    await wait_for(async_status(manager, sub.job.id, JobStatus.RUNNING))
+    for offset in (2**62, 2**70):
+        page = await manager.read_result(sub.job.id, offset=offset, max_bytes=2**62)
+        assert page.output == "" and not page.complete
+    await manager.cancel(sub.job.id)
+    row = await manager.wait(sub.job.id, 20)
+    assert row.status.is_terminal
+    page = await manager.read_result(sub.job.id, offset=2**70, max_bytes=2**62)
+    assert page.output == "" and page.next_offset is None
+
+
+def async_status(manager: Any, job_id: str, status: JobStatus) -> Any:
+    async def check() -> bool:
+        return (await manager.get(job_id)).status == status
+    return check
+
+
+async def test_an_unusable_state_dir_fails_the_run_with_a_clear_launch_error(
+        make_settings, start_gateway, backend: str, tmp_path: Path) -> None:
+    """The spool directory cannot be made (here a file is in the way: ENOTDIR, the same
+    OSError path as EACCES, which root, running these tests, never gets)."""
+    settings = make_settings()
+    manager = await (await start_gateway(settings)).manager()
+    manager.spool_root.parent.mkdir(parents=True, exist_ok=True)
+    if manager.spool_root.is_dir():
+        manager.spool_root.rmdir()
+    manager.spool_root.write_text("not a directory")
+    sub = await manager.submit("claude", req("never runs"))
+    row = await manager.wait(sub.job.id, 20)
+    assert row.status == JobStatus.FAILED
+    assert row.error_kind == ErrorKind.LAUNCH_FAILED
+    assert "state directory" in (row.error or "")
+
+
+@pytest.mark.parametrize("timeout_s", [1e308, float("inf"), float("nan"), 604_801, 0, -1])
+async def test_timeout_s_beyond_one_week_or_not_a_number_is_invalid_input(
+        make_settings, start_gateway, timeout_s: float) -> None:
+    manager = await (await start_gateway(make_settings())).manager()
+    with pytest.raises(GatewayError) as err:
+        await manager.submit("claude", req("x", timeout_s=timeout_s))
+    assert err.value.kind == ErrorKind.INVALID_INPUT
+    assert "at most 604800" in err.value.message
+    assert await manager.list_jobs() == []
+
+
+async def test_max_prompt_bytes_bounds_the_whole_request_messages_and_system_too(
+        make_settings, start_gateway) -> None:
+    api = {"fake": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1",
+                    "default_model": "m"}}
+    manager = await (await start_gateway(make_settings(
+        limits={"max_prompt_bytes": 1000}, api_providers=api))).manager()
+    big = "x" * 1200
+    over = [
+        ("fake", SubmitRequest(options={"messages": [{"role": "user", "content": big}]})),
+        ("fake", SubmitRequest(options={"messages": [{"role": "user", "content": "a" * 600},
+                                                     {"role": "assistant", "content": "b" * 600},
+                                                     {"role": "user", "content": "go"}]})),
+        ("fake", SubmitRequest(prompt="hi", options={"system": big})),
+        ("claude", SubmitRequest(prompt="p" * 900, model="m" * 200)),
+    ]
+    for provider_name, request in over:
+        with pytest.raises(GatewayError) as err:
+            await manager.submit(provider_name, request)
+        assert err.value.kind == ErrorKind.INVALID_INPUT, provider_name
+        assert "max_prompt_bytes" in err.value.message
+    assert await manager.list_jobs() == []

@@ -125,3 +125,43 @@ def test_stdin_providers_take_a_prompt_of_any_size(name: str) -> None:
                                           adapter.commands[0])
     assert invocation.stdin == huge.encode()
     assert all(len(a) < 1000 for a in invocation.argv)
+
+
+# Whitespace a caller can put before a flag: the adapters strip the model, and CLIs trim
+# (JavaScript's trim() also drops U+FEFF; U+200B renders as nothing).
+HIDING_PREFIXES = ["  ", "\t", "\n", "\r\n ", "\u00a0", "\u2003", "\u200b", "\ufeff"]
+
+
+@pytest.mark.parametrize(("name", "binary"), DIALECTS)
+@pytest.mark.parametrize("prefix", HIDING_PREFIXES)
+def test_flag_injection_through_leading_whitespace_is_refused_for_every_option(
+    name: str, binary: str, prefix: str,
+) -> None:
+    adapter = provider(name)
+    for flag in ("--yolo", "--dangerously-skip-permissions", "-x"):
+        hidden = prefix + flag
+        with pytest.raises(InvalidRequest, match=r"model .* starts with '-'"):
+            adapter.build_invocation(request(adapter, {}, model=hidden), binary)
+        with pytest.raises(InvalidRequest, match=r"model .* starts with '-'"):
+            adapter.build_invocation(request(adapter, {}), binary, default_model=hidden)
+        with pytest.raises(InvalidRequest, match=r"session_id .* starts with '-'"):
+            adapter.build_invocation(request(adapter, {}, session_id=hidden), binary)
+        list_fields = [n for n, f in adapter.options_model.model_fields.items()
+                       if f.annotation == list[str]]
+        for field_name in list_fields:
+            with pytest.raises(InvalidRequest, match=f"options.{field_name} item"):
+                adapter.build_invocation(request(adapter, {field_name: ["/ok", hidden]}),
+                                         binary)
+
+
+@pytest.mark.parametrize(("name", "binary"), DIALECTS)
+def test_flag_injection_through_whitespace_never_reaches_a_fake_cli_as_a_flag(
+    name: str, binary: str,
+) -> None:
+    """What is accepted is the value that is used: a padded model builds exactly the argv
+    of the unpadded one, and no argv element is a flag hidden behind whitespace."""
+    adapter = provider(name)
+    plain = adapter.build_invocation(request(adapter, {}, model="m1"), binary)
+    padded = adapter.build_invocation(request(adapter, {}, model="  m1\t"), binary)
+    assert padded.argv == plain.argv
+    assert not any(arg.strip() != arg and arg.strip().startswith("-") for arg in padded.argv)

@@ -105,7 +105,8 @@ class HttpServer:
 
 
 def start_http_server(home: Path, config: Path, port: int, *, token: str | None = TOKEN,
-                      args: tuple[str, ...] = (), wait_ready: bool = True) -> HttpServer:
+                      args: tuple[str, ...] = (), wait_ready: bool = True,
+                      host: str = "127.0.0.1") -> HttpServer:
     """Spawn the HTTP server and wait (bounded) until /healthz answers (and, with
     wait_ready, says the gateway is ready)."""
     extra = {"AGENT_GATEWAY_HTTP__AUTH_TOKEN": token} if token else {}
@@ -113,10 +114,10 @@ def start_http_server(home: Path, config: Path, port: int, *, token: str | None 
     with stderr_path.open("wb") as err:
         process = subprocess.Popen(
             [sys.executable, "-m", "gateway", "serve", "--transport", "http",
-             "--port", str(port), *args],
+             "--host", host, "--port", str(port), *args],
             env=server_env(home, config, **extra), cwd=home, stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+    base = f"http://{host}:{port}"
     server = HttpServer(process, f"{base}/mcp", base, stderr_path)
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     with httpx2.Client(timeout=2.0) as http:

@@ -108,23 +108,6 @@ async def test_a_request_body_over_the_cap_gets_413(server: HttpServer) -> None:
     assert post(server, INITIALIZE).status_code == 200
 
 
-async def test_sessions_beyond_max_sessions_get_429_with_retry_after(harness: Harness) -> None:
-    server = harness.http_server({"http": {"max_sessions": 2}})
-    opened = [post(server, INITIALIZE) for _ in range(2)]
-    assert all(a.status_code == 200 and a.headers.get("mcp-session-id") for a in opened)
-    refused = post(server, INITIALIZE)
-    assert refused.status_code == 429
-    assert int(refused.headers["retry-after"]) > 0
-    assert refused.json()["retryable"] is True
-    # Ending a session frees its slot.
-    with httpx2.Client(timeout=10) as http:
-        ended = http.delete(server.url, headers={
-            "Authorization": f"Bearer {TOKEN}",
-            "mcp-session-id": opened[0].headers["mcp-session-id"]})
-    assert ended.status_code in (200, 204)
-    assert post(server, INITIALIZE).status_code == 200
-
-
 async def test_every_http_session_shares_one_gateway_and_its_jobs(harness: Harness) -> None:
     server = harness.http_server({})
     with anyio.fail_after(TEST_TIMEOUT_S):
@@ -169,3 +152,71 @@ def test_serve_refuses_http_without_a_token_or_no_auth_off_loopback(
     with pytest.raises(ServeError, match="transport"):
         serve(settings, transport="carrier-pigeon")
     assert not (tmp_path / "jobs.db").exists()  # refused before anything was opened
+
+
+def raw(server: HttpServer, method: str, headers: dict[str, str], body: Any = None,
+        url: str | None = None) -> httpx2.Response:
+    """One request with exactly these headers (httpx2 sends Host from the URL unless given)."""
+    content = None if body is None else json.dumps(body).encode()
+    with httpx2.Client(timeout=10) as http:
+        return http.request(method, url or server.url, content=content, headers=headers)
+
+
+async def test_dns_rebinding_host_header_is_refused_on_every_loopback_address(
+        harness: Harness) -> None:
+    config = harness.write_config({})
+    for host in ("127.0.0.1", "127.0.0.2"):
+        port = free_port()
+        server = start_http_server(harness.home, config, port, token=None, host=host,
+                                   args=("--no-auth",))
+        try:
+            attacked = raw(server, "POST", dict(MCP_HEADERS, Host=f"attacker.example:{port}"),
+                           INITIALIZE)
+            assert attacked.status_code == 421, (host, attacked.text)
+            wrong_port = raw(server, "POST", dict(MCP_HEADERS, Host=f"{host}:{port + 1}"),
+                             INITIALIZE)
+            assert wrong_port.status_code == 421
+            # /healthz is checked too: a rebinding page learns nothing from it.
+            assert raw(server, "GET", {"Host": "attacker.example"},
+                       url=f"{server.base}/healthz").status_code == 421
+            for good in (f"{host}:{port}", f"localhost:{port}"):
+                assert raw(server, "POST", dict(MCP_HEADERS, Host=good),
+                           INITIALIZE).status_code == 200, good
+        finally:
+            server.stop()
+
+
+async def test_dns_rebinding_foreign_origin_is_refused_with_or_without_a_token(
+        harness: Harness) -> None:
+    allowed = "http://localhost:6274"
+    config = harness.write_config({"http": {"allowed_origins": [allowed]}})
+    with_token = start_http_server(harness.home, config, free_port())
+    without = start_http_server(harness.home, config, free_port(), token=None,
+                                host="127.0.0.3", args=("--no-auth",))
+    try:
+        for server, auth in ((with_token, {"Authorization": f"Bearer {TOKEN}"}),
+                             (without, {})):
+            foreign = raw(server, "POST",
+                          dict(MCP_HEADERS, Origin="http://attacker.example", **auth),
+                          INITIALIZE)
+            assert foreign.status_code == 403, foreign.text
+            assert "allowed_origins" in foreign.json()["message"]
+            listed = raw(server, "POST", dict(MCP_HEADERS, Origin=allowed, **auth), INITIALIZE)
+            assert listed.status_code == 200
+            assert raw(server, "POST", dict(MCP_HEADERS, **auth), INITIALIZE).status_code == 200
+            rebound = raw(server, "POST", dict(MCP_HEADERS, Host="attacker.example", **auth),
+                          INITIALIZE)
+            assert rebound.status_code == 421  # a token does not make another Host fine
+    finally:
+        with_token.stop()
+        without.stop()
+
+
+async def test_bearer_scheme_is_case_insensitive(server: HttpServer) -> None:
+    for scheme in ("bearer", "BEARER", "BeArEr"):
+        answer = raw(server, "POST", dict(MCP_HEADERS, Authorization=f"{scheme} {TOKEN}"),
+                     INITIALIZE)
+        assert answer.status_code == 200, scheme
+    for wrong in (f"Basic {TOKEN}", f"Bearer{TOKEN}", TOKEN):
+        answer = raw(server, "POST", dict(MCP_HEADERS, Authorization=wrong), INITIALIZE)
+        assert answer.status_code == 401, wrong

@@ -1192,3 +1192,14 @@ async def test_complete_racing_the_reaper_never_loses_the_result(
         assert [r.id for r in result["flipped"]] in ([], [job.id])  # type: ignore[attr-defined]
         final = await get(store, job.id)
         assert (final.status, final.output) == (JobStatus.COMPLETED, f"r{round_no}")
+
+
+async def test_read_output_past_any_integer_column_is_an_empty_page(store: JobStore) -> None:
+    # An offset or length of 2**62 (a caller's bad page) must not overflow a 32-bit SQL
+    # argument (PostgreSQL's substring) or allocate: past the end is just an empty page.
+    job = await running(store, new_job())
+    assert await store.complete(job.id, OWNER, done(output="short", output_bytes=5))
+    for offset, length in ((2**62, 10), (0, 2**62), (2**62, 2**62), (2**31, 2**31)):
+        data, total = await store.read_output(job.id, offset, length) or (None, None)
+        assert total == 5
+        assert data == (b"short" if offset == 0 else b"")

@@ -1,0 +1,88 @@
+"""Which Streamable HTTP sessions are busy, and evicting the least recently used idle one.
+
+Many clients leave without `DELETE` (the MCP Inspector CLI, `claude mcp get`, the TypeScript
+SDK's plain `close()`): their sessions stay open until the idle timeout. At `max_sessions`
+the SDK refuses every new client, so abandoned sessions would lock everyone out. The guard
+(http.py) therefore tells this table about every request of a known session (in flight,
+last used) and, before a new session is opened at the cap, closes the least recently used
+session with nothing in flight. Only when every session is busy is the new client refused.
+
+The SDK offers no public way to list or close a session, so the two private names it needs
+(`_server_instances`, `_discard_session`) are used here and nowhere else;
+tests/server/test_http_sessions.py fails if the SDK renames them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+import structlog
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+log = structlog.get_logger(__name__)
+
+
+class SessionTable:
+    """In-flight counts and last-use times of the SDK's sessions, as the guard sees them."""
+
+    def __init__(self, manager: StreamableHTTPSessionManager) -> None:
+        self._manager = manager
+        self._in_flight: dict[str, int] = {}
+        self._last_used: dict[str, float] = {}
+
+    def open_ids(self) -> list[str]:
+        """The ids of the sessions the SDK holds open (its private registry)."""
+        return list(self._manager._server_instances)
+
+    def opened(self, session_id: str) -> None:
+        """The SDK answered an opening request with this new session id."""
+        self._last_used[session_id] = time.monotonic()
+
+    @contextlib.contextmanager
+    def request(self, session_id: str) -> Iterator[None]:
+        """One request (a POST, or a GET stream for as long as it is open) of a session."""
+        self._in_flight[session_id] = self._in_flight.get(session_id, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._in_flight.get(session_id, 1) - 1
+            if left > 0:
+                self._in_flight[session_id] = left
+            else:
+                self._in_flight.pop(session_id, None)
+            if session_id in self._manager._server_instances:
+                self._last_used[session_id] = time.monotonic()
+            else:  # an unknown id (404) or a session just ended: nothing to remember
+                self._last_used.pop(session_id, None)
+
+    def _idle(self, open_ids: list[str]) -> list[str]:
+        # A session absent from _last_used is still answering its opening request: busy.
+        return [s for s in open_ids if s in self._last_used and not self._in_flight.get(s)]
+
+    async def make_room(self, max_sessions: int) -> bool:
+        """Before a new session: at the cap, close the least recently used idle session.
+
+        False when the cap is reached and every session is busy (the caller says "retry
+        later"). Two new clients racing for one freed slot can still see the SDK refuse
+        one of them; that one gets the same retryable answer.
+        """
+        open_ids = self.open_ids()
+        alive = set(open_ids)
+        for table in (self._last_used, self._in_flight):
+            for gone in [s for s in table if s not in alive]:
+                del table[gone]  # ended by DELETE or the idle timeout
+        if len(open_ids) < max_sessions:
+            return True
+        idle = self._idle(open_ids)
+        if not idle:
+            return False
+        victim = min(idle, key=lambda s: self._last_used[s])
+        idle_for = time.monotonic() - self._last_used.pop(victim)
+        transport = self._manager._server_instances.get(victim)
+        if transport is not None:
+            await self._manager._discard_session(victim, transport)
+        log.info("evicted the least recently used idle HTTP session", action="session_evict",
+                 idle_s=round(idle_for, 1), open_sessions=len(open_ids))
+        return True
