@@ -29,7 +29,11 @@ Rows (each with its target):
   (added: what the runner row does not see), and the gateway's RSS idle and after 200 jobs
   minus the minimal server's (<= 15 MB, <= 25 MB);
 - startup: process start to the first answered tools/list over the minimal server's
-  (<= 1.15).
+  (<= 1.15), and on the 2026-07-28 path (the SDK client's auto mode, as Claude Code speaks
+  it) process start to the first answered server/discover (<= 1.15; Claude Code waits 3 s);
+- tool text: the bytes of name + description + inputSchema of tools/list (compact JSON),
+  what a client puts into the model's context, with no CLI installed (<= 5,000), with
+  claude + codex + gemini (<= 12,000), and the largest tool (<= 2,000) (issue 14).
 
 Nothing here asserts: a missed target is reported in the table, never hidden.
 """
@@ -103,7 +107,14 @@ TARGETS = {
     "rss_idle": ("<=", 15.0),
     "rss_after_jobs": ("<=", 25.0),
     "startup": ("<=", 1.15),
+    "startup_discover": ("<=", 1.15),
+    "tools_none": ("<=", 5000),
+    "tools_three": ("<=", 12000),
+    "tools_largest": ("<=", 2000),
 }
+# What `tools/list` cost on main before issue 14 (21 tools whatever was installed). The
+# anchor gateway's reference notes give no byte figure for its listing.
+TOOLS_BYTES_BEFORE = 42_997
 
 
 @dataclass(frozen=True)
@@ -186,13 +197,14 @@ class Servers:
         self.logs.mkdir(exist_ok=True)
         self._count = 0
 
-    def config(self, limits: dict[str, Any] | None = None) -> Path:
+    def config(self, limits: dict[str, Any] | None = None,
+               providers: dict[str, Any] | None = None) -> Path:
         """A config file of its own (a fresh SQLite store), default settings otherwise."""
         self._count += 1
         data: dict[str, Any] = {
             "persistence": {"backend": "sqlite",
                             "path": str(self.workdir / "state" / f"jobs-{self._count}.db")},
-            "providers": {"claude": {"command": str(FAKE_CLAUDE)}},
+            "providers": providers or {"claude": {"command": str(FAKE_CLAUDE)}},
         }
         if limits:
             data["limits"] = limits
@@ -218,14 +230,14 @@ class Servers:
                                      env=self._env(), cwd=str(self.home))
 
     @contextlib.asynccontextmanager
-    async def connect(self, params: StdioServerParameters,
-                      label: str) -> AsyncIterator[tuple[Client, psutil.Process]]:
+    async def connect(self, params: StdioServerParameters, label: str,
+                      mode: str = CLIENT_MODE) -> AsyncIterator[tuple[Client, psutil.Process]]:
         """An initialized client and the server's process (for its RSS)."""
         me = psutil.Process()
         before = {p.pid for p in me.children()}
         errlog: TextIO
         with (self.logs / f"{label}.stderr").open("a") as errlog:
-            async with Client(stdio_client(params, errlog=errlog), mode=CLIENT_MODE,
+            async with Client(stdio_client(params, errlog=errlog), mode=mode,  # type: ignore[arg-type]
                               read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
                 spawned = [p for p in me.children() if p.pid not in before]
                 if len(spawned) != 1:
@@ -277,6 +289,66 @@ async def bench_startup(servers: Servers, sizes: Sizes) -> tuple[list[Row], dict
               {"runs": sizes.startup_runs, "gateway_s": gateway, "minimal_s": minimal,
                "gateway_tools": tools})
     return [row], row.detail
+
+
+async def bench_startup_discover(servers: Servers, sizes: Sizes) -> list[Row]:
+    """Process start to the answered `server/discover` of a 2026-07-28 client (the SDK's
+    auto mode sends it on connect), gateway over minimal, interleaved."""
+    minimal: list[float] = []
+    gateway: list[float] = []
+    for _ in range(sizes.startup_runs):
+        for kind in ("minimal", "gateway"):
+            params = servers.minimal() if kind == "minimal" else servers.gateway(servers.config())
+            started = time.perf_counter()
+            async with servers.connect(params, f"discover-{kind}", mode="auto") as (client, _):
+                elapsed = time.perf_counter() - started
+                version = client.protocol_version
+            (minimal if kind == "minimal" else gateway).append(elapsed)
+    ratio = _median(gateway) / _median(minimal)
+    return [Row("startup_discover", "startup, 2026-07-28: process start to server/discover",
+                _ms(_median(gateway)), f"{_ms(_median(minimal))} (minimal server)",
+                round(ratio, 3), _target("startup_discover"), _met("startup_discover", ratio),
+                {"runs": sizes.startup_runs, "gateway_s": gateway, "minimal_s": minimal,
+                 "protocol_version": version})]
+
+
+def tool_bytes(tool: Any) -> int:
+    """One tool as a client hands it to the model: name, description, input schema."""
+    return len(json.dumps({"name": tool.name, "description": tool.description,
+                           "inputSchema": tool.input_schema},
+                          separators=(",", ":"), ensure_ascii=False).encode())
+
+
+async def bench_tool_text(servers: Servers) -> list[Row]:
+    """The listing's bytes with no provider CLI and with claude + codex + gemini installed
+    (every other provider's command points at a path that does not exist)."""
+    fakes = {"claude": "claude", "codex": "codex", "gemini": "agy", "grok": "grok",
+             "mistral": "vibe", "devin": "devin", "cursor": "cursor-agent"}
+    missing = servers.workdir / "not-installed"
+    sizes: dict[str, dict[str, int]] = {}
+    for label, installed in (("none", ()), ("three", ("claude", "codex", "gemini"))):
+        providers = {name: {"command": str(FAKES_BIN / fake if name in installed
+                                           else missing / fake)}
+                     for name, fake in fakes.items()}
+        params = servers.gateway(servers.config(providers=providers))
+        async with servers.connect(params, f"tools-{label}") as (client, _process):
+            listed = (await client.list_tools()).tools
+        sizes[label] = {tool.name: tool_bytes(tool) for tool in listed}
+    everything = {**sizes["none"], **sizes["three"]}
+    largest = max(everything, key=lambda name: everything[name])
+    before = f"{TOOLS_BYTES_BEFORE:,} B (main before issue 14; anchor: no figure)"
+    rows = []
+    for key, name, measured, count in (
+            ("tools_none", "tool text: tools/list, no CLI installed",
+             sum(sizes["none"].values()), len(sizes["none"])),
+            ("tools_three", "tool text: tools/list, claude + codex + gemini",
+             sum(sizes["three"].values()), len(sizes["three"]))):
+        rows.append(Row(key, name, f"{measured:,} B ({count} tools)", before, None,
+                        _target(key, " B"), _met(key, measured), {"bytes": sizes[key[6:]]}))
+    rows.append(Row("tools_largest", "tool text: largest tool", f"{everything[largest]:,} B "
+                    f"({largest})", "3,110 B (cursor_request before issue 14)", None,
+                    _target("tools_largest", " B"), _met("tools_largest", everything[largest])))
+    return rows
 
 
 def _direct_argv(config: Path, prompt: str) -> tuple[list[str], bytes | None]:
@@ -640,7 +712,7 @@ def plans_text(store: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-PHASES = ("startup", "overhead", "admission", "memory", "store")
+PHASES = ("startup", "tools", "overhead", "admission", "memory", "store")
 
 
 async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
@@ -661,7 +733,8 @@ async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
         print(f"  {name}: {phases[name]} s", file=sys.stderr, flush=True)
 
     async def startup() -> list[Row]:
-        return (await bench_startup(servers, sizes))[0]
+        return (await bench_startup(servers, sizes))[0] + await bench_startup_discover(
+            servers, sizes)
 
     store: dict[str, Any] = {}
 
@@ -673,6 +746,7 @@ async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
         return store_rows(store, pg_skipped)
 
     await phase("startup", startup())
+    await phase("tools", bench_tool_text(servers))
     await phase("overhead and round trips", bench_overhead_and_roundtrips(servers, sizes, workdir))
     await phase("admission", bench_admission(servers, sizes, workdir))
     await phase("memory", bench_memory(servers, sizes, workdir))
@@ -681,7 +755,8 @@ async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
              "admission_terminal",
              "status_roundtrip", "wait_roundtrip", "heartbeat_sqlite", "heartbeat_postgres",
              "reaper_sqlite", "reaper_postgres", "stream_runner", "stream_gateway", "rss_idle",
-             "rss_after_jobs", "startup"]
+             "rss_after_jobs", "startup", "startup_discover", "tools_none", "tools_three",
+             "tools_largest"]
     rows.sort(key=lambda r: order.index(r.key) if r.key in order else len(order))
     return {
         "machine": machine(load_at_start),

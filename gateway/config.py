@@ -46,7 +46,9 @@ class PersistenceConfig(_Section):
     path: Path = Field(default_factory=lambda: gateway_home() / "jobs.db")
     dsn: str | None = None
     retention_days: float = Field(default=30, gt=0)
-    dedup_window_s: float = Field(default=3600, ge=0)
+    # Long enough for a client's retry after a timeout, short enough that a repeated
+    # instruction to an agent ("run the tests and fix what fails") is new work.
+    dedup_window_s: float = Field(default=120, ge=0)
 
     @model_validator(mode="after")
     def _postgres_needs_dsn(self) -> PersistenceConfig:

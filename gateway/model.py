@@ -64,6 +64,7 @@ class ErrorKind(StrEnum):
     UNAVAILABLE = "unavailable"  # durable admission off; retryable
     CANCELLED = "cancelled"
     JOB_NOT_FOUND = "job_not_found"  # unknown job id asked of llm_job_*
+    SETUP_ERROR = "setup_error"  # invalid config or a store that can never open: fix, restart
 
 
 EXIT_CODES: dict[ErrorKind, int] = {

@@ -27,7 +27,10 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 STORE_OPEN_RETRY_S = 2.0  # a store that is down at startup is retried, never given up on
-READY_WAIT_S = 10.0  # how long a tool call waits for startup before answering `unavailable`
+# How long a tool call waits for startup before answering `unavailable`: a first call of a
+# session (gateway_status included) gets the real answer, not "not ready" (a SQLite open
+# takes milliseconds; a PostgreSQL connect a few seconds at worst).
+READY_WAIT_S = 10.0
 STOP_OPEN_WAIT_S = 1.0  # part of the drain budget: an interrupted store open may finish
 
 
@@ -41,6 +44,8 @@ class Gateway:
         self.leases: LeaseKeeper | None = None
         self._ready = asyncio.Event()
         self._start_error: str | None = None
+        self._failed = asyncio.Event()  # startup hit a permanent cause: no retry helps
+        self._attempted = asyncio.Event()  # the first store open finished, either way
         self._start_task: asyncio.Task[None] | None = None
         self._open_task: asyncio.Task[JobStore] | None = None
         self._start_due = asyncio.Event()  # a deferred start may begin now
@@ -91,6 +96,14 @@ class Gateway:
                 break
             except Exception as exc:
                 self._start_error = str(exc) or repr(exc)
+                self._attempted.set()
+                if getattr(exc, "permanent", False):
+                    # Retrying cannot help (a path under /proc, credentials refused, a newer
+                    # schema): every tool says so, and what to fix, until a restart.
+                    self._failed.set()
+                    log.error("job store cannot be opened; not retrying", action="open_store",
+                              error=self._start_error)
+                    return
                 log.warning("job store unavailable at startup; retrying", action="open_store",
                             error=self._start_error)
                 await asyncio.sleep(STORE_OPEN_RETRY_S)
@@ -104,6 +117,7 @@ class Gateway:
         self.leases = LeaseKeeper(self.settings, self.store, self._manager, identity)
         await self.leases.start()
         self._ready.set()
+        self._attempted.set()
         log.info("gateway ready", action="start", instance_id=self.instance_id,
                  backend=self.settings.persistence.backend, role=self.role)
 
@@ -112,21 +126,53 @@ class Gateway:
         GatewayError(unavailable) if not in time."""
         self.start_soon()
         if not await self.wait_ready(wait_s):
-            detail = f": {self._start_error}" if self._start_error else ""
-            raise GatewayError(ErrorKind.UNAVAILABLE,
-                               f"The gateway is still starting (job store not open yet"
-                               f"{detail}). Retry in a few seconds.")
+            raise self.not_ready_error()
         assert self._manager is not None
         return self._manager
 
+    def not_ready_error(self) -> GatewayError:
+        """Why tools cannot run yet, saying whether it can pass by itself."""
+        where = self.store_location()
+        if self._failed.is_set():
+            return GatewayError(ErrorKind.SETUP_ERROR,
+                                f"The job store ({where}) cannot be opened, and this will not "
+                                f"pass by itself: {self._start_error}. Fix it, then restart "
+                                f"the gateway (reconnect the MCP server); "
+                                f"`agent-cli-gateway doctor` checks the setup.")
+        cause = (f"the last attempt failed: {self._start_error}; retrying every "
+                 f"{STORE_OPEN_RETRY_S:g} s" if self._start_error else "it is still opening")
+        return GatewayError(ErrorKind.UNAVAILABLE,
+                            f"The gateway is still starting: the job store ({where}) is not "
+                            f"open yet ({cause}). This can pass by itself: retry in a few "
+                            f"seconds.")
+
+    def store_location(self) -> str:
+        """The store, fit to show a caller (never a DSN: it may hold a password)."""
+        persistence = self.settings.persistence
+        if persistence.backend == "sqlite":
+            return f"sqlite {persistence.path}"
+        return "postgres" if persistence.backend == "postgres" else "in memory"
+
     async def wait_ready(self, wait_s: float) -> bool:
         """Whether the gateway became ready within `wait_s`, without hurrying its start."""
-        if not self._ready.is_set():
+        if not self._ready.is_set() and not self._failed.is_set():
+            waits = [asyncio.ensure_future(self._ready.wait()),
+                     asyncio.ensure_future(self._failed.wait())]
             try:
-                await asyncio.wait_for(self._ready.wait(), wait_s)
-            except TimeoutError:
-                return False
-        return True
+                await asyncio.wait(waits, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
+        return self._ready.is_set()
+
+    async def wait_settled(self, wait_s: float) -> bool:
+        """Hurry the start and wait (bounded) until the first store open has succeeded or
+        failed: a status report then says what really is, with the cause. True if ready."""
+        self.start_soon()
+        if not self._attempted.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._attempted.wait(), wait_s)
+        return self._ready.is_set()
 
     @property
     def ready(self) -> bool:
@@ -136,6 +182,11 @@ class Gateway:
     def current_manager(self) -> JobManager | None:
         """The manager if startup finished, without waiting (status reports, /healthz)."""
         return self._manager if self._ready.is_set() else None
+
+    @property
+    def failed(self) -> bool:
+        """Startup gave up on a permanent cause (start_error says which)."""
+        return self._failed.is_set()
 
     @property
     def start_error(self) -> str | None:

@@ -49,10 +49,8 @@ class ClaudeOptions(ProviderOptions):
     output_format: Literal["stream-json", "json", "text"] = Field(
         default="stream-json",
         description=(
-            "How Claude Code reports: 'stream-json' (default) streams events while it works "
-            "and ends with a result carrying text, usage, cost and the session id; 'json' "
-            "prints only that result at the end; 'text' prints only the answer (no session "
-            "id, no usage)."
+            "'stream-json': events while it works, then text, usage "
+            "and session id; 'json': only that result; 'text': only the answer."
         ),
     )
     permission_mode: (
@@ -60,17 +58,15 @@ class ClaudeOptions(ProviderOptions):
     ) = Field(
         default=None,
         description=(
-            "Claude Code's --permission-mode: 'plan' reads and plans without changing "
-            "anything; 'acceptEdits' may edit files; 'dontAsk' denies whatever is not "
-            "pre-approved; 'auto' lets Claude decide; 'bypassPermissions' skips every check "
-            "(sandboxes only); 'manual' asks (nobody can answer in a job). Omit for the "
-            "user's configured default."
+            "--permission-mode: 'plan' read-only; 'acceptEdits' may edit; "
+            "'dontAsk' denies what is not pre-approved; 'auto'; "
+            "'bypassPermissions' (sandboxes only); 'manual' (nobody can "
+            "answer). Omit for the user's default."
         ),
     )
     add_dirs: list[str] = Field(
         default_factory=list,
-        description="Extra directories (absolute paths) Claude may read and edit besides "
-                    "working_dir (--add-dir).",
+        description='Extra directories (absolute paths) Claude may edit (--add-dir).',
     )
 
 

@@ -53,21 +53,20 @@ class CodexOptions(ProviderOptions):
     sandbox: Literal["read-only", "workspace-write", "danger-full-access"] | None = Field(
         default=None,
         description=(
-            "Codex's --sandbox for the shell commands it runs: 'read-only' (may not write), "
-            "'workspace-write' (may write inside working_dir), 'danger-full-access' (no "
-            "sandbox). Omit for the user's configured default."
+            "--sandbox: 'read-only', 'workspace-write' (inside working_dir) or "
+            "'danger-full-access'. Omit for the user's default."
         ),
     )
     dangerously_bypass_approvals_and_sandbox: bool = Field(
         default=False,
-        description="Skip every approval and run commands without a sandbox "
-                    "(--dangerously-bypass-approvals-and-sandbox). Only for machines that "
-                    "are sandboxed from the outside.",
+        description='No approvals, no sandbox: only on machines sandboxed from outside.',
     )
     add_dirs: list[str] = Field(
         default_factory=list,
-        description="Extra writable directories (absolute paths) besides working_dir "
-                    "(--add-dir). New sessions only.",
+        description=(
+            "Extra writable directories (absolute paths; --add-dir). New "
+            "sessions only."
+        ),
     )
 
 

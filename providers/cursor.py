@@ -47,27 +47,32 @@ class CursorOptions(ProviderOptions):
     output_format: Literal["json", "stream-json", "text"] = Field(
         default="json",
         description=(
-            "'json' (default) returns the answer with the session id; 'stream-json' streams "
-            "events while the agent works and ends with the same result; 'text' returns "
-            "only the answer."
+            "'json': answer and session id; 'stream-json': streams, "
+            "same result; 'text': only the answer."
         ),
     )
     mode: Literal["plan", "ask"] | None = Field(
         default=None,
-        description="'plan' plans without editing; 'ask' answers questions read-only. Omit "
-                    "for the normal agent that may edit files.",
+        description=(
+            "'plan' plans without editing; 'ask' answers read-only. Omit for "
+            "the normal agent."
+        ),
     )
     force: bool = Field(
         default=False,
-        description="Allow commands without asking (--force); without it, commands that "
-                    "need approval are refused in a headless run.",
+        description=(
+            "Allow commands without asking (--force); else those needing "
+            "approval are refused."
+        ),
     )
     sandbox: Literal["enabled", "disabled"] | None = Field(
         default=None, description="Turn Cursor's command sandbox on or off (--sandbox).")
     trust_workspace: bool = Field(
         default=False,
-        description="Trust working_dir without the interactive prompt (--trust); needed in "
-                    "a directory Cursor has not seen before.",
+        description=(
+            "Trust working_dir without the prompt (--trust); needed in a new "
+            "directory."
+        ),
     )
 
 

@@ -42,9 +42,9 @@ class DevinOptions(ProviderOptions):
     permission_mode: Literal["auto", "accept-edits", "smart", "dangerous"] | None = Field(
         default=None,
         description=(
-            "Devin's --permission-mode: 'accept-edits' may edit files; 'smart' approves what "
-            "it judges safe; 'auto' approves routine actions; 'dangerous' approves "
-            "everything. Omit for the CLI's default."
+            "--permission-mode: 'accept-edits' may edit; 'smart' approves what "
+            "looks safe; 'auto' routine actions; 'dangerous' everything. Omit "
+            "for the CLI's default."
         ),
     )
     sandbox: bool = Field(

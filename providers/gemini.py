@@ -70,19 +70,23 @@ class GeminiOptions(ProviderOptions):
     approval_mode: Literal["default", "auto_edit", "yolo", "plan"] | None = Field(
         default=None,
         description=(
-            "What the agent may do without asking: 'plan' only reads and plans; 'auto_edit' "
-            "may edit files; 'yolo' approves every tool call; 'default' asks (nobody can "
-            "answer in a job, so tools needing approval are refused). Omit for the CLI's "
-            "default."
+            "'plan' read-only; 'auto_edit' may edit; 'yolo' approves every "
+            "tool; 'default' refuses tools that need approval. Omit for the "
+            "CLI's default."
         ),
     )
     output_format: Literal["text", "json"] = Field(
         default="text",
-        description="'text' (default) returns the answer as printed; 'json' also returns "
-                    "the session id (to resume later) and, with the gemini CLI, token usage.",
+        description=(
+            "'text' or 'json' (adds the session id and, with gemini, "
+            "usage)."
+        ),
     )
     sandbox: bool = Field(default=False,
-                          description="Run the agent's tools in the CLI's sandbox (--sandbox).")
+                          description=(
+                              "Run the agent's tools in the CLI's sandbox "
+                              "(--sandbox)."
+                          ))
 
 
 class GeminiProvider(CliProvider):

@@ -49,9 +49,8 @@ class GrokOptions(ProviderOptions):
     output_format: Literal["streaming-json", "json", "plain"] = Field(
         default="streaming-json",
         description=(
-            "'streaming-json' (default) streams while Grok works and ends with the session "
-            "id and usage; 'json' prints one result object at the end; 'plain' prints only "
-            "the answer."
+            "'streaming-json': streams, then session id and usage; "
+            "'json': one result at the end; 'plain': only the answer."
         ),
     )
     permission_mode: (
@@ -59,15 +58,17 @@ class GrokOptions(ProviderOptions):
     ) = Field(
         default=None,
         description=(
-            "Grok's --permission-mode. In headless runs only 'bypassPermissions' and "
-            "'default' take full effect; a tool call that would need approval is cancelled. "
-            "Omit for the CLI's default."
+            "--permission-mode; headless, only 'bypassPermissions' and "
+            "'default' fully apply (tools needing approval are cancelled). Omit "
+            "for the CLI's default."
         ),
     )
     always_approve: bool = Field(
         default=False,
-        description="Approve every tool call without asking (--always-approve); without it "
-                    "tools that need approval are cancelled in a headless run.",
+        description=(
+            "Approve every tool call (--always-approve); else tools needing "
+            "approval are cancelled."
+        ),
     )
 
 

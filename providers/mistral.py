@@ -50,21 +50,24 @@ class MistralOptions(ProviderOptions):
     agent: Literal["ask", "plan", "accept-edits", "auto-approve"] | None = Field(
         default=None,
         description=(
-            "Vibe's built-in agent, which decides what it may do: 'ask' and 'plan' do not "
-            "change files; 'accept-edits' may edit files; 'auto-approve' approves every "
-            "tool call. Omit for the user's configured default agent."
+            "Built-in agent: 'ask' and 'plan' do not change files; "
+            "'accept-edits' may edit; 'auto-approve' approves every tool. Omit "
+            "for the user's default."
         ),
     )
     output: Literal["text", "json", "streaming"] = Field(
         default="text",
-        description="'text' (default) returns the final answer; 'json' and 'streaming' "
-                    "make vibe print its whole message history as JSON (the answer is "
-                    "still extracted).",
+        description=(
+            "'text'; 'json' and 'streaming' print the message history "
+            "(the answer is still extracted)."
+        ),
     )
     trust_workspace: bool = Field(
         default=False,
-        description="Trust working_dir for this run only (--trust), so vibe does not stop "
-                    "at its trust prompt in a directory it has not seen.",
+        description=(
+            "Trust working_dir for this run (--trust), skipping vibe's trust "
+            "prompt."
+        ),
     )
 
 

@@ -23,7 +23,7 @@ from providers.mistral import MistralProvider
 from providers.safety import check_argv_size
 
 __all__ = ["CLI_PROVIDERS", "USER_BIN_DIRS", "check_argv_size", "extended_path",
-           "resolve_command", "user_bin_dirs"]
+           "missing_command", "resolve_command", "user_bin_dirs"]
 
 CLI_PROVIDERS: dict[str, CliProvider] = {
     provider.name: provider
@@ -158,3 +158,30 @@ def resolve_command(provider: str | CliProvider, configured_command: str | None,
         if found:
             return found
     return None
+
+
+def missing_command(provider: str, configured_command: str | None, search_path: str) -> str:
+    """Why `resolve_command` found nothing, and what to do, for a user to act on.
+
+    A configured path is reported as that path (it does not exist, or is not an executable
+    file): "install it from npm" would be wrong advice for a typo in the config. A name is
+    reported with the directories searched, since an MCP client's PATH is often not the
+    user's shell PATH.
+    """
+    adapter = CLI_PROVIDERS[provider]
+    setting = f"[providers.{provider}] command"
+    if configured_command:
+        command = os.path.expanduser(configured_command)
+        if os.sep in command:
+            path = os.path.abspath(command)
+            problem = ("is not an executable file" if os.path.exists(path)
+                       else "does not exist")
+            return (f"The configured command {configured_command!r} ({setting}) {problem}: "
+                    f"{path}. Fix {setting} to the CLI's full path, or remove it to search "
+                    f"PATH.")
+        names = f"'{configured_command}'"
+    else:
+        names = " or ".join(f"'{c}'" for c in adapter.commands)
+    searched = extended_path(search_path).split(os.pathsep)
+    return (f"The {provider} CLI ({names}) was not found; searched: {', '.join(searched)}. "
+            f"Install it ({adapter.install_hint}) or set {setting} to its full path.")

@@ -22,7 +22,7 @@ EVERY_ROW = {
     "sync_overhead", "async_overhead", "admission", "admission_loaded", "admission_terminal",
     "status_roundtrip", "wait_roundtrip", "heartbeat_sqlite", "heartbeat_postgres", "reaper_sqlite",
     "reaper_postgres", "stream_runner", "stream_gateway", "rss_idle", "rss_after_jobs",
-    "startup",
+    "startup", "startup_discover", "tools_none", "tools_three", "tools_largest",
 }
 
 

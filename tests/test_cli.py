@@ -141,9 +141,13 @@ BAD_CONFIGS = {
 }
 
 
-# Every case through `serve`; the entry points that load config another way get one case each.
-CONFIG_CASES = [(["serve"], case) for case in sorted(BAD_CONFIGS)] + [
-    ([], "typo"), (["jobs", "list"], "rules"), (["jobs", "cancel", "some-id"], "not-toml")]
+# Every case through `serve` over HTTP (an operator's command; a stdio server keeps serving
+# and lets every tool say what is wrong: tests/server/test_first_contact.py); the entry
+# points that load config another way get one case each.
+HTTP_SERVE = ["serve", "--transport", "http"]
+CONFIG_CASES = [(HTTP_SERVE, case) for case in sorted(BAD_CONFIGS)] + [
+    (["jobs", "list"], "typo"), (["jobs", "list"], "rules"),
+    (["jobs", "cancel", "some-id"], "not-toml")]
 
 
 @pytest.mark.parametrize(("command", "case"), CONFIG_CASES,
@@ -167,14 +171,14 @@ def test_a_bad_config_exits_2_with_one_readable_line_per_problem(
 
 
 def test_a_missing_explicit_config_file_exits_2(home: Path) -> None:
-    done = run_cli(home, "serve", "--config", str(home / "nope.toml"))
+    done = run_cli(home, *HTTP_SERVE, "--config", str(home / "nope.toml"))
     assert done.returncode == 2
     assert "config file does not exist" in done.stderr
     assert "Traceback" not in done.stderr
 
 
 def test_a_bad_env_override_exits_2_naming_the_variable(home: Path) -> None:
-    done = run_cli(home, "serve", env={"AGENT_GATEWAY_LEASE__TTL_S": "soon"})
+    done = run_cli(home, *HTTP_SERVE, env={"AGENT_GATEWAY_LEASE__TTL_S": "soon"})
     assert done.returncode == 2
     assert "set by env AGENT_GATEWAY_LEASE__TTL_S" in done.stderr
     assert "Traceback" not in done.stderr

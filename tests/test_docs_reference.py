@@ -133,21 +133,27 @@ def test_the_providers_doc_names_each_providers_login_and_install_commands() -> 
 @pytest.mark.anyio
 async def test_the_tools_doc_names_every_tool_and_every_job_tool_argument() -> None:
     from gateway.mcp.server import build_server
+    from gateway.mcp.tools import ServerState, request_tools
 
-    # Only the tool list is read: the lifespan (store, leases) never starts.
-    tools = {tool.name: tool for tool in await build_server(Settings()).list_tools()}
+    # Only the tool list is read: the lifespan (store, leases) never starts. The provider
+    # tools are listed only where their CLI is installed, so they are built directly.
+    schemas = {tool.name: tool.input_schema
+               for tool in await build_server(Settings()).list_tools()}
+    state = ServerState(Settings(), "stdio")
+    schemas |= {tool.name: tool.parameters for provider in PROVIDER_NAMES
+                for tool in request_tools(state, provider)}
     text = read("tools.md")
-    job_tools = {name for name in tools if not name.endswith(("_request", "_request_async"))}
+    job_tools = {name for name in schemas if not name.endswith(("_request", "_request_async"))}
     for name in job_tools:
         body = section(text, f"## {name}")
         documented = set(first_cells(body))
-        arguments = set(tools[name].input_schema.get("properties", {}))
+        arguments = set(schemas[name].get("properties", {}))
         assert documented >= arguments, (name, arguments - documented)
     for provider in PROVIDER_NAMES:
-        assert f"{provider}_request" in tools and f"{provider}_request_async" in tools
+        assert f"{provider}_request" in schemas and f"{provider}_request_async" in schemas
     common = set(first_cells(section(text, "### Inputs of a CLI provider's tools")))
     for provider in PROVIDER_NAMES:
-        arguments = set(tools[f"{provider}_request"].input_schema["properties"])
+        arguments = set(schemas[f"{provider}_request"]["properties"])
         options = set(CLI_PROVIDERS[provider].options_model.model_fields)
         assert arguments - options == common, provider
 

@@ -107,6 +107,21 @@ def test_an_unusable_sqlite_store_is_an_error(home: Path) -> None:
     assert by_name(report)["store"].status == "error"
 
 
+@pytest.mark.parametrize("where", ["/proc/nope/jobs.db", "FILE/sub/jobs.db"],
+                         ids=["under-proc", "under-a-file"])
+def test_a_store_path_that_can_never_be_created_is_an_error(home: Path, where: str) -> None:
+    blocker = home / "a-file"
+    blocker.write_text("x")
+    path = where.replace("FILE", str(blocker))
+    report = run_doctor(config(home, f'[persistence]\npath = "{path}"\n'))
+    check = by_name(report)["store"]
+    assert not report.ok
+    assert check.status == "error"
+    assert "cannot be created" in check.summary and path in check.summary
+    assert "[persistence] path" in check.summary
+    assert not list(home.glob(".agent-cli-gateway-doctor-*"))  # the probe is gone
+
+
 def test_the_memory_store_is_fine_but_says_jobs_do_not_survive(home: Path) -> None:
     check = by_name(run_doctor(config(home, '[persistence]\nbackend = "memory"\n')))["store"]
     assert check.status == "ok" and "lost when the gateway exits" in check.summary

@@ -99,6 +99,44 @@ def test_the_wheel_holds_both_packages_the_example_config_and_the_console_script
     assert not any(n.startswith("tests/") for n in names)
 
 
+def test_asyncpg_is_only_in_the_postgres_extra(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = next(archive.read(n).decode() for n in archive.namelist()
+                        if n.endswith(".dist-info/METADATA"))
+    requires = [line.removeprefix("Requires-Dist: ") for line in metadata.splitlines()
+                if line.startswith("Requires-Dist: ")]
+    assert "Provides-Extra: postgres" in metadata
+    asyncpg = [r for r in requires if r.startswith("asyncpg")]
+    assert asyncpg and all("extra == 'postgres'" in r or 'extra == "postgres"' in r
+                           for r in asyncpg), asyncpg
+    assert any(r.startswith("mcp") and "extra" not in r for r in requires)
+
+
+def test_the_postgres_backend_without_asyncpg_says_exactly_what_to_install(
+        tmp_path: Path) -> None:
+    """A wheel installed without the extra: importing asyncpg fails (here: made to fail
+    in a child process), and opening the store says which command fixes it, permanently."""
+    script = (
+        "import asyncio, sys\n"
+        "sys.modules['asyncpg'] = None  # as if the extra was not installed\n"
+        "from gateway.config import load_settings\n"
+        "from gateway.store import StoreUnavailable, open_store\n"
+        "settings = load_settings(persistence={'backend': 'postgres',\n"
+        "                                      'dsn': 'postgresql://u@127.0.0.1:1/db'})\n"
+        "try:\n"
+        "    asyncio.run(open_store(settings))\n"
+        "except StoreUnavailable as exc:\n"
+        "    print(exc.permanent, exc)\n")
+    env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
+    env.pop("AGENT_GATEWAY_CONFIG", None)
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("True ")
+    assert "agent-cli-gateway[postgres]" in done.stdout
+    assert "uvx --from 'agent-cli-gateway[postgres]' agent-cli-gateway" in done.stdout
+
+
 async def test_uvx_runs_the_wheel_as_an_mcp_stdio_server(
         wheel: Path, uv_tools: tuple[str, str], tmp_path: Path) -> None:
     uv, uvx = uv_tools
@@ -108,8 +146,9 @@ async def test_uvx_runs_the_wheel_as_an_mcp_stdio_server(
     # uv cache so the test does not download every dependency again.
     env = {
         "HOME": str(home),
-        "PATH": os.pathsep.join([str(Path(uvx).parent), str(Path(sys.executable).parent),
-                                 os.defpath]),
+        # The fake CLIs: the provider tools are listed where a CLI is found.
+        "PATH": os.pathsep.join([str(REPO / "tests" / "fakes" / "bin"), str(Path(uvx).parent),
+                                 str(Path(sys.executable).parent), os.defpath]),
         "UV_CACHE_DIR": uv_cache_dir(uv),
         "AGENT_GATEWAY_PERSISTENCE__PATH": str(tmp_path / "state" / "jobs.db"),
         # uv reaches PyPI through whatever proxy and CA bundle this machine needs.
@@ -159,11 +198,17 @@ def imported_top_level_modules(*packages: str) -> dict[str, set[str]]:
 
 def test_every_package_the_code_imports_is_a_declared_dependency() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = [spec for specs in project.get("optional-dependencies", {}).values()
+              for spec in specs]
     declared = {_normalized(re.split(r"[\s<>=!~;\[]", spec, maxsplit=1)[0])
-                for spec in project["dependencies"]}
+                for spec in [*project["dependencies"], *extras]}
     distributions = packages_distributions()
     missing: dict[str, list[str]] = {}
-    for module, files in imported_top_level_modules("gateway", "providers").items():
+    imported = imported_top_level_modules("gateway", "providers")
+    # The postgres extra's driver is imported by the PostgreSQL store alone, which is
+    # imported only when it is the configured backend (gateway/store/__init__.py).
+    assert imported["asyncpg"] <= {"gateway/store/postgres.py", "gateway/store/postgres_sql.py"}
+    for module, files in imported.items():
         if module in FIRST_PARTY or module in sys.stdlib_module_names or module == "__future__":
             continue
         owners = {_normalized(d) for d in distributions.get(module, [module])}

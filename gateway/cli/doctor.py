@@ -3,13 +3,15 @@
 Each check returns a `Check`; the CLI renders them as text or JSON. Only a broken config or
 an unreachable store fail the run: a missing provider CLI is a warning (the other providers
 still work), and says how to install it. Nothing here writes: a SQLite store that does not
-exist yet is reported, not created.
+exist yet is reported, not created (a probe directory, made and removed at once, checks that
+it could be).
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -118,6 +120,11 @@ def check_store(settings: Settings) -> Check:
         return Check("store", "ok", "memory: jobs are lost when the gateway exits", details)
     if backend == "sqlite" and not settings.persistence.path.exists():
         details["exists"] = False
+        problem = _uncreatable(settings.persistence.path)
+        if problem is not None:
+            return Check("store", "error",
+                         f"sqlite {where} cannot be created ({problem}); set [persistence] "
+                         f"path to a writable location", details)
         return Check("store", "ok",
                      f"sqlite {where} (not created yet: the gateway creates it at first start)",
                      details)
@@ -132,6 +139,23 @@ def check_store(settings: Settings) -> Check:
         return Check("store", "error", f"{backend} {where} is unreachable: {reason}", details)
     details["schema_version"] = version
     return Check("store", "ok", f"{backend} {where}, schema version {version}", details)
+
+
+def _uncreatable(path: Path) -> str | None:
+    """Why the gateway could not create `path`, or None. Permission bits do not tell (root
+    passes every check, yet nothing can be made under /proc or on a read-only mount), so a
+    probe directory is made and removed next to where the store's directories would start:
+    nothing is left behind."""
+    ancestor = path.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{ancestor} is not a directory"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".agent-cli-gateway-doctor-", dir=ancestor))
+    except OSError as exc:
+        return f"cannot create anything in {ancestor}: {exc.strerror or exc}"
+    return None
 
 
 async def _schema_version(settings: Settings) -> int:

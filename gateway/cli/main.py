@@ -215,7 +215,17 @@ def _run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve MCP. Everything this prints goes to stderr: stdout is the protocol channel."""
-    settings = _load(args, quiet=False)
+    try:
+        settings = _load(args, quiet=False)
+    except ConfigError as exc:
+        if args.transport != "stdio":
+            raise  # an operator started it by hand and reads this message
+        # An MCP client that sees the server exit before the handshake shows only
+        # "connection closed": serve anyway, and let every tool say what is wrong.
+        _error(str(exc))
+        from gateway.mcp.serve import serve_broken_setup
+
+        return serve_broken_setup(exc)
     host = args.host if args.host is not None else settings.http.host
     port = args.port if args.port is not None else settings.http.port
     if args.no_auth and not is_loopback_host(host):

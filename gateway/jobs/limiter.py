@@ -54,6 +54,15 @@ class Limiter:
     def running_total(self) -> int:
         return sum(self._running.values())
 
+    def full_limit(self, provider: str) -> str:
+        """The limit that keeps `provider`'s queued jobs waiting now, named as the config
+        key a user would raise (the global one when both are reached)."""
+        if self.running_total >= self.max_running:
+            return (f"limits.max_running_jobs ({self.max_running} running on this gateway, "
+                    f"all providers)")
+        return (f"limits.max_running_per_provider ({self.max_per_provider} {provider} jobs "
+                f"running)")
+
     def _has_room(self, provider: str) -> bool:
         return (
             self.running_total < self.max_running

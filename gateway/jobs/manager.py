@@ -281,12 +281,13 @@ class JobManager:
                 if job.cancel_reason is not None:
                     await self._finish_unstarted(job)
                     return
+                full = self.limiter.full_limit(job.row.provider)
                 await self._finish(job, Completion(
                     status=JobStatus.FAILED, exit_code=EXIT_CODES[ErrorKind.QUEUE_TIMEOUT],
                     error_kind=ErrorKind.QUEUE_TIMEOUT,
                     error=f"Gateway is at capacity for {job.row.provider}: the job waited "
-                          f"{limits.queue_timeout_s:g} s in the queue without a free run slot. "
-                          f"Retry later or raise limits.max_running_jobs."))
+                          f"{limits.queue_timeout_s:g} s in the queue without a free run slot "
+                          f"({full} reached). Retry later or raise {full.split(' ')[0]}."))
                 return
         if job.cancel_reason is not None:
             await self._finish_unstarted(job)

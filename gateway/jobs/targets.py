@@ -126,7 +126,12 @@ def resolve_target(settings: Settings, provider: str, request: SubmitRequest) ->
     _check_timeout(request.timeout_s)
     if provider in settings.api_providers:
         return _http_target(settings, provider, request)
-    from providers.registry import CLI_PROVIDERS, check_argv_size, resolve_command
+    from providers.registry import (
+        CLI_PROVIDERS,
+        check_argv_size,
+        missing_command,
+        resolve_command,
+    )
 
     adapter = CLI_PROVIDERS.get(provider)
     config = settings.providers.get(provider)
@@ -147,11 +152,8 @@ def resolve_target(settings: Settings, provider: str, request: SubmitRequest) ->
                            session_id=request.session_id, options=options)
     command = resolve_command(provider, config.command, os.environ.get("PATH", ""))
     if command is None:
-        names = config.command or " or ".join(adapter.commands)
         raise GatewayError(ErrorKind.NOT_FOUND,
-                           f"The '{names}' command was not found on PATH or in the usual user "
-                           f"bin directories. Install it ({adapter.install_hint}) or set "
-                           f"[providers.{provider}].command to its full path.")
+                           missing_command(provider, config.command, os.environ.get("PATH", "")))
     try:
         invocation = adapter.build_invocation(preq, command, list(config.extra_args), model)
         check_argv_size(invocation.argv)

@@ -8,7 +8,7 @@ and on failure `error_kind`, `error`, `retryable` plus a text that says what to 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from mcp.types import CallToolResult, TextContent
@@ -133,6 +133,50 @@ def describe_status(row: JobRow) -> str:
     error = f": {row.error}" if row.error else "."
     return (f"{job} {row.status}{kind}{error} Its output, if any, is readable with "
             f"llm_job_result(job_id=\"{row.id}\", raw=true).")
+
+
+def next_call(tool: str, why: str, **arguments: Any) -> dict[str, Any]:
+    """The call a caller should make next, as data: some clients (Claude Code, Codex) hand
+    the model only `structuredContent`, never the readable text that also says it."""
+    return {"tool": tool, "arguments": arguments, "why": why}
+
+
+def follow_up(row: JobRow) -> dict[str, Any] | None:
+    """What to call next for a job in this state: wait while it is active, read a
+    completed job's answer, nothing after a failure (its error says what to do)."""
+    if row.status.is_active:
+        return next_call("llm_job_wait", f"the job is {row.status}; wait until it is done",
+                         job_id=row.id)
+    if row.status == JobStatus.COMPLETED:
+        return next_call("llm_job_result", "the job completed; read its answer", job_id=row.id)
+    return None
+
+
+def reuse_of(row: JobRow, deduplicated: bool,
+             now: datetime | None = None) -> dict[str, Any] | None:
+    """How an existing job answered this request, or None when it ran afresh.
+
+    Joining a queued or running identical job is the same work, shared. Handing back a
+    *completed* job's answer is a replay: no work was done for this call, and a caller that
+    asked again (an agent told to "run the tests and fix what fails") must be told so.
+    """
+    if not deduplicated:
+        return None
+    if row.status.is_active:
+        return {"kind": "joined", "job_id": row.id, "status": str(row.status),
+                "notice": f"An identical request was already {row.status} as job {row.id}: "
+                          f"this call joined it (one run, shared). force_refresh=true starts "
+                          f"a separate run."}
+    finished = row.finished_at
+    ago = None
+    if finished is not None:
+        ago = max(0.0, round(((now or datetime.now(UTC)) - finished).total_seconds(), 1))
+    when = f"{ago:g} s ago" if ago is not None else "earlier"
+    return {"kind": "replay", "job_id": row.id, "status": str(row.status),
+            "finished_at": iso(finished), "finished_s_ago": ago,
+            "notice": f"REPLAYED ANSWER, not a new run: job {row.id} got an identical request "
+                      f"and finished {when}; nothing was run for this call. Call again with "
+                      f"force_refresh=true to run it again."}
 
 
 def _jsonable(value: Any) -> Any:

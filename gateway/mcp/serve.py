@@ -11,7 +11,7 @@ import signal
 
 import structlog
 
-from gateway.config import Settings
+from gateway.config import ConfigError, Settings
 from gateway.mcp.server import GatewayServer, build_server
 from providers.loopback import is_loopback_host
 
@@ -48,6 +48,22 @@ def serve(settings: Settings, transport: str = "stdio", host: str | None = None,
     raise ServeError(f"unknown transport {transport!r}; use 'stdio' or 'http'.")
 
 
+def serve_broken_setup(error: ConfigError) -> int:
+    """Serve MCP over stdio with a configuration that could not be loaded: the handshake
+    succeeds and every tool answers `setup_error` with the exact problem and its fix."""
+    from gateway.logs import configure_logging
+
+    configure_logging("info", "auto")  # the config's own choice is unreadable
+    where = f"the config file {error.path}" if error.path else "the configuration"
+    problems = "; ".join(error.problems)
+    message = (f"The gateway cannot start: {where} is invalid: {problems}. Fix it (every key "
+               f"is in config.example.toml; `agent-cli-gateway doctor` checks the file), then "
+               f"restart the gateway (reconnect the MCP server in your client). This will not "
+               f"pass by itself.")
+    server = build_server(Settings.model_construct(), role="stdio", setup_error=message)
+    return asyncio.run(_serve_server_stdio(server))
+
+
 async def run_stdio(server: GatewayServer) -> None:
     """The SDK's `run_stdio_async`, but reading stdin on a daemon thread (stdio.py):
     cancelling it then really ends serving, and a request the SDK cannot parse but whose
@@ -74,7 +90,10 @@ async def run_stdio(server: GatewayServer) -> None:
 async def serve_stdio(settings: Settings) -> int:
     """MCP over stdin/stdout. SIGTERM/SIGINT cancel the serving task, so the lifespan's
     drain runs exactly as on stdin EOF."""
-    server = build_server(settings, role="stdio")
+    return await _serve_server_stdio(build_server(settings, role="stdio"))
+
+
+async def _serve_server_stdio(server: GatewayServer) -> int:
     serving = asyncio.create_task(run_stdio(server), name="mcp_stdio")
     stopped_by: list[int] = []
 

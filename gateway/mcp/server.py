@@ -17,16 +17,19 @@ from typing import Any
 
 import anyio
 import structlog
+from mcp.server.lowlevel import NotificationOptions
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.tools import Tool, ToolManager
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.types import Tool as MCPTool
 from pydantic import ValidationError
 
 from gateway import __version__
 from gateway.config import Settings
+from gateway.mcp.listing import RECHECK_S, ToolListing, provider_of, unlisted_answer
 from gateway.mcp.results import failure, invalid_arguments
-from gateway.mcp.tools import ServerState, build_tools
+from gateway.mcp.tools import ServerState
 from gateway.mcp.unicode_errors import unencodable_path
 from gateway.model import ErrorKind
 from gateway.versions import CliVersions
@@ -41,26 +44,53 @@ VERSION_PROBE_START_WAIT_S = 15.0  # probe CLI versions once the store is up (or
 # answer is out (a few ms to write it), so it never delays the handshake.
 START_AFTER_LISTING_S = 0.1
 START_DEFER_MAX_S = 1.0  # a stdio client that never lists tools: start anyway after this
+LIST_CHANGED = NotificationOptions(tools_changed=True)  # the provider tools follow the machine
 INSTRUCTIONS = (
-    "Runs coding-agent CLIs (claude, codex, gemini, grok, mistral, devin, cursor) and HTTP "
-    "model APIs as durable jobs. For a quick task call <provider>_request: it waits for the "
-    "answer, or returns {deferred: true, job_id} if the job runs long. For long tasks call "
-    "<provider>_request_async, then llm_job_wait(job_id) until done, then "
-    "llm_job_result(job_id) (paged with offset/next_offset). llm_job_cancel stops a job; "
-    "gateway_status shows which CLIs are installed."
+    "Runs the coding-agent CLIs installed here (claude, codex, gemini, grok, mistral, devin, "
+    "cursor) and configured model APIs as durable jobs: <provider>_request waits for the "
+    "answer (or defers a long job), <provider>_request_async returns a job_id at once. Every "
+    "result's `next` names the call to make next, with its arguments; `reuse` says when an "
+    "answer was replayed from an earlier identical request. gateway_status shows what is "
+    "installed and whether the gateway is ready."
 )
+
+
+# Handlers the SDK registers that this server does not serve: advertising `prompts` and
+# `resources` makes clients probe them (and `prompts/get` of any name answered error code 0).
+UNSERVED_METHODS = ("prompts/list", "prompts/get", "resources/list", "resources/read",
+                    "resources/templates/list")
 
 
 class GatewayServer(MCPServer[ServerState]):
     """MCPServer whose argument errors, unknown arguments and unknown tools also come back
-    as structured `isError` answers (error_kind invalid_input), like every other failure."""
+    as structured `isError` answers (error_kind invalid_input), like every other failure;
+    whose provider tools follow what is installed (listing.py); and which advertises only
+    what it serves (tools, with listChanged)."""
 
     def __init__(self, state: ServerState, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        bus = InMemorySubscriptionBus()
+        self.listing = ToolListing(state, bus)
+        super().__init__(tools=self.listing.initial(), subscriptions=bus, **kwargs)
         self.state = state
+        state.recheck_tools = self.recheck_tools
         self._accepted: dict[str, frozenset[str]] = {}
         for tool in self._tool_manager.list_tools():
             self._refuse_unknown_arguments(tool)
+        lowlevel = self._lowlevel_server
+        for method in UNSERVED_METHODS:
+            lowlevel._request_handlers.pop(method, None)
+        handshake_options = lowlevel.create_initialization_options
+
+        def with_list_changed(notification_options: NotificationOptions | None = None,
+                              *args: Any, **kw: Any) -> Any:
+            return handshake_options(notification_options or LIST_CHANGED, *args, **kw)
+
+        lowlevel.create_initialization_options = with_list_changed  # type: ignore[method-assign]
+        self.middleware.append(self._remember_session)
+
+    async def _remember_session(self, ctx: Any, call_next: Any) -> Any:
+        self.listing.remember(ctx)
+        return await call_next(ctx)
 
     def add_tool(self, fn: Any, name: str | None = None, *args: Any, **kwargs: Any) -> None:
         super().add_tool(fn, name, *args, **kwargs)
@@ -73,6 +103,18 @@ class GatewayServer(MCPServer[ServerState]):
         # Unknown arguments are refused (call_tool); say so in the schema too.
         tool.parameters["additionalProperties"] = False
 
+    async def recheck_tools(self) -> bool:
+        """Re-list the provider tools if what is installed changed, and tell the clients."""
+        tools = self.listing.recheck()
+        if tools is None:
+            return False
+        others = [t for t in self._tool_manager.list_tools() if not self.listing.managed(t.name)]
+        for tool in tools:
+            self._refuse_unknown_arguments(tool)
+        self._tool_manager = ToolManager(tools=[*tools, *others], warn_on_duplicate_tools=False)
+        await self.listing.announce()
+        return True
+
     async def list_tools(self) -> list[MCPTool]:
         tools = await super().list_tools()
         if self.state.gateway is not None:
@@ -81,6 +123,13 @@ class GatewayServer(MCPServer[ServerState]):
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[ServerState, Any] | None = None) -> Any:
+        setup_error = self.state.setup_error
+        if setup_error is not None and name != "gateway_status":
+            return failure(ErrorKind.SETUP_ERROR, setup_error)
+        if self._tool_manager.get_tool(name) is None:
+            unlisted = await self._unlisted(name)
+            if unlisted is not None:
+                return unlisted
         accepted = self._accepted.get(name)
         if accepted is None:
             return failure(ErrorKind.INVALID_INPUT,
@@ -110,13 +159,33 @@ class GatewayServer(MCPServer[ServerState]):
                 return invalid_arguments(name, exc.__cause__)
             return failure(ErrorKind.INVALID_INPUT, str(exc))
 
+    async def _unlisted(self, name: str) -> Any:
+        """A provider tool that is not listed: listed after all if its CLI just appeared,
+        else the actionable `not_found` (None: not a provider tool, or listed now)."""
+        provider = provider_of(name)
+        if provider is None:
+            return None
+        await self.recheck_tools()
+        if self._tool_manager.get_tool(name) is not None:
+            return None
+        return unlisted_answer(self.state.settings, provider)
 
-def build_server(settings: Settings, role: str = "stdio") -> GatewayServer:
-    """The MCP server with every tool. Its lifespan owns one Gateway per entry."""
-    state = ServerState(settings, role)
+
+def build_server(settings: Settings, role: str = "stdio",
+                 setup_error: str | None = None) -> GatewayServer:
+    """The MCP server with every tool. Its lifespan owns one Gateway per entry.
+
+    With `setup_error` (the config could not be loaded) the server still serves, so the
+    client's handshake succeeds and every tool answers the problem and its fix.
+    """
+    state = ServerState(settings, role, setup_error)
 
     @contextlib.asynccontextmanager
-    async def lifespan(_server: MCPServer[ServerState]) -> AsyncIterator[ServerState]:
+    async def lifespan(server: MCPServer[ServerState]) -> AsyncIterator[ServerState]:
+        if setup_error is not None:
+            log.error("serving with a broken setup", action="serve", error=setup_error)
+            yield state
+            return
         from gateway.runtime import Gateway
 
         gateway = Gateway(settings, role=role)
@@ -126,11 +195,13 @@ def build_server(settings: Settings, role: str = "stdio") -> GatewayServer:
         gateway.start_in_background(START_DEFER_MAX_S if role == "stdio" else 0.0)
         probe = asyncio.create_task(_probe_versions_when_ready(state, gateway),
                                     name="cli_version_probe")
+        recheck = asyncio.create_task(_recheck_tools_periodically(state), name="tools_recheck")
         log.info("MCP server started", action="serve", role=role,
                  instance_id=gateway.instance_id)
         try:
             yield state
         finally:
+            recheck.cancel()
             state.versions.stop()
             # Shielded: a cancelled serving task (SIGTERM) must still drain and deregister.
             with anyio.CancelScope(shield=True):
@@ -140,11 +211,23 @@ def build_server(settings: Settings, role: str = "stdio") -> GatewayServer:
                     with contextlib.suppress(Exception):
                         await asyncio.shield(probe)
                 probe.cancel()
+                await asyncio.gather(recheck, return_exceptions=True)
             state.gateway = None
             log.info("MCP server stopped", action="serve_stop", instance_id=gateway.instance_id)
 
-    return GatewayServer(state, name=SERVER_NAME, version=__version__, tools=build_tools(state),
+    return GatewayServer(state, name=SERVER_NAME, version=__version__,
                          instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING")
+
+
+async def _recheck_tools_periodically(state: ServerState) -> None:
+    """Follow CLIs installed or removed while the gateway runs (a PATH scan: cheap)."""
+    while True:
+        await asyncio.sleep(RECHECK_S)
+        if state.recheck_tools is not None:
+            try:
+                await state.recheck_tools()
+            except Exception as exc:
+                log.warning("tool re-check failed", action="tools_recheck", error=repr(exc))
 
 
 async def _probe_versions_when_ready(state: ServerState, gateway: Any) -> None:

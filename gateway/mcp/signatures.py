@@ -35,30 +35,23 @@ def annotated(annotation: Any, *metadata: Any) -> Any:
 
 
 def cli_common_params(default_timeout_s: float, provider: str) -> list[Param]:
-    """The inputs every CLI provider's request tools take."""
+    """The inputs every CLI provider's request tools take. Their text is in every listed
+    provider tool, so it says only what a model needs to fill them in (docs/tools.md has
+    the rest)."""
     return [
         Param("prompt", annotated(str, Field(
-            description="The task for the agent, as you would type it to the CLI. It is passed "
-                        "as data (stdin or after `--`), never read as a flag."))),
+            description="The task for the agent (passed as data, never as flags)."))),
         Param("model", annotated(str | None, Field(
-            description=f"Model name or alias for {provider}. Omit for the configured "
-                        f"default_model or the CLI's own default (list_models shows the "
-                        f"known names).")), None),
+            description="Model name or alias (see list_models).")), None),
         Param("working_dir", annotated(str | None, Field(
-            description="Absolute path of the directory the agent works in (its cwd). Omit "
-                        "for a neutral directory.")), None),
+            description="Absolute path of the directory to work in.")), None),
         Param("session_id", annotated(str | None, Field(
-            description="The provider's native session id to resume: the `session_id` a "
-                        "previous answer of this provider returned. Omit to start a fresh "
-                        "session.")), None),
+            description=f"An earlier {provider} answer's session_id, to continue it.")), None),
         Param("timeout_s", annotated(float | None, Field(
-            gt=0, description=f"Wall-clock limit for the run in seconds (default "
-                              f"{default_timeout_s:g}). The job is killed and marked "
-                              f"timed_out after it.")), None),
+            gt=0, description=f"Seconds before the run is killed (default "
+                              f"{default_timeout_s:g}).")), None),
         Param("force_refresh", annotated(bool, Field(
-            description="Run again even when an identical request is running or completed "
-                        "recently (by default that job is returned instead of a new run).")),
-              False),
+            description="Run anew instead of reusing an identical job's answer.")), False),
     ]
 
 
@@ -120,6 +113,30 @@ def options_given(params: list[Param], values: dict[str, Any]) -> dict[str, Any]
             continue
         given[param.name] = plain(value)
     return given
+
+
+def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The input schema as listed, without what only repeats the names and types.
+
+    Every listed tool's schema goes into the calling model's context on every turn, so
+    pydantic's generated `title`s (the argument name again) go, and an optional argument
+    `anyOf: [T, null], default: null` is listed as plain `T` (omitting it is how a model
+    says "none"). Validation is unaffected: the SDK validates calls with the argument
+    model, not with this schema.
+    """
+    out = {k: v for k, v in schema.items() if k != "title"}
+    properties = {}
+    for name, prop in schema.get("properties", {}).items():
+        prop = {k: v for k, v in prop.items() if k != "title"}
+        variants = prop.get("anyOf")
+        if (isinstance(variants, list) and prop.get("default", ...) is None
+                and {"type": "null"} in variants and len(variants) == 2):
+            (kept,) = [v for v in variants if v != {"type": "null"}]
+            prop = {**{k: v for k, v in prop.items() if k not in ("anyOf", "default")}, **kept}
+        properties[name] = prop
+    if properties:
+        out["properties"] = properties
+    return out
 
 
 def plain(value: Any) -> Any:

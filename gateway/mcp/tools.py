@@ -28,17 +28,21 @@ from gateway.mcp.results import (
     describe_status,
     duration_s,
     failure,
+    follow_up,
     from_gateway_error,
     invalid_arguments,
     job_fields,
+    next_call,
     ok,
     parsed_result,
+    reuse_of,
     stderr_excerpt,
 )
 from gateway.mcp.signatures import (
     Param,
     api_common_params,
     cli_common_params,
+    compact_schema,
     option_params,
     options_given,
     signature_of,
@@ -62,6 +66,9 @@ DEFAULT_WAIT_S = 30.0  # llm_job_wait's default: well under the common 60 s tool
 MAX_WAIT_S = 50.0  # llm_job_wait's bound: under the common 60 s client tool timeout
 DEFAULT_LIST_LIMIT = 20
 MAX_LIST_LIMIT = 200
+# gateway_status waits this long for the store like any tool's first call (runtime.py
+# READY_WAIT_S): a first contact answers the real state, not "not ready".
+STATUS_READY_WAIT_S = 10.0
 PROGRESS_STEP = 0.001  # progress values must strictly increase between notifications
 
 JOB_ID = Annotated[str, Field(description="The job id a request tool returned.")]
@@ -71,16 +78,25 @@ class ServerState:
     """What the tools share: the settings, the running gateway (set by the lifespan) and
     the background-probed CLI versions."""
 
-    def __init__(self, settings: Settings, role: str) -> None:
+    def __init__(self, settings: Settings, role: str, setup_error: str | None = None) -> None:
         from gateway.versions import CliVersions
 
         self.settings = settings
         self.role = role
+        # The configuration could not be loaded: the server still answers (a client that
+        # sees only "connection closed" tells the user nothing), and every tool says this.
+        self.setup_error = setup_error
         self.gateway: Gateway | None = None
         self.versions: CliVersions = CliVersions(settings)
+        # Re-check which provider CLIs are installed; True if the tool list changed.
+        self.recheck_tools: Callable[[], Awaitable[bool]] | None = None
+        self.listed_providers: tuple[str, ...] = ()  # whose request tools are listed
 
     async def manager(self) -> JobManager:
-        """The job manager; GatewayError(unavailable) while starting or shutting down."""
+        """The job manager; GatewayError(unavailable) while starting or shutting down,
+        (setup_error) when the setup is broken in a way no retry fixes."""
+        if self.setup_error is not None:
+            raise GatewayError(ErrorKind.SETUP_ERROR, self.setup_error)
         gateway = self.gateway
         if gateway is None:
             raise GatewayError(ErrorKind.UNAVAILABLE,
@@ -120,10 +136,11 @@ def guarded(name: str, body: ToolBody) -> ToolBody:
     return wrapper
 
 
-async def _report(ctx: Context, state: dict[str, float], message: str) -> None:
+async def _report(ctx: Context, state: dict[str, float], output_bytes: int, message: str) -> None:
     """A progress notification (a no-op unless the caller sent a progress token). Progress
-    is elapsed seconds, strictly increasing; failures to notify never fail the call."""
-    value = max(time.monotonic() - state["started"], state["last"] + PROGRESS_STEP)
+    is the job's output bytes so far, made strictly increasing (the protocol wants it) by a
+    tiny step when no output came; failures to notify never fail the call."""
+    value = max(float(output_bytes), state["last"] + PROGRESS_STEP)
     state["last"] = value
     with contextlib.suppress(Exception):
         await ctx.report_progress(round(value, 3), None, message)
@@ -175,34 +192,27 @@ class ProviderTools:
         return guarded(name, tool)
 
     def description(self, sync: bool) -> str:
-        defer = self.state.settings.limits.sync_defer_after_s
+        """What a model needs to pick and call the tool, once (docs/tools.md has the rest):
+        every listed tool's text is in the model's context on every turn."""
         if sync:
-            return (
-                f"Run a request on {self.label} and wait for the answer (the parsed reply text "
-                f"and the native session_id to continue the conversation). The run is a "
-                f"durable job: if it is not done within {defer:g} s this returns "
-                f"{{job_id, status, deferred: true}} instead and the job keeps running; then "
-                f"call llm_job_wait(job_id) until it is done and llm_job_result(job_id) for "
-                f"the answer. An identical request that is running or finished recently "
-                f"returns that job's answer (force_refresh=true runs it again).")
-        return (
-            f"Start a request on {self.label} as a background job and return its job_id at "
-            f"once. Then call llm_job_wait(job_id) (repeat while status is queued/running) "
-            f"and llm_job_result(job_id) to read the answer; llm_job_cancel(job_id) stops it. "
-            f"Use this for long tasks or to run several agents in parallel.")
+            defer = self.state.settings.limits.sync_defer_after_s
+            return (f"Run a task on {self.label}: returns the answer and session_id, or "
+                    f"after {defer:g} s a job_id (follow `next`).")
+        return (f"Start a task on {self.label} as a background job: returns its job_id at "
+                f"once (follow `next`).")
 
     async def run_async(self, request: SubmitRequest, ctx: Context) -> CallToolResult:
         manager = await self.state.manager()
         submission = await manager.submit(self.provider, request)
         row = submission.job
-        data = {**job_fields(row), "deduplicated": submission.deduplicated,
-                "poll_with": "llm_job_wait", "collect_with": "llm_job_result",
-                "cancel_with": "llm_job_cancel"}
-        again = " (an identical request already existed; this is that job)" \
-            if submission.deduplicated else ""
-        text = (f"Started {self.provider} job {row.id}{again}: status {row.status}. Call "
+        reuse = reuse_of(row, submission.deduplicated)
+        text = (f"Started {self.provider} job {row.id}: status {row.status}. Call "
                 f"llm_job_wait(job_id=\"{row.id}\") until it is done, then "
                 f"llm_job_result(job_id=\"{row.id}\") for the answer.")
+        if reuse is not None:
+            text = f"{reuse['notice']}\n{describe_status(row)}"
+        data = {**job_fields(row), "deduplicated": submission.deduplicated, "reuse": reuse,
+                "message": text, "next": follow_up(row)}
         return ok(text, data)
 
     async def run_sync(self, request: SubmitRequest, ctx: Context) -> CallToolResult:
@@ -210,11 +220,13 @@ class ProviderTools:
         manager = await self.state.manager()
         submission = await manager.submit(self.provider, request)
         job_id = submission.job.id
-        await _report(ctx, progress, f"{self.provider} job {job_id} {submission.job.status}")
+        await _report(ctx, progress, submission.job.output_bytes,
+                      f"{self.provider} job {job_id} {submission.job.status}")
 
         async def on_progress(output_bytes: int, elapsed: float) -> None:
-            await _report(ctx, progress, f"{self.provider} job {job_id} running: "
-                                         f"{output_bytes} bytes of output after {elapsed:.0f} s")
+            await _report(ctx, progress, output_bytes,
+                          f"{self.provider} job {job_id} running: {output_bytes} bytes of "
+                          f"output after {elapsed:.0f} s")
 
         budget = self.state.settings.limits.sync_defer_after_s - (
             time.monotonic() - progress["started"])
@@ -226,45 +238,53 @@ class ProviderTools:
     def deferred(self, row: JobRow, deduplicated: bool,
                  progress: dict[str, float]) -> CallToolResult:
         elapsed = time.monotonic() - progress["started"]
-        data = {**job_fields(row), "deferred": True, "deduplicated": deduplicated,
-                "elapsed_s": round(elapsed, 3), "poll_with": "llm_job_wait",
-                "collect_with": "llm_job_result", "cancel_with": "llm_job_cancel"}
         text = (f"The {self.provider} job {row.id} is still {row.status} after {elapsed:.0f} s, "
                 f"so this call returns now and the job keeps running in the background. Call "
                 f"llm_job_wait(job_id=\"{row.id}\") (repeat until its status is no longer "
                 f"queued/running), then llm_job_result(job_id=\"{row.id}\") for the answer.")
+        data = {**job_fields(row), "deferred": True, "deduplicated": deduplicated,
+                "reuse": reuse_of(row, deduplicated), "elapsed_s": round(elapsed, 3),
+                "message": text, "next": follow_up(row)}
         return ok(text, data)
 
     async def answer(self, manager: JobManager, row: JobRow, deduplicated: bool) -> CallToolResult:
         """A terminal job as the sync tool's answer: the reply text, or an isError."""
         parsed = parsed_result(row) or {}
+        reuse = reuse_of(row, deduplicated)
         common = {
             "job_id": row.id, "status": str(row.status), "provider": row.provider,
             "model": row.model, "session_id": parsed.get("session_id"),
             "native_session_id": parsed.get("session_id"), "usage": parsed.get("usage"),
             "exit_code": row.exit_code, "duration_s": duration_s(row, parsed),
             "error_kind": row.error_kind, "error": row.error, "deduplicated": deduplicated,
-            "output_bytes": row.output_bytes, "truncated": row.truncated,
+            "reuse": reuse, "output_bytes": row.output_bytes, "truncated": row.truncated,
         }
+        replayed = f"[{reuse['notice']}]\n\n" if reuse is not None else ""
         if row.status != JobStatus.COMPLETED:
             kind = row.error_kind or (ErrorKind.CANCELLED if row.status == JobStatus.CANCELLED
                                       else ErrorKind.PROVIDER_ERROR)
             message = row.error or f"the job ended {row.status}"
-            text = (f"The {self.provider} job {row.id} {row.status} ({kind}): {message}\n"
-                    f"{_next_step(kind, row)}")
+            hint = _next_step(kind, row)
+            text = (f"{replayed}The {self.provider} job {row.id} {row.status} ({kind}): "
+                    f"{message}\n{hint}")
             common.pop("error_kind")
             common.pop("error")
-            return failure(kind, message, text=text, **common,
+            return failure(kind, message, text=text, **common, what_to_do=hint,
                            stderr_tail=stderr_excerpt(row))
         page = await manager.read_result(row.id, 0, INLINE_ANSWER_BYTES)
+        rest = None
+        if page.next_offset is not None:
+            rest = next_call("llm_job_result", "the answer is longer than this page",
+                             job_id=row.id, offset=page.next_offset)
         common.update(text=page.output, text_bytes=page.total_bytes,
-                      text_complete=page.next_offset is None, next_offset=page.next_offset)
+                      text_complete=page.next_offset is None, next_offset=page.next_offset,
+                      next=rest)
         text = page.output if page.output else "(the provider returned an empty answer)"
         if page.next_offset is not None:
             text += (f"\n\n[The answer is {page.total_bytes} bytes; this is the first "
                      f"{page.next_offset}. Read the rest with llm_job_result(job_id=\"{row.id}\", "
                      f"offset={page.next_offset}).]")
-        return ok(text, common)
+        return ok(replayed + text, common)
 
 
 def _next_step(kind: str, row: JobRow) -> str:
@@ -286,39 +306,26 @@ def _next_step(kind: str, row: JobRow) -> str:
                     f"\"{row.id}\", raw=true), fix the cause and retry.")
 
 
-def provider_tools(state: ServerState) -> list[ProviderTools]:
-    """One ProviderTools per enabled CLI provider, then one per configured HTTP API provider."""
+def provider_tools(state: ServerState, name: str) -> ProviderTools:
+    """The request tools of one provider: a CLI provider, or a configured HTTP API one
+    (KeyError for neither). The HTTP client stack is imported only for an API provider."""
     from providers.registry import CLI_PROVIDERS
 
     settings = state.settings
     default_timeout = settings.limits.default_timeout_s
-    result: list[ProviderTools] = []
-    for name, config in settings.providers.items():
-        adapter = CLI_PROVIDERS.get(name)
-        if adapter is None or not config.enabled:
-            continue
-        command = adapter.commands[0] if adapter.commands else name
-        result.append(ProviderTools(state, name, "cli", option_params(adapter.options_model),
-                                    cli_common_params(default_timeout, name),
-                                    f"{name} (the `{command}` CLI)"))
-    if settings.api_providers:  # else the HTTP client stack is not even imported
-        result += api_provider_tools(state)
-    return result
+    api = settings.api_providers.get(name)
+    if api is not None:
+        from providers.http.request import ApiRequest, redact_url
 
-
-def api_provider_tools(state: ServerState) -> list[ProviderTools]:
-    """One ProviderTools per configured HTTP API provider."""
-    from providers.http.request import ApiRequest, redact_url
-
-    default_timeout = state.settings.limits.default_timeout_s
-    result: list[ProviderTools] = []
-    for name, api in state.settings.api_providers.items():
-        fields = option_params(ApiRequest, reserved=frozenset())
-        result.append(ProviderTools(state, name, "api", fields,
-                                    api_common_params(default_timeout, name),
-                                    f"the {name} HTTP API ({api.kind}-compatible, "
-                                    f"{redact_url(api.base_url)})"))
-    return result
+        return ProviderTools(state, name, "api", option_params(ApiRequest, reserved=frozenset()),
+                             api_common_params(default_timeout, name),
+                             f"the {name} HTTP API ({api.kind}-compatible, "
+                             f"{redact_url(api.base_url)})")
+    adapter = CLI_PROVIDERS[name]
+    command = adapter.commands[0] if adapter.commands else name
+    return ProviderTools(state, name, "cli", option_params(adapter.options_model),
+                         cli_common_params(default_timeout, name),
+                         f"{name} (the `{command}` CLI)")
 
 
 # -- job tools ------------------------------------------------------------------------------
@@ -329,24 +336,24 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     async def llm_job_status(job_id: JOB_ID) -> CallToolResult:
-        """Where a job stands: status, timestamps, exit code, error, output size so far.
-        Works for jobs of any gateway instance sharing the store, and after restarts."""
+        """Where a job stands: status, exit code, error, output bytes so far. Any
+        gateway instance's jobs, across restarts."""
         manager = await state.manager()
         row = await manager.get(job_id)
-        return ok(describe_status(row), job_fields(row))
+        text = describe_status(row)
+        return ok(text, {**job_fields(row), "message": text, "next": follow_up(row)})
 
     async def llm_job_result(
         job_id: JOB_ID,
-        offset: Annotated[int, Field(ge=0, description="First byte to return (UTF-8 byte "
-                                     "offset); pass the previous page's next_offset.")] = 0,
+        offset: Annotated[int, Field(ge=0, description="UTF-8 byte offset: the previous "
+                                     "page's next_offset.")] = 0,
         max_bytes: Annotated[int, Field(ge=1, le=MAX_RESULT_PAGE_BYTES, description=(
             "Largest page to return, in bytes."))] = DEFAULT_RESULT_PAGE_BYTES,
-        raw: Annotated[bool, Field(description="Return the CLI's raw stdout instead of the "
-                                   "parsed answer text.")] = False,
+        raw: Annotated[bool, Field(description="The CLI's raw stdout instead of the "
+                                   "answer.")] = False,
     ) -> CallToolResult:
-        """A page of a job's output: the parsed answer (or raw stdout with raw=true), also
-        while it runs. Pages are byte ranges: call again with offset=next_offset until
-        next_offset is null; concatenated, the pages are the whole output."""
+        """A page of a job's output (the parsed answer; raw stdout with raw=true),
+        also while it runs. Repeat with offset=next_offset until next_offset is null."""
         manager = await state.manager()
         page = await manager.read_result(job_id, offset, max_bytes, raw)
         row = page.job
@@ -357,10 +364,13 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         }
         text = page.output
         if page.next_offset is not None:
+            data["next"] = next_call("llm_job_result", "more output follows", job_id=row.id,
+                                     offset=page.next_offset, raw=raw)
             text += (f"\n\n[More output: bytes {page.offset}-{page.next_offset} of "
                      f"{page.total_bytes} shown. Call llm_job_result(job_id=\"{row.id}\", "
                      f"offset={page.next_offset}) for the next page.]")
         elif row.status.is_active:
+            data["next"] = follow_up(row)
             text += (f"\n\n[The job is still {row.status}; this is the output so far. Call "
                      f"llm_job_wait(job_id=\"{row.id}\") and read again.]")
         elif not text:
@@ -368,9 +378,8 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         return ok(text, data)
 
     async def llm_job_cancel(job_id: JOB_ID) -> CallToolResult:
-        """Stop a job wherever it runs: queued jobs never start, a running process group is
-        killed. A job owned by another gateway instance is stopped by its owner within a
-        few seconds (outcome cancel_requested). A finished job is left as it is."""
+        """Stop a job wherever it runs (another instance's job stops within seconds:
+        outcome cancel_requested). A finished job is left as it is."""
         manager = await state.manager()
         outcome = await manager.cancel(job_id)
         row = outcome.job
@@ -383,25 +392,28 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
             "already_terminal": f"Job {row.id} had already finished ({row.status}); "
                                 f"nothing to cancel.",
         }
-        return ok(texts.get(outcome.outcome, describe_status(row)),
-                  {**job_fields(row), "outcome": outcome.outcome})
+        text = texts.get(outcome.outcome, describe_status(row))
+        data = {**job_fields(row), "outcome": outcome.outcome, "message": text,
+                "next": (next_call("llm_job_status", "its owner stops it shortly",
+                                   job_id=row.id)
+                         if outcome.outcome == "cancel_requested" else None)}
+        return ok(text, data)
 
     async def llm_job_wait(
         job_id: JOB_ID,
         ctx: Context,
         timeout_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S, description=(
-            f"How long to wait at most, in seconds (0..{MAX_WAIT_S:g}); it returns as soon "
-            f"as the job finishes."))] = DEFAULT_WAIT_S,
+            "Seconds to wait at most; returns as soon as the job ends."))] = DEFAULT_WAIT_S,
     ) -> CallToolResult:
-        """Wait until a job finishes or timeout_s passes, sending progress notifications
-        (output bytes so far) meanwhile. Call it again while done is false; when done, read
-        the answer with llm_job_result."""
+        """Wait up to timeout_s for a job to finish (progress: output bytes so far).
+        Call again while done is false."""
         progress = _progress_state()
         manager = await state.manager()
 
         async def on_progress(output_bytes: int, elapsed: float) -> None:
-            await _report(ctx, progress, f"job {job_id} running: {output_bytes} bytes of "
-                                         f"output after {elapsed:.0f} s of waiting")
+            await _report(ctx, progress, output_bytes, f"job {job_id} running: {output_bytes} "
+                                                       f"bytes of output after {elapsed:.0f} s "
+                                                       f"of waiting")
 
         row = await manager.wait(job_id, timeout_s, on_progress)
         done = row.status.is_terminal
@@ -410,7 +422,8 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
             text = (f"Job {row.id} is still {row.status} after waiting {timeout_s:g} s "
                     f"({row.output_bytes} bytes of output so far). Call "
                     f"llm_job_wait(job_id=\"{row.id}\") again.")
-        return ok(text, {**job_fields(row), "done": done})
+        return ok(text, {**job_fields(row), "done": done, "message": text,
+                         "next": follow_up(row)})
 
     async def llm_job_list(
         status: Annotated[Literal["queued", "running", "completed", "failed", "cancelled",
@@ -461,14 +474,23 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         return ok("\n".join(lines), {"providers": catalog})
 
     async def gateway_status() -> CallToolResult:
-        """This gateway instance: readiness, durable admission, running and queued jobs per
-        provider, limits, the store backend, and which provider CLIs are installed where
-        (with their versions, probed in the background after startup)."""
+        """Readiness (or what is broken and how to fix it), jobs running and queued,
+        limits, the store, and which provider CLIs are installed where."""
         from providers.http.request import redact_url
 
         settings = state.settings
         gateway = state.gateway
-        manager = state.ready_manager()
+        if state.recheck_tools is not None:
+            await state.recheck_tools()  # a CLI installed since: list it now
+        manager = None
+        if gateway is not None and state.setup_error is None:
+            # The first call of a session waits (bounded) for the store like any other tool:
+            # "not ready" only when it really is not, with the cause.
+            manager = (gateway.current_manager
+                       if await gateway.wait_settled(STATUS_READY_WAIT_S) else None)
+        problem = state.setup_error
+        if problem is None and gateway is not None and manager is None:
+            problem = gateway.not_ready_error().message
         persistence = settings.persistence
         store = (str(persistence.path) if persistence.backend == "sqlite"
                  else "postgresql (dsn not shown)" if persistence.backend == "postgres"
@@ -482,6 +504,10 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
             "ready": manager is not None,
             "admitting": bool(manager.snapshot()["admitting"]) if manager else False,
             "start_error": gateway.start_error if gateway else None,
+            "problem": problem,
+            "problem_permanent": state.setup_error is not None or bool(
+                gateway is not None and gateway.failed),
+            "listed_providers": list(state.listed_providers),
             "store_problem": manager.store_problem if manager else None,
             "jobs": manager.snapshot() if manager else None,
             "limits": settings.limits.model_dump(mode="json"),
@@ -516,16 +542,16 @@ def _status_text(data: dict[str, Any]) -> str:
     lines = [f"agent-cli-gateway {data['version']} instance {data['instance_id']} "
              f"({data['role']}), store: {data['backend']} {data['store']}"]
     if not data["ready"]:
-        why = f": {data['start_error']}" if data["start_error"] else ""
-        lines.append(f"NOT READY (the job store is still opening{why})")
-    if data["store_problem"]:
-        lines.append(f"STORE PROBLEM: {data['store_problem']}")
+        state = "BROKEN SETUP" if data["problem_permanent"] else "NOT READY YET"
+        lines.append(f"{state}: {data['problem']}")
     else:
         jobs = data["jobs"] or {}
         lines.append(f"admitting: {data['admitting']}; running {jobs.get('running')}/"
                      f"{jobs.get('max_running_jobs')}, queued {jobs.get('queued')}/"
                      f"{jobs.get('max_queued_jobs')}; by provider: running "
                      f"{jobs.get('running_by_provider')}, queued {jobs.get('queued_by_provider')}")
+    if data["store_problem"]:
+        lines.append(f"STORE PROBLEM: {data['store_problem']}")
     for name, info in data["providers"].items():
         if not info["enabled"]:
             lines.append(f"  {name}: disabled")
@@ -540,29 +566,38 @@ def _status_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def build_tools(state: ServerState) -> list[Tool]:
-    """Every tool, in `tools/list` order: provider tools first, then the job tools.
+REQUEST_ANNOTATIONS = ToolAnnotations(open_world_hint=True, read_only_hint=False)
+
+
+def request_tools(state: ServerState, name: str) -> list[Tool]:
+    """`<name>_request` and `<name>_request_async`, in `tools/list` order.
 
     Deriving a tool from its signature (an argument model and its JSON schema) is most of a
     gateway's startup beyond the SDK's own. A provider's sync and async tools take exactly
     the same arguments, so the async one is a copy of the sync one with its own body, name
     and description: one derivation per provider instead of two.
     """
-    request_annotations = ToolAnnotations(open_world_hint=True, read_only_hint=False)
-    tools: list[Tool] = []
-    for provider in provider_tools(state):
-        sync_body, async_body = provider.make(sync=True), provider.make(sync=False)
-        sync_tool = Tool.from_function(sync_body, name=sync_body.__name__,
-                                       description=provider.description(sync=True),
-                                       annotations=request_annotations)
-        # Its own top-level schema dict (the server sets keys on it); the SDK titles a
-        # schema after its function ("claude_request_asyncArguments").
-        schema = dict(sync_tool.parameters)
-        schema["title"] = schema["title"].replace(sync_body.__name__, async_body.__name__, 1)
-        async_tool = sync_tool.model_copy(update={
-            "fn": async_body, "name": async_body.__name__,
-            "description": provider.description(sync=False), "parameters": schema})
-        tools += [sync_tool, async_tool]
+    provider = provider_tools(state, name)
+    sync_body, async_body = provider.make(sync=True), provider.make(sync=False)
+    sync_tool = Tool.from_function(sync_body, name=sync_body.__name__,
+                                   description=provider.description(sync=True),
+                                   annotations=REQUEST_ANNOTATIONS)
+    sync_tool.parameters = compact_schema(sync_tool.parameters)
+    async_tool = sync_tool.model_copy(update={
+        "fn": async_body, "name": async_body.__name__,
+        "description": provider.description(sync=False),
+        "parameters": dict(sync_tool.parameters)})  # its own dict: the server sets keys on it
+    return [sync_tool, async_tool]
+
+
+def build_job_tools(state: ServerState) -> list[Tool]:
+    """The llm_job_* tools, list_models and gateway_status, always listed."""
+    tools = []
     for name, body, hints in job_tools(state):
-        tools.append(Tool.from_function(guarded(name, body), name=name, annotations=hints))
+        # One line: a docstring's indentation is bytes in every model's context.
+        description = " ".join((body.__doc__ or "").split())
+        tool = Tool.from_function(guarded(name, body), name=name, description=description,
+                                  annotations=hints)
+        tool.parameters = compact_schema(tool.parameters)
+        tools.append(tool)
     return tools

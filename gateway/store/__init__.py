@@ -9,6 +9,14 @@ from gateway.store.base import DuplicateActiveJob, JobStore, StoreUnavailable
 
 __all__ = ["DuplicateActiveJob", "JobStore", "StoreUnavailable", "open_store"]
 
+# asyncpg is the `postgres` extra: a SQLite install does not carry it.
+POSTGRES_DRIVER_MISSING = (
+    'persistence.backend = "postgres" needs the asyncpg driver, which this installation does '
+    "not have. Install the extra: `uvx --from 'agent-cli-gateway[postgres]' agent-cli-gateway` "
+    "(in an MCP client's config: args = [\"--from\", \"agent-cli-gateway[postgres]\", "
+    "\"agent-cli-gateway\"]), `pip install 'agent-cli-gateway[postgres]'`, or from a checkout "
+    "`uv sync --extra postgres`.")
+
 
 async def open_store(settings: Settings) -> JobStore:
     """Build the configured backend, connect it and migrate its schema.
@@ -27,7 +35,12 @@ async def open_store(settings: Settings) -> JobStore:
 
         store = SqliteJobStore(persistence.path)
     elif persistence.backend == "postgres":
-        from gateway.store.postgres import PostgresJobStore
+        try:
+            from gateway.store.postgres import PostgresJobStore
+        except ImportError as exc:
+            if exc.name != "asyncpg":
+                raise
+            raise StoreUnavailable(POSTGRES_DRIVER_MISSING, permanent=True) from None
 
         if not persistence.dsn:  # load_settings refuses this; Settings built by hand may not
             raise StoreUnavailable("persistence.dsn is required for the postgres backend")

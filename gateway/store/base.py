@@ -44,8 +44,15 @@ REAPER_COLUMNS = (
 class StoreUnavailable(Exception):
     """The store cannot be reached or refused a statement (connection lost, disk full...).
 
-    The message never contains a DSN password or any secret.
+    The message never contains a DSN password or any secret. `permanent` marks a cause that
+    cannot pass by itself (a path that cannot be created, credentials refused, a schema
+    newer than this gateway): retrying is pointless until someone fixes it, and a caller
+    must be told so rather than "retry in a few seconds".
     """
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 class StoreFull(StoreUnavailable):

@@ -122,6 +122,14 @@ MAX_SQL_POSITION = 2**31 - 2  # substring(... FROM start + 1 FOR n) with int4 ar
 # deadlock (40), read-only standby after a failover (25006), bad credentials or unknown
 # database (28, 3D), client-side connection state, OS and timeout errors. Everything else
 # (syntax, constraint) is a bug and propagates unchanged.
+# Causes that do not pass by themselves: the credentials are refused (InvalidPasswordError is
+# one of these), the database does not exist, the DSN cannot be parsed.
+PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.InvalidAuthorizationSpecificationError,
+    asyncpg.InvalidCatalogNameError,
+    asyncpg.ClientConfigurationError,
+    ValueError,
+)
 _UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,
     asyncpg.OperatorInterventionError,
@@ -218,8 +226,8 @@ class PostgresJobStore:
         detail = self._scrub(str(exc)) or type(exc).__name__
         kind = StoreFull if isinstance(exc, asyncpg.DiskFullError) else StoreUnavailable
         return kind(
-            f"postgres store: {action} failed ({type(exc).__name__}: {detail})"
-        )
+            f"postgres store: {action} failed ({type(exc).__name__}: {detail})",
+            permanent=isinstance(exc, PERMANENT_ERRORS))
 
     @asynccontextmanager
     async def _connection(self, action: str, *,
@@ -292,8 +300,8 @@ class PostgresJobStore:
             if current > SCHEMA_VERSION:
                 raise StoreUnavailable(
                     f"postgres store: the database schema is version {current}, newer than "
-                    f"this gateway understands ({SCHEMA_VERSION}); upgrade agent-cli-gateway"
-                )
+                    f"this gateway understands ({SCHEMA_VERSION}); upgrade agent-cli-gateway",
+                    permanent=True)
             for version, statements in MIGRATIONS:
                 if version <= current:
                     continue

@@ -95,6 +95,10 @@ T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 5000  # another process holding the write lock gets this long before we give up
 FILE_MODE = 0o600  # job rows hold prompts and outputs: owner only
+# OS errors creating the file that can pass by themselves (space, descriptors, a busy or
+# interrupted call); any other (no such directory, permission, read-only) is permanent.
+TRANSIENT_OS_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE,
+                                 errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.EIO})
 WAL_RETRY_FIRST_S = 0.01  # concurrent openers clear in milliseconds; back off from there
 WAL_RETRY_MAX_S = 0.2
 
@@ -253,9 +257,18 @@ class SqliteJobStore:
         """
         if self._conn is not None:
             return
-        with _store_errors("open"):
+        try:
             ensure_private_dir(self.path.parent)
             _ensure_private_file(self.path)
+        except OSError as exc:
+            # Named, and permanent unless it is a passing condition (disk full, too many
+            # open files): a path under /proc or a read-only mount never becomes creatable.
+            raise StoreUnavailable(
+                f"sqlite store: cannot create {self.path} "
+                f"({exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}); set "
+                f"[persistence] path to a writable location",
+                permanent=exc.errno not in TRANSIENT_OS_ERRORS) from exc
+        with _store_errors("open"):
             conn = await aiosqlite.connect(self.path, isolation_level=None)
         try:
             with _store_errors("open"):
@@ -306,7 +319,7 @@ class SqliteJobStore:
         if self._conn is None:
             raise StoreUnavailable("sqlite store is not open")
         if self._replaced is not None:
-            raise StoreReplaced(self._replaced)
+            raise StoreReplaced(self._replaced, permanent=True)
         return self._conn
 
     def _identity(self) -> tuple[int, int] | None:
@@ -336,7 +349,7 @@ class SqliteJobStore:
                 log.error("the sqlite database file was deleted or replaced",
                           action="store_replaced", path=str(self.path), found=what)
         if self._replaced is not None:
-            raise StoreReplaced(self._replaced)
+            raise StoreReplaced(self._replaced, permanent=True)
 
     @asynccontextmanager
     async def _read(self, action: str) -> AsyncIterator[aiosqlite.Connection]:
@@ -372,8 +385,8 @@ class SqliteJobStore:
             if current > SCHEMA_VERSION:
                 raise StoreUnavailable(
                     f"sqlite store {self.path} has schema version {current}, newer than this "
-                    f"gateway understands ({SCHEMA_VERSION}): upgrade agent-cli-gateway"
-                )
+                    f"gateway understands ({SCHEMA_VERSION}): upgrade agent-cli-gateway",
+                    permanent=True)
             applied = []
             for version, statements in MIGRATIONS:
                 if version <= current:

@@ -143,8 +143,23 @@ async def test_queue_timeout_and_saturation(make_settings, start_gateway, fake_l
     row = await manager.wait(waiting.job.id, 10)
     assert row.status == JobStatus.FAILED and row.error_kind == ErrorKind.QUEUE_TIMEOUT
     assert row.exit_code == 75
+    assert "limits.max_running_jobs" in (row.error or "")
     await manager.cancel(running.job.id)
     assert "waits" not in fake_log.prompts()
+
+
+async def test_a_queue_timeout_names_the_per_provider_limit_when_that_is_the_one_hit(
+        make_settings, start_gateway) -> None:
+    settings = make_settings(limits={"max_running_jobs": 8, "max_running_per_provider": 1,
+                                     "queue_timeout_s": 0.5})
+    manager = await (await start_gateway(settings)).manager()
+    running = await manager.submit("claude", req("busy @sleep=3"))
+    waiting = await manager.submit("claude", req("waits"))
+    row = await manager.wait(waiting.job.id, 10)
+    assert row.error_kind == ErrorKind.QUEUE_TIMEOUT
+    assert "raise limits.max_running_per_provider" in (row.error or "")
+    assert "max_running_jobs" not in (row.error or "")
+    await manager.cancel(running.job.id)
 
 
 async def test_an_insert_failure_fails_the_request_with_nothing_left_running(

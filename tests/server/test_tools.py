@@ -134,7 +134,8 @@ async def test_an_async_request_completes_through_wait_result_status_and_list(
             job_id = started["job_id"]
             assert started["status"] in ACTIVE
             assert started["deduplicated"] is False
-            assert started["poll_with"] == "llm_job_wait"
+            assert started["next"]["tool"] == "llm_job_wait"
+            assert started["next"]["arguments"] == {"job_id": started["job_id"]}
 
             again = await succeed(client, "codex_request_async", {"prompt": prompt})
             assert again["job_id"] == job_id and again["deduplicated"] is True
@@ -250,7 +251,8 @@ async def test_a_sync_request_past_the_deferral_point_returns_a_job_to_poll(
             assert data is not None
             assert data["deferred"] is True
             assert data["status"] in ACTIVE
-            assert data["poll_with"] == "llm_job_wait"
+            assert data["next"] == {"tool": "llm_job_wait", "arguments": {"job_id": data["job_id"]},
+                                    "why": data["next"]["why"]}
             assert "llm_job_wait" in result.content[0].text
             done = await wait_done(client, data["job_id"])
             assert done["status"] == "completed"
@@ -339,10 +341,11 @@ async def test_bad_inputs_get_a_clear_error_with_a_kind_and_what_to_do(gateway: 
             # Nothing was started by any of them.
             listed = await succeed(client, "llm_job_list", {})
             assert listed["count"] == 0
-            # A disabled provider has no tools at all; a missing CLI keeps its tools.
+            # Neither a disabled provider nor one whose CLI is missing is listed (a call
+            # still answers, as above); the others are.
             names = {t.name for t in (await client.list_tools()).tools}
-            assert not {"devin_request", "devin_request_async"} & names
-            assert "grok_request" in names
+            assert not {"devin_request", "devin_request_async", "grok_request"} & names
+            assert {"claude_request", "codex_request_async"} <= names
 
 
 async def test_a_saturated_gateway_refuses_with_a_retryable_error(gateway: Harness) -> None:

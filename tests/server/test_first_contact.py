@@ -1,0 +1,168 @@
+"""A first contact that works, and a broken setup that explains itself (issue 14).
+
+Every test spawns `python -m gateway` with the SDK's stdio client, as an MCP host does, and
+makes the session's first call: it must get the real state (ready), or the exact problem
+and its fix, never a closed connection or an endless "retry".
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp.types import CallToolResult
+
+from tests.server.conftest import Harness, free_port, stdio_client
+
+pytestmark = pytest.mark.anyio
+
+TEST_TIMEOUT_S = 60.0
+# A permanent problem is known after one store open attempt: far less than the 10 s a call
+# waits for a store that may still come up.
+PERMANENT_ANSWER_S = 8.0
+MODES = ["legacy", "auto"]
+EVERY_TOOL: list[tuple[str, dict[str, Any]]] = [
+    ("llm_job_list", {}), ("llm_job_status", {"job_id": "x"}), ("list_models", {}),
+    ("claude_request", {"prompt": "p"}), ("codex_request_async", {"prompt": "p"}),
+    ("no_such_tool", {}),
+]
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Harness:
+    (tmp_path / "home").mkdir()
+    return Harness("stdio-legacy", tmp_path, pytest.MonkeyPatch())
+
+
+def data_of(result: CallToolResult) -> dict[str, Any]:
+    assert result.structured_content is not None, result.content
+    return result.structured_content
+
+
+def raw_config(harness: Harness, text: str) -> Path:
+    path = harness.root / "broken.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_first_call_of_a_session_is_gateway_status_and_it_says_ready(
+        harness: Harness, mode: str) -> None:
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with stdio_client(harness.home, harness.write_config({}), mode) as client:
+            status = data_of(await client.call_tool("gateway_status", {}))
+    assert status["ready"] is True and status["admitting"] is True
+    assert status["problem"] is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("text", "fragments"), [
+    ("[limits]\nmax_runing_jobs = 4\n", ["limits.max_runing_jobs", "unknown key"]),
+    ("[lease]\nttl_s = \"soon\"\n", ["lease.ttl_s", "'soon'"]),
+], ids=["unknown-key", "bad-value"])
+async def test_an_invalid_config_still_serves_and_every_tool_names_the_problem(
+        harness: Harness, mode: str, text: str, fragments: list[str]) -> None:
+    config = raw_config(harness, text)
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with stdio_client(harness.home, config, mode) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            answers = [await client.call_tool(name, args) for name, args in EVERY_TOOL]
+            status = await client.call_tool("gateway_status", {})
+    assert "gateway_status" in names
+    for (name, _args), answer in zip(EVERY_TOOL, answers, strict=True):
+        data = data_of(answer)
+        assert answer.is_error, name
+        assert data["error_kind"] == "setup_error" and data["retryable"] is False, name
+        for fragment in [*fragments, str(config), "restart"]:
+            assert fragment in data["error"], (name, fragment, data["error"])
+    shown = data_of(status)
+    assert not status.is_error  # it answers: the problem is its content
+    assert shown["ready"] is False and shown["problem_permanent"] is True
+    assert all(fragment in shown["problem"] for fragment in fragments)
+    assert "BROKEN SETUP" in status.content[0].text
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_store_path_that_can_never_be_created_is_reported_as_permanent_at_once(
+        harness: Harness, mode: str) -> None:
+    config = harness.write_config({"persistence": {"path": "/proc/nope/jobs.db"}})
+    harness.wait_ready = False
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with stdio_client(harness.home, config, mode) as client:
+            with anyio.fail_after(PERMANENT_ANSWER_S):
+                refused = await client.call_tool("llm_job_list", {})
+                status = await client.call_tool("gateway_status", {})
+    data = data_of(refused)
+    assert refused.is_error and data["error_kind"] == "setup_error"
+    assert data["retryable"] is False
+    assert "/proc/nope/jobs.db" in data["error"]
+    assert "will not pass by itself" in data["error"]
+    assert "retry in a few seconds" not in data["error"].lower()
+    shown = data_of(status)
+    assert shown["ready"] is False and shown["problem_permanent"] is True
+    assert "/proc/nope/jobs.db" in shown["problem"]
+
+
+async def test_a_store_that_is_down_is_a_passing_cause_and_says_so(harness: Harness) -> None:
+    down = {"persistence": {"backend": "postgres",
+                            "dsn": f"postgresql://nobody@127.0.0.1:{free_port()}/none"}}
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with stdio_client(harness.home, harness.write_config(down), "legacy") as client:
+            status = data_of(await client.call_tool("gateway_status", {}))
+            refused = await client.call_tool("llm_job_list", {})
+    assert status["ready"] is False and status["problem_permanent"] is False
+    assert "can pass by itself" in status["problem"]
+    assert "Connect call failed" in status["problem"] or "refused" in status["problem"].lower()
+    data = data_of(refused)
+    assert data["error_kind"] == "unavailable" and data["retryable"] is True
+    assert "retry in a few seconds" in data["error"]
+
+
+async def test_a_missing_explicit_config_file_still_serves_and_says_which_file(
+        harness: Harness) -> None:
+    missing = harness.root / "nope.toml"
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with stdio_client(harness.home, missing, "legacy") as client:
+            answer = await client.call_tool("llm_job_list", {})
+    data = data_of(answer)
+    assert data["error_kind"] == "setup_error"
+    assert str(missing) in data["error"] and "does not exist" in data["error"]
+
+
+async def test_a_store_written_by_a_newer_gateway_is_permanent_and_says_upgrade(
+        harness: Harness) -> None:
+    config = harness.write_config({})
+    db = harness.db_of(config)
+    db.parent.mkdir(parents=True, mode=0o700)
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, "
+                     "applied_at REAL NOT NULL)")
+        conn.execute("INSERT INTO schema_version VALUES (999, 0)")
+    db.chmod(0o600)
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with stdio_client(harness.home, config, "legacy") as client:
+            with anyio.fail_after(PERMANENT_ANSWER_S):
+                refused = await client.call_tool("llm_job_list", {})
+    data = data_of(refused)
+    assert data["error_kind"] == "setup_error" and data["retryable"] is False
+    assert "newer" in data["error"] and "upgrade agent-cli-gateway" in data["error"]
+    assert "will not pass by itself" in data["error"]
+
+
+@pytest.mark.postgres
+async def test_a_postgres_database_that_does_not_exist_is_permanent(
+        harness: Harness, postgres_server: Any) -> None:
+    postgres_server.ensure_running()
+    dsn = postgres_server.dsn_for(f"missing_{uuid.uuid4().hex[:8]}")
+    config = harness.write_config({"persistence": {"backend": "postgres", "dsn": dsn}})
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with stdio_client(harness.home, config, "legacy") as client:
+            with anyio.fail_after(PERMANENT_ANSWER_S):
+                status = data_of(await client.call_tool("gateway_status", {}))
+    assert status["ready"] is False and status["problem_permanent"] is True
+    assert "InvalidCatalogNameError" in status["problem"]
+    assert "will not pass by itself" in status["problem"]
