@@ -74,6 +74,9 @@ class LeaseConfig(_Section):
     cancel_poll_s: float = Field(default=5, gt=0)
     max_heartbeat_failures: int = Field(default=3, ge=1)
     drain_timeout_s: float = Field(default=1.5, gt=0)
+    # "detach": a gateway that shuts down leaves its runs to their supervisors (the next
+    # gateway on the host adopts them); "stop": it stops them and fails its queued jobs.
+    on_shutdown: Literal["detach", "stop"] = "detach"
 
     @model_validator(mode="after")
     def _lease_invariants(self) -> LeaseConfig:

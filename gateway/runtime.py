@@ -206,10 +206,13 @@ class Gateway:
             await task.result().close()
 
     async def stop(self) -> None:
-        """Drain within lease.drain_timeout_s, then mark the instance stopped and close.
+        """Leave as lease.on_shutdown says, within lease.drain_timeout_s, and close.
 
-        If draining does not finish in time the instance row is left as is, so its lease
-        expires and other instances orphan what is left (never a false terminal state).
+        "detach": the runs go on under their supervisors, their leases are extended, queued
+        jobs are released and the instance is marked stopped (gateway/jobs/shutdown.py).
+        "stop": drain (runs stopped, queued jobs failed), then mark the instance stopped. If
+        draining does not finish in time the instance row is left as is, so its lease expires
+        and other instances orphan what is left (never a false terminal state).
         """
         if self._start_task is not None and not self._start_task.done():
             self._start_task.cancel()
@@ -217,8 +220,20 @@ class Gateway:
             await self._abandon_open()
         manager, leases, store = self._manager, self.leases, self.store
         drained = True
-        if manager is not None:
-            drained = await manager.drain(self.settings.lease.drain_timeout_s)
+        lease = self.settings.lease
+        if manager is not None and lease.on_shutdown == "detach":
+            from gateway.jobs.shutdown import detach, finish_http
+
+            started = asyncio.get_running_loop().time()
+            http_jobs = await detach(manager, lease.drain_timeout_s)
+            if leases is not None:
+                await leases.stop()
+                await leases.mark_stopped()  # from here a gateway on this host may adopt
+            elapsed = asyncio.get_running_loop().time() - started
+            await finish_http(http_jobs, lease.drain_timeout_s - elapsed)
+            leases = None
+        elif manager is not None:
+            drained = await manager.drain(lease.drain_timeout_s)
         if leases is not None:
             await leases.stop()
             if drained:

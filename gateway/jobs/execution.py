@@ -57,6 +57,9 @@ class Execution(Protocol):
 
     def cancel(self, reason: ErrorKind, grace_s: float | None = None) -> None: ...
 
+    def detach(self) -> None:
+        """The gateway leaves: stop watching, kill nothing (a supervised run goes on)."""
+
     @property
     def stdout_bytes(self) -> int: ...
 
@@ -74,9 +77,14 @@ def build_execution(target: Target, job_id: str, spool_dir: Path, timeout_s: flo
 
 class ProcessExecution:
     def __init__(self, target: Target, job_id: str, spool_dir: Path, timeout_s: float,
-                 settings: Settings) -> None:
-        assert target.invocation is not None and target.adapter is not None
+                 settings: Settings, run: ProcessRun | None = None) -> None:
+        assert target.adapter is not None
         self.target = target
+        if run is not None:  # adopted: the spec is the one its first gateway wrote
+            self.spec = run.spec
+            self.run = run
+            return
+        assert target.invocation is not None
         limits = settings.limits
         self.spec = RunSpec(
             job_id=job_id, invocation=target.invocation, spool_dir=spool_dir,
@@ -86,6 +94,20 @@ class ProcessExecution:
             secret_env=secret_env_names(settings), install_hint=target.install_hint,
         )
         self.run = ProcessRun(self.spec)
+
+    @classmethod
+    def attach(cls, target: Target, spec: RunSpec, identity: ProcessIdentity,
+               settings: Settings) -> ProcessExecution:
+        """Drive a run another gateway started: finalized exactly as its owner would."""
+        return cls(target, spec.job_id, spec.spool_dir, spec.timeout_s, settings,
+                   run=ProcessRun.attach(spec, identity))
+
+    @property
+    def identity(self) -> ProcessIdentity | None:
+        return self.run.identity
+
+    def detach(self) -> None:
+        self.run.detach()
 
     async def start(self) -> ProcessIdentity:
         # The runner creates the spool dir itself, off the event loop.
@@ -196,6 +218,10 @@ class HttpExecution:
         if self._task is not None and not self._task.done():
             self._reason = reason
             self._task.cancel()
+
+    def detach(self) -> None:
+        """An API call has no process to outlive the gateway: it gets the drain time, and
+        what is left is re-queued by the next gateway (its request is stored)."""
 
     @property
     def stdout_bytes(self) -> int:

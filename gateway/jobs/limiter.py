@@ -92,6 +92,14 @@ class Limiter:
         self._queue.append(ticket)
         return ticket
 
+    def acquire_running(self, provider: str) -> Ticket:
+        """A ticket granted at once, even past the limits: for a run that is already going
+        (adopted from a gone gateway). It counts toward the limits like any other, so new
+        work waits until there is room again."""
+        ticket = Ticket(provider, self)
+        self._grant(ticket)
+        return ticket
+
     def _grant(self, ticket: Ticket) -> None:
         self._running[ticket.provider] += 1
         ticket._granted.set_result(None)

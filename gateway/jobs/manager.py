@@ -29,8 +29,10 @@ from gateway.jobs.execution import (
     ExecutionOutcome,
     build_execution,
 )
+from gateway.jobs.full_store import fitted_completion
 from gateway.jobs.limiter import Limiter, Ticket
 from gateway.jobs.requests import SubmitRequest, canonical_json, request_key
+from gateway.jobs.runner import stop_supervised_run
 from gateway.jobs.targets import Target, resolve_target
 from gateway.model import (
     EXIT_CODES,
@@ -42,7 +44,7 @@ from gateway.model import (
     NewJob,
     Progress,
 )
-from gateway.store.base import DuplicateActiveJob, JobStore, StoreUnavailable
+from gateway.store.base import DuplicateActiveJob, JobStore, StoreFull, StoreUnavailable
 from providers.parsing import char_boundary
 
 log = structlog.get_logger(__name__)
@@ -59,6 +61,10 @@ PAGE_MARGIN_BYTES = 8
 MAX_RESULT_OFFSET = 2**53
 ADOPT_RETRY_FIRST_S = 0.5  # re-reading a row after an unconfirmed insert, while the store is down
 ADOPT_RETRY_MAX_S = 5.0  # the longest pause between those re-reads
+# on_shutdown = "stop": the grace between SIGTERM and SIGKILL of each run. Claude Code sends
+# SIGINT, SIGTERM 100 ms later and SIGKILL 500 ms after that: 0.2 s of grace, the
+# supervisor's 50 ms poll and the terminal writes fit before the SIGKILL.
+STOP_GRACE_S = 0.2
 
 
 ProgressCallback = Callable[[int, float], Awaitable[None]]  # (output bytes, elapsed s)
@@ -101,6 +107,7 @@ class LocalJob:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     cancel_reason: ErrorKind | None = None
     started_mono: float = field(default_factory=time.monotonic)
+    adopted: bool = False  # started by a gateway that is gone; watched and finalized here
 
     @property
     def output_bytes(self) -> int:
@@ -121,7 +128,11 @@ class JobManager:
         self.limiter = Limiter(limits.max_running_jobs, limits.max_running_per_provider,
                                limits.max_queued_jobs)
         self.admitting = False  # durable admission: turned on by the lease keeper
+        # Why the store cannot be used until a restart (its file was deleted), if so: set
+        # by the lease keeper, shown by gateway_status and in admission errors.
+        self.store_problem: str | None = None
         self.closing = False
+        self.detached = False  # shutting down with on_shutdown = "detach": runs go on
         self.spool_root = spool.spool_root(settings.state_dir)
         self._local: dict[str, LocalJob] = {}
         self._background: set[asyncio.Task[None]] = set()
@@ -154,6 +165,10 @@ class JobManager:
             raise GatewayError(ErrorKind.UNAVAILABLE,
                                f"Admission is closed for {provider}: this gateway is shutting "
                                f"down. Retry; a new gateway instance will take the request.")
+        if self.store_problem is not None:
+            raise GatewayError(ErrorKind.UNAVAILABLE,
+                               f"Durable admission is off for {provider}: "
+                               f"{self.store_problem}")
         if not self.admitting:
             raise GatewayError(ErrorKind.UNAVAILABLE,
                                f"Durable admission is off for {provider}: this gateway instance "
@@ -213,6 +228,24 @@ class JobManager:
                  transport=target.transport, queued=not ticket.granted)
         return Submission(row, False)
 
+    def start_requeued(self, row: JobRow, target: Target, ticket: Ticket,
+                       request: SubmitRequest) -> None:
+        """Drive a job this instance has just re-queued (its first owner left it unstarted)."""
+        self._start_local(row, target, ticket, request)
+
+    def start_adopted(self, row: JobRow, target: Target, execution: Execution,
+                      timeout_s: float) -> None:
+        """Drive a run this instance adopted: it counts toward the limits like our own, a
+        cancel stops it, and it is finalized exactly as its first owner would have."""
+        local = LocalJob(row=row, target=target,
+                         ticket=self.limiter.acquire_running(row.provider),
+                         spool_dir=self.spool_root / row.id, timeout_s=timeout_s,
+                         execution=execution, adopted=True)
+        self._local[row.id] = local
+        local.task = asyncio.create_task(self._drive(local), name=f"job-{row.id}")
+        log.info("job adopted", action="adopt", job_id=row.id, provider=row.provider,
+                 status=str(row.status))
+
     def _spawn_background(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
         self._background.add(task)
@@ -265,11 +298,16 @@ class JobManager:
             job.done.set()
 
     async def _drive_inner(self, job: LocalJob) -> None:
+        if job.adopted:
+            await self._run_to_end(job)
+            return
         limits = self.settings.limits
         if not job.ticket.granted:
             try:
                 await asyncio.wait_for(job.ticket.wait(), limits.queue_timeout_s)
             except (TimeoutError, asyncio.CancelledError):
+                if self.detached:
+                    raise  # released at detach: it stays queued for the next gateway
                 if job.cancel_reason is not None:
                     await self._finish_unstarted(job)
                     return
@@ -284,6 +322,8 @@ class JobManager:
         if job.cancel_reason is not None:
             await self._finish_unstarted(job)
             return
+        if self.closing:
+            return  # shutting down: a queued job stays queued (detach releases it) or is failed
         # CAS queued -> running BEFORE spawning: a row orphaned or cancelled while it waited
         # is never launched (no child is spawned only to be killed).
         if not await self.store.mark_running(job.row.id, self.instance_id,
@@ -294,6 +334,8 @@ class JobManager:
         job.row.status = JobStatus.RUNNING
         job.execution = build_execution(job.target, job.row.id, job.spool_dir, job.timeout_s,
                                         self.settings)
+        if self.detached:  # the gateway left while this one was being marked: it runs on
+            job.execution.detach()
         try:
             identity = await job.execution.start()
         except GatewayError as err:
@@ -316,6 +358,12 @@ class JobManager:
                 # the process alive, which errs towards orphaning, never towards losing.
                 log.warning("process identity not recorded", action="record_process",
                             job_id=job.row.id, pid=identity.pid)
+        await self._run_to_end(job)
+
+    async def _run_to_end(self, job: LocalJob) -> None:
+        """Watch a started run (ours or adopted) until its group is gone, then finalize it:
+        the one finalize path for every run."""
+        assert job.execution is not None
         flusher = asyncio.create_task(self._flush_progress(job), name=f"progress-{job.row.id}")
         try:
             outcome = await job.execution.wait()  # returns when the group is gone
@@ -377,12 +425,31 @@ class JobManager:
     async def _finish(self, job: LocalJob, completion: Completion) -> None:
         """The guarded terminal write, retried while the store is down (the result is never
         dropped: if it cannot be written before the lease lapses, the row is orphaned and
-        this write self-heals it later)."""
+        this write self-heals it later). A full disk is different: the same write would
+        fail forever, so it is made smaller until it fits (full_store.py)."""
         delay = 0.2
+        original, refused_full = completion, 0
         while True:
             try:
                 applied = await self.store.complete(job.row.id, self.instance_id, completion)
                 break
+            except StoreFull as exc:
+                refused_full += 1
+                smaller = fitted_completion(original, refused_full, str(exc),
+                                            self.settings.state_dir)
+                log.warning("terminal write refused: the store's disk is full",
+                            action="complete_store_full", job_id=job.row.id,
+                            kept_bytes=smaller.output_bytes if smaller else 0, error=str(exc))
+                if smaller is not None:
+                    completion = smaller
+                    continue
+                # Nothing left to drop: the row needs no spool file any more, and the
+                # space it frees may be what the write lacks.
+                await asyncio.to_thread(shutil.rmtree, job.spool_dir, ignore_errors=True)
+                if self.closing:
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
             except StoreUnavailable as exc:
                 if self.closing:
                     log.warning("terminal write failed during shutdown", action="complete",
@@ -431,6 +498,15 @@ class JobManager:
                 await asyncio.wait_for(local.done.wait(), grace)
             return CancelOutcome("cancelled", await self.get(job_id))
         row = await self.get(job_id)
+        if row.status is JobStatus.ORPHANED and row.hostname == self.hostname \
+                and row.boot_id == self.boot_id:
+            # Orphaned elsewhere while its process may still run here: stop that process
+            # (whoever finalizes the row then records it as cancelled).
+            stopped = await asyncio.to_thread(
+                stop_supervised_run, self.spool_root / job_id, ErrorKind.CANCELLED,
+                self.settings.limits.kill_grace_s)
+            if stopped:
+                return CancelOutcome("cancel_requested", row)
         if row.status.is_terminal:
             return CancelOutcome("already_terminal", row)
         try:
@@ -464,6 +540,9 @@ class JobManager:
         is not queued here (running, finished, or owned by another instance)."""
         local = self._local.get(job_id)
         return self.limiter.position(local.ticket) if local is not None else None
+
+    def local_jobs(self) -> list[LocalJob]:
+        return list(self._local.values())
 
     # -- reads ------------------------------------------------------------------------------
     async def get(self, job_id: str) -> JobRow:
@@ -598,7 +677,7 @@ class JobManager:
         everything finished in time (if not, the caller leaves the lease to expire)."""
         self.closing = True
         jobs = list(self._local.values())
-        grace = max(0.1, timeout_s / 3)
+        grace = min(self.settings.limits.kill_grace_s, STOP_GRACE_S)
         for job in jobs:
             self.cancel_local(job.row.id, ErrorKind.SHUTDOWN, grace_s=grace)
         tasks = [j.task for j in jobs if j.task is not None]

@@ -1,20 +1,22 @@
-"""Runs one provider invocation as its own process group (DESIGN.md section 5).
+"""Runs one provider invocation under its supervisor (DESIGN.md section 5).
 
-`ProcessRun(spec)`: `await start()` spawns the CLI (argv list, never a shell) in a new session,
-so it leads its own process group; `await wait()` returns the `RunOutcome` once the run is over
-and the whole group is gone; `cancel()` asks for a stop. stdout and stderr go straight into two
-spool files (gateway/jobs/spool.py): the event loop copies no bytes, memory
-stays flat whatever the output size, partial output can be read while the run goes on, and it
-survives a gateway crash. A monitor loop stats those files to enforce the output cap and the
-idle timeout, and watches the wall clock.
+`ProcessRun(spec)`: `await start()` writes the run's spec into its spool dir and starts the
+supervisor (`supervisor.py`) with the gateway's own interpreter in a new session, so the
+supervisor leads the run's process group; the supervisor starts the CLI (argv list, never a
+shell) with stdout and stderr on two spool files (`<spool_dir>/stdout`, `<spool_dir>/stderr`):
+the event loop copies no bytes, memory stays flat, partial output can be read while the run
+goes on, and it outlives the gateway. `await wait()` returns the `RunOutcome` once the
+supervisor has recorded the run's end and the whole group is gone; `cancel()` asks for a stop.
+`ProcessRun.attach(spec, identity)` watches a run another gateway started (adoption).
 
-Every stop (cancel, timeouts, output cap, shutdown) is the same escalation: SIGTERM to the
-whole group, then SIGKILL to the group after the grace, even if the leader has already exited,
-so grandchildren that ignore SIGTERM die too. Output written during the grace is kept.
+The run's rules (wall clock, idle timeout, output cap, the SIGTERM-then-SIGKILL escalation
+over the whole group) are the supervisor's alone: they must hold while no gateway lives. The
+gateway asks it to stop (a stop request file, then SIGTERM) and only steps in itself when the
+supervisor is gone and members of its group are not: then it SIGKILLs the group.
 
-A gateway *crash* kills nothing: the group is in its own session and keeps writing its spool
-files (DESIGN.md section 5). Cancelling the supervising task inside a live gateway is not a
-crash, though; then the group is killed at once so that nothing leaks.
+A gateway that leaves (crash, `detach()`) kills nothing: the supervisor runs on and the next
+gateway on the host adopts the run. Cancelling the watching task inside a live gateway that
+did not detach is not a leave, though: then the group is killed at once, so nothing leaks.
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,34 +42,49 @@ from gateway import proc
 from gateway.childenv import child_env
 from gateway.fs import ensure_private_dir
 from gateway.jobs import spool
+from gateway.jobs import supervisor as sup
 from gateway.jobs.child_exit import ChildExit, open_pidfd
-from gateway.model import EXIT_CODES, ErrorKind, GatewayError
+from gateway.jobs.outcome import Limits, RunOutcome, outcome_from_record, stop_message
+from gateway.jobs.spool import read_tail
+from gateway.model import ErrorKind, GatewayError
 from providers.base import Invocation
+
+__all__ = ["ProcessIdentity", "ProcessRun", "RunOutcome", "RunSpec", "read_range", "read_tail",
+           "resolve_command"]
 
 log = structlog.get_logger(__name__)
 
-# How often the spool files are stat()ed while the leader runs. Bounds how late the output cap,
-# the idle timeout and the wall clock are noticed; two stat() calls per tick cost nothing.
-MONITOR_INTERVAL_S = 0.1
-# During a stop's grace (or after the leader's exit) how often the group is re-checked, so
-# wait() returns soon after the last member exits instead of sitting out the whole grace.
-GROUP_POLL_INTERVAL_S = 0.05
-# After SIGKILL: how long to wait for the group's members to vanish before giving up with a
-# warning. SIGKILL cannot be ignored; only uninterruptible sleep (e.g. a hung NFS read) delays it.
+# How often the spool files are stat()ed for live progress, and an adopted supervisor (not
+# our child: no exit notification) is checked for its end record and its liveness.
+WATCH_INTERVAL_S = 0.1
+# How long a stop may take past its grace before the gateway SIGKILLs the group itself: the
+# supervisor escalates at the grace and polls every 50 ms, so only a supervisor that is
+# stopped or dead lets this pass.
+STOP_BACKSTOP_S = 1.0
+# An adopted supervisor exits right after writing its end record (a temp dir to remove at
+# most): how long to let it before its group counts as left behind.
+SUPERVISOR_EXIT_WAIT_S = 2.0
+# After the gateway's own SIGKILL: how long to wait for the group to vanish.
 REAP_TIMEOUT_S = 5.0
-
-ERROR_TAIL_BYTES = 4096  # how much of the end of stderr is read to quote a provider's error
-ERROR_TAIL_LINES = 3  # how many last non-empty stderr lines become the error text
-STDIN_CHUNK_BYTES = 64 * 1024  # one pipe buffer: the most a non-blocking write can take at once
+# How long start() waits for the supervisor's claim (it then runs and has lowered its
+# priority). It starts in tens of milliseconds (`-I -S`: no site, no user paths).
+SUPERVISOR_START_TIMEOUT_S = 10.0
+SUPERVISOR_LOG_NAME = "supervisor.log"  # the supervisor's own stderr (a traceback, if any)
+STDOUT_NAME = sup.STDOUT_NAME
+STDERR_NAME = sup.STDERR_NAME
+FULL_DISK_STOP_MESSAGE = (
+    "The state filesystem is full (no space left for the provider's output under {spool}): "
+    "the run was stopped and its output truncated to what was written. Free disk space and "
+    "rerun the request.")
 TEMP_DIR_PREFIX = "agent-cli-gateway-run-"
 # Provider CLIs run this many nice levels below the gateway, and so does each one's autogroup
-# (proc.lower_priority). The gateway's heartbeat and MCP answers must not be starved by its
-# own providers: with 32 CPU-bound ones, each in a session (autogroup) of its own, the gateway
-# got ~1/34 of the CPU and answered 10-12 calls/s (128-143 with this); under load the chaos
-# run saw ~1 s loop stalls that let peers orphan live jobs. Provider CLIs mostly wait on the
-# network, so this costs them little: it decides who goes first when the CPU is short. 10 is
-# what `nice` gives a background command.
+# (the supervisor applies it before starting the CLI). The gateway's heartbeat and MCP
+# answers must not be starved by its own providers: with 32 CPU-bound ones, each in a session
+# (autogroup) of its own, the gateway got ~1/34 of the CPU and answered 10-12 calls/s (128-143
+# with this); under load the chaos run saw ~1 s loop stalls that let peers orphan live jobs.
+# Provider CLIs mostly wait on the network, so this costs them little. 10 is what `nice` gives.
 PROVIDER_NICE_INCREMENT = 10
+SUPERVISOR_PATH = Path(sup.__file__).resolve()
 
 
 @dataclass(slots=True)
@@ -81,33 +99,21 @@ class RunSpec:
     kill_grace_s: float
     # Variables of the gateway's environment the child must not see, besides AGENT_GATEWAY_*
     # (gateway.childenv.secret_env_names of the settings).
-    secret_env: frozenset[str]
+    secret_env: frozenset[str] = frozenset()
     install_hint: str = ""  # shown when the binary is missing
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(self.timeout_s, self.idle_timeout_s, self.max_output_bytes)
 
 
 @dataclass(slots=True)
 class ProcessIdentity:
+    """The supervisor: it leads the run's group (pgid == pid)."""
+
     pid: int
     pgid: int
     started_at: float  # process start time (epoch seconds, psutil create_time)
-
-
-@dataclass(slots=True)
-class RunOutcome:
-    exit_code: int | None  # the provider's own exit code, or the gateway's code (124...)
-    error_kind: ErrorKind | None  # None on a clean exit 0
-    error: str | None
-    stdout_path: Path
-    stderr_path: Path
-    stdout_bytes: int
-    stderr_bytes: int
-    truncated: bool
-    duration_s: float
-    signal: int | None = None  # set when the leader died of a signal
-    extra: dict[str, object] = field(default_factory=dict)
-
-
-# -- helpers: command lookup, messages ------------------------------------------------------
 
 
 def resolve_command(command: str, path: str) -> str | None:
@@ -118,83 +124,104 @@ def resolve_command(command: str, path: str) -> str | None:
     return shutil.which(command, path=path)
 
 
-def _resolve_once(future: asyncio.Future[None]) -> None:
-    # A ready-callback can fire again before the awaiting task runs and removes it.
-    if not future.done():
-        future.set_result(None)
+def read_range(path: Path, offset: int, max_bytes: int) -> bytes:
+    """Up to `max_bytes` bytes of a spool file from `offset` (b"" past the end or if absent)."""
+    if offset < 0 or max_bytes < 0:
+        raise ValueError("offset and max_bytes must not be negative")
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read(max_bytes)
+    except FileNotFoundError:
+        return b""
 
 
-def _last_lines(text: str, count: int) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return "\n".join(lines[-count:])
+def spec_from_spool(job_id: str, spool_dir: Path) -> RunSpec | None:
+    """The spec of a run another gateway started, from its run.json (None if absent)."""
+    record = sup.read_record(spool_dir, sup.RUN_NAME)
+    if record is None:
+        return None
+    return RunSpec(job_id=job_id, invocation=Invocation(argv=list(record.get("argv") or [])),
+                   spool_dir=spool_dir, working_dir=record.get("cwd"),
+                   timeout_s=float(record["timeout_s"]),
+                   idle_timeout_s=record.get("idle_timeout_s"),
+                   max_output_bytes=int(record["max_output_bytes"]),
+                   kill_grace_s=float(record["kill_grace_s"]))
 
 
-def _default_stop_message(kind: ErrorKind, spec: RunSpec) -> str:
-    if kind == ErrorKind.TIMEOUT:
-        return (f"The run exceeded its wall-clock timeout of {spec.timeout_s:g} s and was "
-                "stopped; pass a larger timeout_s (default: limits.default_timeout_s).")
-    if kind == ErrorKind.IDLE_TIMEOUT:
-        return (f"The provider wrote no output for {spec.idle_timeout_s or 0:g} s and was "
-                "stopped (limits.idle_timeout_s).")
-    if kind == ErrorKind.OUTPUT_LIMIT:
-        return (f"Output exceeded the maximum of {spec.max_output_bytes} bytes "
-                "(limits.max_output_bytes); the run was stopped and its output truncated.")
-    if kind == ErrorKind.SHUTDOWN:
-        return "The gateway shut down before the run finished."
-    if kind == ErrorKind.CANCELLED:
-        return "The run was cancelled."
-    return f"The run was stopped ({kind})."
+def stop_supervised_run(spool_dir: Path, reason: ErrorKind, grace_s: float) -> bool:
+    """Ask the supervisor of a run this gateway does not drive to stop it (a cancel of a job
+    orphaned elsewhere while its process still runs on this host). True if one was alive."""
+    claim = sup.read_record(spool_dir, sup.START_NAME)
+    if claim is None or claim.get("kind") != "supervisor":
+        return False
+    pid, started_at = int(claim["pid"]), float(claim["started_at"])
+    if not proc.is_process_alive(pid, started_at):
+        return False
+    sup.write_record(spool_dir, sup.STOP_NAME, {
+        "version": sup.RECORD_VERSION, "kind": str(reason), "grace_s": grace_s,
+        "message": stop_message(reason, Limits(0, None, 0))})
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGTERM)
+    return True
 
 
-@dataclass(slots=True)
-class _StopRequest:
-    kind: ErrorKind
-    message: str
-    grace_s: float
+def _close_quietly(fd: int | None) -> None:
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _priority_targets() -> tuple[int, int | None]:
+    """The nice value of a run, and of its autogroup (None: no autogroup scheduling)."""
+    nice = min(proc.MAX_NICE, os.getpriority(os.PRIO_PROCESS, 0) + PROVIDER_NICE_INCREMENT)
+    own = proc.autogroup_nice(os.getpid())
+    autogroup = None if own is None else min(proc.MAX_NICE, own + PROVIDER_NICE_INCREMENT)
+    return nice, autogroup
 
 
 @dataclass(slots=True)
 class _Spawned:
-    """A child just started by the spawn thread, not yet watched by the event loop."""
+    """A supervisor just started by the spawn thread, not yet watched by the event loop."""
 
     popen: subprocess.Popen[bytes]
     pidfd: int | None
     started_at: float
-    stdin_write_fd: int | None
     executable: str
-    priority_lowered: bool = False  # False: proc.lower_priority asked to be called again
-
-
-# -- the run -----------------------------------------------------------------------------------
 
 
 class ProcessRun:
-    """One invocation as a process group, from spawn until the whole group is gone."""
+    """One invocation under its supervisor, from spawn until the whole group is gone."""
 
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
-        self.stdout_path = spool.stdout_path(spec.spool_dir)
-        self.stderr_path = spool.stderr_path(spec.spool_dir)
+        self.stdout_path = spec.spool_dir / STDOUT_NAME
+        self.stderr_path = spec.spool_dir / STDERR_NAME
         self._identity: ProcessIdentity | None = None
-        self._supervisor: asyncio.Task[RunOutcome] | None = None
-        self._stop: _StopRequest | None = None
-        self._stop_requested = asyncio.Event()
-        self._kill_at: float | None = None  # monotonic time of the SIGKILL, once SIGTERM is sent
+        self._watcher: asyncio.Task[RunOutcome] | None = None
+        self._stop: tuple[ErrorKind, str] | None = None
+        self._stop_at: float | None = None  # monotonic deadline of the stop's grace
         self._finished = False
+        self._detached = False
         self._temp_dir: Path | None = None
-        self._started_mono = 0.0
-        self._last_growth_mono = 0.0
         self._stdout_bytes = 0
         self._stderr_bytes = 0
-        self._stdin_task: asyncio.Task[None] | None = None
-        self._stdin_incomplete = False
         self._exit: ChildExit | None = None
+        self._wake = asyncio.Event()
         # The spawn runs in a worker thread; if start() is cancelled meanwhile, whichever of
-        # the two comes second (under this lock) kills the child it will never supervise.
+        # the two comes second (under this lock) kills the supervisor it will never watch.
         self._spawn_lock = threading.Lock()
         self._spawn_abandoned = False
         self._spawned: _Spawned | None = None
-        self._priority_pending = False  # lowering the child's priority is to be retried
+
+    @classmethod
+    def attach(cls, spec: RunSpec, identity: ProcessIdentity) -> ProcessRun:
+        """Watch a run that another (gone) gateway started: its supervisor is not our child,
+        so its end is learned by polling its end record and its liveness."""
+        run = cls(spec)
+        run._identity = identity
+        run._watcher = asyncio.create_task(run._watch(None), name=f"run-watch:{spec.job_id}")
+        return run
 
     # -- public surface ----------------------------------------------------------------------
 
@@ -216,38 +243,30 @@ class ProcessRun:
         return self._finished
 
     async def start(self) -> ProcessIdentity:
-        """Spawn the invocation; returns its pid, pgid and start time.
+        """Start the supervisor; returns its pid, pgid and start time once it runs.
 
         Raises GatewayError: INVALID_INPUT (bad working_dir or empty argv), NOT_FOUND (the
         command is not installed; the message carries the install hint), LAUNCH_FAILED (the
-        OS refused to start it), or the stop's kind if cancel() came before start().
+        OS refused to start the supervisor), or the stop's kind if cancel() came first.
         """
-        if self._supervisor is not None:
+        if self._watcher is not None:
             raise RuntimeError("ProcessRun.start() called twice")
         if self._stop is not None:
-            raise GatewayError(self._stop.kind, self._stop.message)
-        spec = self.spec
-        argv = list(spec.invocation.argv)
+            raise GatewayError(*self._stop)
+        argv = list(self.spec.invocation.argv)
         if not argv or not argv[0]:
             raise GatewayError(ErrorKind.INVALID_INPUT, "The invocation has no command to run.")
         spawned = await self._spawn_off_loop(argv)
-        self._spawned = None  # claimed: supervised from here on
+        self._spawned = None  # claimed: watched from here on
         pid = spawned.popen.pid
         # On the loop, before anything can await: from here the exit is watched and reaped.
         self._exit = ChildExit(spawned.popen, spawned.pidfd)
-        self._priority_pending = not spawned.priority_lowered
-        self._started_mono = self._last_growth_mono = time.monotonic()
-        # start_new_session=True made the leader's pid the pgid; asking getpgid() instead
-        # would fail once the leader is reaped.
+        # start_new_session=True made the supervisor's pid the pgid; asking getpgid() instead
+        # would fail once it is reaped.
         self._identity = ProcessIdentity(pid=pid, pgid=pid, started_at=spawned.started_at)
-        if spawned.stdin_write_fd is not None:
-            payload = spec.invocation.stdin or b""
-            self._stdin_task = asyncio.create_task(
-                self._feed_stdin(spawned.stdin_write_fd, payload),
-                name=f"run-stdin:{spec.job_id}")
-        self._supervisor = asyncio.create_task(
-            self._supervise(self._exit), name=f"run-supervise:{spec.job_id}")
-        log.info("provider process started", action="run_start", job_id=spec.job_id,
+        self._watcher = asyncio.create_task(self._watch(self._exit),
+                                            name=f"run-watch:{self.spec.job_id}")
+        log.info("provider process started", action="run_start", job_id=self.spec.job_id,
                  pid=pid, command=os.path.basename(spawned.executable),
                  temp_cwd=self._temp_dir is not None)
         return self._identity
@@ -257,51 +276,63 @@ class ProcessRun:
 
         Cancelling the caller of wait() does not stop the run (use cancel() for that).
         """
-        if self._supervisor is None:
+        if self._watcher is None:
             raise RuntimeError("ProcessRun.wait() called before start()")
-        return await asyncio.shield(self._supervisor)
+        return await asyncio.shield(self._watcher)
 
     def cancel(self, reason: ErrorKind = ErrorKind.CANCELLED, message: str | None = None,
                *, grace_s: float | None = None) -> None:
-        """Ask the run to stop: SIGTERM to the group, SIGKILL after the grace.
+        """Ask the run to stop: its supervisor SIGTERMs the group, SIGKILLs it after the grace.
 
         Idempotent: the first reason is the one wait() reports. A later call may only shorten
         the grace (e.g. a shutdown during a cancel's grace). `grace_s` defaults to the spec's
-        kill_grace_s. After the leader has exited by itself the outcome stays the provider's.
+        kill_grace_s. After the CLI has exited by itself the outcome stays the provider's.
         """
         if self._finished:
             return
         grace = self.spec.kill_grace_s if grace_s is None else max(0.0, grace_s)
+        deadline = time.monotonic() + grace
         if self._stop is None:
-            self._stop = _StopRequest(reason, message or _default_stop_message(reason, self.spec),
-                                      grace)
-            self._stop_requested.set()
+            self._stop = (reason, message or stop_message(reason, self.spec.limits))
             log.info("stop requested", action="run_stop_request", job_id=self.spec.job_id,
                      reason=str(reason), grace_s=grace)
-        else:
-            self._stop.grace_s = min(self._stop.grace_s, grace)
-        self._shorten_grace(grace)
+        elif self._stop_at is not None and deadline >= self._stop_at:
+            return  # a later stop can only bring the SIGKILL forward
+        self._stop_at = deadline
+        if self._identity is not None:
+            self._ask_supervisor_to_stop(grace)
+        self._wake.set()
 
-    def _shorten_grace(self, grace: float) -> None:
-        # Once SIGTERM is out, a stop (or a later, more urgent one) can only bring the SIGKILL
-        # forward, never push it back.
-        if self._kill_at is not None:
-            self._kill_at = min(self._kill_at, time.monotonic() + grace)
+    def detach(self) -> None:
+        """The gateway leaves and the run goes on: stop watching without killing anything
+        (also while the supervisor is being started: it runs on and is adopted)."""
+        self._detached = True
+        if self._exit is not None:
+            # Collected by a thread once it exits (a watcher cancelled before it ever ran
+            # would not do it).
+            self._exit.reap_in_background()
+        if self._watcher is not None:
+            self._watcher.cancel()
 
-    # -- spawn helpers ------------------------------------------------------------------------
+    # -- spawn --------------------------------------------------------------------------------
 
     async def _spawn_off_loop(self, argv: list[str]) -> _Spawned:
         """Run `_spawn_blocking` in a worker thread: the directory checks, the PATH search
-        (user bin dirs are globbed), mkdir/mkdtemp, opening the spool files and fork/exec
-        block for milliseconds each, and the event loop also answers every MCP request of
-        this gateway."""
+        (user bin dirs are globbed), mkdir/mkdtemp, writing the spec, fork/exec and waiting
+        for the supervisor's claim block for milliseconds each, and the event loop also
+        answers every MCP request of this gateway."""
         loop = asyncio.get_running_loop()
         spawning = loop.run_in_executor(None, self._spawn_blocking, argv)
         try:
             return await asyncio.shield(spawning)
         except asyncio.CancelledError:
-            # The thread runs on: if it has spawned already, the child is killed here; if
-            # not, the thread sees the flag and kills it itself. Never a leaked group.
+            if self._detached:
+                # The gateway leaves: the supervisor, once started, runs on (it is adopted);
+                # only its exit status is collected here, so it never lingers as a zombie.
+                spawning.add_done_callback(_reap_when_spawned)
+                raise
+            # The thread runs on: if it has spawned already, the supervisor is killed here;
+            # if not, the thread sees the flag and kills it itself. Never a leaked group.
             with self._spawn_lock:
                 self._spawn_abandoned = True
                 spawned, self._spawned = self._spawned, None
@@ -310,7 +341,7 @@ class ProcessRun:
             raise
 
     def _spawn_blocking(self, argv: list[str]) -> _Spawned:
-        """Validate, prepare the directories and start the child (in a worker thread)."""
+        """Validate, prepare the spool dir and start the supervisor (in a worker thread)."""
         spec = self.spec
         env = child_env(spec.secret_env, spec.invocation.env)
         if spec.working_dir is not None and not Path(spec.working_dir).is_dir():
@@ -322,7 +353,6 @@ class ProcessRun:
         executable = resolve_command(argv[0], env["PATH"])
         if executable is None:
             raise self._not_found(argv[0])
-
         cwd = spec.working_dir
         try:  # EACCES, ENOSPC, EROFS on the state dir or the temp dir: a clear failure
             ensure_private_dir(spec.spool_dir)  # and spool/ and the state dir, all 0700
@@ -334,21 +364,24 @@ class ProcessRun:
                                f"({exc.strerror or exc}: {exc.filename}); the gateway's state "
                                f"directory must be writable by its user.") from None
         try:
-            popen, stdin_write_fd = self._spawn(executable, argv, env, cwd)
+            token = self._write_spec([executable, *argv[1:]], cwd)
+            popen = self._spawn(token, env, cwd)
         except BaseException:
             self._remove_temp_dir()
             raise
-        # First thing after the spawn: until then the child runs at the gateway's priority.
-        lowered = proc.lower_priority(popen.pid, PROVIDER_NICE_INCREMENT)
+        # At once, from here: the supervisor's own start (an interpreter) must not compete
+        # with this gateway's heartbeat at full priority either. It sets the same values
+        # for itself (absolute, so the order does not matter) and retries the autogroup.
+        proc.lower_priority(popen.pid, PROVIDER_NICE_INCREMENT)
         spawned = _Spawned(popen=popen, pidfd=None, started_at=time.time(),
-                           stdin_write_fd=stdin_write_fd, executable=executable,
-                           priority_lowered=lowered)
+                           executable=executable)
         try:
-            # Before anyone can reap the child (only its ChildExit will): the pid is ours.
+            # Before anyone can reap it (only its ChildExit will): the pid is ours.
             spawned.pidfd = open_pidfd(popen.pid)
             started_at = proc.process_start_time(popen.pid)
+            self._await_claim(popen)
         except BaseException:
-            self._discard(spawned)  # nobody would ever supervise it
+            self._discard(spawned)  # nobody would ever watch it
             raise
         if started_at is not None:
             spawned.started_at = started_at
@@ -361,12 +394,67 @@ class ProcessRun:
         self._discard(spawned)  # start() was cancelled while we spawned
         return spawned
 
+    def _write_spec(self, argv: list[str], cwd: str) -> str:
+        """run.json (and the stdin payload) for the supervisor; returns the launch token
+        that ties this supervisor to this spec (a re-queued run gets a new one)."""
+        spec = self.spec
+        token = secrets.token_hex(16)
+        nice, autogroup = _priority_targets()
+        payload = spec.invocation.stdin
+        if payload is not None:
+            fd = os.open(spec.spool_dir / sup.STDIN_NAME,
+                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                view = memoryview(payload)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+        sup.write_record(spec.spool_dir, sup.RUN_NAME, {
+            "version": sup.RECORD_VERSION, "token": token, "job_id": spec.job_id,
+            "argv": argv, "cwd": cwd, "temp_cwd": self._temp_dir is not None,
+            "stdin": payload is not None, "timeout_s": spec.timeout_s,
+            "idle_timeout_s": spec.idle_timeout_s, "max_output_bytes": spec.max_output_bytes,
+            "kill_grace_s": spec.kill_grace_s, "nice": nice, "autogroup_nice": autogroup,
+        })
+        return token
+
+    def _spawn(self, token: str, env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
+        log_fd = os.open(self.spec.spool_dir / SUPERVISOR_LOG_NAME,
+                         os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            # -I: no PYTHON* variables, no user site, no script dir on sys.path; -S: no site
+            # import. The supervisor needs the stdlib only and starts in milliseconds.
+            return subprocess.Popen(
+                [sys.executable, "-I", "-S", str(SUPERVISOR_PATH), str(self.spec.spool_dir),
+                 token],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_fd,
+                cwd=cwd, env=env,  # the CLI's own cwd: nothing else of ours is held open
+                start_new_session=True,  # its own session and process group: pgid == pid
+            )
+        except OSError as exc:
+            raise GatewayError(ErrorKind.LAUNCH_FAILED,
+                               f"Failed to start the run's supervisor: {exc.strerror or exc}."
+                               ) from None
+        finally:
+            _close_quietly(log_fd)
+
+    def _await_claim(self, popen: subprocess.Popen[bytes]) -> None:
+        """Until the supervisor has claimed the run (or exited). Blocking: spawn thread."""
+        deadline = time.monotonic() + SUPERVISOR_START_TIMEOUT_S
+        path = self.spec.spool_dir / sup.START_NAME
+        while not path.exists() and time.monotonic() < deadline:
+            # WNOWAIT: learn that it exited without reaping it (its ChildExit reaps it).
+            exited = os.waitid(os.P_PID, popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            if exited is not None:
+                return
+            time.sleep(0.002)
+
     def _discard(self, spawned: _Spawned) -> None:
-        """Kill a child that start() will never supervise, and reap it in a daemon thread."""
+        """Kill a supervisor that start() will never watch, and reap it in a daemon thread."""
         pid = spawned.popen.pid
         proc.signal_group(pid, signal.SIGKILL)
-        self._close_quietly(spawned.stdin_write_fd)
-        self._close_quietly(spawned.pidfd)
+        _close_quietly(spawned.pidfd)
 
         def reap() -> None:
             with contextlib.suppress(ChildProcessError):
@@ -374,51 +462,6 @@ class ProcessRun:
             self._remove_temp_dir()
 
         threading.Thread(target=reap, name=f"reap-{pid}", daemon=True).start()
-
-    def _spawn(self, executable: str, argv: list[str], env: dict[str, str],
-               cwd: str) -> tuple[subprocess.Popen[bytes], int | None]:
-        """Start the child with stdout/stderr on the spool files; returns it and, when a
-        stdin payload is due, the write end of its stdin pipe. Blocking: fork/exec."""
-        stdin_payload = self.spec.invocation.stdin
-        # O_CLOEXEC: these fds reach this child only (as its 1 and 2), never a sibling run
-        # spawned at the same moment.
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-        opened: list[int] = []
-        stdin_write_fd: int | None = None
-        try:
-            out_fd = os.open(self.stdout_path, flags, 0o600)
-            opened.append(out_fd)
-            err_fd = os.open(self.stderr_path, flags, 0o600)
-            opened.append(err_fd)
-            stdin: int = subprocess.DEVNULL
-            if stdin_payload is not None:
-                stdin, stdin_write_fd = os.pipe2(os.O_CLOEXEC)
-                opened.append(stdin)
-            process = subprocess.Popen(
-                [executable, *argv[1:]], stdin=stdin, stdout=out_fd, stderr=err_fd, cwd=cwd,
-                env=env,
-                start_new_session=True,  # its own session and process group: pgid == pid
-            )
-        except FileNotFoundError:
-            self._close_quietly(stdin_write_fd)
-            if not os.path.isdir(cwd):
-                raise GatewayError(ErrorKind.INVALID_INPUT,
-                                   f"working_dir {cwd!r} disappeared before the run started."
-                                   ) from None
-            raise self._not_found(argv[0]) from None
-        except OSError as exc:
-            self._close_quietly(stdin_write_fd)
-            raise GatewayError(
-                ErrorKind.LAUNCH_FAILED, f"Failed to launch '{argv[0]}': {exc.strerror or exc}."
-            ) from None
-        except BaseException:
-            self._close_quietly(stdin_write_fd)
-            raise
-        finally:
-            # The child holds its own copies; the gateway keeps none of them open.
-            for fd in opened:
-                self._close_quietly(fd)
-        return process, stdin_write_fd
 
     def _not_found(self, command: str) -> GatewayError:
         hint = self.spec.install_hint.strip().rstrip(".")
@@ -428,244 +471,135 @@ class ProcessRun:
             f"The '{command}' command was not found. {how} and make sure it is on PATH.",
         )
 
-    @staticmethod
-    def _close_quietly(fd: int | None) -> None:
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
     def _remove_temp_dir(self) -> None:
-        # Taken first: the concluding thread and a cancelled supervisor may both get here.
+        # Taken first: the concluding thread and a cancelled watcher may both get here.
         temp_dir, self._temp_dir = self._temp_dir, None
         if temp_dir is not None:
             shutil.rmtree(temp_dir, ignore_errors=True)
 
-    async def _feed_stdin(self, fd: int, payload: bytes) -> None:
-        """Write the payload into the child's stdin, then close it (the child sees EOF).
+    # -- watching ------------------------------------------------------------------------------
 
-        A raw non-blocking pipe instead of asyncio's pipe transport: on Python 3.11 the
-        transport makes process.wait() wait until the pipe is closed, so a child (or a
-        grandchild) that never reads would also hide the leader's exit from us.
-        """
-        loop = asyncio.get_running_loop()
-        view = memoryview(payload)
+    def _ask_supervisor_to_stop(self, grace: float) -> None:
+        """The stop request file, then SIGTERM to the supervisor alone (it escalates)."""
+        assert self._identity is not None and self._stop is not None
+        kind, message = self._stop
         try:
-            os.set_blocking(fd, False)
-            while view:
-                try:
-                    written = os.write(fd, view[:STDIN_CHUNK_BYTES])
-                    view = view[written:]
-                except BlockingIOError:
-                    writable = loop.create_future()
-                    loop.add_writer(fd, _resolve_once, writable)
-                    try:
-                        await writable
-                    finally:
-                        loop.remove_writer(fd)
-        except (BrokenPipeError, ConnectionResetError):
-            # EPIPE: the child exited or closed stdin before reading everything.
-            self._stdin_incomplete = True
+            sup.write_record(self.spec.spool_dir, sup.STOP_NAME, {
+                "version": sup.RECORD_VERSION, "kind": str(kind), "message": message,
+                "grace_s": grace})
         except OSError as exc:
-            self._stdin_incomplete = True
-            log.warning("writing the provider's stdin failed", action="run_stdin",
+            log.warning("stop request not written", action="run_stop_request",
                         job_id=self.spec.job_id, error=str(exc))
-        finally:
-            view.release()
-            os.close(fd)
+        if self._supervisor_running():
+            with contextlib.suppress(OSError):
+                os.kill(self._identity.pid, signal.SIGTERM)
 
-    # -- supervision --------------------------------------------------------------------------
+    def _supervisor_running(self) -> bool:
+        identity = self._identity
+        if identity is None:
+            return False
+        if self._exit is not None:  # our child: its pid is ours until its ChildExit reaps it
+            return not self._exit.exited.done()
+        return proc.is_process_alive(identity.pid, identity.started_at)
 
     def _refresh_sizes(self) -> None:
-        out = self._size(self.stdout_path)
-        err = self._size(self.stderr_path)
-        if out != self._stdout_bytes or err != self._stderr_bytes:
-            self._last_growth_mono = time.monotonic()
-        self._stdout_bytes, self._stderr_bytes = out, err
+        self._stdout_bytes = _size(self.stdout_path)
+        self._stderr_bytes = _size(self.stderr_path)
 
-    @staticmethod
-    def _size(path: Path) -> int:
-        try:
-            return os.stat(path).st_size
-        except FileNotFoundError:
-            return 0
-
-    def _limit_breached(self) -> ErrorKind | None:
-        spec = self.spec
-        now = time.monotonic()
-        if self._stdout_bytes + self._stderr_bytes > spec.max_output_bytes:
-            return ErrorKind.OUTPUT_LIMIT
-        if now - self._started_mono >= spec.timeout_s:
-            return ErrorKind.TIMEOUT
-        if spec.idle_timeout_s is not None and now - self._last_growth_mono >= spec.idle_timeout_s:
-            return ErrorKind.IDLE_TIMEOUT
-        return None
-
-    async def _supervise(self, child: ChildExit) -> RunOutcome:
+    async def _watch(self, child: ChildExit | None) -> RunOutcome:
         assert self._identity is not None
         pgid = self._identity.pgid
-        job_id = self.spec.job_id
-        leader_exit = child.exited
-        stop_requested = asyncio.create_task(self._stop_requested.wait(),
-                                             name=f"run-stop-requested:{job_id}")
-        wakers: set[asyncio.Future[Any]] = {leader_exit, stop_requested}
         try:
-            while not leader_exit.done() and self._stop is None:
-                await asyncio.wait(wakers, timeout=MONITOR_INTERVAL_S,
+            while self._supervisor_running():
+                if child is None and sup.read_record(self.spec.spool_dir, sup.END_NAME):
+                    break  # adopted: the record is final once written
+                woken = asyncio.ensure_future(self._wake.wait())
+                waits: set[asyncio.Future[Any]] = {woken}
+                if child is not None:
+                    waits.add(child.exited)
+                await asyncio.wait(waits, timeout=WATCH_INTERVAL_S,
                                    return_when=asyncio.FIRST_COMPLETED)
+                woken.cancel()
+                self._wake.clear()
                 self._refresh_sizes()
-                if self._priority_pending:  # rate-limited by the kernel: retried each tick
-                    self._priority_pending = not proc.lower_priority(pgid, PROVIDER_NICE_INCREMENT)
-                if self._stop is None and not leader_exit.done():
-                    breach = self._limit_breached()
-                    if breach is not None:
-                        self.cancel(breach)
-            # A stop asked for before we saw the leader exit decides the outcome.
-            stop = self._stop
-            strays = 0
-            if stop is not None:
-                await self._stop_group(pgid, leader_exit, stop.grace_s)
-            else:
-                strays = len(proc.group_members(pgid))
-                if strays:
-                    # The leader is done but left processes in its group: stop them the same
-                    # way, so that nothing leaks past the run.
-                    log.info("stopping processes left behind by the provider",
-                             action="run_strays", job_id=self.spec.job_id, count=strays)
-                    await self._stop_group(pgid, leader_exit, self.spec.kill_grace_s)
-            returncode = await leader_exit
-            if self._stdin_task is not None and not self._stdin_task.done():
-                # The whole group is gone, so nobody can read the rest of the payload.
-                self._stdin_incomplete = True
-                self._stdin_task.cancel()
-                await asyncio.wait({self._stdin_task})
-            # Off the loop: the last stat()s, cutting the spool files to the cap, reading the
-            # stderr tail and removing the temp cwd block for milliseconds.
-            outcome = await asyncio.to_thread(self._conclude, stop, returncode, strays)
+                if self._stop is None and spool.filesystem_full(self.spec.spool_dir):
+                    # The provider's writes fail (ENOSPC) and a CLI may carry on anyway: the
+                    # run ends now, with the output written so far.
+                    self.cancel(ErrorKind.OUTPUT_LIMIT,
+                                FULL_DISK_STOP_MESSAGE.format(spool=self.spec.spool_dir))
+                if (self._stop_at is not None
+                        and time.monotonic() > self._stop_at + STOP_BACKSTOP_S):
+                    log.warning("supervisor did not stop the run in time; killing its group",
+                                action="run_kill", job_id=self.spec.job_id, pgid=pgid)
+                    proc.signal_group(pgid, signal.SIGKILL)
+                    self._stop_at = None
+            if child is not None:
+                await child.exited
+            else:  # the end record is written just before the supervisor exits
+                deadline = time.monotonic() + SUPERVISOR_EXIT_WAIT_S
+                while self._supervisor_running() and time.monotonic() < deadline:
+                    await asyncio.sleep(WATCH_INTERVAL_S / 2)
+            await self._reap_group(pgid)
+            outcome = await asyncio.to_thread(self._conclude)
             log.info("provider process finished", action="run_end", job_id=self.spec.job_id,
                      exit_code=outcome.exit_code, error_kind=outcome.error_kind,
                      duration_s=round(outcome.duration_s, 3))
             return outcome
         except asyncio.CancelledError:
-            # Not a gateway crash: the gateway lives on, so the group must not outlive us.
-            if not (leader_exit.done() and not proc.group_alive(pgid)):
+            if not self._detached:
+                # Not a leave: the gateway lives on, so the group must not outlive us.
                 proc.signal_group(pgid, signal.SIGKILL)
-            # The loop may be closing (asyncio.run's teardown): a thread reaps the leader.
-            child.reap_in_background()
-            if self._stdin_task is not None:
-                self._stdin_task.cancel()
+            if child is not None:
+                # The loop may be closing (asyncio.run's teardown): a thread reaps it.
+                child.reap_in_background()
             raise
         finally:
-            stop_requested.cancel()
             self._finished = True
-            self._remove_temp_dir()  # a no-op unless the run was cancelled before _conclude
 
-    async def _stop_group(self, pgid: int, leader_exit: asyncio.Future[int],
-                          grace_s: float) -> None:
-        """SIGTERM the group; SIGKILL it after the grace unless every member is gone by then.
-
-        The SIGKILL goes to the group even when the leader has already exited: grandchildren
-        that ignore SIGTERM would otherwise live on. Returns once the leader is reaped (its
-        ChildExit does that) and no member runs any more.
-        """
-
-        def group_gone() -> bool:
-            # While the leader runs (or is a zombie not yet reaped) the pgid cannot be reused,
-            # so signalling it can only reach this run's processes.
-            return leader_exit.done() and not proc.group_alive(pgid)
-
-        if group_gone():
+    async def _reap_group(self, pgid: int) -> None:
+        """The supervisor is gone: anything left in its group (it was killed before it could
+        stop the CLI) is killed, so nothing outlives the run."""
+        if not proc.group_alive(pgid):
             return
-        proc.signal_group(pgid, signal.SIGTERM)
-        self._kill_at = time.monotonic() + grace_s
-        if await self._group_gone_by(group_gone, lambda: self._kill_at or 0.0, leader_exit):
-            return
+        log.warning("the supervisor left processes behind; killing its group",
+                    action="run_kill", job_id=self.spec.job_id, pgid=pgid)
         proc.signal_group(pgid, signal.SIGKILL)
-        log.info("process group killed after its grace", action="run_kill",
-                 job_id=self.spec.job_id, pgid=pgid)
-        await leader_exit  # SIGKILL cannot be ignored: the leader will exit
-        reap_deadline = time.monotonic() + REAP_TIMEOUT_S
-        if not await self._group_gone_by(group_gone, lambda: reap_deadline, leader_exit):
-            log.warning("process group members survive SIGKILL", action="run_kill",
-                        job_id=self.spec.job_id, pgid=pgid, members=proc.group_members(pgid))
+        deadline = time.monotonic() + REAP_TIMEOUT_S
+        while proc.group_alive(pgid) and time.monotonic() < deadline:
+            await asyncio.sleep(WATCH_INTERVAL_S / 2)
 
-    async def _group_gone_by(self, group_gone: Callable[[], bool], deadline: Callable[[], float],
-                             leader_exit: asyncio.Future[int]) -> bool:
-        """Poll until the group is gone (True) or the deadline passes (False). The deadline
-        is re-read each round: a shutdown may shorten a cancel's grace."""
-        while not group_gone():
-            remaining = deadline() - time.monotonic()
-            if remaining <= 0:
-                return False
-            # Wakes at once on the leader's exit; later members are polled for.
-            await asyncio.wait({leader_exit}, timeout=min(GROUP_POLL_INTERVAL_S, remaining))
-            self._refresh_sizes()
-        return True
-
-    def _truncate_to_cap(self) -> bool:
-        """Cut the spool files to max_output_bytes in total (stdout first: it carries the
-        answer). Runs only after the group is gone, so no writer can extend them again."""
-        cap = self.spec.max_output_bytes
-        out, err = self._stdout_bytes, self._stderr_bytes
-        if out + err <= cap:
-            return False
-        keep_out = min(out, cap)
-        keep_err = min(err, cap - keep_out)
-        for path, size, keep in ((self.stdout_path, out, keep_out),
-                                 (self.stderr_path, err, keep_err)):
-            if size > keep:
-                os.truncate(path, keep)
-        self._stdout_bytes, self._stderr_bytes = keep_out, keep_err
-        return True
-
-    def _conclude(self, stop: _StopRequest | None, returncode: int, strays: int) -> RunOutcome:
-        """The outcome, once the group is gone (blocking file work: runs in a thread)."""
-        self._refresh_sizes()
-        outcome = self._outcome(stop, returncode, strays)
-        self._remove_temp_dir()
+    def _conclude(self) -> RunOutcome:
+        """The outcome from the end record, once the group is gone (file reads: a thread)."""
+        record = sup.read_record(self.spec.spool_dir, sup.END_NAME)
+        outcome = outcome_from_record(self.spec.spool_dir, record, self.spec.limits, self._stop)
+        self._stdout_bytes, self._stderr_bytes = outcome.stdout_bytes, outcome.stderr_bytes
+        self._remove_temp_dir()  # the supervisor removes it; not if it was killed first
+        if record is None:
+            run = sup.read_record(self.spec.spool_dir, sup.RUN_NAME) or {}
+            if run.get("temp_cwd") and str(run.get("cwd", "")).startswith(
+                    os.path.join(tempfile.gettempdir(), TEMP_DIR_PREFIX)):
+                shutil.rmtree(str(run["cwd"]), ignore_errors=True)
         return outcome
 
-    def _outcome(self, stop: _StopRequest | None, returncode: int, strays: int) -> RunOutcome:
-        written = self._stdout_bytes + self._stderr_bytes
-        truncated = self._truncate_to_cap()
-        extra: dict[str, object] = {"provider_exit_code": returncode}
-        if strays:
-            extra["stray_processes"] = strays
-        if truncated:
-            extra["bytes_written"] = written
-        died_of = -returncode if returncode < 0 else None
-        kind: ErrorKind | None
-        exit_code: int | None
-        error: str | None
-        if stop is not None:
-            kind, error = stop.kind, stop.message
-            exit_code = EXIT_CODES.get(kind)  # 124/125/126; None for cancel and shutdown
-        elif truncated:
-            kind, error = ErrorKind.OUTPUT_LIMIT, _default_stop_message(
-                ErrorKind.OUTPUT_LIMIT, self.spec)
-            exit_code = EXIT_CODES[kind]
-        elif died_of is not None:
-            kind = ErrorKind.PROVIDER_ERROR
-            exit_code = 128 + died_of  # the shell's convention for "killed by signal N"
-            error = f"The provider was killed by {proc.signal_name(died_of)} (not by the gateway)."
-            tail = self._stderr_tail()
-            error = f"{error}\n{tail}" if tail else error
-        elif returncode == 0 and self._stdin_incomplete:
-            kind, exit_code = ErrorKind.LAUNCH_FAILED, EXIT_CODES[ErrorKind.LAUNCH_FAILED]
-            error = "The provider closed stdin before the whole request was delivered."
-            extra["stdin_incomplete"] = True
-        elif returncode == 0:
-            kind, exit_code, error = None, 0, None
-        else:
-            kind, exit_code = ErrorKind.PROVIDER_ERROR, returncode
-            error = self._stderr_tail() or (
-                f"The provider exited with code {returncode} and wrote nothing to stderr.")
-        return RunOutcome(
-            exit_code=exit_code, error_kind=kind, error=error,
-            stdout_path=self.stdout_path, stderr_path=self.stderr_path,
-            stdout_bytes=self._stdout_bytes, stderr_bytes=self._stderr_bytes,
-            truncated=truncated, duration_s=time.monotonic() - self._started_mono,
-            signal=died_of, extra=extra,
-        )
 
-    def _stderr_tail(self) -> str:
-        return _last_lines(spool.read_tail(self.stderr_path, ERROR_TAIL_BYTES), ERROR_TAIL_LINES)
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _reap_when_spawned(spawning: asyncio.Future[_Spawned]) -> None:
+    """A supervisor spawned for a run that was detached meanwhile: wait for its exit in a
+    daemon thread (nobody else will), without touching the run."""
+    if spawning.cancelled() or spawning.exception() is not None:
+        return
+    spawned = spawning.result()
+    _close_quietly(spawned.pidfd)
+
+    def reap() -> None:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(spawned.popen.pid, 0)
+        spawned.popen.returncode = 0  # collected: its finalizer must not wait again
+
+    threading.Thread(target=reap, name=f"reap-{spawned.popen.pid}", daemon=True).start()

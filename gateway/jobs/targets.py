@@ -201,3 +201,56 @@ def _http_target(settings: Settings, provider: str, request: SubmitRequest) -> T
                   login_hint=f"Check the API key in the environment variable "
                              f"{config.api_key_env} and retry." if config.api_key_env else "",
                   api_config=config, api_request=api_request, idle_timeout=False)
+
+
+def request_of_row(request_json: str) -> tuple[str | None, SubmitRequest]:
+    """The SubmitRequest a stored job was admitted with, rebuilt from its normalized request
+    (for a re-queued job: the row is all that is left of it). The wall-clock timeout_s is
+    not part of it (not in the request key); a re-queued run gets the default."""
+    import json
+
+    normalized = json.loads(request_json)
+    if normalized.get("transport") == "http":
+        options = {key: normalized[key] for key in ("system", "temperature", "max_output_tokens")
+                   if normalized.get(key) is not None}
+        options["messages"] = normalized.get("messages")
+        return normalized.get("provider"), SubmitRequest(model=normalized.get("model"),
+                                                         options=options)
+    return normalized.get("provider"), SubmitRequest(
+        prompt=normalized.get("prompt"), model=normalized.get("model"),
+        working_dir=normalized.get("working_dir"), session_id=normalized.get("session_id"),
+        options=dict(normalized.get("options") or {}))
+
+
+def target_for_row(settings: Settings, provider: str, request_json: str) -> Target:
+    """The Target of a stored job: to run it again (re-queue) or to parse what an adopted
+    run wrote. Raises GatewayError when it cannot be rebuilt (provider gone from the config,
+    CLI uninstalled, working_dir removed)."""
+    _, request = request_of_row(request_json)
+    return resolve_target(settings, provider, request)
+
+
+def parsing_target(settings: Settings, provider: str, request_json: str) -> Target:
+    """What an adopter needs to finalize a run it did not start: the adapter and the
+    options to parse its output with. Unlike target_for_row it needs neither the CLI nor
+    the working dir any more (the run is over or running). Raises GatewayError."""
+    try:
+        return target_for_row(settings, provider, request_json)
+    except GatewayError:
+        pass
+    from providers.registry import CLI_PROVIDERS
+
+    adapter = CLI_PROVIDERS.get(provider)
+    if adapter is None:
+        raise _invalid(f"unknown provider {provider!r}")
+    _, request = request_of_row(request_json)
+    try:
+        options = adapter.options_model.model_validate(dict(request.options or {}))
+    except ValidationError as exc:
+        raise _invalid(f"invalid {provider} options: {_pydantic_problem(exc)}") from None
+    preq = ProviderRequest(prompt=request.prompt or "", model=request.model,
+                           working_dir=request.working_dir, session_id=request.session_id,
+                           options=options)
+    return Target(provider=provider, transport="process", normalized={}, model=request.model,
+                  working_dir=request.working_dir, login_hint=adapter.login_hint,
+                  install_hint=adapter.install_hint, adapter=adapter, provider_request=preq)

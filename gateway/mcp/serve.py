@@ -120,4 +120,7 @@ async def _serve_server_stdio(server: GatewayServer) -> int:
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+            # Handled until the process has exited: a late SIGTERM (Claude Code sends one
+            # 100 ms after its SIGINT) must not cut the interpreter's teardown short.
+            signal.signal(signum, signal.SIG_IGN)
     return 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from gateway.model import (
@@ -27,7 +27,18 @@ from gateway.model import (
     Progress,
 )
 
-SCHEMA_VERSION = 2  # 2: SQLite keeps `output` last in the row (nothing changed on PostgreSQL)
+SCHEMA_VERSION = 3  # 2: SQLite keeps `output` last in the row; 3: `requeued_at`
+
+# The reaper reads at most this many candidates per sweep (oldest lease first; the rest are
+# read by the next sweep): a sweep's cost is bounded whatever happened to the table.
+REAPER_BATCH_ROWS = 500
+# What the reaper reads of a candidate and of a row it flipped: enough to probe the process
+# (host, boot, pid and its start time) and to log it; never the request or the output.
+REAPER_COLUMNS = (
+    "id", "provider", "status", "request_key", "transport", "owner_instance",
+    "lease_deadline", "hostname", "boot_id", "pid", "pgid", "pid_started_at",
+    "error", "error_kind", "finished_at", "updated_at",
+)
 
 
 class StoreUnavailable(Exception):
@@ -44,6 +55,21 @@ class StoreUnavailable(Exception):
         self.permanent = permanent
 
 
+class StoreFull(StoreUnavailable):
+    """The store refused a write because its disk is full (SQLite: the state filesystem;
+    PostgreSQL: the server's). Retrying the same write cannot succeed: the caller must write
+    less (a completion keeps what fits of its output) or free space first."""
+
+
+class StoreReplaced(StoreUnavailable):
+    """The store's file was deleted or replaced while this gateway had it open (SQLite).
+
+    Writes would land in the old, unlinked file and vanish, and another gateway would start
+    over on an empty one: the store refuses every call from then on, and the gateway stops
+    admitting until it is restarted. The message says what happened and what to do.
+    """
+
+
 class DuplicateActiveJob(Exception):
     """insert_job lost the race: a non-forced active job with the same request_key exists.
 
@@ -53,6 +79,31 @@ class DuplicateActiveJob(Exception):
     def __init__(self, existing_id: str | None) -> None:
         super().__init__(f"an active job with the same request key exists: {existing_id}")
         self.existing_id = existing_id
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TakeOver:
+    """One compare-and-set that moves a job to this instance (adopt_job, requeue_job).
+
+    `expected_owner` and `expected_status` are what the caller read: the write applies only
+    if the row still says so, so of any number of instances racing exactly one wins.
+    """
+
+    job_id: str
+    expected_owner: str | None
+    expected_status: JobStatus
+    instance_id: str
+    hostname: str
+    boot_id: str
+    ttl_s: float
+
+
+@dataclasses.dataclass(slots=True)
+class AdoptionCandidate:
+    """A job on this host whose owner may be gone, with what its owner row says."""
+
+    job: JobRow  # a light row, without output and result_json
+    owner: InstanceRow | None  # None: the owner's row was collected (it holds no lease)
 
 
 def without_output(row: JobRow) -> JobRow:
@@ -68,6 +119,12 @@ def without_output(row: JobRow) -> JobRow:
             del parsed["text"]
             result_json = json.dumps(parsed, separators=(",", ":"), ensure_ascii=False)
     return dataclasses.replace(row, output=None, result_json=result_json)
+
+
+def reaper_row(row: JobRow) -> JobRow:
+    """A copy of `row` as the reaper's narrow reads return it: REAPER_COLUMNS only, the
+    rest at their defaults. For backends that build rows in Python."""
+    return JobRow.from_mapping({name: getattr(row, name) for name in REAPER_COLUMNS})
 
 
 def answer_in(result_json: str | None) -> str | tuple[int, int] | None:
@@ -215,18 +272,27 @@ class JobStore(Protocol):
         """Write partial output of a running job (only while running and owned by owner)."""
 
     # -- the reaper -----------------------------------------------------------------------
-    async def list_expired_candidates(self, http_grace_s: float) -> list[JobRow]:
+    async def list_expired_candidates(
+        self, http_grace_s: float, limit: int = REAPER_BATCH_ROWS
+    ) -> list[JobRow]:
         """Active jobs whose lease passed: both their own lease_deadline and their owner's
         lease_expires_at (an owner without a row holds none); http jobs get http_grace_s on
-        top. Read-only: the reaper probes these for a provably live process first."""
+        top. Read-only: the reaper probes these for a provably live process first.
+
+        At most `limit` rows, oldest lease first (the rest come next sweep), and narrow
+        ones: only REAPER_COLUMNS are read (a request can be 1 MiB, an output tail 64 KiB;
+        the reaper needs neither), the other fields keep their defaults."""
 
     async def recover_expired_leases(
-        self, http_grace_s: float, alive_ids: Collection[str] = ()
+        self, http_grace_s: float, job_ids: Collection[str]
     ) -> list[JobRow]:
-        """Orphan queued/running jobs whose lease passed, as list_expired_candidates judges
-        it, except alive_ids. The predicate is re-checked inside the UPDATE (no
-        select-then-flip), and no heartbeat of a judged owner can commit in between.
-        Returns the rows it flipped."""
+        """Orphan those of `job_ids` (the candidates the reaper listed and judged not
+        provably alive) whose lease still passed, as list_expired_candidates judges it. Only
+        those: a job that lapsed after the listing waits for the next sweep's probe. The
+        predicate is re-checked inside the UPDATE (no select-then-flip), and no heartbeat
+        of a judged owner can commit in between; PostgreSQL skips rows (and owners) another
+        transaction holds locked, so one stalled peer cannot stall the sweep. Returns the
+        rows it flipped, narrow (REAPER_COLUMNS and the orphaned outcome)."""
 
     # -- retention and reads --------------------------------------------------------------
     async def purge_terminal(self, older_than_s: float) -> list[str]:
@@ -250,6 +316,36 @@ class JobStore(Protocol):
 
     async def now(self) -> float:
         """The store's clock (epoch seconds): the database clock on PostgreSQL."""
+
+    # -- detach, adoption, re-queue (DESIGN.md section 4) --------------------------------
+    async def extend_leases(self, instance_id: str, seconds: Mapping[str, float]) -> int:
+        """Detach: lease_deadline = now + seconds[id] for each of this instance's RUNNING
+        jobs named (never shortened), so no gateway orphans a run its supervisor may still be
+        running after its owner left. Returns how many rows were extended."""
+
+    async def list_adoption_candidates(
+        self, instance_id: str, hostname: str, boot_id: str, orphaned_within_s: float,
+        limit: int,
+    ) -> list[AdoptionCandidate]:
+        """Jobs on `hostname` owned by another instance that may be gone: active jobs, and
+        jobs orphaned within `orphaned_within_s` that a gateway on this host can still heal
+        (started under this boot) or re-queue (never started, never re-queued); only those
+        whose owner row is stopped, collected, or on this host and boot (the caller probes
+        that owner's pid). A running http job is left out until its lease passed (its owner
+        may be draining it). Oldest first, at most `limit`."""
+
+    async def adopt_job(self, take: TakeOver) -> JobRow | None:
+        """CAS owner_instance -> take.instance_id on a queued, running or orphaned job of
+        this host (a running one: of this boot too), as the caller read it. The status does
+        not change (an orphaned row is healed by the adopter's guarded complete()). Returns
+        the light row after the write, None if another instance won or the row changed."""
+
+    async def requeue_job(self, take: TakeOver) -> JobRow | None:
+        """CAS a job that never ran back to `queued` for this instance, at most once per job
+        (requeued_at is NULL, then set): no cancel request on it, and no active twin with its
+        request key (dedup stays exactly-once). The caller has proved it never started (its
+        row was queued, or its spool's start record was claimed for the re-queue). Clears
+        the start and the error fields. Returns the light row, None if it did not apply."""
 
     # -- output --------------------------------------------------------------------------
     async def read_output(

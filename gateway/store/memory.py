@@ -10,7 +10,7 @@ Rows are copied in and out, so a caller can never mutate the stored state by acc
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -32,10 +32,14 @@ from gateway.model import (
 )
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
+    REAPER_BATCH_ROWS,
     SCHEMA_VERSION,
+    AdoptionCandidate,
     DuplicateActiveJob,
+    TakeOver,
     answer_in,
     page_of,
+    reaper_row,
     without_output,
 )
 
@@ -49,7 +53,8 @@ class MemoryJobStore:
 
     backend = "memory"
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock  # the store's clock, injectable as SqliteJobStore's
         self._jobs: dict[str, JobRow] = {}
         self._instances: dict[str, InstanceRow] = {}
         # One lock for everything: each method is one "transaction".
@@ -65,10 +70,10 @@ class MemoryJobStore:
         return SCHEMA_VERSION
 
     async def now(self) -> float:
-        return time.time()
+        return self.clock()
 
     def _now(self) -> datetime:
-        return _utc(time.time())
+        return _utc(self.clock())
 
     # -- instances -------------------------------------------------------------------------
     async def register_instance(self, instance: InstanceRow, ttl_s: float) -> None:
@@ -285,26 +290,27 @@ class MemoryJobStore:
             return False
         return job.lease_deadline + grace < now
 
-    async def list_expired_candidates(self, http_grace_s: float) -> list[JobRow]:
-        async with self._lock:
-            now = self._now()
-            return [
-                replace(job)
-                for job in self._jobs.values()
-                if self._expired(job, now, http_grace_s)
-            ]
-
-    async def recover_expired_leases(
-        self, http_grace_s: float, alive_ids: Collection[str] = ()
+    async def list_expired_candidates(
+        self, http_grace_s: float, limit: int = REAPER_BATCH_ROWS
     ) -> list[JobRow]:
         async with self._lock:
             now = self._now()
-            spared = set(alive_ids)
+            expired = [job for job in self._jobs.values()
+                       if self._expired(job, now, http_grace_s)]
+            expired.sort(key=lambda job: job.lease_deadline or now)
+            return [reaper_row(job) for job in expired[: max(limit, 0)]]
+
+    async def recover_expired_leases(
+        self, http_grace_s: float, job_ids: Collection[str]
+    ) -> list[JobRow]:
+        async with self._lock:
+            now = self._now()
             flipped = []
-            for job in self._jobs.values():
-                # Invariant: the job's own lease AND its owner's lease passed (+grace for
-                # http), and it is active.
-                if job.id in spared or not self._expired(job, now, http_grace_s):
+            for job_id in dict.fromkeys(job_ids):
+                job = self._jobs.get(job_id)
+                # Invariant: only a judged candidate, whose own lease AND its owner's lease
+                # passed (+grace for http), and it is active.
+                if job is None or not self._expired(job, now, http_grace_s):
                     continue
                 job.status = JobStatus.ORPHANED
                 job.error = job.error or ORPHANED_ERROR
@@ -312,7 +318,7 @@ class MemoryJobStore:
                 job.finished_at = now
                 job.updated_at = now
                 job.lease_deadline = None
-                flipped.append(replace(job))
+                flipped.append(reaper_row(job))
             return flipped
 
     # -- retention and reads --------------------------------------------------------------
@@ -372,6 +378,112 @@ class MemoryJobStore:
             copy = replace if with_output else without_output
             return [copy(job) for job in rows[: max(limit, 0)]]
 
+
+    # -- detach, adoption, re-queue ---------------------------------------------------------
+    async def extend_leases(self, instance_id: str, seconds: Mapping[str, float]) -> int:
+        async with self._lock:
+            now, count = self._now(), 0
+            for job_id, secs in seconds.items():
+                job = self._jobs.get(job_id)
+                # Invariant: only this instance's running jobs, and never an earlier deadline.
+                if job is None or job.owner_instance != instance_id:
+                    continue
+                if job.status is not JobStatus.RUNNING:
+                    continue
+                deadline = now + timedelta(seconds=secs)
+                job.lease_deadline = max(job.lease_deadline or deadline, deadline)
+                job.updated_at = now
+                count += 1
+            return count
+
+    async def list_adoption_candidates(
+        self, instance_id: str, hostname: str, boot_id: str, orphaned_within_s: float,
+        limit: int,
+    ) -> list[AdoptionCandidate]:
+        async with self._lock:
+            now = self._now()
+            found = []
+            for job in sorted(self._jobs.values(), key=lambda j: (j.created_at or now, j.id)):
+                if job.hostname != hostname or job.owner_instance == instance_id:
+                    continue
+                if not self._settleable(job, now, boot_id, orphaned_within_s):
+                    continue
+                owner = self._instances.get(job.owner_instance or "")
+                if owner is not None and owner.stopped_at is None and not (
+                        owner.hostname == hostname and owner.boot_id == boot_id):
+                    continue
+                light = replace(job, output=None, result_json=None)
+                found.append(AdoptionCandidate(job=light,
+                                               owner=replace(owner) if owner else None))
+            return found[:max(limit, 0)]
+
+    @staticmethod
+    def _settleable(job: JobRow, now: datetime, boot_id: str, within_s: float) -> bool:
+        """LIST_ADOPTION_CANDIDATES' job predicate (see sqlite_sql.py for the reasons)."""
+        if (job.transport == "http" and job.status is JobStatus.RUNNING
+                and job.lease_deadline is not None and job.lease_deadline >= now):
+            return False
+        if job.status in ACTIVE_STATUSES:
+            return True
+        if job.status is not JobStatus.ORPHANED or job.finished_at is None:
+            return False
+        if job.finished_at < now - timedelta(seconds=within_s):
+            return False
+        if job.started_at is None:
+            return job.requeued_at is None
+        return job.boot_id == boot_id
+
+    def _taken(self, take: TakeOver) -> JobRow | None:
+        """The row if the compare-and-set of a take-over matches it (one winner)."""
+        job = self._jobs.get(take.job_id)
+        if job is None or job.owner_instance != take.expected_owner:
+            return None
+        if job.status is not take.expected_status or job.hostname != take.hostname:
+            return None
+        return job
+
+    async def adopt_job(self, take: TakeOver) -> JobRow | None:
+        async with self._lock:
+            job = self._taken(take)
+            if job is None or job.status in (JobStatus.COMPLETED, JobStatus.FAILED,
+                                             JobStatus.CANCELLED, JobStatus.TIMED_OUT):
+                return None
+            if job.status is JobStatus.RUNNING and job.boot_id != take.boot_id:
+                return None
+            now = self._now()
+            job.owner_instance = take.instance_id
+            job.updated_at = now
+            if job.status in ACTIVE_STATUSES:
+                deadline = now + timedelta(seconds=take.ttl_s)
+                job.lease_deadline = max(job.lease_deadline or deadline, deadline)
+            else:
+                job.lease_deadline = None
+            return without_output(job)
+
+    async def requeue_job(self, take: TakeOver) -> JobRow | None:
+        async with self._lock:
+            job = self._taken(take)
+            if job is None or job.requeued_at is not None or job.cancel_requested_at is not None:
+                return None
+            if job.status not in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.ORPHANED):
+                return None
+            if not job.forced and any(
+                    twin.request_key == job.request_key and twin.id != job.id
+                    and not twin.forced and twin.status in ACTIVE_STATUSES
+                    for twin in self._jobs.values()):
+                return None
+            now = self._now()
+            job.status, job.owner_instance, job.boot_id = (
+                JobStatus.QUEUED, take.instance_id, take.boot_id)
+            job.requeued_at = job.updated_at = now
+            job.lease_deadline = now + timedelta(seconds=take.ttl_s)
+            job.started_at = job.finished_at = None
+            job.pid = job.pgid = None
+            job.pid_started_at = None
+            job.exit_code = None
+            job.error = job.error_kind = job.output = job.stderr_tail = None
+            job.output_bytes, job.truncated = 0, False
+            return without_output(job)
 
 def _apply_completion(job: JobRow, completion: Completion) -> None:
     """Write a terminal outcome onto `job`; a pending cancel request turns it into cancelled."""

@@ -12,12 +12,14 @@ from gateway.model import (
     JobRow,
 )
 from gateway.store.base import (
+    REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
 
 ACTIVE_INDEX_NAME = "jobs_active_request_key"
 
 _JOB_COLUMNS = ", ".join(JobRow.column_names())
+_REAPER_COLUMNS = ", ".join(REAPER_COLUMNS)
 _INSTANCE_COLUMNS = (
     "instance_id, hostname, boot_id, pid, pid_started_at, role, version, started_at, "
     "heartbeat_at, lease_expires_at, stopped_at"
@@ -123,7 +125,10 @@ _SCHEMA_V1 = (
 # (version, statements) in order; every statement is idempotent on its own as well.
 # v2 changed only SQLite's table (`output` last in the row, for its in-place writes): a
 # PostgreSQL row is never built in the client, and TOAST keeps a large value out of line.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _SCHEMA_V1), (2, ()))
+# v3: `requeued_at` (a job queued again after its owner left it unstarted: at most once).
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (1, _SCHEMA_V1), (2, ()),
+    (3, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeued_at timestamptz",)))
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
@@ -274,34 +279,48 @@ status IN ('queued','running') AND lease_deadline < now()
                                           THEN make_interval(secs => $1)
                                           ELSE interval '0' END >= now())"""
 
+# Narrow and bounded (base.REAPER_COLUMNS, $2 rows, oldest lease first): a sweep never
+# reads requests or outputs, and its cost does not grow with a backlog.
 LIST_EXPIRED_CANDIDATES = f"""
-SELECT {_JOB_COLUMNS} FROM jobs WHERE {_LEASE_EXPIRED}
-ORDER BY lease_deadline"""
+SELECT {_REAPER_COLUMNS} FROM jobs WHERE {_LEASE_EXPIRED}
+ORDER BY lease_deadline
+LIMIT $2"""
 
 # Taken first in the reaper's transaction: the rows of lapsed owners that still own active
 # jobs, locked (in a fixed order: two reapers never deadlock). While they are held no
 # heartbeat of those owners can commit, and owners live at this moment stay live for the
 # whole transaction (now() is its start time, a lease only grows). So the UPDATE below,
 # whose NOT EXISTS reads a later snapshot, can never orphan a job whose owner renewed in
-# between: its lease had lapsed when we judged it, or it is not touched.
+# between: its lease had lapsed when we judged it, or it is not touched. SKIP LOCKED: an
+# owner row another transaction holds (its heartbeat, another reaper, a stalled peer) is
+# left for the next sweep instead of stalling this one; its jobs are not judged now.
 LOCK_EXPIRED_OWNERS = """
 SELECT instance_id FROM gateway_instances AS owner
 WHERE lease_expires_at < now()
   AND EXISTS (SELECT 1 FROM jobs WHERE jobs.owner_instance = owner.instance_id
                                    AND jobs.status IN ('queued','running'))
 ORDER BY instance_id
-FOR UPDATE"""
+FOR UPDATE SKIP LOCKED"""
 
-# The same predicate, re-checked inside the UPDATE (no select-then-flip); a row a completion
-# or cancel changed first is re-evaluated on its committed version. Rows proven alive by the
-# reaper's probe ($2) are spared.
+# The same predicate, re-checked when each row is locked (no select-then-flip; a row a
+# completion or cancel changed first is re-evaluated on its committed version), and only on
+# the candidates the reaper listed and judged ($2, without the ones its probe proved alive):
+# a job that lapsed after the listing was never probed, so it waits for the next sweep. Only
+# jobs whose owner this transaction locked ($4) or whose owner has no row: a skipped owner's
+# jobs are not judged. SKIP LOCKED: a job row another transaction holds (a stalled peer's
+# completion) is left for the next sweep, so one row cannot block the rest.
 RECOVER_EXPIRED_LEASES = f"""
 UPDATE jobs SET status = 'orphaned', error = COALESCE(error, $3),
                 error_kind = 'orphaned', finished_at = now(), updated_at = now(),
                 lease_deadline = NULL
-WHERE {_LEASE_EXPIRED}
-  AND NOT (id = ANY($2::text[]))
-RETURNING {_JOB_COLUMNS}"""
+WHERE id IN (
+    SELECT id FROM jobs
+    WHERE id = ANY($2::text[]) AND {_LEASE_EXPIRED}
+      AND (owner_instance = ANY($4::text[])
+           OR NOT EXISTS (SELECT 1 FROM gateway_instances AS known
+                          WHERE known.instance_id = jobs.owner_instance))
+    FOR UPDATE SKIP LOCKED)
+RETURNING {_REAPER_COLUMNS}"""
 
 # -- retention and reads ------------------------------------------------------------------
 
@@ -386,3 +405,80 @@ _JSON_ERRORS = (asyncpg.InvalidTextRepresentationError, asyncpg.UntranslatableCh
 READ_NOW = "SELECT EXTRACT(EPOCH FROM now())::float8"
 
 
+
+# -- detach, adoption, re-queue (DESIGN.md section 4) --------------------------------------
+
+# Detach: each named RUNNING job of this instance ($1) gets lease_deadline = now() + its
+# seconds ($2 ids, $3 seconds), never an earlier deadline than it had: until then its
+# supervisor may still be running it, and no gateway on any host may orphan it.
+EXTEND_LEASES = """
+UPDATE jobs SET lease_deadline = GREATEST(COALESCE(jobs.lease_deadline, now()),
+                                          now() + make_interval(secs => d.secs)),
+                updated_at = now()
+FROM unnest($2::text[], $3::float8[]) AS d(id, secs)
+WHERE jobs.id = d.id AND jobs.owner_instance = $1 AND jobs.status = 'running'"""
+
+# What an adopter may take over (the caller probes an owner on this host for a live pid):
+# jobs of this host ($2) owned by another instance ($1) whose row is stopped, collected, or
+# on this host and boot ($3). Active ones, and ones orphaned within $4 s this host can still
+# settle: healed (started under this boot: its supervisor or its record is here) or
+# re-queued (never started, never re-queued). A running http job waits until its own lease
+# passed: a detaching owner drains it until then. At most $5, oldest first.
+_CANDIDATE_COLUMNS = ", ".join(
+    f"NULL AS {name}" if name in ("output", "result_json") else f"jobs.{name} AS {name}"
+    for name in JobRow.column_names())
+LIST_ADOPTION_CANDIDATES = f"""
+SELECT {_CANDIDATE_COLUMNS},
+       owner.instance_id AS owner_instance_id, owner.hostname AS owner_hostname,
+       owner.boot_id AS owner_boot_id, owner.pid AS owner_pid,
+       owner.pid_started_at AS owner_pid_started_at, owner.role AS owner_role,
+       owner.version AS owner_version, owner.started_at AS owner_started_at,
+       owner.heartbeat_at AS owner_heartbeat_at,
+       owner.lease_expires_at AS owner_lease_expires_at, owner.stopped_at AS owner_stopped_at
+FROM jobs LEFT JOIN gateway_instances AS owner ON owner.instance_id = jobs.owner_instance
+WHERE jobs.hostname = $2 AND jobs.owner_instance IS DISTINCT FROM $1
+  AND (jobs.status IN ('queued','running')
+       OR (jobs.status = 'orphaned' AND jobs.finished_at >= now() - make_interval(secs => $4)
+           AND ((jobs.started_at IS NULL AND jobs.requeued_at IS NULL)
+                OR (jobs.boot_id = $3 AND jobs.started_at IS NOT NULL))))
+  AND NOT (jobs.transport = 'http' AND jobs.status = 'running'
+           AND jobs.lease_deadline >= now())
+  AND (owner.instance_id IS NULL OR owner.stopped_at IS NOT NULL
+       OR (owner.hostname = $2 AND owner.boot_id = $3))
+ORDER BY jobs.created_at, jobs.id
+LIMIT $5"""
+
+# Adoption: one compare-and-set on owner_instance, from the owner the adopter read ($2), so
+# of any number of gateways adopting at once exactly one wins (the others' UPDATE re-reads
+# the committed row and no longer matches). Only a job of this host ($5); a running one only
+# of this boot ($6). The status stays: an orphaned row is healed by the adopter's complete().
+ADOPT_JOB = f"""
+UPDATE jobs SET owner_instance = $4, updated_at = now(),
+                lease_deadline = CASE WHEN status IN ('queued','running')
+                                      THEN GREATEST(COALESCE(lease_deadline, now()),
+                                                    now() + make_interval(secs => $7)) END
+WHERE id = $1 AND owner_instance IS NOT DISTINCT FROM $2 AND status = $3
+  AND status IN ('queued','running','orphaned') AND hostname = $5
+  AND (status <> 'running' OR boot_id = $6)
+RETURNING {_LIGHT_JOB_COLUMNS}"""
+
+# Re-queue of work that never ran: the same CAS on owner_instance (one winner), at most
+# once per job (requeued_at IS NULL, then stamped), never a job with a cancel request, and
+# never beside an active non-forced twin (the dedup index stays exactly-once). That it
+# never started is the caller's proof (the row was queued, or its spool's start record was
+# claimed for the re-queue, so no supervisor can ever run it).
+REQUEUE_JOB = f"""
+UPDATE jobs SET status = 'queued', owner_instance = $4, boot_id = $6,
+                requeued_at = now(), lease_deadline = now() + make_interval(secs => $7),
+                updated_at = now(), started_at = NULL, finished_at = NULL, pid = NULL,
+                pgid = NULL, pid_started_at = NULL, exit_code = NULL, error = NULL,
+                error_kind = NULL, output = NULL, output_bytes = 0, stderr_tail = NULL,
+                truncated = false
+WHERE id = $1 AND owner_instance IS NOT DISTINCT FROM $2 AND status = $3
+  AND status IN ('queued','running','orphaned') AND hostname = $5
+  AND requeued_at IS NULL AND cancel_requested_at IS NULL
+  AND (forced OR NOT EXISTS (
+      SELECT 1 FROM jobs AS twin
+      WHERE twin.request_key = jobs.request_key AND twin.id <> jobs.id AND NOT twin.forced
+        AND twin.status IN ('queued','running')))
+RETURNING {_LIGHT_JOB_COLUMNS}"""

@@ -12,13 +12,15 @@ from gateway.model import (
     JobRow,
 )
 from gateway.store.base import (
+    REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
 
 _JOB_COLUMNS = ", ".join(JobRow.column_names())
+_REAPER_COLUMNS = ", ".join(REAPER_COLUMNS)
 _JOB_TIME_FIELDS = (
     "lease_deadline", "created_at", "started_at", "finished_at", "updated_at",
-    "cancel_requested_at",
+    "cancel_requested_at", "requeued_at",
 )
 _INSTANCE_COLUMNS = (
     "instance_id, hostname, boot_id, pid, pid_started_at, role, version, started_at, "
@@ -130,9 +132,22 @@ _SCHEMA_V2 = (
     *_SCHEMA_V1[2:],  # the indexes went with the old table
 )
 
+# v3: `requeued_at` (a job queued again after its owner left it unstarted: at most once).
+# Rebuilt like v2, so that `output` stays the last column (ALTER TABLE ADD COLUMN appends).
+_V3_COLUMN_DEFS = (*(c for c in _V2_COLUMN_DEFS if c[0] != "output"),
+                   ("requeued_at", "REAL"), ("output", "TEXT"))
+_SCHEMA_V3 = (
+    _create_jobs_table("jobs_v3", _V3_COLUMN_DEFS),
+    f"INSERT INTO jobs_v3 ({_V2_COLUMNS}) SELECT {_V2_COLUMNS} FROM jobs",
+    "DROP TABLE jobs",
+    "ALTER TABLE jobs_v3 RENAME TO jobs",
+    *_SCHEMA_V1[2:],
+)
+
 # (version, statements) in order, each version in one transaction; re-running a version's
 # statements in order changes nothing.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _SCHEMA_V1), (2, _SCHEMA_V2))
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (1, _SCHEMA_V1), (2, _SCHEMA_V2), (3, _SCHEMA_V3))
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
@@ -268,20 +283,25 @@ status IN ('queued','running') AND lease_deadline < :now
         AND owner.lease_expires_at
             + CASE WHEN jobs.transport = 'http' THEN :http_grace_s ELSE 0 END >= :now)"""
 
+# Narrow and bounded (base.REAPER_COLUMNS, :limit rows, oldest lease first): a sweep never
+# reads requests or outputs, and its cost does not grow with a backlog.
 LIST_EXPIRED_CANDIDATES = f"""
-SELECT {_JOB_COLUMNS} FROM jobs WHERE {_LEASE_EXPIRED}
-ORDER BY lease_deadline"""
+SELECT {_REAPER_COLUMNS} FROM jobs WHERE {_LEASE_EXPIRED}
+ORDER BY lease_deadline
+LIMIT :limit"""
 
 # The same predicate, re-checked inside the UPDATE under the write lock (BEGIN IMMEDIATE: a
-# heartbeat is serialized before or after the whole statement, never in between). Rows
-# proven alive by the reaper's probe (:alive_ids, a JSON array) are spared.
+# heartbeat is serialized before or after the whole statement, never in between), and only
+# on the candidates the reaper listed and judged (:job_ids, a JSON array, without the ones
+# its probe proved alive): a job that lapsed after the listing was never probed, so it waits
+# for the next sweep.
 RECOVER_EXPIRED_LEASES = f"""
 UPDATE jobs SET status = 'orphaned', error = COALESCE(error, :orphaned_error),
                 error_kind = 'orphaned', finished_at = :now, updated_at = :now,
                 lease_deadline = NULL
-WHERE {_LEASE_EXPIRED}
-  AND id NOT IN (SELECT value FROM json_each(:alive_ids))
-RETURNING {_JOB_COLUMNS}"""
+WHERE id IN (SELECT value FROM json_each(:job_ids))
+  AND {_LEASE_EXPIRED}
+RETURNING {_REAPER_COLUMNS}"""
 
 # -- retention and reads ------------------------------------------------------------------
 
@@ -339,3 +359,79 @@ SELECT rowid, typeof(output) AS output_type,
 FROM jobs WHERE id = :job_id"""
 
 
+
+# -- detach, adoption, re-queue (DESIGN.md section 4) --------------------------------------
+
+# Detach: each named RUNNING job of this instance gets lease_deadline = now + its seconds
+# (:seconds, a JSON object id -> seconds), never an earlier deadline than it had: until then
+# its supervisor may still be running it, and no gateway may orphan it.
+EXTEND_LEASES = """
+UPDATE jobs SET lease_deadline = MAX(COALESCE(lease_deadline, 0),
+                                     :now + (SELECT value FROM json_each(:seconds)
+                                             WHERE key = jobs.id)),
+                updated_at = :now
+WHERE owner_instance = :instance_id AND status = 'running'
+  AND id IN (SELECT key FROM json_each(:seconds))"""
+
+# What an adopter may take over (the caller probes an owner on this host for a live pid):
+# jobs of this host owned by another instance whose row is stopped, collected, or on this
+# host and boot. Active ones, and recently orphaned ones this host can still settle: healed
+# (started under this boot, so its supervisor or its record is here) or re-queued (never
+# started, never re-queued). A running http job waits until its own lease passed: a
+# detaching owner drains it until then. Light columns, prefixed: the owner shares names.
+_CANDIDATE_COLUMNS = ", ".join(
+    f"NULL AS {name}" if name in ("output", "result_json") else f"jobs.{name} AS {name}"
+    for name in JobRow.column_names())
+LIST_ADOPTION_CANDIDATES = f"""
+SELECT {_CANDIDATE_COLUMNS},
+       owner.instance_id AS owner_instance_id, owner.hostname AS owner_hostname,
+       owner.boot_id AS owner_boot_id, owner.pid AS owner_pid,
+       owner.pid_started_at AS owner_pid_started_at, owner.role AS owner_role,
+       owner.version AS owner_version, owner.started_at AS owner_started_at,
+       owner.heartbeat_at AS owner_heartbeat_at,
+       owner.lease_expires_at AS owner_lease_expires_at, owner.stopped_at AS owner_stopped_at
+FROM jobs LEFT JOIN gateway_instances AS owner ON owner.instance_id = jobs.owner_instance
+WHERE jobs.hostname = :hostname AND jobs.owner_instance IS NOT :instance_id
+  AND (jobs.status IN ('queued','running')
+       OR (jobs.status = 'orphaned' AND jobs.finished_at >= :now - :orphaned_within_s
+           AND ((jobs.started_at IS NULL AND jobs.requeued_at IS NULL)
+                OR (jobs.boot_id = :boot_id AND jobs.started_at IS NOT NULL))))
+  AND NOT (jobs.transport = 'http' AND jobs.status = 'running'
+           AND jobs.lease_deadline >= :now)
+  AND (owner.instance_id IS NULL OR owner.stopped_at IS NOT NULL
+       OR (owner.hostname = :hostname AND owner.boot_id = :boot_id))
+ORDER BY jobs.created_at, jobs.id
+LIMIT :limit"""
+
+# Adoption: one compare-and-set on owner_instance, from the owner the adopter read, so of
+# any number of gateways adopting at once exactly one wins. Only a job of this host; a
+# running one only of this boot (its supervisor's pid means something only here). The
+# status stays: an orphaned row is healed by the adopter's guarded complete().
+ADOPT_JOB = f"""
+UPDATE jobs SET owner_instance = :instance_id, updated_at = :now,
+                lease_deadline = CASE WHEN status IN ('queued','running')
+                                      THEN MAX(COALESCE(lease_deadline, 0), :now + :ttl_s) END
+WHERE id = :job_id AND owner_instance IS :expected_owner AND status = :expected_status
+  AND status IN ('queued','running','orphaned') AND hostname = :hostname
+  AND (status <> 'running' OR boot_id = :boot_id)
+RETURNING {_LIGHT_JOB_COLUMNS}"""
+
+# Re-queue of work that never ran: the same CAS on owner_instance (one winner), at most
+# once per job (requeued_at IS NULL, then stamped), never a job with a cancel request, and
+# never beside an active non-forced twin (the dedup index stays exactly-once). That it
+# never started is the caller's proof (the row was queued, or its spool's start record
+# was claimed for the re-queue, so no supervisor can ever run it).
+REQUEUE_JOB = f"""
+UPDATE jobs SET status = 'queued', owner_instance = :instance_id, boot_id = :boot_id,
+                requeued_at = :now, lease_deadline = :now + :ttl_s, updated_at = :now,
+                started_at = NULL, finished_at = NULL, pid = NULL, pgid = NULL,
+                pid_started_at = NULL, exit_code = NULL, error = NULL, error_kind = NULL,
+                output = NULL, output_bytes = 0, stderr_tail = NULL, truncated = 0
+WHERE id = :job_id AND owner_instance IS :expected_owner AND status = :expected_status
+  AND status IN ('queued','running','orphaned') AND hostname = :hostname
+  AND requeued_at IS NULL AND cancel_requested_at IS NULL
+  AND (forced = 1 OR NOT EXISTS (
+      SELECT 1 FROM jobs AS twin
+      WHERE twin.request_key = jobs.request_key AND twin.id <> jobs.id AND twin.forced = 0
+        AND twin.status IN ('queued','running')))
+RETURNING {_LIGHT_JOB_COLUMNS}"""

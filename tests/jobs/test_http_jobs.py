@@ -119,3 +119,22 @@ async def test_the_api_key_reaches_neither_the_store_nor_the_logs(
     if backend == "sqlite":
         for path in (tmp_path / "state").glob("jobs.db*"):
             assert KEY.encode() not in path.read_bytes()
+
+
+async def test_an_api_call_cut_off_by_detach_is_requeued_once_and_its_row_says_so(
+    http_settings, start_gateway, api: FakeApiServer
+) -> None:
+    gw = await start_gateway(http_settings)
+    manager = await gw.manager()
+    api.push(Script(hang=True))  # outlives the drain time: it cannot finish before we leave
+    sub = await manager.submit("openrouter", SubmitRequest(prompt="cut off"))
+    await api.wait_for_requests(1)
+    await gw.stop()  # on_shutdown = "detach": the call gets the drain time, then is dropped
+    successor = await (await start_gateway(http_settings)).manager()
+    bound = 20.0  # its lease after detach (drain time + HTTP_RELEASE_MARGIN_S), then the call
+    with anyio.fail_after(bound):
+        row = await successor.wait(sub.job.id, bound)
+    assert row.status == JobStatus.COMPLETED, row.error
+    assert row.requeued_at is not None  # the row shows it was retried
+    assert (await successor.read_result(sub.job.id)).output == "Hello, world"
+    assert len(api.requests) == 2

@@ -116,7 +116,7 @@ async def test_fifo_order_without_cross_provider_head_of_line_blocking(
 ) -> None:
     settings = make_settings(limits={"max_running_jobs": 4, "max_running_per_provider": 1})
     manager = await (await start_gateway(settings)).manager()
-    hold = await manager.submit("claude", req("hold @sleep=1.5"))
+    hold = await manager.submit("claude", req("hold @sleep=4"))
     await wait_for(lambda: len(fake_log.spawns()) == 1)
     queued = [await manager.submit("claude", req(f"c{i}")) for i in range(3)]
     other = await manager.submit("codex", req("not blocked"))

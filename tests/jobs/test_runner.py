@@ -343,7 +343,7 @@ async def test_cancel_before_start_spawns_nothing(tmp_path: Path) -> None:
 async def test_wall_clock_timeout_stops_the_run_with_124(tmp_path: Path) -> None:
     # It keeps printing, so only the wall clock can end it.
     invocation = fake_claude(tmp_path, "@stream=1000:0.05 long job")
-    _, outcome = await run_to_end(make_spec(tmp_path, invocation, timeout_s=0.5,
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation, timeout_s=3.0,
                                             idle_timeout_s=LONG_S))
     assert outcome.error_kind == ErrorKind.TIMEOUT
     assert outcome.exit_code == 124

@@ -105,7 +105,8 @@ def stdio_harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
 @pytest.mark.parametrize("ending", ["stdin_eof", "sigterm", "sigint"])
 async def test_stdout_is_only_json_rpc_and_the_server_drains_and_stops_on_its_way_out(
         stdio_harness: Harness, ending: str) -> None:
-    config = stdio_harness.write_config({})
+    # on_shutdown = "stop": the running job is stopped with the gateway (detach is below).
+    config = stdio_harness.write_config({"lease": {"on_shutdown": "stop"}})
     db = stdio_harness.db_of(config)
     stderr_path = stdio_harness.root / "server.stderr"
     with anyio.fail_after(TEST_TIMEOUT_S), stderr_path.open("wb") as stderr:
@@ -131,8 +132,11 @@ async def test_stdout_is_only_json_rpc_and_the_server_drains_and_stops_on_its_wa
             job_id = running["job_id"]
             while (await session.call("llm_job_status", {"job_id": job_id}))["status"] != "running":
                 await anyio.sleep(0.05)
-            pid = db_row(db, "SELECT pid FROM jobs WHERE id = ?", job_id)["pid"]  # type: ignore[index]
-            assert pid and alive(pid)
+            # Marked running before its supervisor starts; the pid follows once it runs.
+            while not (pid := db_row(db, "SELECT pid FROM jobs WHERE id = ?",
+                                     job_id)["pid"]):  # type: ignore[index]
+                await anyio.sleep(0.05)
+            assert alive(pid)
 
             # Leave while that job runs, the way a client would.
             if ending == "stdin_eof":
@@ -160,6 +164,59 @@ async def test_stdout_is_only_json_rpc_and_the_server_drains_and_stops_on_its_wa
     assert instance is not None and instance["stopped_at"] is not None
     # Logs went to stderr (JSON lines), never to stdout.
     assert b"MCP server stopped" in stderr_path.read_bytes()
+
+
+async def open_session(harness: Harness, config: Path, stderr: Any) -> tuple[Process,
+                                                                            RawStdioSession]:
+    process = await anyio.open_process(
+        [sys.executable, "-m", "gateway"], env=server_env(harness.home, config),
+        cwd=harness.home, stderr=stderr)
+    return process, RawStdioSession(process)
+
+
+@pytest.mark.parametrize("ending", ["stdin_eof", "claude_code"])
+async def test_closing_the_window_leaves_the_run_running_and_the_next_session_reads_its_answer(
+        stdio_harness: Harness, ending: str) -> None:
+    config = stdio_harness.write_config({})  # on_shutdown = "detach", the default
+    db = stdio_harness.db_of(config)
+    prompt = "survive the window @sleep=2"
+    with anyio.fail_after(TEST_TIMEOUT_S), (stdio_harness.root / "s.stderr").open("wb") as err:
+        process, session = await open_session(stdio_harness, config, err)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(session.read_all)
+            await session.initialize()
+            await session.request("tools/list")
+            job_id = (await session.call("claude_request_async", {"prompt": prompt}))["job_id"]
+            while (await session.call("llm_job_status", {"job_id": job_id}))["status"] != "running":
+                await anyio.sleep(0.05)
+            if ending == "stdin_eof":
+                assert process.stdin is not None
+                await process.stdin.aclose()
+            else:  # what Claude Code does at the end of a session
+                process.send_signal(signal.SIGINT)
+                await anyio.sleep(0.1)
+                if process.returncode is None:
+                    process.send_signal(signal.SIGTERM)
+            with anyio.fail_after(EXIT_TIMEOUT_S):
+                assert await process.wait() == 0
+            tasks.cancel_scope.cancel()
+        row = db_row(db, "SELECT status, pid FROM jobs WHERE id = ?", job_id)
+        assert row is not None and row["status"] == "running" and alive(row["pid"])
+
+        process, session = await open_session(stdio_harness, config, err)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(session.read_all)
+            await session.initialize()
+            await session.request("tools/list")
+            done = await session.call("llm_job_wait", {"job_id": job_id, "timeout_s": 30})
+            assert done["status"] == "completed", done
+            result = await session.call("llm_job_result", {"job_id": job_id})
+            assert result["output"] == f"fake-claude answer: {prompt}", result
+            assert process.stdin is not None
+            await process.stdin.aclose()
+            with anyio.fail_after(EXIT_TIMEOUT_S):
+                await process.wait()
+            tasks.cancel_scope.cancel()
 
 
 async def test_a_client_that_never_lists_the_tools_still_gets_a_started_gateway(

@@ -1,0 +1,171 @@
+"""Adoption and re-queue: settling the jobs of gateways that are gone (DESIGN.md section 4).
+
+Every sweep, and once at start before the first tool call is served, a gateway looks at the
+jobs of its host whose owner is *proven* gone: its instance row is stopped (it detached or
+stopped), or was collected, or the owner ran on this host and boot and its pid is not alive
+with its start time. An owner that is only slow or stopped (SIGSTOP, a stall) is alive by
+that test and is never adopted from: it heals its own jobs.
+
+What happens to such a job is decided by its spool dir, never by guesses from the row:
+- its start record names a supervisor: the run started. It is adopted (one CAS on
+  owner_instance) and watched; its end record and spool files are finalized through the
+  manager's one finalize path, exactly as its owner would have. A run that ended while no
+  gateway lived is finalized at once.
+- no supervisor claimed it (the row is queued, or it was marked running but the owner died
+  before the supervisor claimed the run): the run is claimed for the re-queue in the spool
+  (so a late supervisor can never start it) and queued again, at most once per job.
+An HTTP API call has no process: a running one whose owner is gone is re-queued once.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from gateway import proc
+from gateway.jobs import supervisor as sup
+from gateway.jobs.execution import ProcessExecution
+from gateway.jobs.manager import JobManager
+from gateway.jobs.runner import ProcessIdentity, spec_from_spool
+from gateway.jobs.targets import parsing_target, request_of_row, target_for_row
+from gateway.model import Completion, ErrorKind, GatewayError, InstanceRow, JobRow, JobStatus
+from gateway.store.base import TakeOver
+
+log = structlog.get_logger(__name__)
+
+ADOPT_BATCH = 100  # candidates read per sweep; the rest wait for the next sweep
+# How long after it was orphaned a job of this host is still settled here (healed from its
+# spool, or re-queued): at least this, or lease.instance_gc_s when that is longer. A short
+# instance_gc_s (tests, chaos) must not make a dead owner's orphaned runs unhealable.
+ORPHANED_WITHIN_MIN_S = 600.0
+
+
+class Adopter:
+    """Settles the jobs of gone owners on this host (one per gateway)."""
+
+    def __init__(self, manager: JobManager, identity: InstanceRow) -> None:
+        self.manager = manager
+        self.identity = identity
+
+    def owner_gone(self, owner: InstanceRow | None) -> bool:
+        """Proven gone: no row (collected), a stopped row, or a dead pid on this host+boot."""
+        if owner is None or owner.stopped_at is not None:
+            return True
+        if owner.hostname != self.identity.hostname or owner.boot_id != self.identity.boot_id:
+            return False  # on another host: only its own row can say it is gone
+        if owner.pid_started_at is None:
+            return proc.process_start_time(owner.pid) is None
+        return not proc.is_process_alive(owner.pid, owner.pid_started_at)
+
+    def _take(self, job: JobRow) -> TakeOver:
+        return TakeOver(job_id=job.id, expected_owner=job.owner_instance,
+                        expected_status=job.status, instance_id=self.identity.instance_id,
+                        hostname=self.identity.hostname, boot_id=self.identity.boot_id,
+                        ttl_s=self.manager.settings.lease.ttl_s)
+
+    async def sweep(self) -> int:
+        """One pass; returns how many jobs this instance took over."""
+        manager = self.manager
+        if not manager.admitting or manager.closing:
+            return 0  # an instance that cannot renew its own lease takes over nothing
+        candidates = await manager.store.list_adoption_candidates(
+            self.identity.instance_id, self.identity.hostname, self.identity.boot_id,
+            max(manager.settings.lease.instance_gc_s, ORPHANED_WITHIN_MIN_S), ADOPT_BATCH)
+        taken = 0
+        gone: dict[str | None, bool] = {}  # one probe per owner and sweep
+        for candidate in candidates:
+            if manager.closing:
+                break
+            owner = candidate.job.owner_instance
+            if owner not in gone:
+                gone[owner] = self.owner_gone(candidate.owner)
+            if candidate.job.id in manager.local_job_ids() or not gone[owner]:
+                continue
+            taken += await self._settle(candidate.job)
+        return taken
+
+    async def _settle(self, job: JobRow) -> int:
+        spool = self.manager.spool_root / job.id
+        if job.transport == "process" and job.started_at is not None:
+            if not spool.is_dir():
+                # Marked running, but its spool dir is not here: maybe another state dir ran
+                # it. Nothing proves it never ran, so it is never run again (the reaper
+                # orphans it once its lease passes).
+                return 0
+            start = sup.read_record(spool, sup.START_NAME)
+            if start is None and sup.claim_for_requeue(spool, by=self.identity.instance_id):
+                start = {"kind": "requeued"}
+            start = start or sup.read_record(spool, sup.START_NAME)
+            if start is not None and start.get("kind") == "supervisor":
+                return await self._adopt_run(job, spool, start)
+        if job.cancel_requested_at is not None:
+            return await self._finish_cancelled(job)
+        return await self._requeue(job)
+
+    async def _adopt_run(self, job: JobRow, spool: Path, start: dict[str, Any]) -> int:
+        manager = self.manager
+        spec = spec_from_spool(job.id, spool)
+        if spec is None:
+            log.warning("run not adoptable: its spec is gone", action="adopt", job_id=job.id)
+            return 0
+        try:
+            target = parsing_target(manager.settings, job.provider, job.request_json)
+        except GatewayError as err:
+            log.warning("run not adoptable: its request cannot be read", action="adopt",
+                        job_id=job.id, error=err.message)
+            return 0
+        row = await manager.store.adopt_job(self._take(job))
+        if row is None:
+            return 0  # another gateway won the compare-and-set
+        identity = ProcessIdentity(pid=int(start["pid"]), pgid=int(start["pgid"]),
+                                   started_at=float(start["started_at"]))
+        execution = ProcessExecution.attach(target, spec, identity, manager.settings)
+        manager.start_adopted(row, target, execution, spec.timeout_s)
+        if row.status is JobStatus.RUNNING and row.pid != identity.pid:
+            # Its owner died before it named the supervisor on the row: the reaper's probe
+            # needs it.
+            await manager.store.record_process(row.id, self.identity.instance_id, identity.pid,
+                                               identity.pgid, identity.started_at)
+        return 1
+
+    async def _finish_cancelled(self, job: JobRow) -> int:
+        if job.status not in (JobStatus.QUEUED, JobStatus.RUNNING):
+            return 0
+        if await self.manager.store.adopt_job(self._take(job)) is None:
+            return 0
+        await self.manager.store.complete(job.id, self.identity.instance_id, Completion(
+            status=JobStatus.CANCELLED, error_kind=ErrorKind.CANCELLED,
+            error="Cancelled before it started."))
+        return 1
+
+    async def _requeue(self, job: JobRow) -> int:
+        """Queue it again here, at most once per job (the store's CAS says so too)."""
+        manager = self.manager
+        if job.requeued_at is not None:
+            return 0  # its one re-queue is spent: the reaper orphans it in time
+        try:
+            target = target_for_row(manager.settings, job.provider, job.request_json)
+        except GatewayError as err:
+            log.warning("job not re-queued: its request cannot run here", action="requeue",
+                        job_id=job.id, error=err.message)
+            return 0
+        try:
+            ticket = manager.limiter.acquire(job.provider)
+        except GatewayError:
+            return 0  # the queue is full: the next sweep tries again
+        row = await manager.store.requeue_job(self._take(job))
+        if row is None:
+            ticket.release()
+            return 0
+        # The old spool (its re-queue claim) goes: the new run claims a fresh one, and a late
+        # supervisor of the old launch finds no spec, or one with another token.
+        shutil.rmtree(manager.spool_root / job.id, ignore_errors=True)
+        _, request = request_of_row(job.request_json)
+        request.correlation_id = job.correlation_id
+        manager.start_requeued(row, target, ticket, request)
+        log.info("job re-queued: its owner left it unstarted", action="requeue", job_id=job.id,
+                 previous_owner=job.owner_instance)
+        return 1

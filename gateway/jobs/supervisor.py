@@ -1,0 +1,418 @@
+"""The supervisor of one run: a small program that outlives its gateway (DESIGN.md section 5).
+
+The gateway starts it with its own interpreter in isolated mode, by path, no shell:
+`python -I -S .../gateway/jobs/supervisor.py <spool_dir> <token>`, in a new session, so the
+supervisor leads the run's process group. It reads the run's spec (`run.json`, written by the
+gateway), claims the run, starts the CLI in its own group with stdout/stderr on the spool files,
+and enforces by itself what must hold while no gateway is alive: the wall-clock `timeout_s`,
+the idle timeout of streaming CLIs and the output cap, each a stop of the whole group (SIGTERM,
+then SIGKILL after `kill_grace_s`). It records the run's end atomically (`end.json`) and exits.
+
+Stdlib only, and importable: the gateway reads the records through the functions below, so
+the record format has one home. Linux only (it reads /proc), like the rest of the gateway.
+
+Files in the spool dir (all 0600):
+- `run.json`   the spec, written by the gateway before it starts the supervisor
+- `stdin`      the prompt when the CLI takes it on stdin (removed once read)
+- `start.json` the claim: first writer wins (a hard link cannot replace a file). The
+               supervisor writes its pid and start time there BEFORE it starts the CLI; a
+               gateway that re-queues a job that never started writes `requeued` there
+               instead, and a supervisor that comes too late then never runs it. So a run is
+               launched at most once whatever crashes in between: the spool record decides.
+- `stop.json`  a stop request from a gateway (why, grace), followed by SIGTERM to the supervisor
+- `end.json`   the end record, versioned: exit code or signal, start/end time, why it ended
+
+Why the stops signal members one by one instead of killpg(): the supervisor is a member of
+its own group and must outlive the SIGKILL to write the end record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+RECORD_VERSION = 1  # a newer gateway reads every older version; bump only with a reader
+RUN_NAME = "run.json"
+STDIN_NAME = "stdin"
+START_NAME = "start.json"
+STOP_NAME = "stop.json"
+END_NAME = "end.json"
+STDOUT_NAME = "stdout"
+STDERR_NAME = "stderr"
+
+# Why a run ended (end.json "why"). "stop" carries the gateway's reason in "stop_kind".
+WHY_EXIT = "exit"  # the CLI exited by itself (its code or signal is in the record)
+WHY_TIMEOUT = "timeout"
+WHY_IDLE = "idle_timeout"
+WHY_OUTPUT = "output_limit"
+WHY_STOP = "stop"  # a gateway asked (cancel, shutdown)
+WHY_SIGNAL = "signal"  # SIGTERM with no stop request: someone outside the gateway
+WHY_LAUNCH = "launch_failed"
+WHY_NOT_FOUND = "not_found"
+
+CLAIMED_ELSEWHERE_EXIT = 3  # the supervisor's exit code when the claim was already taken
+
+# How often the leader's exit, the spool sizes and the clock are checked. Bounds how late a
+# limit is noticed; a stat() pair and a waitpid() per tick cost nothing.
+MONITOR_INTERVAL_S = 0.05
+# After SIGKILL: how long to wait for members to vanish before recording the run anyway.
+# SIGKILL cannot be ignored; only uninterruptible sleep (a hung NFS read) delays it.
+REAP_TIMEOUT_S = 5.0
+STDIN_CHUNK_BYTES = 64 * 1024
+
+
+# -- records: written atomically, read by the gateway --------------------------------------
+
+
+def _write_tmp(directory: Path, name: str, record: dict[str, Any]) -> Path:
+    tmp = directory / f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, json.dumps(record, sort_keys=True).encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return tmp
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_record(directory: Path, name: str, record: dict[str, Any]) -> None:
+    """Replace `name` atomically: a reader sees the old record or the whole new one."""
+    tmp = _write_tmp(directory, name, record)
+    os.replace(tmp, directory / name)
+    _fsync_dir(directory)
+
+
+def claim_record(directory: Path, name: str, record: dict[str, Any]) -> bool:
+    """Create `name` only if no one has: True for the one writer that wins."""
+    tmp = _write_tmp(directory, name, record)
+    try:
+        os.link(tmp, directory / name)  # fails if it exists: the first writer wins
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    _fsync_dir(directory)
+    return True
+
+
+def read_record(directory: Path, name: str) -> dict[str, Any] | None:
+    """A record, or None when absent or unreadable (a torn write cannot happen: rename)."""
+    try:
+        data = json.loads((directory / name).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def claim_for_requeue(spool_dir: Path, by: str) -> bool:
+    """A gateway about to re-queue a job that shows no start: claim the run so that a late
+    supervisor never starts it. False: a supervisor started it (or is starting it)."""
+    spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return claim_record(spool_dir, START_NAME, {"version": RECORD_VERSION, "kind": "requeued",
+                                                "by": by, "at": time.time()})
+
+
+def run_started(spool_dir: Path) -> bool:
+    """Whether a supervisor claimed this run (it may still be starting the CLI)."""
+    record = read_record(spool_dir, START_NAME)
+    return record is not None and record.get("kind") == "supervisor"
+
+
+# -- process helpers (stdlib: the supervisor imports nothing of the gateway) ---------------
+
+
+def own_start_time() -> float | None:
+    """This process's start time the way psutil computes create_time (boot time + start tick),
+    so the gateway's liveness check (pid + start time) recognizes the supervisor."""
+    try:
+        stat = Path("/proc/self/stat").read_text(encoding="ascii")
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        for line in Path("/proc/stat").read_text(encoding="ascii").splitlines():
+            if line.startswith("btime "):
+                return int(line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _members(pgid: int) -> list[int]:
+    """Live (non-zombie) members of group `pgid`, except this process."""
+    me = os.getpid()
+    found: list[int] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            fields = Path(f"/proc/{name}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+        except (OSError, IndexError, UnicodeDecodeError):
+            continue
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            found.append(int(name))
+    return found
+
+
+def _signal_members(pgid: int, sig: int) -> None:
+    for pid in _members(pgid):
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+# -- the supervisor ------------------------------------------------------------------------
+
+
+class Supervisor:
+    def __init__(self, spool_dir: Path, spec: dict[str, Any]) -> None:
+        self.dir = spool_dir
+        self.spec = spec
+        self.pgid = os.getpgrp()
+        self.started_at = own_start_time() or time.time()
+        self.start_mono = time.monotonic()
+        self.stop_signalled = False
+        self.stdin_incomplete = False
+        self._autogroup_pending = False
+        self.out = spool_dir / STDOUT_NAME
+        self.err = spool_dir / STDERR_NAME
+
+    def end(self, why: str, **fields: Any) -> None:
+        record: dict[str, Any] = {
+            "version": RECORD_VERSION, "pid": os.getpid(), "pgid": self.pgid,
+            "started_at": self.started_at, "ended_at": time.time(),
+            "duration_s": time.monotonic() - self.start_mono, "why": why,
+            "returncode": None, "stdout_bytes": _size(self.out), "stderr_bytes": _size(self.err),
+            "truncated": False, "stdin_incomplete": self.stdin_incomplete,
+        }
+        record.update(fields)
+        write_record(self.dir, END_NAME, record)
+
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        self.stop_signalled = True
+
+    def _lower_priority(self) -> None:
+        """The nice value the gateway chose (absolute, so a repeat changes nothing), inherited
+        by the CLI: the gateway's own heartbeat and answers go first (runner.py)."""
+        target = self.spec.get("nice")
+        if target is not None:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, 0, int(target))
+        self._autogroup_pending = self.spec.get("autogroup_nice") is not None
+        self._retry_autogroup()
+
+    def _retry_autogroup(self) -> None:
+        # The kernel lets an unprivileged process change an autogroup's nice value at most
+        # once per 100 ms (EAGAIN), which a burst of runs hits: retried each tick.
+        if not self._autogroup_pending:
+            return
+        try:
+            with open("/proc/self/autogroup", "w", encoding="ascii") as fh:
+                fh.write(str(self.spec["autogroup_nice"]))
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        self._autogroup_pending = False
+
+    def run(self) -> int:
+        spec = self.spec
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        for ignored in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+            signal.signal(ignored, signal.SIG_IGN)
+        self._lower_priority()  # before the claim: a gateway that sees the claim sees it done
+        claim = {"version": RECORD_VERSION, "kind": "supervisor", "pid": os.getpid(),
+                 "pgid": self.pgid, "started_at": self.started_at, "at": time.time()}
+        if not claim_record(self.dir, START_NAME, claim):
+            return CLAIMED_ELSEWHERE_EXIT  # re-queued (or another supervisor): never run twice
+        payload: bytes | None = None
+        stdin_path = self.dir / STDIN_NAME
+        if spec.get("stdin"):
+            try:
+                payload = stdin_path.read_bytes()
+            finally:
+                with contextlib.suppress(OSError):
+                    stdin_path.unlink()
+        try:
+            child, writer = self._spawn(payload)
+        except FileNotFoundError:
+            self._remove_temp_cwd()
+            self.end(WHY_NOT_FOUND, error=f"The '{spec['argv'][0]}' command was not found.")
+            return 0
+        except OSError as exc:
+            self._remove_temp_cwd()
+            self.end(WHY_LAUNCH, error=f"Failed to launch '{spec['argv'][0]}': "
+                                       f"{exc.strerror or exc}.")
+            return 0
+        why, returncode, stop, strays = self._watch(child)
+        if writer is not None:
+            writer.join(timeout=0.5)
+        written = _size(self.out) + _size(self.err)
+        truncated = self._truncate_to_cap()
+        self._remove_temp_cwd()
+        self.end(why, returncode=returncode, truncated=truncated, bytes_written=written,
+                 strays=strays, stop_kind=(stop or {}).get("kind"),
+                 stop_message=(stop or {}).get("message"))
+        return 0
+
+    def _spawn(self, payload: bytes | None) -> tuple[subprocess.Popen[bytes], threading.Thread | None]:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        out_fd = os.open(self.out, flags, 0o600)
+        err_fd = os.open(self.err, flags, 0o600)
+        stdin: int = subprocess.DEVNULL
+        write_fd: int | None = None
+        try:
+            if payload is not None:
+                stdin, write_fd = os.pipe2(os.O_CLOEXEC)
+            # No new session: the CLI joins the supervisor's group, so one pgid holds the run.
+            child = subprocess.Popen(self.spec["argv"], stdin=stdin, stdout=out_fd,
+                                     stderr=err_fd, cwd=self.spec["cwd"])
+        except BaseException:
+            if write_fd is not None:
+                os.close(write_fd)
+            raise
+        finally:
+            for fd in (out_fd, err_fd, stdin):
+                if fd != subprocess.DEVNULL:
+                    os.close(fd)
+        writer = None
+        if write_fd is not None and payload is not None:
+            writer = threading.Thread(target=self._feed, args=(write_fd, payload), daemon=True)
+            writer.start()
+        return child, writer
+
+    def _feed(self, fd: int, payload: bytes) -> None:
+        """Write the prompt into the CLI's stdin, then close it (`codex exec` waits for EOF)."""
+        view = memoryview(payload)
+        try:
+            while view:
+                view = view[os.write(fd, view[:STDIN_CHUNK_BYTES]):]
+        except OSError:  # EPIPE: the CLI closed stdin (or exited) before reading it all
+            self.stdin_incomplete = True
+        finally:
+            os.close(fd)
+
+    def _breach(self, last_growth: float) -> str | None:
+        spec, now = self.spec, time.monotonic()
+        if _size(self.out) + _size(self.err) > spec["max_output_bytes"]:
+            return WHY_OUTPUT
+        if now - self.start_mono >= spec["timeout_s"]:
+            return WHY_TIMEOUT
+        idle = spec.get("idle_timeout_s")
+        if idle is not None and now - last_growth >= idle:
+            return WHY_IDLE
+        return None
+
+    def _stop_request(self) -> dict[str, Any]:
+        request = read_record(self.dir, STOP_NAME)
+        return request if request is not None else {"kind": None}
+
+    def _watch(self, child: subprocess.Popen[bytes]
+               ) -> tuple[str, int | None, dict[str, Any] | None, int]:
+        """Until the CLI exited and the group is empty: (why, returncode, stop, strays)."""
+        why: str | None = None
+        stop: dict[str, Any] | None = None
+        kill_at: float | None = None
+        sizes = (-1, -1)
+        last_growth = time.monotonic()
+        strays = 0
+        while True:
+            returncode = child.poll()
+            now = time.monotonic()
+            current = (_size(self.out), _size(self.err))
+            if current != sizes:
+                sizes, last_growth = current, now
+            if self.stop_signalled:  # a (new) stop request: it may shorten the grace
+                self.stop_signalled = False
+                stop = self._stop_request()
+                if why is None and returncode is None:  # after its own exit: the CLI's outcome
+                    why = WHY_STOP if stop.get("kind") else WHY_SIGNAL
+                grace = float(stop.get("grace_s", self.spec["kill_grace_s"]))
+                kill_at = min(kill_at or now + grace, now + grace)
+                _signal_members(self.pgid, signal.SIGTERM)
+            elif why is None and returncode is None:
+                why = self._breach(last_growth)
+                if why is not None:
+                    kill_at = now + self.spec["kill_grace_s"]
+                    _signal_members(self.pgid, signal.SIGTERM)
+            if returncode is not None:
+                members = _members(self.pgid)
+                if not members:
+                    return why or WHY_EXIT, returncode, stop, strays
+                if kill_at is None:  # the CLI is done but left processes: stop them too
+                    strays = len(members)
+                    kill_at = now + self.spec["kill_grace_s"]
+                    _signal_members(self.pgid, signal.SIGTERM)
+            self._retry_autogroup()
+            if kill_at is not None and now >= kill_at:
+                self._kill_all(child)
+                return why or WHY_EXIT, child.wait(), stop, strays
+            time.sleep(MONITOR_INTERVAL_S)
+
+    def _kill_all(self, child: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + REAP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            _signal_members(self.pgid, signal.SIGKILL)
+            child.poll()  # reap the CLI so it stops counting as a member
+            if not _members(self.pgid):
+                return
+            time.sleep(MONITOR_INTERVAL_S)
+
+    def _truncate_to_cap(self) -> bool:
+        """Cut the spool files to max_output_bytes in total, stdout first (it carries the
+        answer). Only once the group is gone: no writer can extend them again."""
+        cap = int(self.spec["max_output_bytes"])
+        out, err = _size(self.out), _size(self.err)
+        if out + err <= cap:
+            return False
+        keep_out = min(out, cap)
+        keep_err = min(err, cap - keep_out)
+        for path, size, keep in ((self.out, out, keep_out), (self.err, err, keep_err)):
+            if size > keep:
+                os.truncate(path, keep)
+        return True
+
+    def _remove_temp_cwd(self) -> None:
+        if self.spec.get("temp_cwd"):
+            shutil.rmtree(self.spec["cwd"], ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print("usage: supervisor.py SPOOL_DIR TOKEN", file=sys.stderr)
+        return 2
+    spool_dir, token = Path(argv[1]), argv[2]
+    spec = read_record(spool_dir, RUN_NAME)
+    if spec is None or spec.get("token") != token:
+        return CLAIMED_ELSEWHERE_EXIT  # not our run (re-queued and relaunched): never run it
+    return Supervisor(spool_dir, spec).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

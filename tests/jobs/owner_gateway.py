@@ -1,0 +1,38 @@
+"""A gateway in a process of its own, for tests that SIGKILL the owner of a job.
+
+Usage: python -m tests.jobs.owner_gateway SETTINGS_PICKLE PROVIDER PROMPT [HOSTNAME]
+Starts a gateway with those settings, submits PROMPT to PROVIDER (unless PROMPT is "-"),
+prints `JOB <id>` (or `READY`) on stdout and waits to be killed. With HOSTNAME (root, in a
+UTS namespace of its own: `unshare -u`) it first renames its host: a gateway on another host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import socket
+import sys
+from pathlib import Path
+
+from gateway.jobs.requests import SubmitRequest
+from gateway.runtime import Gateway
+
+
+async def main(settings_path: str, provider: str, prompt: str) -> None:
+    settings = pickle.loads(Path(settings_path).read_bytes())  # written by the test itself
+    gateway = Gateway(settings)
+    await gateway.start()
+    manager = await gateway.manager()
+    if prompt == "-":
+        sys.stdout.write("READY\n")
+    else:
+        submission = await manager.submit(provider, SubmitRequest(prompt=prompt))
+        sys.stdout.write(f"JOB {submission.job.id}\n")  # after any log lines structlog printed
+    sys.stdout.flush()
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 4:
+        socket.sethostname(sys.argv[4])  # only inside its own UTS namespace
+    asyncio.run(main(*sys.argv[1:4]))

@@ -1,0 +1,366 @@
+"""Jobs outlive their gateway: detach on shutdown, adoption by the next gateway, re-queue of
+unstarted work (DESIGN.md sections 4 and 5). Real gateways on a real store (SQLite file and
+PostgreSQL), real supervisors and fake CLIs; an owner that must be SIGKILLed runs in a
+process of its own (tests/jobs/owner_gateway.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+
+from gateway import proc
+from gateway.config import Settings
+from gateway.jobs import supervisor as sup
+from gateway.jobs.requests import SubmitRequest
+from gateway.model import ErrorKind, JobStatus, NewJob
+from gateway.store import open_store
+from tests.jobs.conftest import FakeLog, wait_for
+
+pytestmark = pytest.mark.anyio
+
+REPO = Path(__file__).resolve().parents[2]
+DONE_S = 20.0  # a bound on any job of these tests reaching its end
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+async def terminal(manager: Any, job_id: str) -> Any:
+    row = await manager.get(job_id)
+    return row if row.status.is_terminal else None
+
+
+def spool_of(settings: Settings, job_id: str) -> Path:
+    return settings.state_dir / "spool" / job_id
+
+
+async def detached_job(make_settings: Any, start_gateway: Any, fake_log: FakeLog,
+                       prompt: str, **submit: Any) -> tuple[Settings, str]:
+    """A job that was running when its gateway shut down (detach, the default)."""
+    settings = make_settings()
+    assert settings.lease.on_shutdown == "detach"
+    gw = await start_gateway(settings)
+    manager = await gw.manager()
+    spawned = len(fake_log.spawns())
+    sub = await manager.submit("claude", SubmitRequest(prompt=prompt, **submit))
+    await wait_for(lambda: len(fake_log.spawns()) > spawned)
+    t0 = time.monotonic()
+    await gw.stop()
+    # Two statements: well inside the drain budget (bench/ measures it against Claude
+    # Code's 600 ms from SIGINT to SIGKILL).
+    assert time.monotonic() - t0 < settings.lease.drain_timeout_s
+    return settings, sub.job.id
+
+
+async def test_a_detached_run_goes_on_and_the_next_gateway_finalizes_its_answer(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    settings, job_id = await detached_job(make_settings, start_gateway, fake_log,
+                                          "survive the window @sleep=1.5")
+    pid = fake_log.spawns()[-1]["pid"]
+    assert alive(pid)  # nothing was killed
+    reader = await start_gateway(make_settings())
+    row = await reader.store.get_job(job_id)
+    assert row is not None and row.status is JobStatus.RUNNING
+    # Its lease covers the supervisor's worst case: no other host may orphan it meanwhile.
+    assert row.lease_deadline is not None
+    assert row.lease_deadline.timestamp() > time.time() + settings.limits.default_timeout_s
+    stopped = {i.instance_id: i.stopped_at for i in await reader.store.list_instances()}
+    assert all(stopped[i] is not None for i in stopped if i != reader.instance_id)
+    manager = await reader.manager()
+    done = await wait_for(lambda: terminal(manager, job_id), DONE_S)
+    assert done.status is JobStatus.COMPLETED and done.exit_code == 0
+    page = await manager.read_result(job_id)
+    assert page.output == "fake-claude answer: survive the window @sleep=1.5"
+    assert page.parsed is not None and page.parsed["session_id"]
+    assert len(fake_log.spawns()) == 1
+    await wait_for(lambda: not spool_of(settings, job_id).exists())  # the row holds it now
+
+
+async def test_a_run_that_ended_with_no_gateway_alive_is_finalized_at_start(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    settings, job_id = await detached_job(make_settings, start_gateway, fake_log,
+                                          "finish alone @sleep=0.3 @exit=3")
+    spool = spool_of(settings, job_id)
+    await wait_for(lambda: sup.read_record(spool, sup.END_NAME), DONE_S)
+    gw = await start_gateway(make_settings())
+    # Settled during start (before any tool call could be served): no sweep needed.
+    manager = await gw.manager()
+    with anyio.fail_after(5):
+        row = await manager.wait(job_id, 5)
+    assert row.status is JobStatus.FAILED
+    assert (row.exit_code, row.error_kind) == (3, ErrorKind.PROVIDER_ERROR)  # its real code
+    assert "finish alone" in (await manager.read_result(job_id)).output
+
+
+async def test_the_timeout_holds_while_no_gateway_is_alive(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    settings, job_id = await detached_job(make_settings, start_gateway, fake_log,
+                                          "too slow @sleep=30 @ignore-term", timeout_s=3)
+    pid = fake_log.spawns()[-1]["pid"]
+    record = await wait_for(lambda: sup.read_record(spool_of(settings, job_id), sup.END_NAME),
+                            DONE_S)
+    assert record["why"] == sup.WHY_TIMEOUT and not alive(pid)
+    manager = await (await start_gateway(make_settings())).manager()
+    row = await wait_for(lambda: terminal(manager, job_id), DONE_S)
+    assert (row.status, row.exit_code, row.error_kind) == (
+        JobStatus.TIMED_OUT, 124, ErrorKind.TIMEOUT)
+
+
+async def test_a_duplicate_request_joins_a_detached_job(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    _, job_id = await detached_job(make_settings, start_gateway, fake_log, "once @sleep=1.5")
+    manager = await (await start_gateway(make_settings())).manager()
+    again = await manager.submit("claude", SubmitRequest(prompt="once @sleep=1.5"))
+    assert again.deduplicated and again.job.id == job_id
+    row = await wait_for(lambda: terminal(manager, job_id), DONE_S)
+    assert row.status is JobStatus.COMPLETED and len(fake_log.spawns()) == 1
+
+
+async def test_three_gateways_starting_together_adopt_once_and_run_once(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    _, job_id = await detached_job(make_settings, start_gateway, fake_log, "one answer @sleep=1")
+    gateways: list[Any] = []
+
+    async def start() -> None:
+        gateways.append(await start_gateway(make_settings()))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(start)
+    managers = [await gw.manager() for gw in gateways]
+    row = await wait_for(lambda: terminal(managers[0], job_id), DONE_S)
+    assert row.status is JobStatus.COMPLETED
+    assert row.owner_instance in {gw.instance_id for gw in gateways}
+    assert len(fake_log.spawns()) == 1
+    page = await managers[1].read_result(job_id)
+    assert page.output == "fake-claude answer: one answer @sleep=1"
+
+
+async def test_queued_work_released_at_detach_is_requeued_once_and_runs_once(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    settings = make_settings(limits={"max_running_jobs": 1, "kill_grace_s": 1.0})
+    gw = await start_gateway(settings)
+    manager = await gw.manager()
+    first = await manager.submit("claude", SubmitRequest(prompt="first @sleep=1"))
+    second = await manager.submit("claude", SubmitRequest(prompt="second"))
+    await wait_for(lambda: len(fake_log.spawns()) == 1)
+    await gw.stop()
+    next_manager = await (await start_gateway(settings)).manager()
+    for sub in (first, second):
+        row = await wait_for(lambda s=sub: terminal(next_manager, s.job.id), DONE_S)
+        assert row.status is JobStatus.COMPLETED
+    requeued = await next_manager.store.get_job(second.job.id)
+    assert requeued.requeued_at is not None  # the row shows it was retried
+    assert (await next_manager.store.get_job(first.job.id)).requeued_at is None
+    assert sorted(fake_log.prompts()) == ["first @sleep=1", "second"]
+
+
+async def test_a_run_marked_running_whose_owner_died_before_its_supervisor_is_run_once(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    # The owner marked the row running and made its spool dir, then died before the
+    # supervisor claimed the run. The adopter claims it in the spool and re-queues it.
+    settings = make_settings()
+    gw = await start_gateway(settings)
+    adopter = await gw.manager()
+    store = adopter.store
+    here = {"hostname": proc.hostname(), "boot_id": proc.boot_id()}
+    request = {"provider": "claude", "prompt": "never started", "model": None,
+               "working_dir": None, "session_id": None, "options": {}}
+    job = NewJob(id="00000000-0000-4000-8000-000000000001", provider="claude",
+                 request_key="k-never", owner_instance="ghost", request_json=json.dumps(request),
+                 **here)
+    await store.insert_job(job, settings.lease.ttl_s)
+    assert await store.mark_running(job.id, "ghost", settings.lease.ttl_s)
+    spool_of(settings, job.id).mkdir(parents=True)
+    row = await wait_for(lambda: terminal(adopter, job.id), DONE_S)
+    assert row.status is JobStatus.COMPLETED and row.requeued_at is not None
+    assert fake_log.prompts() == ["never started"]
+
+
+async def test_a_started_run_is_never_requeued_even_if_its_supervisor_was_killed(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    settings, job_id = await detached_job(make_settings, start_gateway, fake_log,
+                                          "started @sleep=60")
+    spool = spool_of(settings, job_id)
+    claim = sup.read_record(spool, sup.START_NAME)
+    assert claim is not None and claim["kind"] == "supervisor"
+    os.killpg(claim["pgid"], signal.SIGKILL)  # supervisor and CLI: no end record
+    await wait_for(lambda: not proc.group_alive(claim["pgid"]))
+    manager = await (await start_gateway(make_settings())).manager()
+    row = await wait_for(lambda: terminal(manager, job_id), DONE_S)
+    assert row.status is JobStatus.FAILED and row.requeued_at is None
+    assert len(fake_log.spawns()) == 1  # the spool record decided: it started, never again
+
+
+async def test_on_shutdown_stop_fails_queued_and_stops_running_jobs_as_before(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    settings = make_settings(lease={"on_shutdown": "stop"},
+                             limits={"max_running_jobs": 1, "kill_grace_s": 5})
+    gw = await start_gateway(settings)
+    manager = await gw.manager()
+    running = await manager.submit("claude", SubmitRequest(prompt="busy @ignore-term @sleep=60"))
+    queued = await manager.submit("claude", SubmitRequest(prompt="queued"))
+    await wait_for(lambda: len(fake_log.spawns()) == 1)
+    pid = fake_log.spawns()[0]["pid"]
+    t0 = time.monotonic()
+    await gw.stop()
+    assert time.monotonic() - t0 < settings.lease.drain_timeout_s  # SIGKILL after 0.2 s
+    assert not alive(pid)
+    reader = await (await start_gateway(settings)).manager()
+    for sub in (running, queued):
+        row = await reader.store.get_job(sub.job.id)
+        assert (row.status, row.error_kind) == (JobStatus.FAILED, ErrorKind.SHUTDOWN)
+
+
+# -- an owner that is SIGKILLed ------------------------------------------------------------
+
+
+def start_owner(settings: Settings, tmp_path: Path, prompt: str) -> tuple[subprocess.Popen[str],
+                                                                        str]:
+    path = tmp_path / "owner-settings.pickle"
+    path.write_bytes(pickle.dumps(settings))
+    owner = subprocess.Popen([sys.executable, "-m", "tests.jobs.owner_gateway", str(path),
+                              "claude", prompt], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                             stderr=subprocess.DEVNULL)
+    assert owner.stdout is not None
+    for line in owner.stdout:
+        if line.startswith("JOB "):
+            return owner, line.split()[1]
+    raise AssertionError("the owner gateway did not start")
+
+
+async def test_a_sigkilled_owners_run_is_adopted_by_a_running_peer_and_completes(
+    make_settings, start_gateway, fake_log: FakeLog, tmp_path: Path
+) -> None:
+    settings = make_settings()
+    peer = await (await start_gateway(settings)).manager()
+    owner, job_id = start_owner(settings, tmp_path, "outlive my owner @sleep=1.5")
+    await wait_for(lambda: len(fake_log.spawns()) == 1)
+    owner.kill()
+    owner.wait()
+    t0 = time.monotonic()
+    await wait_for(lambda: job_id in peer.local_job_ids(), 10)
+    # Proven gone on this host (its pid is dead): adopted in a sweep, not after a ttl.
+    assert time.monotonic() - t0 < settings.lease.ttl_s
+    row = await wait_for(lambda: terminal(peer, job_id), DONE_S)
+    assert row.status is JobStatus.COMPLETED and row.owner_instance == peer.instance_id
+    assert (await peer.read_result(job_id)).output == "fake-claude answer: outlive my owner @sleep=1.5"
+
+
+async def test_cancel_after_adoption_kills_a_grandchild_that_ignores_sigterm(
+    make_settings, start_gateway, fake_log: FakeLog, tmp_path: Path
+) -> None:
+    settings = make_settings(limits={"kill_grace_s": 0.5})
+    peer = await (await start_gateway(settings)).manager()
+    owner, job_id = start_owner(settings, tmp_path, "stubborn @ignore-term @grandchild=60 @sleep=60")
+    spawn = await wait_for(lambda: next((e for e in fake_log.entries() if "grandchild_pid" in e),
+                                        None))
+    grandchild = spawn["grandchild_pid"]
+    owner.kill()
+    owner.wait()
+    await wait_for(lambda: job_id in peer.local_job_ids(), 10)
+    out = await peer.cancel(job_id)
+    assert out.outcome == "cancelled" and out.job.status is JobStatus.CANCELLED
+    await wait_for(lambda: not alive(grandchild), 10)
+    assert not alive(spawn["parent_pid"])
+
+
+async def test_a_cancel_of_a_job_orphaned_elsewhere_stops_its_process_here(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    settings = make_settings()
+    owner_gw = await start_gateway(settings)
+    owner = await owner_gw.manager()
+    judge = await start_gateway(settings)
+    judge.leases.identity.hostname = "another-host"  # sees only the lease, not the process
+    sub = await owner.submit("claude", SubmitRequest(prompt="orphaned but alive @sleep=60"))
+    await wait_for(lambda: len(fake_log.spawns()) == 1)
+    pid = fake_log.spawns()[0]["pid"]
+    await owner_gw.leases.stop()  # the owner stops heartbeating (as if SIGSTOPped)
+    await wait_for(lambda: _status_is(owner, sub.job.id, JobStatus.ORPHANED), 10)
+    assert alive(pid)
+    here = await (await start_gateway(settings)).manager()
+    out = await here.cancel(sub.job.id)
+    assert out.outcome == "cancel_requested"
+    await wait_for(lambda: not alive(pid), 10)
+    # The stale owner's run ends; its guarded write heals the row to what really happened.
+    row = await wait_for(lambda: _status_is(owner, sub.job.id, JobStatus.CANCELLED), DONE_S)
+    assert row
+
+
+async def _status_is(manager: Any, job_id: str, status: JobStatus) -> bool:
+    return (await manager.get(job_id)).status is status
+
+
+def unshare_available() -> bool:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-u", "true"], capture_output=True, timeout=10)
+    return probe.returncode == 0
+
+
+async def test_a_gateway_on_another_host_never_orphans_a_running_detached_job(
+    backend: str, make_settings, start_gateway, fake_log: FakeLog, tmp_path: Path
+) -> None:
+    if backend != "postgres":
+        pytest.skip("hosts share a store only on PostgreSQL")
+    if not unshare_available():
+        pytest.skip("needs root and unshare -u (a UTS namespace with another hostname)")
+    settings, job_id = await detached_job(make_settings, start_gateway, fake_log,
+                                          "far away @sleep=4")
+    path = tmp_path / "peer-settings.pickle"
+    path.write_bytes(pickle.dumps(settings))
+    peer = subprocess.Popen(["unshare", "-u", sys.executable, "-m", "tests.jobs.owner_gateway",
+                             str(path), "claude", "-", "other-host"], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True, stderr=subprocess.DEVNULL)
+    reader = await open_store(settings)  # reads only: no gateway here until the end
+    try:
+        assert peer.stdout is not None
+        for line in peer.stdout:
+            if line.startswith("READY"):
+                break
+        else:
+            raise AssertionError("the gateway on the other host did not start")
+        assert any(i.hostname == "other-host" for i in await reader.list_instances())
+        # Many of the other host's sweeps, over several ttls, while the run goes on here.
+        deadline = time.monotonic() + 3 * settings.lease.ttl_s
+        while time.monotonic() < deadline:
+            row = await reader.get_job(job_id)
+            assert row is not None and row.status is JobStatus.RUNNING, row
+            await anyio.sleep(0.1)
+        # A gateway on the job's own host adopts and finalizes it; every host sees the result.
+        here = await (await start_gateway(make_settings())).manager()
+        done = await wait_for(lambda: terminal(here, job_id), DONE_S)
+        assert done.status is JobStatus.COMPLETED
+        final = await reader.get_job(job_id)
+        assert final is not None and final.status is JobStatus.COMPLETED
+    finally:
+        peer.kill()
+        peer.wait()
+        await reader.close()
