@@ -218,3 +218,14 @@ def test_every_package_the_code_imports_is_a_declared_dependency() -> None:
     # The scan itself sees what it must: direct imports that mcp also pulls in.
     assert {"httpx2", "starlette", "uvicorn", "pydantic"} <= set(
         imported_top_level_modules("gateway", "providers"))
+
+
+MAX_MODULE_LINES = 700  # a module past this does more than one job: split it by concern
+
+
+def test_no_module_of_gateway_or_providers_is_over_700_lines() -> None:
+    sizes = {path.relative_to(REPO).as_posix(): len(path.read_text().splitlines())
+             for package in ("gateway", "providers") for path in (REPO / package).rglob("*.py")}
+    assert sizes, "no modules found: the test looks in the wrong place"
+    too_long = {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES}
+    assert not too_long, f"split these by concern: {too_long}"

@@ -23,10 +23,10 @@ import structlog
 
 from gateway.config import Settings
 from gateway.jobs import spool
+from gateway.jobs.completion import completion_of
 from gateway.jobs.execution import (
     STDERR_TAIL_BYTES,
     Execution,
-    ExecutionOutcome,
     build_execution,
 )
 from gateway.jobs.full_store import fitted_completion
@@ -371,7 +371,7 @@ class JobManager:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
-        completion = self._completion(job, outcome)
+        completion = completion_of(outcome, job.target.login_hint)
         # The parsed answer is in completion.result_json now; its text can be as large as
         # the output, so the outcome must not stay alive through the terminal write.
         del outcome
@@ -387,40 +387,6 @@ class JobManager:
             await self._finish(job, Completion(status=JobStatus.CANCELLED,
                                                error_kind=ErrorKind.CANCELLED,
                                                error="Cancelled before it started."))
-
-    def _completion(self, job: LocalJob, outcome: ExecutionOutcome) -> Completion:
-        result = outcome.result
-        kind = outcome.error_kind
-        error = outcome.error
-        status = JobStatus.COMPLETED
-        if kind == ErrorKind.CANCELLED:
-            status = JobStatus.CANCELLED
-        elif kind in (ErrorKind.TIMEOUT, ErrorKind.IDLE_TIMEOUT):
-            status = JobStatus.TIMED_OUT
-        elif kind is not None:
-            status = JobStatus.FAILED
-        elif result is not None and result.is_error:
-            status, kind = JobStatus.FAILED, ErrorKind.PROVIDER_ERROR
-            error = error or (result.text[:500] if result.text else "the provider reported an error")
-        if outcome.auth_error and status == JobStatus.FAILED:
-            kind = ErrorKind.AUTH
-            error = f"{job.target.login_hint} ({error})" if error else job.target.login_hint
-        result_json = None
-        if result is not None:
-            # An answer that is (a range of) the output is stored as that range, not as a
-            # second copy: read_output resolves `text_span` against `output`.
-            answer: dict[str, Any] = ({"text": result.text} if outcome.answer_span is None
-                                      else {"text_span": list(outcome.answer_span)})
-            result_json = canonical_json({
-                **answer, "session_id": result.session_id,
-                "usage": result.usage.as_dict() if result.usage else None,
-                "is_error": result.is_error, "extra": result.extra,
-                "duration_s": round(outcome.duration_s, 3),
-            })
-        return Completion(status=status, exit_code=outcome.exit_code, error=error,
-                          error_kind=kind, output=outcome.output, stderr_tail=outcome.stderr_tail,
-                          output_bytes=outcome.output_bytes, truncated=outcome.truncated,
-                          result_json=result_json)
 
     async def _finish(self, job: LocalJob, completion: Completion) -> None:
         """The guarded terminal write, retried while the store is down (the result is never

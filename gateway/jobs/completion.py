@@ -1,0 +1,48 @@
+"""How a finished run becomes its job's terminal write (one rule for owner and adopter)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.jobs.execution import ExecutionOutcome
+from gateway.jobs.requests import canonical_json
+from gateway.model import Completion, ErrorKind, JobStatus
+
+
+def completion_of(outcome: ExecutionOutcome, login_hint: str) -> Completion:
+    """The terminal write a finished run asks for: its status and error kind from how it
+    ended (and what the provider said), and the answer stored once, as a range of the
+    output when it is one. `login_hint` becomes the error of a run the CLI refused as not
+    logged in."""
+    result = outcome.result
+    kind = outcome.error_kind
+    error = outcome.error
+    status = JobStatus.COMPLETED
+    if kind == ErrorKind.CANCELLED:
+        status = JobStatus.CANCELLED
+    elif kind in (ErrorKind.TIMEOUT, ErrorKind.IDLE_TIMEOUT):
+        status = JobStatus.TIMED_OUT
+    elif kind is not None:
+        status = JobStatus.FAILED
+    elif result is not None and result.is_error:
+        status, kind = JobStatus.FAILED, ErrorKind.PROVIDER_ERROR
+        error = error or (result.text[:500] if result.text else "the provider reported an error")
+    if outcome.auth_error and status == JobStatus.FAILED:
+        kind = ErrorKind.AUTH
+        error = f"{login_hint} ({error})" if error else login_hint
+    result_json = None
+    if result is not None:
+        # An answer that is (a range of) the output is stored as that range, not as a
+        # second copy: read_output resolves `text_span` against `output`.
+        answer: dict[str, Any] = ({"text": result.text} if outcome.answer_span is None
+                                  else {"text_span": list(outcome.answer_span)})
+        result_json = canonical_json({
+            **answer, "session_id": result.session_id,
+            "usage": result.usage.as_dict() if result.usage else None,
+            "is_error": result.is_error, "extra": result.extra,
+            "duration_s": round(outcome.duration_s, 3),
+        })
+    return Completion(status=status, exit_code=outcome.exit_code, error=error,
+                      error_kind=kind, output=outcome.output, stderr_tail=outcome.stderr_tail,
+                      output_bytes=outcome.output_bytes, truncated=outcome.truncated,
+                      result_json=result_json)
