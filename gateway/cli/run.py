@@ -5,7 +5,8 @@ the request is submitted through its JobManager (admission, dedup, limits, the d
 and the command waits for the job, a progress line on stderr, then prints the answer on
 stdout. Whatever ends the wait (the job, Ctrl-C, SIGTERM) the gateway then stops cleanly:
 it drains (a job still running is stopped and written `failed`/`shutdown`, never left
-running for the reaper to orphan) and marks its instance stopped.
+running for the reaper to orphan: a foreground `run` shuts down as `on_shutdown = "stop"`)
+and marks its instance stopped.
 
 `--async` prints the job id and returns at once; the job is driven by a detached copy of
 this command (its own session, stdin/stdout/stderr closed) that exits when the job ends.
@@ -118,6 +119,12 @@ async def _drive(settings: Settings, request: dict[str, Any], *, detached: bool)
     from gateway.jobs.requests import SubmitRequest
     from gateway.runtime import Gateway
 
+    if not detached:
+        # A person who stops a foreground `run` (Ctrl-C, SIGTERM) wants the job stopped, not
+        # left to a supervisor; the detached copy of `run --async` keeps the configured
+        # on_shutdown, so its job survives that copy and is adopted like any other.
+        lease = settings.lease.model_copy(update={"on_shutdown": "stop"})
+        settings = settings.model_copy(update={"lease": lease})
     gateway = Gateway(settings, role="cli")
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
