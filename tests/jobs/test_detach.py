@@ -201,6 +201,29 @@ async def test_a_run_marked_running_whose_owner_died_before_its_supervisor_is_ru
     assert fake_log.prompts() == ["never started"]
 
 
+async def test_a_runs_spool_dir_exists_before_its_row_says_running(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    # What the test above relies on: an owner SIGKILLed right after its queued -> running
+    # CAS left a spool dir, so the adopter can claim and re-queue the run. Without it the
+    # adopter cannot prove the run never started and the job ends orphaned (the chaos run
+    # found that window). The real store's CAS, observed at the moment it is called.
+    settings = make_settings()
+    manager = await (await start_gateway(settings)).manager()
+    seen: list[bool] = []
+    cas = manager.store.mark_running
+
+    async def observed(job_id: str, *args: Any, **kwargs: Any) -> bool:
+        seen.append(spool_of(settings, job_id).is_dir())
+        return await cas(job_id, *args, **kwargs)
+
+    manager.store.mark_running = observed
+    sub = await manager.submit("claude", SubmitRequest(prompt="spool first"))
+    row = await wait_for(lambda: terminal(manager, sub.job.id), DONE_S)
+    assert row.status is JobStatus.COMPLETED
+    assert seen == [True]
+
+
 async def test_a_started_run_is_never_requeued_even_if_its_supervisor_was_killed(
     make_settings, start_gateway, fake_log: FakeLog
 ) -> None:
