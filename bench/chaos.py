@@ -615,10 +615,13 @@ def longest_silence(times: Sequence[float], a: float, b: float) -> float:
     return max((y - x for x, y in itertools.pairwise(edges)), default=b - a)
 
 
-def parse_orphan_events(paths: Iterable[Path]) -> dict[str, tuple[float, str, str | None]]:
-    """job_id -> (time, reaper log file, owner then) of every "job orphaned" line in the
-    gateway logs. The owner then: an adopter or a re-queue may own the row by the end."""
-    events: dict[str, tuple[float, str, str | None]] = {}
+def parse_orphan_events(
+    paths: Iterable[Path],
+) -> dict[str, list[tuple[float, str, str | None]]]:
+    """job_id -> [(time, reaper log file, owner then)] of every "job orphaned" line in the
+    gateway logs. A job may be orphaned more than once (re-queued or adopted in between,
+    by another owner each time): each orphaning is judged with its own owner and time."""
+    events: dict[str, list[tuple[float, str, str | None]]] = defaultdict(list)
     for path in paths:
         with contextlib.suppress(OSError):
             for line in path.read_text(errors="replace").splitlines():
@@ -632,8 +635,7 @@ def parse_orphan_events(paths: Iterable[Path]) -> dict[str, tuple[float, str, st
                 if not job_id or not stamp:
                     continue
                 t = datetime.fromisoformat(stamp).timestamp()
-                if job_id not in events or t < events[job_id][0]:
-                    events[job_id] = (t, path.stem, record.get("owner_instance"))
+                events[job_id].append((t, path.stem, record.get("owner_instance")))
     return events
 
 
@@ -1256,18 +1258,23 @@ class ChaosRun:
 
         # false orphans: every orphaning, kept or later self-healed
         events = parse_orphan_events(life.log_path for life in self.lives)
-        orphan_times: dict[str, tuple[float, str, str | None]] = {}
-        for job_id, (t, reaper, owner_then) in events.items():
-            orphan_times[job_id] = (t, f"log of {reaper}", owner_then)
+        # (job, time, source, owner then): every logged orphaning, and a final `orphaned`
+        # row whose orphaning was not logged (the row's own owner and finished_at; an
+        # orphaning does not change the owner). A logged one is judged by its line's time,
+        # a few ms after its UPDATE, with the owner its UPDATE returned.
+        orphan_times: list[tuple[str, float, str, str | None]] = [
+            (job_id, t, f"log of {reaper}", owner_then)
+            for job_id, found in events.items() for t, reaper, owner_then in found]
         for row in rows:
-            if row.status == JobStatus.ORPHANED and row.finished_at is not None:
-                _, reaper, owner_then = orphan_times.get(row.id, (0.0, "?", None))
-                orphan_times[row.id] = (epoch(row.finished_at) or 0.0, f"row; {reaper}",
-                                        owner_then)
-        self_healed = 0
+            if (row.status == JobStatus.ORPHANED and row.finished_at is not None
+                    and not events.get(row.id)):
+                orphan_times.append((row.id, epoch(row.finished_at) or 0.0, "row, not logged",
+                                     row.owner_instance))
+        self_healed = len({job_id for job_id in events
+                           if job_id in by_id and by_id[job_id].status != JobStatus.ORPHANED})
         unmapped_orphanings: list[str] = []
         orphan_margins: list[tuple[float, str]] = []  # (after its lease could lapse, job)
-        for job_id, (t, source, owner_then) in sorted(orphan_times.items()):
+        for job_id, t, source, owner_then in sorted(orphan_times):
             row = by_id.get(job_id)
             # Judged against the owner it had when it was orphaned (adoption and re-queue
             # move a row to another instance later).
@@ -1281,8 +1288,6 @@ class ChaosRun:
                 report.details.append(f"UNKNOWN OWNER AT ORPHANING ({owner_id}): "
                                       f"{timeline(row)}")
                 continue
-            if row.status != JobStatus.ORPHANED:
-                self_healed += 1
             created = epoch(row.created_at) or 0.0
             started = epoch(row.started_at)
             if started is not None and started > t and row.requeued_at is not None:
