@@ -136,11 +136,16 @@ class JobRow:
 
     @classmethod
     def from_mapping(cls, row: Any) -> JobRow:
-        data = {name: row[name] for name in cls.column_names()}
+        """The row from a mapping of column values (a dict, sqlite3.Row, asyncpg Record).
+        A narrow read (some columns only, e.g. the reaper's) leaves the rest at defaults."""
+        present = set(row.keys())
+        data = {name: row[name] for name in cls.column_names() if name in present}
         data["status"] = JobStatus(data["status"])
-        data["truncated"] = bool(data["truncated"])
-        data["forced"] = bool(data["forced"])
-        data["output_bytes"] = int(data["output_bytes"] or 0)
+        for flag in ("truncated", "forced"):
+            if flag in data:
+                data[flag] = bool(data[flag])
+        if "output_bytes" in data:
+            data["output_bytes"] = int(data["output_bytes"] or 0)
         return cls(**data)
 
 

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import subprocess
 import sys
-import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import anyio
 import pytest
 
 from gateway import __version__
 from gateway.config import Settings, load_settings
-from gateway.model import Completion, InstanceRow, JobStatus, NewJob
 
 REPO = Path(__file__).resolve().parents[1]
 CLI_TIMEOUT_S = 60  # a cold interpreter on a busy 2-core box; a hang fails instead of blocking
@@ -66,7 +61,7 @@ def test_version_prints_the_package_version(home: Path) -> None:
 def test_help_lists_every_command(home: Path) -> None:
     done = run_cli(home, "--help")
     assert done.returncode == 0
-    for command in ("serve", "init", "doctor", "jobs"):
+    for command in ("serve", "init", "doctor", "run", "instances", "jobs"):
         assert command in done.stdout
 
 
@@ -232,223 +227,27 @@ def test_serve_over_stdio_prints_nothing_to_stdout(home: Path, command: list[str
     assert done.stderr.strip(), "expected the server's logs on stderr"
 
 
-# -- jobs, against a real SQLite store ----------------------------------------------------
+def test_serve_on_a_terminal_says_it_speaks_mcp_on_stderr_only(home: Path) -> None:
+    """A person who types the command sees how to use it; stdout stays the protocol's."""
+    import pty
+
+    master, slave = pty.openpty()
+    base = {k: v for k, v in os.environ.items() if not k.upper().startswith("AGENT_GATEWAY_")}
+    child = subprocess.Popen([sys.executable, "-m", "gateway", "serve"], stdin=slave,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=home,
+                             env={**base, "HOME": str(home)})
+    os.close(slave)
+    try:
+        os.write(master, b"\x04")  # Ctrl-D: EOF on the terminal ends the stdio server
+        out, err = child.communicate(timeout=CLI_TIMEOUT_S)
+    finally:
+        os.close(master)
+    assert out == b""
+    text = err.decode()
+    assert "MCP server speaking JSON-RPC on stdin/stdout" in text
+    assert "claude mcp add agent-cli-gateway -- agent-cli-gateway" in text
 
 
-def in_store(settings: Settings, action: Callable[[Any], Awaitable[T]]) -> T:
-    from gateway.store import open_store
-
-    async def run() -> T:
-        store = await open_store(settings)
-        try:
-            return await action(store)
-        finally:
-            await store.close()
-
-    return anyio.run(run)
-
-
-ANSWER = "héllo wörld, " * 500  # multi-byte characters: pages split them mid-way
-LIVE_OWNER = "instance-live"
-
-
-@pytest.fixture
-def seeded(home: Path) -> tuple[Path, Settings, dict[str, str]]:
-    """A SQLite store with a completed, a failed, a running and an ownerless queued job."""
-    config = config_file(home, f'[persistence]\npath = "{home / "state" / "jobs.db"}"\n')
-    settings = load_settings(config)
-    ids = {name: str(uuid.uuid4()) for name in ("done", "failed", "running", "stray")}
-
-    async def seed(store: Any) -> None:
-        await store.register_instance(InstanceRow(
-            instance_id=LIVE_OWNER, hostname="h", boot_id="b", pid=1, pid_started_at=None,
-            role="stdio", version="t"), ttl_s=3600)
-        for name, provider, owner in [("done", "claude", LIVE_OWNER),
-                                      ("failed", "codex", LIVE_OWNER),
-                                      ("running", "claude", LIVE_OWNER),
-                                      ("stray", "gemini", "instance-gone")]:
-            await store.insert_job(NewJob(id=ids[name], provider=provider,
-                                          request_key=f"key-{name}", owner_instance=owner),
-                                   ttl_s=3600)
-        await store.mark_running(ids["running"], LIVE_OWNER, ttl_s=3600)
-        await store.complete(ids["done"], LIVE_OWNER, Completion(
-            status=JobStatus.COMPLETED, exit_code=0, output='{"raw": "stdout"}',
-            output_bytes=17, result_json=json.dumps({"text": ANSWER, "session_id": "s-1"})))
-        await store.complete(ids["failed"], LIVE_OWNER, Completion(
-            status=JobStatus.FAILED, exit_code=3, error="boom", error_kind="provider_error",
-            stderr_tail="something broke\n"))
-
-    in_store(settings, seed)
-    return config, settings, ids
-
-
-def test_jobs_list_shows_the_jobs_and_filters_them(
-    home: Path, seeded: tuple[Path, Settings, dict[str, str]]
-) -> None:
-    config, _, ids = seeded
-    done = run_cli(home, "jobs", "list", "--config", str(config))
-    assert done.returncode == 0, done.stderr
-    assert all(job_id in done.stdout for job_id in ids.values())
-    assert done.stdout.splitlines()[0].split()[:3] == ["ID", "PROVIDER", "STATUS"]
-
-    only = run_cli(home, "--config", str(config), "jobs", "list", "--status", "failed",
-                   "--status", "completed", "--provider", "codex")
-    assert only.returncode == 0, only.stderr
-    assert ids["failed"] in only.stdout
-    assert ids["done"] not in only.stdout and ids["running"] not in only.stdout
-
-    limited = run_cli(home, "jobs", "list", "--limit", "1", "--config", str(config))
-    assert len(limited.stdout.splitlines()) == 2  # header + one job
-
-
-def test_jobs_list_before_any_store_exists_says_so(home: Path) -> None:
-    done = run_cli(home, "jobs", "list")
-    assert done.returncode == 0
-    assert "No jobs yet" in done.stdout
-    assert not (home / ".agent-cli-gateway" / "jobs.db").exists()  # reading creates nothing
-
-
-def test_jobs_show_prints_the_row_without_the_output(
-    home: Path, seeded: tuple[Path, Settings, dict[str, str]]
-) -> None:
-    config, _, ids = seeded
-    done = run_cli(home, "jobs", "show", ids["failed"], "--config", str(config))
-    assert done.returncode == 0, done.stderr
-    fields = dict(line.split(None, 1) for line in done.stdout.splitlines()
-                  if line and not line.startswith(("stderr", "something", "output")))
-    assert fields["status"] == "failed"
-    assert fields["error_kind"] == "provider_error"
-    assert fields["exit_code"] == "3"
-    assert "something broke" in done.stdout
-
-    shown = run_cli(home, "jobs", "show", ids["done"], "--config", str(config))
-    assert "héllo" not in shown.stdout  # the answer is for `jobs result`
-    assert '"session_id": "s-1"' in shown.stdout
-
-
-def test_jobs_result_pages_concatenate_to_the_exact_answer(
-    home: Path, seeded: tuple[Path, Settings, dict[str, str]]
-) -> None:
-    config, _, ids = seeded
-    expected = ANSWER.encode()
-    pages: list[bytes] = []
-    offset = 0
-    while True:
-        done = subprocess.run(
-            [sys.executable, "-m", "gateway", "jobs", "result", ids["done"], "--config",
-             str(config), "--offset", str(offset), "--max-bytes", "1001"],
-            env={**os.environ, "HOME": str(home)}, capture_output=True, timeout=CLI_TIMEOUT_S,
-            check=False)
-        assert done.returncode == 0, done.stderr
-        pages.append(done.stdout)
-        offset += len(done.stdout)
-        if b"next page" not in done.stderr:
-            break
-        assert f"--offset {offset}".encode() in done.stderr
-    assert len(pages) == -(-len(expected) // 1001)
-    assert b"".join(pages) == expected
-
-
-def test_jobs_result_prints_an_answer_stored_as_a_range_of_the_output(home: Path) -> None:
-    config = config_file(home, f'[persistence]\npath = "{home / "state" / "jobs.db"}"\n')
-    job_id = str(uuid.uuid4())
-    output = "banner\nthe ánswer\n"
-
-    async def seed(store: Any) -> None:
-        await store.insert_job(NewJob(id=job_id, provider="devin", request_key="key-span",
-                                      owner_instance=LIVE_OWNER), ttl_s=3600)
-        await store.complete(job_id, LIVE_OWNER, Completion(
-            status=JobStatus.COMPLETED, exit_code=0, output=output,
-            output_bytes=len(output.encode()), result_json=json.dumps({"text_span": [7, 18]})))
-
-    in_store(load_settings(config), seed)
-    done = run_cli(home, "jobs", "result", job_id, "--config", str(config))
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "the ánswer"
-    raw = run_cli(home, "jobs", "result", job_id, "--raw", "--config", str(config))
-    assert raw.stdout == output
-
-
-def test_jobs_result_raw_prints_the_cli_stdout(
-    home: Path, seeded: tuple[Path, Settings, dict[str, str]]
-) -> None:
-    config, _, ids = seeded
-    done = run_cli(home, "jobs", "result", ids["done"], "--raw", "--config", str(config))
-    assert done.returncode == 0
-    assert done.stdout == '{"raw": "stdout"}'
-
-
-def test_jobs_result_of_a_failed_job_exits_1_with_the_reason(
-    home: Path, seeded: tuple[Path, Settings, dict[str, str]]
-) -> None:
-    config, _, ids = seeded
-    done = run_cli(home, "jobs", "result", ids["failed"], "--config", str(config))
-    assert done.returncode == 1
-    assert "failed (provider_error: boom)" in done.stderr
-
-
-def test_an_unknown_job_id_exits_1(
-    home: Path, seeded: tuple[Path, Settings, dict[str, str]]
-) -> None:
-    config, _, _ = seeded
-    for action in ("show", "result", "cancel"):
-        done = run_cli(home, "jobs", action, "no-such-job", "--config", str(config))
-        assert done.returncode == 1
-        assert "no job 'no-such-job'" in done.stderr
-        assert "Traceback" not in done.stderr
-
-
-def test_jobs_cancel_requests_a_cancel_on_the_row(
-    home: Path, seeded: tuple[Path, Settings, dict[str, str]]
-) -> None:
-    config, settings, ids = seeded
-    done = run_cli(home, "jobs", "cancel", ids["running"], "--config", str(config))
-    assert done.returncode == 0, done.stderr
-    assert "Cancel requested" in done.stdout and "cancel poller" in done.stdout
-
-    row = in_store(settings, lambda store: store.get_job(ids["running"]))
-    assert row is not None and row.cancel_requested_at is not None
-    assert row.status is JobStatus.RUNNING  # the owner's poller does the rest
-
-
-def test_jobs_cancel_of_a_job_whose_owner_is_gone_says_so(
-    home: Path, seeded: tuple[Path, Settings, dict[str, str]]
-) -> None:
-    config, _, ids = seeded
-    done = run_cli(home, "jobs", "cancel", ids["stray"], "--config", str(config))
-    assert done.returncode == 0, done.stderr
-    assert "does not look alive" in done.stdout
-
-
-def test_jobs_cancel_of_a_finished_job_exits_1_and_changes_nothing(
-    home: Path, seeded: tuple[Path, Settings, dict[str, str]]
-) -> None:
-    config, settings, ids = seeded
-    done = run_cli(home, "jobs", "cancel", ids["done"], "--config", str(config))
-    assert done.returncode == 1
-    assert "already finished as completed" in done.stdout
-    row = in_store(settings, lambda store: store.get_job(ids["done"]))
-    assert row is not None and row.status is JobStatus.COMPLETED
-
-
-def test_jobs_commands_refuse_the_memory_backend(home: Path) -> None:
-    config = config_file(home, '[persistence]\nbackend = "memory"\n')
-    done = run_cli(home, "jobs", "list", "--config", str(config))
-    assert done.returncode == 1
-    assert "'memory'" in done.stderr
-
-
-def test_an_unusable_store_is_one_line_and_exit_1(home: Path) -> None:
-    garbage = home / "garbage.db"
-    garbage.write_text("this is not an SQLite database\n" * 20)
-    config = config_file(home, f'[persistence]\npath = "{garbage}"\n')
-    done = run_cli(home, "jobs", "list", "--config", str(config))
-    assert done.returncode == 1
-    assert "Traceback" not in done.stderr
-    ours = [line for line in done.stderr.splitlines() if line.startswith("agent-cli-gateway: ")]
-    assert ours == ["agent-cli-gateway: the job store is unavailable: sqlite store: open "
-                    "failed: file is not a database"]
-
-    debug = run_cli(home, "jobs", "list", "--debug", "--config", str(config))
-    assert debug.returncode == 1
-    assert "Traceback" in debug.stderr
+def test_serve_off_a_terminal_prints_no_hint(home: Path) -> None:
+    done = run_cli(home, "serve")
+    assert "JSON-RPC on stdin/stdout" not in done.stderr

@@ -20,6 +20,8 @@ from gateway.store.base import SCHEMA_VERSION
 
 FAKE_BIN = Path(__file__).resolve().parent / "fakes" / "bin"
 CLI_TIMEOUT_S = 60  # a cold interpreter plus seven --version probes on a busy 2-core box
+BINARIES = {"claude": "claude", "codex": "codex", "gemini": "agy", "grok": "grok",
+            "mistral": "vibe", "devin": "devin", "cursor": "cursor-agent"}
 
 
 @pytest.fixture
@@ -41,6 +43,15 @@ def config(home: Path, text: str) -> Path:
     return path
 
 
+def fakes(home: Path, text: str = "", **commands: str) -> Path:
+    """A config pointing every CLI provider at its fake (or at `commands[name]`): doctor
+    never finds, nor runs, a real CLI the host may have in /usr/bin."""
+    tables = "".join(
+        f'[providers.{name}]\ncommand = "{commands.get(name, FAKE_BIN / binary)}"\n'
+        for name, binary in BINARIES.items())
+    return config(home, text + tables)
+
+
 def by_name(report: Report) -> dict[str, Check]:
     return {check.name: check for check in report.checks}
 
@@ -57,7 +68,7 @@ def doctor_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_without_a_config_file_it_uses_defaults_and_creates_nothing(home: Path) -> None:
-    checks = by_name(run_doctor(None))
+    checks = by_name(run_doctor(None, client_path=str(home)))
     assert checks["config"].status == "ok"
     assert "using the defaults" in checks["config"].summary
     assert checks["store"].status == "ok"
@@ -85,18 +96,73 @@ def test_a_config_readable_by_others_is_a_warning(home: Path) -> None:
 
 def test_an_existing_sqlite_store_reports_its_schema_version(home: Path) -> None:
     path = config(home, f'[persistence]\npath = "{home / "jobs.db"}"\n')
-
-    async def create() -> None:
-        from gateway.store import open_store
-
-        store = await open_store(load_settings(path))
-        await store.close()
-
-    anyio.run(create)
+    anyio.run(_create_schema, path)
     check = by_name(run_doctor(path))["store"]
     assert check.status == "ok"
     assert check.details["schema_version"] == SCHEMA_VERSION
     assert f"schema version {SCHEMA_VERSION}" in check.summary
+
+
+async def _create_schema(path: Path) -> None:
+    from gateway.store import open_store
+
+    store = await open_store(load_settings(path))
+    await store.close()
+
+
+async def _pg_tables(dsn: str) -> list[str]:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch("SELECT table_name FROM information_schema.tables "
+                                "WHERE table_schema = current_schema()")
+        return sorted(row["table_name"] for row in rows)
+    finally:
+        await conn.close()
+
+
+def test_doctor_on_a_fresh_postgres_database_creates_no_table(
+    home: Path, postgres_dsn: str
+) -> None:
+    path = fakes(home, f'[persistence]\nbackend = "postgres"\ndsn = "{postgres_dsn}"\n')
+    done = doctor_cli(home, "--config", str(path), "--json")
+    report = json.loads(done.stdout)
+    store = next(c for c in report["checks"] if c["name"] == "store")
+    assert store["status"] == "ok", store
+    assert store["details"]["schema_version"] is None
+    assert "no schema yet" in store["summary"] and "`serve` creates" in store["summary"]
+    assert anyio.run(_pg_tables, postgres_dsn) == []
+
+
+def test_doctor_never_migrates_an_older_postgres_schema(home: Path, postgres_dsn: str) -> None:
+    async def older() -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(postgres_dsn)
+        try:
+            await conn.execute("CREATE TABLE schema_version (version integer PRIMARY KEY, "
+                               "applied_at timestamptz NOT NULL)")
+            await conn.execute("INSERT INTO schema_version VALUES (1, now())")
+        finally:
+            await conn.close()
+
+    anyio.run(older)
+    path = fakes(home, f'[persistence]\nbackend = "postgres"\ndsn = "{postgres_dsn}"\n')
+    check = by_name(run_doctor(path))["store"]
+    assert check.status == "warning"
+    assert check.details["schema_version"] == 1
+    assert f"migrates it from version 1 to {SCHEMA_VERSION}" in check.summary
+    assert anyio.run(_pg_tables, postgres_dsn) == ["schema_version"]
+
+
+def test_an_sqlite_file_without_a_schema_is_reported_and_left_as_it_is(home: Path) -> None:
+    db = home / "jobs.db"
+    db.write_bytes(b"")  # an empty file is an empty SQLite database
+    check = by_name(run_doctor(config(home, f'[persistence]\npath = "{db}"\n')))["store"]
+    assert check.status == "ok" and check.details["schema_version"] is None
+    assert "no schema yet" in check.summary
+    assert db.read_bytes() == b""
 
 
 def test_an_unusable_sqlite_store_is_an_error(home: Path) -> None:
@@ -132,7 +198,9 @@ def test_a_reachable_postgres_reports_its_schema_and_hides_the_password(
 ) -> None:
     # Trust auth ignores the password: it is there to prove doctor never prints it.
     dsn = postgres_server.dsn_for(postgres_dsn.rsplit("/", 1)[1], password="hunter2")
-    report = run_doctor(config(home, f'[persistence]\nbackend = "postgres"\ndsn = "{dsn}"\n'))
+    path = fakes(home, f'[persistence]\nbackend = "postgres"\ndsn = "{dsn}"\n')
+    anyio.run(_create_schema, path)
+    report = run_doctor(path)
     check = by_name(report)["store"]
     assert check.status == "ok", check.summary
     assert check.details["schema_version"] == SCHEMA_VERSION
@@ -155,16 +223,66 @@ def test_an_unreachable_postgres_is_an_error_without_the_password(home: Path) ->
 # -- provider CLIs ---------------------------------------------------------------------------
 
 
-def test_a_cli_on_path_is_found_with_its_version(home: Path) -> None:
-    check = by_name(run_doctor(None))["claude"]
+def test_a_cli_is_found_with_its_version(home: Path) -> None:
+    check = by_name(run_doctor(fakes(home)))["grok"]
     assert check.status == "ok"
-    assert check.details["path"] == str(FAKE_BIN / "claude")
-    assert check.details["version"] == "claude 0.0.0-fake"
+    assert check.details["path"] == str(FAKE_BIN / "grok")
+    assert check.details["version"] == "grok 0.0.0-fake"
+
+
+def test_a_cli_only_the_shells_path_finds_is_a_warning_naming_the_dir(home: Path) -> None:
+    # PATH (the fixture's) has the fakes; an MCP client's minimal PATH would not.
+    report = run_doctor(config(home, ""), client_path=str(home / "empty"))
+    check = by_name(report)["claude"]
+    assert check.status == "warning"
+    assert check.details["missed_by_client_path"] == str(FAKE_BIN)
+    assert f'command = "{FAKE_BIN / "claude"}"' in check.summary
+
+
+def test_codex_login_is_read_from_its_offline_status_command(home: Path) -> None:
+    check = by_name(run_doctor(fakes(home)))["codex"]
+    assert check.details["logged_in"] == "no"
+    assert "`codex login status`: Not logged in" in check.details["login_check"]
+    assert check.status == "warning" and "codex login" in check.summary
+
+    (home / ".codex").mkdir()
+    (home / ".codex" / "auth.json").write_text("{}")
+    check = by_name(run_doctor(fakes(home)))["codex"]
+    assert check.status == "ok", check.summary
+    assert check.details["logged_in"] == "yes"
+    assert "Logged in using ChatGPT" in check.details["login_check"]
+
+
+def test_claude_login_is_its_credentials_file_or_a_key_in_its_env(home: Path) -> None:
+    assert by_name(run_doctor(fakes(home)))["claude"].details["logged_in"] == "no"
+    keyed = fakes(home).read_text().replace(
+        '[providers.claude]\n', '[providers.claude]\nenv = { ANTHROPIC_API_KEY = "sk-x" }\n')
+    check = by_name(run_doctor(config(home, keyed)))["claude"]
+    assert check.details["logged_in"] == "yes" and "[providers.claude] env" in check.summary
+    assert "sk-x" not in json.dumps(check.details)
+
+    (home / ".claude").mkdir()
+    (home / ".claude" / ".credentials.json").write_text("{}")
+    check = by_name(run_doctor(fakes(home)))["claude"]
+    assert check.details["logged_in"] == "yes" and check.status == "ok"
+
+
+def test_a_cli_without_an_offline_check_says_it_cannot_tell(home: Path) -> None:
+    check = by_name(run_doctor(fakes(home)))["devin"]
+    assert check.details["logged_in"] == "cannot tell"
+    assert check.status == "ok"
+
+
+def test_doctor_is_not_ready_when_no_provider_is_usable(home: Path) -> None:
+    missing = {name: f"/nonexistent/{name}" for name in BINARIES}
+    done = doctor_cli(home, "--config", str(fakes(home, **missing)))
+    assert done.returncode == 1, done.stdout
+    assert "FAIL  providers  no provider is usable" in done.stdout
+    assert done.stdout.strip().splitlines()[-1].startswith("Not ready")
 
 
 def test_a_missing_cli_is_a_warning_with_an_install_hint_not_a_failure(home: Path) -> None:
-    path = config(home, '[providers.grok]\ncommand = "/nonexistent/grok"\n')
-    report = run_doctor(path)
+    report = run_doctor(fakes(home, grok="/nonexistent/grok"))
     check = by_name(report)["grok"]
     assert check.status == "warning"
     assert "not found" in check.summary and check.details["install_hint"] in check.summary
@@ -172,15 +290,15 @@ def test_a_missing_cli_is_a_warning_with_an_install_hint_not_a_failure(home: Pat
 
 
 def test_a_cli_whose_version_fails_is_a_warning(home: Path) -> None:
-    check = by_name(run_doctor(config(home, '[providers.devin]\ncommand = "/bin/false"\n')))[
-        "devin"]
+    check = by_name(run_doctor(fakes(home, devin="/bin/false")))["devin"]
     assert check.status == "warning"
     assert check.details["path"] == "/bin/false"
     assert "--version" in check.details["version_error"]
 
 
 def test_a_disabled_provider_is_not_probed(home: Path) -> None:
-    path = config(home, "[providers.cursor]\nenabled = false\n")
+    text = fakes(home).read_text()
+    path = config(home, text.replace("[providers.cursor]\n", "[providers.cursor]\nenabled = false\n"))
     check = by_name(run_doctor(path))["cursor"]
     assert check.status == "disabled"
     assert "path" not in check.details
@@ -197,14 +315,14 @@ def test_an_api_provider_with_its_key_set_is_ok_and_the_key_is_never_shown(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DOCTOR_TEST_KEY", "sk-very-secret")
-    report = run_doctor(config(home, API))
+    report = run_doctor(fakes(home, API))
     check = by_name(report)["openrouter"]
     assert check.status == "ok" and check.details["api_key_set"] is True
     assert "sk-very-secret" not in json.dumps(report.as_dict())
 
 
 def test_an_api_provider_whose_key_is_unset_is_a_warning(home: Path) -> None:
-    check = by_name(run_doctor(config(home, API)))["openrouter"]
+    check = by_name(run_doctor(fakes(home, API)))["openrouter"]
     assert check.status == "warning"
     assert "$DOCTOR_TEST_KEY is not set" in check.summary
 
@@ -213,7 +331,7 @@ def test_an_api_provider_whose_key_is_unset_is_a_warning(home: Path) -> None:
 
 
 def test_doctor_exits_0_when_only_warnings_remain(home: Path) -> None:
-    done = doctor_cli(home)
+    done = doctor_cli(home, "--config", str(fakes(home)))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "claude 0.0.0-fake" in done.stdout
     assert done.stdout.strip().splitlines()[-1].startswith("Ready")
@@ -222,7 +340,7 @@ def test_doctor_exits_0_when_only_warnings_remain(home: Path) -> None:
 def test_doctor_exits_1_when_the_store_is_broken(home: Path) -> None:
     garbage = home / "jobs.db"
     garbage.write_text("not a database\n" * 50)
-    done = doctor_cli(home, "--config", str(config(home, f'[persistence]\npath = "{garbage}"\n')))
+    done = doctor_cli(home, "--config", str(fakes(home, f'[persistence]\npath = "{garbage}"\n')))
     assert done.returncode == 1
     assert "FAIL  store" in done.stdout
 
@@ -235,9 +353,10 @@ def test_doctor_exits_2_for_a_bad_config_and_lists_the_problems(home: Path) -> N
 
 
 def test_doctor_json_is_machine_readable(home: Path) -> None:
-    done = doctor_cli(home, "--json")
+    done = doctor_cli(home, "--json", "--config", str(fakes(home)))
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["ok"] is True
     names = [check["name"] for check in report["checks"]]
-    assert names == ["config", "store", *PROVIDER_NAMES]
+    assert names == ["config", "store", *PROVIDER_NAMES, "providers"]
+    assert "grok" in report["checks"][-1]["details"]["usable"]

@@ -1,16 +1,25 @@
 """`agent-cli-gateway doctor`: what is configured, what is reachable, what is installed.
 
-Each check returns a `Check`; the CLI renders them as text or JSON. Only a broken config or
-an unreachable store fail the run: a missing provider CLI is a warning (the other providers
-still work), and says how to install it. Nothing here writes: a SQLite store that does not
-exist yet is reported, not created (a probe directory, made and removed at once, checks that
-it could be).
+Each check returns a `Check`; `cmd_doctor` renders them as text or JSON. A broken config, an
+unreadable store or no usable provider at all fail the run ("not ready"); a missing provider
+CLI is a warning (the other providers still work) that says how to install it.
+
+Nothing here writes: the store is inspected read-only (gateway/store/inspect.py: a SQLite
+file is opened read-only if it exists, PostgreSQL in a read-only session), never created
+nor migrated; the report says what `serve` would do instead. A CLI is looked for twice: with
+this shell's PATH, and with the minimal PATH an MCP client gives the servers it starts
+(plus the user bin dirs the gateway adds), since the latter is the one that counts. The one
+thing doctor makes is a probe directory, removed at once, beside where a SQLite store that
+does not exist yet would be created: proof that it could be.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -21,6 +30,7 @@ import anyio
 
 from gateway import __version__
 from gateway.childenv import secret_env_names
+from gateway.cli.common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, PROG
 from gateway.config import (
     PROVIDER_NAMES,
     ConfigError,
@@ -29,9 +39,13 @@ from gateway.config import (
     default_config_path,
     load_settings,
 )
-from gateway.logs import redact_text
+from gateway.logs import configure_logging, redact_text
+from gateway.store.base import SCHEMA_VERSION
 
 STORE_PROBE_TIMEOUT_S = 10.0  # a database that does not answer is "unreachable", not a hang
+# What MCP clients (Claude Desktop, editors launched from a desktop) typically give a server
+# they start: the system dirs only, none of a login shell's additions.
+MINIMAL_CLIENT_PATH = os.pathsep.join(("/usr/bin", "/bin", "/usr/sbin", "/sbin"))
 
 Status = Literal["ok", "warning", "error", "disabled", "skipped"]
 
@@ -59,8 +73,10 @@ class Report:
         return {"ok": self.ok, "version": self.version, "checks": [asdict(c) for c in self.checks]}
 
 
-def run_doctor(config_path: Path | None) -> Report:
-    """Check the config, the store, every CLI provider and every API provider."""
+def run_doctor(config_path: Path | None, client_path: str = MINIMAL_CLIENT_PATH) -> Report:
+    """Check the config, the store, every CLI provider and every API provider.
+
+    `client_path`: the PATH an MCP client would start the gateway with."""
     settings, config_check = check_config(config_path)
     checks = [config_check]
     if settings is None:
@@ -69,10 +85,22 @@ def run_doctor(config_path: Path | None) -> Report:
         checks.append(check_store(settings))
     providers = settings.providers if settings else {n: ProviderConfig() for n in PROVIDER_NAMES}
     secret_env = secret_env_names(settings) if settings else frozenset()
-    checks += check_cli_providers(providers, secret_env)
+    checks += check_cli_providers(providers, secret_env, client_path)
     if settings is not None:
         checks += [check_api_provider(name, settings) for name in sorted(settings.api_providers)]
+        checks.append(check_readiness(settings, checks))
     return Report(version=__version__, checks=checks)
+
+
+def check_readiness(settings: Settings, checks: list[Check]) -> Check:
+    """An error when not one provider could take a request: "Ready" would be a lie."""
+    names = set(PROVIDER_NAMES) | set(settings.api_providers)
+    usable = sorted(c.name for c in checks if c.name in names and c.status == "ok")
+    if usable:
+        return Check("providers", "ok", f"usable: {', '.join(usable)}", {"usable": usable})
+    return Check("providers", "error",
+                 "no provider is usable: install and log in to one of the CLIs above, or "
+                 "configure an [api_providers.<name>] with its key", {"usable": []})
 
 
 # -- config ------------------------------------------------------------------------------
@@ -113,23 +141,21 @@ def store_location(settings: Settings) -> str:
 
 
 def check_store(settings: Settings) -> Check:
+    """The store's schema version, read without writing (see gateway/store/inspect.py)."""
+    from gateway.store.inspect import inspect_schema
+
     backend = settings.persistence.backend
     where = store_location(settings)
     details: dict[str, Any] = {"backend": backend, "location": where}
     if backend == "memory":
         return Check("store", "ok", "memory: jobs are lost when the gateway exits", details)
-    if backend == "sqlite" and not settings.persistence.path.exists():
-        details["exists"] = False
-        problem = _uncreatable(settings.persistence.path)
-        if problem is not None:
-            return Check("store", "error",
-                         f"sqlite {where} cannot be created ({problem}); set [persistence] "
-                         f"path to a writable location", details)
-        return Check("store", "ok",
-                     f"sqlite {where} (not created yet: the gateway creates it at first start)",
-                     details)
+
+    async def inspect() -> Any:
+        with anyio.fail_after(STORE_PROBE_TIMEOUT_S):
+            return await inspect_schema(settings)
+
     try:
-        version = anyio.run(_schema_version, settings)
+        state = anyio.run(inspect)
     except TimeoutError:
         return Check("store", "error",
                      f"{backend} {where} did not answer within {STORE_PROBE_TIMEOUT_S:g} s",
@@ -137,8 +163,27 @@ def check_store(settings: Settings) -> Check:
     except Exception as exc:
         reason = redact_text(str(exc) or type(exc).__name__)
         return Check("store", "error", f"{backend} {where} is unreachable: {reason}", details)
-    details["schema_version"] = version
-    return Check("store", "ok", f"{backend} {where}, schema version {version}", details)
+    details["schema_version"] = state.version
+    details["serve_would"] = state.what_serve_does()
+    if not state.exists:
+        details["exists"] = False
+        problem = _uncreatable(settings.persistence.path)
+        if problem is not None:
+            return Check("store", "error",
+                         f"sqlite {where} cannot be created ({problem}); set [persistence] "
+                         f"path to a writable location", details)
+        return Check("store", "ok", f"{backend} {where} (not created yet: "
+                                    f"{state.what_serve_does()})", details)
+    if state.version is None:
+        return Check("store", "ok", f"{backend} {where}, no schema yet "
+                                    f"({state.what_serve_does()})", details)
+    if state.version > SCHEMA_VERSION:
+        return Check("store", "error", f"{backend} {where}, schema version {state.version}: "
+                                       f"{state.what_serve_does()}", details)
+    summary = f"{backend} {where}, schema version {state.version}"
+    if not state.current:
+        return Check("store", "warning", f"{summary} ({state.what_serve_does()})", details)
+    return Check("store", "ok", summary, details)
 
 
 def _uncreatable(path: Path) -> str | None:
@@ -158,24 +203,15 @@ def _uncreatable(path: Path) -> str | None:
     return None
 
 
-async def _schema_version(settings: Settings) -> int:
-    from gateway.store import open_store
-
-    with anyio.fail_after(STORE_PROBE_TIMEOUT_S):
-        store = await open_store(settings)
-        try:
-            return await store.schema_version()
-        finally:
-            await store.close()
-
-
 # -- CLI providers -----------------------------------------------------------------------
 
 
 def check_cli_providers(providers: dict[str, ProviderConfig],
-                        secret_env: frozenset[str]) -> list[Check]:
-    """One check per CLI provider: found where (PATH + user bin dirs), which version
-    (probed with a provider run's environment: without `secret_env`)."""
+                        secret_env: frozenset[str],
+                        client_path: str = MINIMAL_CLIENT_PATH) -> list[Check]:
+    """One check per CLI provider: found where (the client's PATH + user bin dirs, and
+    this shell's), which version, logged in? (probed with a provider run's environment:
+    without `secret_env`)."""
     try:
         from providers.registry import CLI_PROVIDERS, resolve_command
     except ImportError as exc:
@@ -194,7 +230,19 @@ def check_cli_providers(providers: dict[str, ProviderConfig],
         if not config.enabled:
             checks[name] = Check(name, "disabled", f"disabled in the config ({wanted})", details)
             continue
-        resolved = resolve_command(name, config.command, os.environ.get("PATH", ""))
+        resolved = resolve_command(name, config.command, client_path)
+        in_shell = resolve_command(name, config.command, os.environ.get("PATH", ""))
+        if resolved is None and in_shell is not None:
+            directory = os.path.dirname(in_shell)
+            details["path"] = in_shell
+            details["missed_by_client_path"] = directory
+            checks[name] = Check(
+                name, "warning",
+                f"{in_shell} is found on this shell's PATH, but {directory} is neither on the "
+                f"minimal PATH an MCP client gives the gateway ({client_path}) nor a "
+                f"user bin dir: set [providers.{name}].command = \"{in_shell}\" (or PATH in "
+                f"the client's server `env`)", details)
+            continue
         if resolved is None:
             checks[name] = Check(
                 name, "warning",
@@ -215,7 +263,33 @@ def check_cli_providers(providers: dict[str, ProviderConfig],
             check.status = "warning"
             check.summary = f"{check.summary}: {problem}"
             check.details["version_error"] = problem
+    for name, finding in anyio.run(_check_logins, found, providers, secret_env).items():
+        check = checks[name]
+        check.details["logged_in"] = finding.logged_in
+        check.details["login_check"] = finding.how
+        check.summary = f"{check.summary}; logged in: {finding.logged_in} ({finding.how})"
+        if finding.logged_in == "no" and check.status == "ok":
+            check.status = "warning"
+            check.summary += f"; log in: {CLI_PROVIDERS[name].login_hint}"
     return [checks[name] for name in PROVIDER_NAMES if name in checks]
+
+
+async def _check_logins(found: dict[str, str], providers: dict[str, ProviderConfig],
+                        secret_env: frozenset[str]) -> dict[str, Any]:
+    """Every found CLI's login state at once (status commands run in threads, bounded)."""
+    from gateway.cli.doctor_auth import check_login
+
+    results: dict[str, Any] = {}
+
+    async def one(name: str, path: str) -> None:
+        config = providers.get(name, ProviderConfig())
+        results[name] = await anyio.to_thread.run_sync(check_login, name, path, config,
+                                                       secret_env)
+
+    async with anyio.create_task_group() as group:
+        for name, path in found.items():
+            group.start_soon(one, name, path)
+    return results
 
 
 async def _probe_versions(found: dict[str, str], secret_env: frozenset[str],
@@ -259,3 +333,32 @@ def summarize(checks: Iterable[Check]) -> tuple[int, int]:
     """(errors, warnings)."""
     checks = list(checks)
     return (sum(c.status == "error" for c in checks), sum(c.status == "warning" for c in checks))
+
+
+# -- rendering ---------------------------------------------------------------------------
+
+_MARKS = {"ok": "ok", "warning": "WARN", "error": "FAIL", "disabled": "off", "skipped": "skip"}
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    configure_logging("debug" if args.debug else "warning", "auto")
+    report = run_doctor(args.config)
+    config_broken = any(c.name == "config" and c.status == "error" for c in report.checks)
+    # Same codes as every other command: 2 for a bad config, 1 for anything else broken.
+    code = EXIT_USAGE if config_broken else EXIT_OK if report.ok else EXIT_FAILURE
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+        return code
+    print(f"{PROG} {report.version}")
+    width = max(len(check.name) for check in report.checks)
+    for check in report.checks:
+        print(f"  {_MARKS[check.status]:<4}  {check.name:<{width}}  {check.summary}")
+        for problem in check.details.get("problems", []):
+            print(f"        {'':<{width}}  - {problem}")
+    errors, warnings = summarize(report.checks)
+    if errors:
+        print(f"Not ready: {errors} problem(s) to fix, {warnings} warning(s).")
+    else:
+        print(f"Ready ({warnings} warning(s)).")
+    sys.stdout.flush()
+    return code

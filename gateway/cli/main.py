@@ -1,8 +1,11 @@
-"""The operator's command line: `serve` (the default), `init`, `doctor`, `jobs ...`.
+"""The operator's command line: argparse and dispatch, plus `serve` and `init`.
 
-Exit codes: 0 success, 1 failure (a command that could not do its job), 2 usage or
-configuration error. A bad config prints one line per problem and never a traceback; an
-unexpected error prints one line (a traceback only with --debug or `logging.level = "debug"`).
+The commands live by concern: jobs.py (`jobs ...`), tail.py (`jobs tail`), run.py (`run`),
+instances.py, doctor.py; common.py has the exit codes, format.py the tables and times.
+Exit codes (common.py): 0 success, 1 failure, 2 usage or configuration error, 130
+interrupted; the commands that follow a job report how it ended (JOB_EXIT_CODES). A bad
+config prints one line per problem and never a traceback; an unexpected error prints one
+line (a traceback only with --debug or `logging.level = "debug"`).
 
 `serve` prints nothing at all to stdout: there, stdout is the MCP stdio channel. The other
 commands talk to a human on stdout and put errors on stderr.
@@ -11,29 +14,29 @@ commands talk to a human on stdout and put errors on stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import traceback
-from collections.abc import Awaitable, Callable
-from datetime import datetime
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
-
-import anyio
 
 from gateway import __version__
-from gateway.config import ConfigError, Settings, default_config_path, load_settings
+from gateway.cli.common import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    PROG,
+    CliError,
+    error,
+    load,
+)
+from gateway.config import ConfigError, default_config_path
 from gateway.fs import ensure_private_dir
-from gateway.logs import configure_logging, redact_text
-from gateway.model import JobRow, JobStatus
-from gateway.store.base import StoreUnavailable, answer_in, page_of
+from gateway.model import JobStatus
+from gateway.store.base import StoreUnavailable
 from providers.loopback import is_loopback_host
-
-PROG = "agent-cli-gateway"
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
-EXIT_INTERRUPTED = 130  # the shell's convention for Ctrl-C
 
 DEFAULT_LIST_LIMIT = 20  # a screenful of jobs
 DEFAULT_RESULT_BYTES = 65_536  # one page of `jobs result`, like llm_job_result's default page
@@ -42,16 +45,15 @@ TOKEN_HOWTO = (
     "set [http] auth_token in the config file or the AGENT_GATEWAY_HTTP__AUTH_TOKEN environment "
     "variable (for example: export AGENT_GATEWAY_HTTP__AUTH_TOKEN=\"$(openssl rand -hex 32)\")"
 )
-
-T = TypeVar("T")
-
-
-class CliError(Exception):
-    """A failure reported as one line on stderr, with the exit code to return."""
-
-    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
-        super().__init__(message)
-        self.code = code
+STDIO_HINT = (
+    f"{PROG}: this is an MCP server speaking JSON-RPC on stdin/stdout; it waits for an MCP "
+    f"client, not for typing. Add it to a client instead, e.g.\n"
+    f"  claude mcp add agent-cli-gateway -- {PROG}\n"
+    f"  codex mcp add agent-cli-gateway -- {PROG}\n"
+    f"or in a client's JSON config: \"mcpServers\": {{\"agent-cli-gateway\": "
+    f"{{\"command\": \"{PROG}\"}}}}. Check the setup with `{PROG} doctor`; try a provider "
+    f"from the shell with `{PROG} run PROVIDER PROMPT`. Ctrl-D or Ctrl-C stops it."
+)
 
 
 # -- parser --------------------------------------------------------------------------------
@@ -72,6 +74,29 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError("must not be negative")
     return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return value
+
+
+def _lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """A handler imported when its command runs: `--help` and `serve` load no more than
+    they need (MCP clients time a server's start)."""
+
+    def handler(args: argparse.Namespace) -> int:
+        from importlib import import_module
+
+        command: Callable[[argparse.Namespace], int] = getattr(import_module(module), name)
+        return command(args)
+
+    return handler
 
 
 def _port(text: str) -> int:
@@ -122,12 +147,39 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.set_defaults(handler=cmd_init)
 
-    doctor = commands.add_parser("doctor", parents=[common],
-                                 help="check the config, the store and the provider CLIs")
+    doctor = commands.add_parser(
+        "doctor", parents=[common], help="check the config, the store and the providers",
+        description="Check the config, the store (read-only: never creates or migrates it), "
+                    "each provider CLI (found under an MCP client's PATH? version? logged "
+                    "in?) and each API provider. Exit 1 when not ready.")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
-    doctor.set_defaults(handler=cmd_doctor)
+    doctor.set_defaults(handler=_lazy("gateway.cli.doctor", "cmd_doctor"))
 
-    jobs = commands.add_parser("jobs", parents=[common], help="inspect and cancel jobs")
+    run = commands.add_parser(
+        "run", parents=[common], help="run one request from the shell",
+        description="Submit one request as a durable job (as an MCP client would), wait for "
+                    "it with a progress line on stderr, print the answer on stdout. The exit "
+                    "status says how the job ended.")
+    run.add_argument("provider", metavar="PROVIDER", help="a CLI or API provider name")
+    run.add_argument("prompt", metavar="PROMPT", help="the prompt")
+    run.add_argument("--async", dest="async_", action="store_true",
+                     help="print the job id and return; the job runs on in the background")
+    run.add_argument("--model", help="the model (default: the provider's)")
+    run.add_argument("--working-dir", metavar="DIR", help="the CLI's working directory")
+    run.add_argument("--timeout", type=_positive_float, metavar="S",
+                     help="the job's wall-clock timeout in seconds")
+    run.add_argument("--force", action="store_true",
+                     help="run again even if an identical job is running or just completed")
+    run.add_argument("--detached-child", action="store_true", help=argparse.SUPPRESS)
+    run.set_defaults(handler=_lazy("gateway.cli.run", "cmd_run"))
+
+    instances = commands.add_parser("instances", parents=[common],
+                                    help="the gateway instances that share the store")
+    instances.add_argument("--json", action="store_true", help="print them as JSON")
+    instances.set_defaults(handler=_lazy("gateway.cli.instances", "cmd_instances"))
+
+    jobs = commands.add_parser("jobs", parents=[common], help="inspect, follow and cancel jobs",
+                               description="A job id may be given as any unique prefix.")
     jobs_commands = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
     listing = jobs_commands.add_parser("list", parents=[common], help="newest jobs first")
     listing.add_argument("--status", action="append", choices=[s.value for s in JobStatus],
@@ -135,14 +187,17 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--provider", help="only this provider")
     listing.add_argument("--limit", type=_positive_int, default=DEFAULT_LIST_LIMIT,
                          help=f"at most this many (default {DEFAULT_LIST_LIMIT})")
-    listing.set_defaults(handler=cmd_jobs_list)
-    show = jobs_commands.add_parser("show", parents=[common], help="one job's row")
+    listing.add_argument("--json", action="store_true", help="a JSON array, one object per job")
+    listing.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_list"))
+    show = jobs_commands.add_parser("show", parents=[common], help="one job in detail")
     show.add_argument("id")
-    show.set_defaults(handler=cmd_jobs_show)
+    show.add_argument("--json", action="store_true", help="print it as a JSON object")
+    show.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_show"))
     result = jobs_commands.add_parser(
-        "result", parents=[common], help="a job's output, one page at a time",
-        description="Print a page of the job's answer (its parsed text; --raw: the CLI's "
-                    "stdout). Pages are byte ranges: concatenated they are the whole output.")
+        "result", parents=[common], help="a finished job's answer",
+        description="Print the job's answer (its parsed text; --raw: the CLI's stdout), "
+                    "ending with a newline. Paged with --offset/--max-bytes, pages are exact "
+                    "byte ranges: concatenated they are the whole output.")
     result.add_argument("id")
     result.add_argument("--offset", type=_non_negative_int, default=0,
                         help="first byte to print (default 0)")
@@ -150,10 +205,27 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"page size in bytes (default {DEFAULT_RESULT_BYTES})")
     result.add_argument("--raw", action="store_true",
                         help="the CLI's raw stdout instead of the parsed answer")
-    result.set_defaults(handler=cmd_jobs_result)
+    result.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_result"))
+    tail = jobs_commands.add_parser(
+        "tail", parents=[common], help="a job's output so far; -f: follow it to the end",
+        description="Print the job's output so far (the parsed text; --raw: the CLI's "
+                    "stdout) and, with -f, new output as it arrives until the job ends. The "
+                    "exit status says how the job ended.")
+    tail.add_argument("id")
+    tail.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
+    tail.add_argument("--raw", action="store_true", help="the CLI's raw stdout stream")
+    tail.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_tail"))
+    wait = jobs_commands.add_parser(
+        "wait", parents=[common], help="wait until a job ends",
+        description="Wait for the job to end; print its final status. The exit status says "
+                    "how it ended (8: still active when --timeout passed).")
+    wait.add_argument("id")
+    wait.add_argument("--timeout", type=_positive_float, metavar="S",
+                      help="give up after S seconds (default: wait as long as it takes)")
+    wait.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_wait"))
     cancel = jobs_commands.add_parser("cancel", parents=[common], help="request a cancel")
     cancel.add_argument("id")
-    cancel.set_defaults(handler=cmd_jobs_cancel)
+    cancel.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_cancel"))
     return parser
 
 
@@ -171,43 +243,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handler(args)
     except ConfigError as exc:
-        _error(str(exc))
+        error(str(exc))
         return EXIT_USAGE
     except CliError as exc:
-        _error(str(exc))
+        error(str(exc))
         return exc.code
     except StoreUnavailable as exc:
         if args.debug:
             traceback.print_exc(file=sys.stderr)
-        _error(f"the job store is unavailable: {exc}")
+        error(f"the job store is unavailable: {exc}")
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as exc:
         if args.debug:
             traceback.print_exc(file=sys.stderr)
-        _error(f"error: {type(exc).__name__}: {exc}")
+        error(f"error: {type(exc).__name__}: {exc}")
         return EXIT_FAILURE
-
-
-def _error(message: str) -> None:
-    # Error text may quote a DSN or a header; the redactor is the last line of defence.
-    print(f"{PROG}: {redact_text(message)}", file=sys.stderr)
-
-
-def _load(args: argparse.Namespace, *, quiet: bool) -> Settings:
-    """Load the config and set up logging (quiet: warnings and up, for human commands)."""
-    settings = load_settings(args.config)
-    args.debug = args.debug or settings.logging.level == "debug"
-    level = "debug" if args.debug else settings.logging.level
-    if quiet and level in ("debug", "info") and not args.debug:
-        level = "warning"
-    configure_logging(level, settings.logging.format)
-    return settings
-
-
-def _run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    return anyio.run(fn, *args)
 
 
 # -- serve ---------------------------------------------------------------------------------
@@ -216,13 +268,13 @@ def _run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve MCP. Everything this prints goes to stderr: stdout is the protocol channel."""
     try:
-        settings = _load(args, quiet=False)
+        settings = load(args, quiet=False)
     except ConfigError as exc:
         if args.transport != "stdio":
             raise  # an operator started it by hand and reads this message
         # An MCP client that sees the server exit before the handshake shows only
         # "connection closed": serve anyway, and let every tool say what is wrong.
-        _error(str(exc))
+        error(str(exc))
         from gateway.mcp.serve import serve_broken_setup
 
         return serve_broken_setup(exc)
@@ -238,8 +290,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
                        f"loopback host only, pass --no-auth", EXIT_USAGE)
     from gateway.mcp.serve import serve  # lazy: the other commands start fast
 
+    if args.transport == "stdio" and _isatty(sys.stdin):
+        print(STDIO_HINT, file=sys.stderr)  # stderr: stdout is the protocol channel
+
     return serve(settings, transport=args.transport, host=host, port=port,
                  no_auth=args.no_auth)
+
+
+def _isatty(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):
+        return False
 
 
 # -- init ----------------------------------------------------------------------------------
@@ -295,207 +357,3 @@ def _write_all(fd: int, text: str) -> None:
         os.close(fd)
 
 
-# -- doctor --------------------------------------------------------------------------------
-
-_MARKS = {"ok": "ok", "warning": "WARN", "error": "FAIL", "disabled": "off", "skipped": "skip"}
-
-
-def cmd_doctor(args: argparse.Namespace) -> int:
-    from gateway.cli.doctor import run_doctor, summarize
-
-    configure_logging("debug" if args.debug else "warning", "auto")
-    report = run_doctor(args.config)
-    config_broken = any(c.name == "config" and c.status == "error" for c in report.checks)
-    # Same codes as every other command: 2 for a bad config, 1 for anything else broken.
-    code = EXIT_USAGE if config_broken else EXIT_OK if report.ok else EXIT_FAILURE
-    if args.json:
-        print(json.dumps(report.as_dict(), indent=2))
-        return code
-    print(f"{PROG} {report.version}")
-    width = max(len(check.name) for check in report.checks)
-    for check in report.checks:
-        print(f"  {_MARKS[check.status]:<4}  {check.name:<{width}}  {check.summary}")
-        for problem in check.details.get("problems", []):
-            print(f"        {'':<{width}}  - {problem}")
-    errors, warnings = summarize(report.checks)
-    if errors:
-        print(f"{errors} problem(s) to fix, {warnings} warning(s).")
-    else:
-        print(f"Ready ({warnings} warning(s)).")
-    return code
-
-
-# -- jobs ----------------------------------------------------------------------------------
-
-
-def _store_settings(args: argparse.Namespace) -> Settings | None:
-    """Settings for a jobs command; None when the SQLite file does not exist yet."""
-    settings = _load(args, quiet=True)
-    if settings.persistence.backend == "memory":
-        raise CliError("persistence.backend is 'memory': jobs live only inside the gateway "
-                       "process that runs them; the jobs commands need sqlite or postgres")
-    if settings.persistence.backend == "sqlite" and not settings.persistence.path.exists():
-        return None
-    return settings
-
-
-async def _with_store(settings: Settings, action: Callable[[Any], Awaitable[T]]) -> T:
-    from gateway.store import open_store
-
-    store = await open_store(settings)
-    try:
-        return await action(store)
-    finally:
-        with anyio.CancelScope(shield=True):
-            await store.close()
-
-
-def _no_job(job_id: str) -> NoReturn:
-    raise CliError(f"no job {job_id!r} (list recent ones with `{PROG} jobs list`)")
-
-
-def _when(value: datetime | None) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
-
-
-def _duration(job: JobRow) -> str:
-    if job.started_at is None:
-        return "-"
-    end = job.finished_at or job.updated_at
-    if end is None:
-        return "-"
-    seconds = max(0.0, (end - job.started_at).total_seconds())
-    return f"{seconds:.1f}s" if seconds < 120 else f"{seconds / 60:.1f}m"
-
-
-def cmd_jobs_list(args: argparse.Namespace) -> int:
-    settings = _store_settings(args)
-    if settings is None:
-        print("No jobs yet (the job store has not been created).")
-        return EXIT_OK
-    statuses = [JobStatus(s) for s in args.status] if args.status else None
-
-    async def fetch(store: Any) -> list[JobRow]:
-        return list(await store.list_jobs(statuses=statuses, provider=args.provider,
-                                          limit=args.limit))
-
-    jobs = _run(_with_store, settings, fetch)
-    if not jobs:
-        print("No matching jobs.")
-        return EXIT_OK
-    header = ("ID", "PROVIDER", "STATUS", "CREATED (UTC)", "RAN", "ERROR")
-    rows = [(j.id, j.provider, j.status.value, _when(j.created_at), _duration(j),
-             j.error_kind or "") for j in jobs]
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-    return EXIT_OK
-
-
-def cmd_jobs_show(args: argparse.Namespace) -> int:
-    settings = _store_settings(args)
-    if settings is None:
-        _no_job(args.id)
-    job = _run(_with_store, settings, lambda store: store.get_job(args.id))
-    if job is None:
-        _no_job(args.id)
-    for name in JobRow.column_names():
-        if name in ("output", "stderr_tail"):
-            continue
-        value = getattr(job, name)
-        if name == "result_json" and value:
-            value = _without_text(value)
-        shown = _when(value) if isinstance(value, datetime) else value
-        print(f"{name:<20} {'-' if shown is None else shown}")
-    print(f"{'output':<20} {job.output_bytes} bytes (page it with `{PROG} jobs result {job.id}`)")
-    if job.stderr_tail:
-        print("stderr (last lines):")
-        print(job.stderr_tail.rstrip("\n"))
-    return EXIT_OK
-
-
-def _without_text(result_json: str) -> str:
-    """result_json minus the answer itself (that is what `jobs result` is for)."""
-    try:
-        data = json.loads(result_json)
-    except ValueError:
-        return result_json
-    if isinstance(data, dict):
-        data.pop("text", None)
-    return json.dumps(data, sort_keys=True)
-
-
-def answer_bytes(job: JobRow, raw: bool) -> bytes:
-    """What `jobs result` pages: the parsed answer, or the CLI's stdout when raw (or no parse)."""
-    output = (job.output or "").encode()
-    where = None if raw else answer_in(job.result_json)
-    if isinstance(where, str):
-        return where.encode()
-    return page_of(output, 0, len(output), where)[0]
-
-
-def cmd_jobs_result(args: argparse.Namespace) -> int:
-    settings = _store_settings(args)
-    if settings is None:
-        _no_job(args.id)
-    job = _run(_with_store, settings, lambda store: store.get_job(args.id))
-    if job is None:
-        _no_job(args.id)
-    data = answer_bytes(job, args.raw)
-    end = min(len(data), args.offset + args.max_bytes)
-    page = data[args.offset:end]
-    # Raw bytes, not text: pages split mid-character still concatenate to the exact output.
-    sys.stdout.buffer.write(page)
-    sys.stdout.flush()
-    if job.status.is_active:
-        print(f"{PROG}: job {job.id} is still {job.status.value}; this is its output so far",
-              file=sys.stderr)
-    if end < len(data):
-        print(f"{PROG}: bytes {args.offset}-{end} of {len(data)}; next page: "
-              f"{PROG} jobs result {job.id} --offset {end}", file=sys.stderr)
-    if job.status in (JobStatus.COMPLETED, JobStatus.QUEUED, JobStatus.RUNNING):
-        return EXIT_OK
-    reason = f"{job.error_kind}: {job.error}" if job.error_kind else (job.error or "no detail")
-    print(f"{PROG}: job {job.id} {job.status.value} ({reason})", file=sys.stderr)
-    return EXIT_FAILURE
-
-
-def cmd_jobs_cancel(args: argparse.Namespace) -> int:
-    settings = _store_settings(args)
-    if settings is None:
-        _no_job(args.id)
-
-    async def cancel(store: Any) -> tuple[JobRow | None, bool]:
-        job = await store.request_cancel(args.id)
-        if job is None or job.status.is_terminal:
-            return job, False
-        return job, await _owner_is_live(store, job.owner_instance)
-
-    job, owner_live = _run(_with_store, settings, cancel)
-    if job is None:
-        _no_job(args.id)
-    if job.status.is_terminal:
-        print(f"Job {job.id} already finished as {job.status.value}; nothing to cancel.")
-        return EXIT_FAILURE
-    print(f"Cancel requested for job {job.id} ({job.status.value}, owned by gateway instance "
-          f"{job.owner_instance}).")
-    if owner_live:
-        print(f"That gateway's cancel poller stops it within about "
-              f"{settings.lease.cancel_poll_s:g} s; check with: {PROG} jobs show {job.id}")
-    else:
-        print("Its gateway instance does not look alive: if it is gone, the job is marked "
-              "orphaned once its lease expires ([lease] ttl_s).")
-    return EXIT_OK
-
-
-async def _owner_is_live(store: Any, instance_id: str | None) -> bool:
-    """Whether the owning instance is registered, not stopped and within its lease."""
-    if instance_id is None:
-        return False
-    now = await store.now()
-    for instance in await store.list_instances():
-        if instance.instance_id != instance_id:
-            continue
-        expires = instance.lease_expires_at
-        return instance.stopped_at is None and expires is not None and expires.timestamp() > now
-    return False

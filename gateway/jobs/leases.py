@@ -18,6 +18,12 @@ Why it holds:
   lapse. A tick that fires more than one interval late (the loop stalled, the process was
   stopped) skips the next sweep: an instance that was not running must not judge others on a
   stale view.
+- The monotonic clock does not advance while the host is suspended; the wall clock (and the
+  store's clock) does. So the store's clock is also compared with the monotonic one at every
+  heartbeat and sweep: a step forward of more than `heartbeat_s` (a resume, a clock jump)
+  means every peer on this host was frozen too and has not renewed yet, so nobody is judged
+  for `ttl_s` (each live peer renews within `heartbeat_s <= ttl_s / 2`). And an instance
+  judges only while its own lease, on the store's clock, was renewed within `ttl_s`.
 - The reaper judges each job by its own lease and its own owner's, never by which instances
   exist, so a fresh instance starting can never orphan a live instance's job (the original
   bug). An owner whose row was collected holds no lease.
@@ -43,11 +49,20 @@ from gateway.config import LeaseConfig, Settings
 from gateway.jobs.adoption import Adopter
 from gateway.jobs.manager import JobManager
 from gateway.model import ErrorKind, InstanceRow, JobRow
-from gateway.store.base import JobStore
+from gateway.store.base import REAPER_BATCH_ROWS, JobStore, StoreReplaced
 
 log = structlog.get_logger(__name__)
 
 PURGE_INTERVAL_S = 300.0  # retention is measured in days: purging every 5 minutes is plenty
+
+
+def instance_lease_held(instance: InstanceRow, now: float) -> bool:
+    """Whether `instance` still holds its lease at `now` (the store's clock, epoch s): the
+    reaper's rule for an owner (gateway/store/*_sql.py `_LEASE_EXPIRED`), for the readers
+    that show or judge it outside the store (`jobs cancel`, `jobs show`, `instances`).
+    A stopped instance keeps its lease until it lapses, as the reaper sees it."""
+    expires = instance.lease_expires_at
+    return expires is not None and expires.timestamp() >= now
 
 
 class LeaseKeeper:
@@ -64,6 +79,12 @@ class LeaseKeeper:
         self.heartbeat_failures = 0
         self.skip_next_sweep = False
         self.last_heartbeat_ok: float | None = None
+        # The store's clock when our lease was last renewed (read just before the write,
+        # so never later than the renewal): an instance judges others only while it is
+        # within ttl_s.
+        self.renewed_at: float | None = None
+        self._clock_offset: float | None = None  # store clock minus monotonic, last seen
+        self._judge_after = 0.0  # monotonic: no sweep judges before this (a clock step)
         self._tasks: list[asyncio.Task[None]] = []
         self._last_purge = 0.0
         self.adopter = Adopter(manager, identity)
@@ -120,8 +141,10 @@ class LeaseKeeper:
     # -- registration and heartbeat --------------------------------------------------------
     async def register(self) -> bool:
         try:
+            before = await self._read_clock()
             await self.store.register_instance(self.identity, self.lease.ttl_s)
         except Exception as exc:
+            self._note_replaced(exc)
             log.warning("instance registration failed; admission stays off",
                         action="register", error=repr(exc))
             self.registered = False
@@ -130,6 +153,7 @@ class LeaseKeeper:
         self.registered = True
         self.heartbeat_failures = 0
         self.last_heartbeat_ok = time.monotonic()
+        self.renewed_at = before
         if not self.manager.admitting:
             log.info("durable admission on", action="register",
                      instance_id=self.identity.instance_id)
@@ -141,8 +165,10 @@ class LeaseKeeper:
             await self.register()
             return
         try:
+            before = await self._read_clock()
             renewed = await self.store.heartbeat(self.identity.instance_id, self.lease.ttl_s)
         except Exception as exc:
+            self._note_replaced(exc)
             self.heartbeat_failures += 1
             log.warning("heartbeat failed", action="heartbeat", failures=self.heartbeat_failures,
                         error=repr(exc))
@@ -152,6 +178,8 @@ class LeaseKeeper:
                           action="heartbeat", failures=self.heartbeat_failures)
             return
         self.last_heartbeat_ok = time.monotonic()
+        if renewed:
+            self.renewed_at = before
         if renewed == 0 or not self.manager.admitting:
             # The instance row is gone (GC'd while we were stopped) or we had failed closed:
             # re-register (an upsert) before admitting again; never trust a heartbeat that
@@ -159,6 +187,44 @@ class LeaseKeeper:
             await self.register()
         else:
             self.heartbeat_failures = 0
+
+    def _note_replaced(self, exc: Exception) -> None:
+        """The store's file was deleted or replaced: admission goes off at once (not after
+        max_heartbeat_failures) and stays off, saying why, until the gateway restarts."""
+        if isinstance(exc, StoreReplaced):
+            self.manager.admitting = False
+            self.manager.store_problem = str(exc)
+
+    # -- clock steps -----------------------------------------------------------------------
+    async def _read_clock(self) -> float:
+        """The store's clock, compared with the monotonic clock read as it answers: a
+        forward step (a suspend and resume, a clock jump) starts a quiet period of ttl_s in
+        which nobody is judged."""
+        store_now = await self.store.now()
+        self._watch_clock(store_now, time.monotonic())
+        return store_now
+
+    def _watch_clock(self, store_now: float, mono: float) -> None:
+        offset = store_now - mono
+        previous, self._clock_offset = self._clock_offset, offset
+        if previous is None:
+            return
+        step = offset - previous
+        # A step smaller than heartbeat_s is inside every live lease's slack (a lease is
+        # renewed every heartbeat_s and lasts ttl_s >= 2 * heartbeat_s); a slow round trip
+        # to the store only ever looks like a small step.
+        if step > self.lease.heartbeat_s:
+            self._judge_after = mono + self.lease.ttl_s
+            log.warning("the store clock stepped ahead of the monotonic clock (suspend and "
+                        "resume, or a clock jump): judging no other instance for ttl_s",
+                        action="clock_step", step_s=round(step, 3), quiet_s=self.lease.ttl_s)
+
+    def may_judge(self, store_now: float) -> bool:
+        """Whether a sweep may judge others now: our own lease was renewed within ttl_s on
+        the store's clock, and no clock step happened within the last ttl_s."""
+        return (self.renewed_at is not None
+                and store_now - self.renewed_at < self.lease.ttl_s
+                and time.monotonic() >= self._judge_after)
 
     # -- reaper, GC, retention --------------------------------------------------------------
     def _provably_alive(self, row: JobRow) -> bool:
@@ -179,13 +245,19 @@ class LeaseKeeper:
             return []
         if not self.manager.admitting or self.manager.closing:
             return []  # an instance that cannot renew its own lease judges nobody
-        # Adoption first: a job whose owner is proven gone is settled here (adopted or
-        # re-queued) rather than orphaned.
+        now = await self._read_clock()
+        if not self.may_judge(now):
+            log.info("sweep skipped: our own lease is not fresh on the store clock, or the "
+                     "clock stepped", action="sweep")
+            return []
+        # Adoption first (it judges owners too, so only after the gate above): a job whose
+        # owner is proven gone is settled here (adopted or re-queued) rather than orphaned.
         await self.adopter.sweep()
         grace = self.lease.http_job_grace_s
-        candidates = await self.store.list_expired_candidates(grace)
-        alive = [row.id for row in candidates if self._provably_alive(row)]
-        orphaned = await self.store.recover_expired_leases(grace, alive) if candidates else []
+        candidates = await self.store.list_expired_candidates(grace, REAPER_BATCH_ROWS)
+        # Only the candidates judged here are flipped: the probed ones minus the alive.
+        judged = [row.id for row in candidates if not self._provably_alive(row)]
+        orphaned = await self.store.recover_expired_leases(grace, judged) if judged else []
         for row in orphaned:
             log.warning("job orphaned: its owner's lease expired", action="recover_expired_leases",
                         job_id=row.id, owner_instance=row.owner_instance, provider=row.provider)

@@ -30,6 +30,7 @@ from gateway.jobs.execution import (
     ExecutionOutcome,
     build_execution,
 )
+from gateway.jobs.full_store import fitted_completion
 from gateway.jobs.limiter import Limiter, Ticket
 from gateway.jobs.requests import SubmitRequest, canonical_json, request_key
 from gateway.jobs.runner import stop_supervised_run
@@ -44,7 +45,7 @@ from gateway.model import (
     NewJob,
     Progress,
 )
-from gateway.store.base import DuplicateActiveJob, JobStore, StoreUnavailable
+from gateway.store.base import DuplicateActiveJob, JobStore, StoreFull, StoreUnavailable
 from providers.parsing import char_boundary
 
 log = structlog.get_logger(__name__)
@@ -128,6 +129,9 @@ class JobManager:
         self.limiter = Limiter(limits.max_running_jobs, limits.max_running_per_provider,
                                limits.max_queued_jobs)
         self.admitting = False  # durable admission: turned on by the lease keeper
+        # Why the store cannot be used until a restart (its file was deleted), if so: set
+        # by the lease keeper, shown by gateway_status and in admission errors.
+        self.store_problem: str | None = None
         self.closing = False
         self.detached = False  # shutting down with on_shutdown = "detach": runs go on
         self.spool_root = spool.spool_root(settings.state_dir)
@@ -162,6 +166,10 @@ class JobManager:
             raise GatewayError(ErrorKind.UNAVAILABLE,
                                f"Admission is closed for {provider}: this gateway is shutting "
                                f"down. Retry; a new gateway instance will take the request.")
+        if self.store_problem is not None:
+            raise GatewayError(ErrorKind.UNAVAILABLE,
+                               f"Durable admission is off for {provider}: "
+                               f"{self.store_problem}")
         if not self.admitting:
             raise GatewayError(ErrorKind.UNAVAILABLE,
                                f"Durable admission is off for {provider}: this gateway instance "
@@ -424,12 +432,31 @@ class JobManager:
     async def _finish(self, job: LocalJob, completion: Completion) -> None:
         """The guarded terminal write, retried while the store is down (the result is never
         dropped: if it cannot be written before the lease lapses, the row is orphaned and
-        this write self-heals it later)."""
+        this write self-heals it later). A full disk is different: the same write would
+        fail forever, so it is made smaller until it fits (full_store.py)."""
         delay = 0.2
+        original, refused_full = completion, 0
         while True:
             try:
                 applied = await self.store.complete(job.row.id, self.instance_id, completion)
                 break
+            except StoreFull as exc:
+                refused_full += 1
+                smaller = fitted_completion(original, refused_full, str(exc),
+                                            self.settings.state_dir)
+                log.warning("terminal write refused: the store's disk is full",
+                            action="complete_store_full", job_id=job.row.id,
+                            kept_bytes=smaller.output_bytes if smaller else 0, error=str(exc))
+                if smaller is not None:
+                    completion = smaller
+                    continue
+                # Nothing left to drop: the row needs no spool file any more, and the
+                # space it frees may be what the write lacks.
+                await asyncio.to_thread(shutil.rmtree, job.spool_dir, ignore_errors=True)
+                if self.closing:
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
             except StoreUnavailable as exc:
                 if self.closing:
                     log.warning("terminal write failed during shutdown", action="complete",

@@ -41,6 +41,7 @@ import structlog
 from gateway import proc
 from gateway.childenv import child_env
 from gateway.fs import ensure_private_dir
+from gateway.jobs import spool
 from gateway.jobs import supervisor as sup
 from gateway.jobs.child_exit import ChildExit, open_pidfd
 from gateway.jobs.outcome import Limits, RunOutcome, outcome_from_record, stop_message
@@ -71,6 +72,10 @@ SUPERVISOR_START_TIMEOUT_S = 10.0
 SUPERVISOR_LOG_NAME = "supervisor.log"  # the supervisor's own stderr (a traceback, if any)
 STDOUT_NAME = sup.STDOUT_NAME
 STDERR_NAME = sup.STDERR_NAME
+FULL_DISK_STOP_MESSAGE = (
+    "The state filesystem is full (no space left for the provider's output under {spool}): "
+    "the run was stopped and its output truncated to what was written. Free disk space and "
+    "rerun the request.")
 TEMP_DIR_PREFIX = "agent-cli-gateway-run-"
 # Provider CLIs run this many nice levels below the gateway, and so does each one's autogroup
 # (the supervisor applies it before starting the CLI). The gateway's heartbeat and MCP
@@ -517,6 +522,11 @@ class ProcessRun:
                 woken.cancel()
                 self._wake.clear()
                 self._refresh_sizes()
+                if self._stop is None and spool.filesystem_full(self.spec.spool_dir):
+                    # The provider's writes fail (ENOSPC) and a CLI may carry on anyway: the
+                    # run ends now, with the output written so far.
+                    self.cancel(ErrorKind.OUTPUT_LIMIT,
+                                FULL_DISK_STOP_MESSAGE.format(spool=self.spec.spool_dir))
                 if (self._stop_at is not None
                         and time.monotonic() > self._stop_at + STOP_BACKSTOP_S):
                     log.warning("supervisor did not stop the run in time; killing its group",

@@ -20,6 +20,10 @@ from pathlib import Path
 from gateway.jobs import supervisor
 from providers.parsing import char_boundary
 
+# Less free space than this on the spool's filesystem is a full disk: a provider's next
+# write fails (ENOSPC), and the store beside it could not take the output either.
+FULL_BELOW_BYTES = 64 * 1024
+
 SPOOL_DIR_NAME = "spool"
 # The supervisor writes them (it imports nothing of the gateway, so the names live there).
 STDOUT_NAME = supervisor.STDOUT_NAME
@@ -76,3 +80,14 @@ def read_range(path: Path, start: int, length: int) -> tuple[bytes, int]:
         fh.seek(min(start, size))
         data = fh.read(max(0, min(length, size - start)))
     return data, max(size, start + len(data))
+
+
+def filesystem_full(job_dir: Path) -> bool:
+    """Whether the filesystem holding the spool has no room left for a provider's output
+    (the space an unprivileged writer may use). A directory that cannot be checked is not
+    reported full: the run's own limits still apply."""
+    try:
+        info = os.statvfs(job_dir)
+    except OSError:
+        return False
+    return info.f_bavail * info.f_frsize < FULL_BELOW_BYTES

@@ -530,6 +530,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
             "problem_permanent": state.setup_error is not None or bool(
                 gateway is not None and gateway.failed),
             "listed_providers": list(state.listed_providers),
+            "store_problem": manager.store_problem if manager else None,
             "jobs": manager.snapshot() if manager else None,
             "limits": settings.limits.model_dump(mode="json"),
             "lease": settings.lease.model_dump(mode="json"),
@@ -571,6 +572,8 @@ def _status_text(data: dict[str, Any]) -> str:
                      f"{jobs.get('max_running_jobs')}, queued {jobs.get('queued')}/"
                      f"{jobs.get('max_queued_jobs')}; by provider: running "
                      f"{jobs.get('running_by_provider')}, queued {jobs.get('queued_by_provider')}")
+    if data["store_problem"]:
+        lines.append(f"STORE PROBLEM: {data['store_problem']}")
     for name, info in data["providers"].items():
         if not info["enabled"]:
             lines.append(f"  {name}: disabled")

@@ -29,6 +29,17 @@ from gateway.model import (
 
 SCHEMA_VERSION = 3  # 2: SQLite keeps `output` last in the row; 3: `requeued_at`
 
+# The reaper reads at most this many candidates per sweep (oldest lease first; the rest are
+# read by the next sweep): a sweep's cost is bounded whatever happened to the table.
+REAPER_BATCH_ROWS = 500
+# What the reaper reads of a candidate and of a row it flipped: enough to probe the process
+# (host, boot, pid and its start time) and to log it; never the request or the output.
+REAPER_COLUMNS = (
+    "id", "provider", "status", "request_key", "transport", "owner_instance",
+    "lease_deadline", "hostname", "boot_id", "pid", "pgid", "pid_started_at",
+    "error", "error_kind", "finished_at", "updated_at",
+)
+
 
 class StoreUnavailable(Exception):
     """The store cannot be reached or refused a statement (connection lost, disk full...).
@@ -42,6 +53,21 @@ class StoreUnavailable(Exception):
     def __init__(self, message: str, *, permanent: bool = False) -> None:
         super().__init__(message)
         self.permanent = permanent
+
+
+class StoreFull(StoreUnavailable):
+    """The store refused a write because its disk is full (SQLite: the state filesystem;
+    PostgreSQL: the server's). Retrying the same write cannot succeed: the caller must write
+    less (a completion keeps what fits of its output) or free space first."""
+
+
+class StoreReplaced(StoreUnavailable):
+    """The store's file was deleted or replaced while this gateway had it open (SQLite).
+
+    Writes would land in the old, unlinked file and vanish, and another gateway would start
+    over on an empty one: the store refuses every call from then on, and the gateway stops
+    admitting until it is restarted. The message says what happened and what to do.
+    """
 
 
 class DuplicateActiveJob(Exception):
@@ -95,6 +121,12 @@ def without_output(row: JobRow) -> JobRow:
     return dataclasses.replace(row, output=None, result_json=result_json)
 
 
+def reaper_row(row: JobRow) -> JobRow:
+    """A copy of `row` as the reaper's narrow reads return it: REAPER_COLUMNS only, the
+    rest at their defaults. For backends that build rows in Python."""
+    return JobRow.from_mapping({name: getattr(row, name) for name in REAPER_COLUMNS})
+
+
 def answer_in(result_json: str | None) -> str | tuple[int, int] | None:
     """Where read_output(answer=True) finds the parsed answer: result_json's `text` when it
     is a non-empty string; or its `text_span` [start, end), the byte range of `output` that
@@ -133,6 +165,16 @@ def page_of(data: bytes, offset: int, length: int,
     """read_output's page of `data` (or of its range `span`) and the paged size, in bytes."""
     first, count, total = page_bounds(len(data), offset, length, span)
     return data[first:first + count], total
+
+
+PREFIX_MATCH_LIMIT = 10  # ids shown for an ambiguous prefix: a few are enough to pick from
+
+
+def like_prefix(prefix: str) -> str:
+    """A LIKE pattern (ESCAPE '\\') matching the values that start with `prefix` literally:
+    a `%` or `_` the operator typed is a character, not a wildcard."""
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "%"
 
 
 def output_to_bind(output: str | OutputFile | None) -> tuple[str | None, OutputFile | None]:
@@ -230,18 +272,27 @@ class JobStore(Protocol):
         """Write partial output of a running job (only while running and owned by owner)."""
 
     # -- the reaper -----------------------------------------------------------------------
-    async def list_expired_candidates(self, http_grace_s: float) -> list[JobRow]:
+    async def list_expired_candidates(
+        self, http_grace_s: float, limit: int = REAPER_BATCH_ROWS
+    ) -> list[JobRow]:
         """Active jobs whose lease passed: both their own lease_deadline and their owner's
         lease_expires_at (an owner without a row holds none); http jobs get http_grace_s on
-        top. Read-only: the reaper probes these for a provably live process first."""
+        top. Read-only: the reaper probes these for a provably live process first.
+
+        At most `limit` rows, oldest lease first (the rest come next sweep), and narrow
+        ones: only REAPER_COLUMNS are read (a request can be 1 MiB, an output tail 64 KiB;
+        the reaper needs neither), the other fields keep their defaults."""
 
     async def recover_expired_leases(
-        self, http_grace_s: float, alive_ids: Collection[str] = ()
+        self, http_grace_s: float, job_ids: Collection[str]
     ) -> list[JobRow]:
-        """Orphan queued/running jobs whose lease passed, as list_expired_candidates judges
-        it, except alive_ids. The predicate is re-checked inside the UPDATE (no
-        select-then-flip), and no heartbeat of a judged owner can commit in between.
-        Returns the rows it flipped."""
+        """Orphan those of `job_ids` (the candidates the reaper listed and judged not
+        provably alive) whose lease still passed, as list_expired_candidates judges it. Only
+        those: a job that lapsed after the listing waits for the next sweep's probe. The
+        predicate is re-checked inside the UPDATE (no select-then-flip), and no heartbeat
+        of a judged owner can commit in between; PostgreSQL skips rows (and owners) another
+        transaction holds locked, so one stalled peer cannot stall the sweep. Returns the
+        rows it flipped, narrow (REAPER_COLUMNS and the orphaned outcome)."""
 
     # -- retention and reads --------------------------------------------------------------
     async def purge_terminal(self, older_than_s: float) -> list[str]:
@@ -257,6 +308,11 @@ class JobStore(Protocol):
         owner_instance: str | None = None, limit: int = 50, with_output: bool = True,
     ) -> list[JobRow]:
         """Newest first. with_output=False: light rows, as get_job."""
+
+    async def find_job_ids(self, prefix: str, limit: int = PREFIX_MATCH_LIMIT) -> list[str]:
+        """Ids of jobs that start with `prefix` (case-sensitive, literally: LIKE wildcards in
+        it match only themselves), sorted, at most `limit`: how the CLI resolves a short id.
+        An empty prefix matches nothing."""
 
     async def now(self) -> float:
         """The store's clock (epoch seconds): the database clock on PostgreSQL."""

@@ -10,7 +10,7 @@ Rows are copied in and out, so a caller can never mutate the stored state by acc
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -31,12 +31,15 @@ from gateway.model import (
     Progress,
 )
 from gateway.store.base import (
+    PREFIX_MATCH_LIMIT,
+    REAPER_BATCH_ROWS,
     SCHEMA_VERSION,
     AdoptionCandidate,
     DuplicateActiveJob,
     TakeOver,
     answer_in,
     page_of,
+    reaper_row,
     without_output,
 )
 
@@ -50,7 +53,8 @@ class MemoryJobStore:
 
     backend = "memory"
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock  # the store's clock, injectable as SqliteJobStore's
         self._jobs: dict[str, JobRow] = {}
         self._instances: dict[str, InstanceRow] = {}
         # One lock for everything: each method is one "transaction".
@@ -66,10 +70,10 @@ class MemoryJobStore:
         return SCHEMA_VERSION
 
     async def now(self) -> float:
-        return time.time()
+        return self.clock()
 
     def _now(self) -> datetime:
-        return _utc(time.time())
+        return _utc(self.clock())
 
     # -- instances -------------------------------------------------------------------------
     async def register_instance(self, instance: InstanceRow, ttl_s: float) -> None:
@@ -286,26 +290,27 @@ class MemoryJobStore:
             return False
         return job.lease_deadline + grace < now
 
-    async def list_expired_candidates(self, http_grace_s: float) -> list[JobRow]:
-        async with self._lock:
-            now = self._now()
-            return [
-                replace(job)
-                for job in self._jobs.values()
-                if self._expired(job, now, http_grace_s)
-            ]
-
-    async def recover_expired_leases(
-        self, http_grace_s: float, alive_ids: Collection[str] = ()
+    async def list_expired_candidates(
+        self, http_grace_s: float, limit: int = REAPER_BATCH_ROWS
     ) -> list[JobRow]:
         async with self._lock:
             now = self._now()
-            spared = set(alive_ids)
+            expired = [job for job in self._jobs.values()
+                       if self._expired(job, now, http_grace_s)]
+            expired.sort(key=lambda job: job.lease_deadline or now)
+            return [reaper_row(job) for job in expired[: max(limit, 0)]]
+
+    async def recover_expired_leases(
+        self, http_grace_s: float, job_ids: Collection[str]
+    ) -> list[JobRow]:
+        async with self._lock:
+            now = self._now()
             flipped = []
-            for job in self._jobs.values():
-                # Invariant: the job's own lease AND its owner's lease passed (+grace for
-                # http), and it is active.
-                if job.id in spared or not self._expired(job, now, http_grace_s):
+            for job_id in dict.fromkeys(job_ids):
+                job = self._jobs.get(job_id)
+                # Invariant: only a judged candidate, whose own lease AND its owner's lease
+                # passed (+grace for http), and it is active.
+                if job is None or not self._expired(job, now, http_grace_s):
                     continue
                 job.status = JobStatus.ORPHANED
                 job.error = job.error or ORPHANED_ERROR
@@ -313,7 +318,7 @@ class MemoryJobStore:
                 job.finished_at = now
                 job.updated_at = now
                 job.lease_deadline = None
-                flipped.append(replace(job))
+                flipped.append(reaper_row(job))
             return flipped
 
     # -- retention and reads --------------------------------------------------------------
@@ -330,6 +335,12 @@ class MemoryJobStore:
             for job_id in doomed:
                 del self._jobs[job_id]
             return doomed
+
+    async def find_job_ids(self, prefix: str, limit: int = PREFIX_MATCH_LIMIT) -> list[str]:
+        if not prefix:
+            return []
+        async with self._lock:
+            return sorted(i for i in self._jobs if i.startswith(prefix))[:max(limit, 0)]
 
     async def get_job(self, job_id: str, *, with_output: bool = True) -> JobRow | None:
         async with self._lock:

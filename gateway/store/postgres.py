@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from urllib.parse import unquote, urlsplit
 
 import asyncpg
@@ -44,12 +44,16 @@ from gateway.model import (
     Progress,
 )
 from gateway.store.base import (
+    PREFIX_MATCH_LIMIT,
+    REAPER_BATCH_ROWS,
     SCHEMA_VERSION,
     AdoptionCandidate,
     DuplicateActiveJob,
+    StoreFull,
     StoreUnavailable,
     TakeOver,
     answer_in,
+    like_prefix,
     output_to_bind,
     page_bounds,
     page_of,
@@ -65,10 +69,12 @@ from gateway.store.postgres_sql import (
     CREATE_SCHEMA_VERSION_TABLE,
     EXTEND_LEASES,
     FIND_ACTIVE_BY_KEY,
+    FIND_JOB_IDS,
     FIND_REUSABLE_LIGHT,
     GC_INSTANCES,
     GET_JOB,
     GET_JOB_LIGHT,
+    HAS_SCHEMA_VERSION_TABLE,
     INSERT_JOB,
     LIST_ADOPTION_CANDIDATES,
     LIST_CANCEL_REQUESTED,
@@ -104,6 +110,16 @@ COMMAND_TIMEOUT_S = 25.0  # a statement stuck behind a lock or a dying server gi
 ACQUIRE_TIMEOUT_S = 30.0  # a pool exhausted by stuck calls fails the next call, not forever
 CLOSE_TIMEOUT_S = 5.0  # close() waits this long for borrowed connections, then terminates
 LOCK_TIMEOUT_MS = 5000  # a row lock held longer than this is a stuck peer: fail the call
+# The server ends a statement that runs longer than the client would wait for it (so its
+# locks go when the client gives up), and a session that sits idle inside a transaction
+# this long: a gateway stopped (SIGSTOP, a stalled loop) in its reaper or completion
+# transaction would otherwise hold its row locks, and stall its peers, until it resumes.
+STATEMENT_TIMEOUT_MS = int(COMMAND_TIMEOUT_S * 1000)
+IDLE_IN_TRANSACTION_TIMEOUT_MS = 10_000
+# The heartbeat, registration and the clock read go through a pool of their own of this
+# size: result reads and COPYs of large outputs can hold every connection of the main pool
+# for long, and a heartbeat that waits for one lets its own lease lapse.
+LEASE_POOL_SIZE = 1
 APPLICATION_NAME = "agent-cli-gateway"  # so operators can find our sessions in pg_stat_activity
 MAX_SQL_POSITION = 2**31 - 2  # substring(... FROM start + 1 FOR n) with int4 arguments
 
@@ -165,6 +181,39 @@ def redact_dsn(dsn: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
+async def read_schema_version(dsn: str) -> int | None:
+    """The database's schema version, or None when no gateway has created one, read in a
+    read-only session that creates nothing (gateway/store/inspect.py: doctor and the CLI's
+    reading commands must never create or migrate a shared schema).
+
+    Raises StoreUnavailable (its text free of the DSN's password)."""
+    secrets = _secrets_of(dsn)
+
+    def unavailable(action: str, exc: BaseException) -> StoreUnavailable:
+        detail = str(exc) or type(exc).__name__
+        for secret in secrets:
+            detail = detail.replace(secret, "***")
+        return StoreUnavailable(f"postgres store: {action} failed ({type(exc).__name__}: "
+                                f"{detail})")
+
+    try:
+        conn = await asyncpg.connect(
+            dsn, timeout=CONNECT_TIMEOUT_S,
+            server_settings={"default_transaction_read_only": "on",
+                             "application_name": APPLICATION_NAME})
+    except (*_UNAVAILABLE_ERRORS, ValueError, asyncpg.ClientConfigurationError) as exc:
+        raise unavailable("connect", exc) from None
+    try:
+        if not await conn.fetchval(HAS_SCHEMA_VERSION_TABLE):
+            return None
+        return int(await conn.fetchval(READ_SCHEMA_VERSION))
+    except (*_UNAVAILABLE_ERRORS, asyncpg.PostgresError) as exc:
+        raise unavailable("read-only inspection", exc) from None
+    finally:
+        with suppress(*_UNAVAILABLE_ERRORS):
+            await conn.close(timeout=CLOSE_TIMEOUT_S)
+
+
 def _status_count(status: str) -> int:
     """Rows affected, from a command tag such as `UPDATE 3` or `DELETE 0`."""
     try:
@@ -205,6 +254,7 @@ class PostgresJobStore:
         self._max_size = max_size
         self._secrets = _secrets_of(dsn)
         self._pool: asyncpg.Pool | None = None
+        self._lease_pool: asyncpg.Pool | None = None  # heartbeat, register, now()
 
     def __repr__(self) -> str:
         return f"PostgresJobStore({redact_dsn(self._dsn)!r})"
@@ -217,18 +267,22 @@ class PostgresJobStore:
 
     def _unavailable(self, action: str, exc: BaseException) -> StoreUnavailable:
         detail = self._scrub(str(exc)) or type(exc).__name__
-        return StoreUnavailable(
+        kind = StoreFull if isinstance(exc, asyncpg.DiskFullError) else StoreUnavailable
+        return kind(
             f"postgres store: {action} failed ({type(exc).__name__}: {detail})",
             permanent=isinstance(exc, PERMANENT_ERRORS))
 
     @asynccontextmanager
-    async def _connection(self, action: str) -> AsyncIterator[asyncpg.Connection]:
-        """A pooled connection; connection-level failures become StoreUnavailable.
+    async def _connection(self, action: str, *,
+                          lease: bool = False) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection (lease=True: from the lease pool, which nothing else can
+        exhaust); connection-level failures become StoreUnavailable. A broken connection
+        is dropped by its pool and a fresh one opened by the next call.
 
         The cause is not chained (`from None`): asyncpg's exception objects can carry the
         connection parameters, and a traceback must not show them.
         """
-        pool = self._pool
+        pool = self._lease_pool if lease else self._pool
         if pool is None:
             raise StoreUnavailable(f"postgres store: {action} failed (store is not open)")
         try:
@@ -252,26 +306,34 @@ class PostgresJobStore:
         if self._pool is not None:
             return
         try:
-            pool = await asyncpg.create_pool(
-                self._dsn,
-                min_size=self._min_size,
-                max_size=self._max_size,
-                timeout=CONNECT_TIMEOUT_S,
-                command_timeout=COMMAND_TIMEOUT_S,
-                server_settings={
-                    "application_name": APPLICATION_NAME,
-                    "lock_timeout": str(LOCK_TIMEOUT_MS),
-                },
-            )
+            pool = await self._create_pool(self._min_size, self._max_size)
         except (*_UNAVAILABLE_ERRORS, ValueError, asyncpg.ClientConfigurationError) as exc:
             raise self._unavailable("open", exc) from None
         self._pool = pool
         try:
             await self._migrate()
-        except BaseException:
+            self._lease_pool = await self._create_pool(LEASE_POOL_SIZE, LEASE_POOL_SIZE)
+        except BaseException as exc:
             self._pool = None
             pool.terminate()
+            if isinstance(exc, _UNAVAILABLE_ERRORS):
+                raise self._unavailable("open", exc) from None
             raise
+
+    async def _create_pool(self, min_size: int, max_size: int) -> asyncpg.Pool:
+        return await asyncpg.create_pool(
+            self._dsn,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=CONNECT_TIMEOUT_S,
+            command_timeout=COMMAND_TIMEOUT_S,
+            server_settings={
+                "application_name": APPLICATION_NAME,
+                "lock_timeout": str(LOCK_TIMEOUT_MS),
+                "statement_timeout": str(STATEMENT_TIMEOUT_MS),
+                "idle_in_transaction_session_timeout": str(IDLE_IN_TRANSACTION_TIMEOUT_MS),
+            },
+        )
 
     async def _migrate(self) -> None:
         async with self._transaction("migrate schema") as conn:
@@ -292,31 +354,31 @@ class PostgresJobStore:
                 log.info("schema migrated", action="migrate_schema", version=version)
 
     async def close(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        try:
-            await asyncio.wait_for(pool.close(), CLOSE_TIMEOUT_S)
-        except _UNAVAILABLE_ERRORS as exc:  # dead server or stuck borrower: do not hang
-            log.warning(
-                "postgres pool did not close cleanly; terminating",
-                action="close_store", error=type(exc).__name__,
-            )
-            pool.terminate()
+        pools = [p for p in (self._pool, self._lease_pool) if p is not None]
+        self._pool = self._lease_pool = None
+        for pool in pools:
+            try:
+                await asyncio.wait_for(pool.close(), CLOSE_TIMEOUT_S)
+            except _UNAVAILABLE_ERRORS as exc:  # dead server or stuck borrower: do not hang
+                log.warning(
+                    "postgres pool did not close cleanly; terminating",
+                    action="close_store", error=type(exc).__name__,
+                )
+                pool.terminate()
 
     async def schema_version(self) -> int:
         async with self._connection("read schema version") as conn:
             return int(await conn.fetchval(READ_SCHEMA_VERSION))
 
     async def now(self) -> float:
-        async with self._connection("read clock") as conn:
+        async with self._connection("read clock", lease=True) as conn:
             return float(await conn.fetchval(READ_NOW))
 
     # -- instances ------------------------------------------------------------------------
     async def register_instance(self, instance: InstanceRow, ttl_s: float) -> None:
         """Upsert the instance row. started_at, heartbeat_at and the lease come from the
         database clock (the row's own started_at is ignored: no client time is stored)."""
-        async with self._connection("register instance") as conn:
+        async with self._connection("register instance", lease=True) as conn:
             await conn.execute(
                 UPSERT_INSTANCE,
                 instance.instance_id, instance.hostname, instance.boot_id, instance.pid,
@@ -329,7 +391,7 @@ class PostgresJobStore:
 
     async def heartbeat(self, instance_id: str, ttl_s: float) -> int:
         # One row whatever the job count: the instance lease covers all of its jobs.
-        async with self._connection("heartbeat") as conn:
+        async with self._connection("heartbeat", lease=True) as conn:
             renewed = await conn.execute(RENEW_INSTANCE_LEASE, instance_id, float(ttl_s))
         return _status_count(renewed)
 
@@ -427,25 +489,35 @@ class PostgresJobStore:
         return _status_count(status) == 1
 
     # -- the reaper -----------------------------------------------------------------------
-    async def list_expired_candidates(self, http_grace_s: float) -> list[JobRow]:
+    async def list_expired_candidates(
+        self, http_grace_s: float, limit: int = REAPER_BATCH_ROWS
+    ) -> list[JobRow]:
         async with self._connection("list expired leases") as conn:
-            rows = await conn.fetch(LIST_EXPIRED_CANDIDATES, float(http_grace_s))
+            rows = await conn.fetch(LIST_EXPIRED_CANDIDATES, float(http_grace_s), max(limit, 0))
         return [_job(row) for row in rows]
 
     async def recover_expired_leases(
-        self, http_grace_s: float, alive_ids: Collection[str] = ()
+        self, http_grace_s: float, job_ids: Collection[str]
     ) -> list[JobRow]:
+        if not job_ids:
+            return []
         async with self._transaction("recover expired leases") as conn:
-            await conn.fetch(LOCK_EXPIRED_OWNERS)
-            rows = await conn.fetch(
-                RECOVER_EXPIRED_LEASES, float(http_grace_s), list(alive_ids), ORPHANED_ERROR
-            )
+            owners = [row["instance_id"] for row in await conn.fetch(LOCK_EXPIRED_OWNERS)]
+            rows = await conn.fetch(RECOVER_EXPIRED_LEASES, float(http_grace_s),
+                                    list(job_ids), ORPHANED_ERROR, owners)
         return [_job(row) for row in rows]
 
     # -- retention and reads --------------------------------------------------------------
     async def purge_terminal(self, older_than_s: float) -> list[str]:
         async with self._connection("purge terminal jobs") as conn:
             rows = await conn.fetch(PURGE_TERMINAL, float(older_than_s))
+        return [row["id"] for row in rows]
+
+    async def find_job_ids(self, prefix: str, limit: int = PREFIX_MATCH_LIMIT) -> list[str]:
+        if not prefix:
+            return []
+        async with self._connection("find job ids") as conn:
+            rows = await conn.fetch(FIND_JOB_IDS, like_prefix(prefix), max(limit, 0))
         return [row["id"] for row in rows]
 
     async def get_job(self, job_id: str, *, with_output: bool = True) -> JobRow | None:

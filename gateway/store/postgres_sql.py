@@ -12,12 +12,14 @@ from gateway.model import (
     JobRow,
 )
 from gateway.store.base import (
+    REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
 
 ACTIVE_INDEX_NAME = "jobs_active_request_key"
 
 _JOB_COLUMNS = ", ".join(JobRow.column_names())
+_REAPER_COLUMNS = ", ".join(REAPER_COLUMNS)
 _INSTANCE_COLUMNS = (
     "instance_id, hostname, boot_id, pid, pid_started_at, role, version, started_at, "
     "heartbeat_at, lease_expires_at, stopped_at"
@@ -42,6 +44,11 @@ CREATE TABLE IF NOT EXISTS schema_version (
 
 # 0 for a database no gateway has touched yet.
 READ_SCHEMA_VERSION = "SELECT COALESCE(MAX(version), 0) FROM schema_version"
+
+# Read-only inspection (doctor, the reading CLI commands): is there a version table at all?
+HAS_SCHEMA_VERSION_TABLE = """
+SELECT EXISTS (SELECT 1 FROM information_schema.tables
+               WHERE table_schema = current_schema() AND table_name = 'schema_version')"""
 
 # Each version is recorded once (primary key), by the instance holding the schema lock.
 RECORD_SCHEMA_VERSION = "INSERT INTO schema_version (version, applied_at) VALUES ($1, now())"
@@ -272,34 +279,48 @@ status IN ('queued','running') AND lease_deadline < now()
                                           THEN make_interval(secs => $1)
                                           ELSE interval '0' END >= now())"""
 
+# Narrow and bounded (base.REAPER_COLUMNS, $2 rows, oldest lease first): a sweep never
+# reads requests or outputs, and its cost does not grow with a backlog.
 LIST_EXPIRED_CANDIDATES = f"""
-SELECT {_JOB_COLUMNS} FROM jobs WHERE {_LEASE_EXPIRED}
-ORDER BY lease_deadline"""
+SELECT {_REAPER_COLUMNS} FROM jobs WHERE {_LEASE_EXPIRED}
+ORDER BY lease_deadline
+LIMIT $2"""
 
 # Taken first in the reaper's transaction: the rows of lapsed owners that still own active
 # jobs, locked (in a fixed order: two reapers never deadlock). While they are held no
 # heartbeat of those owners can commit, and owners live at this moment stay live for the
 # whole transaction (now() is its start time, a lease only grows). So the UPDATE below,
 # whose NOT EXISTS reads a later snapshot, can never orphan a job whose owner renewed in
-# between: its lease had lapsed when we judged it, or it is not touched.
+# between: its lease had lapsed when we judged it, or it is not touched. SKIP LOCKED: an
+# owner row another transaction holds (its heartbeat, another reaper, a stalled peer) is
+# left for the next sweep instead of stalling this one; its jobs are not judged now.
 LOCK_EXPIRED_OWNERS = """
 SELECT instance_id FROM gateway_instances AS owner
 WHERE lease_expires_at < now()
   AND EXISTS (SELECT 1 FROM jobs WHERE jobs.owner_instance = owner.instance_id
                                    AND jobs.status IN ('queued','running'))
 ORDER BY instance_id
-FOR UPDATE"""
+FOR UPDATE SKIP LOCKED"""
 
-# The same predicate, re-checked inside the UPDATE (no select-then-flip); a row a completion
-# or cancel changed first is re-evaluated on its committed version. Rows proven alive by the
-# reaper's probe ($2) are spared.
+# The same predicate, re-checked when each row is locked (no select-then-flip; a row a
+# completion or cancel changed first is re-evaluated on its committed version), and only on
+# the candidates the reaper listed and judged ($2, without the ones its probe proved alive):
+# a job that lapsed after the listing was never probed, so it waits for the next sweep. Only
+# jobs whose owner this transaction locked ($4) or whose owner has no row: a skipped owner's
+# jobs are not judged. SKIP LOCKED: a job row another transaction holds (a stalled peer's
+# completion) is left for the next sweep, so one row cannot block the rest.
 RECOVER_EXPIRED_LEASES = f"""
 UPDATE jobs SET status = 'orphaned', error = COALESCE(error, $3),
                 error_kind = 'orphaned', finished_at = now(), updated_at = now(),
                 lease_deadline = NULL
-WHERE {_LEASE_EXPIRED}
-  AND NOT (id = ANY($2::text[]))
-RETURNING {_JOB_COLUMNS}"""
+WHERE id IN (
+    SELECT id FROM jobs
+    WHERE id = ANY($2::text[]) AND {_LEASE_EXPIRED}
+      AND (owner_instance = ANY($4::text[])
+           OR NOT EXISTS (SELECT 1 FROM gateway_instances AS known
+                          WHERE known.instance_id = jobs.owner_instance))
+    FOR UPDATE SKIP LOCKED)
+RETURNING {_REAPER_COLUMNS}"""
 
 # -- retention and reads ------------------------------------------------------------------
 
@@ -312,6 +333,11 @@ RETURNING id"""
 
 # A plain read; every caller that acts on it goes through a guarded UPDATE afterwards.
 GET_JOB = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = $1"
+
+# Ids starting with $1 (a like_prefix pattern: the caller's wildcards escaped; PostgreSQL's
+# LIKE is case-sensitive). Bounded by $2.
+FIND_JOB_IDS = r"""
+SELECT id FROM jobs WHERE id LIKE $1 ESCAPE '\' ORDER BY id LIMIT $2"""
 
 # The light read (status, wait, list, cancel): the output stays on the server and the parsed
 # result loses its `text` there (each can be max_output_bytes; those reads need neither).

@@ -44,12 +44,17 @@ from gateway.model import (
     Progress,
 )
 from gateway.store.base import (
+    PREFIX_MATCH_LIMIT,
+    REAPER_BATCH_ROWS,
     SCHEMA_VERSION,
     AdoptionCandidate,
     DuplicateActiveJob,
+    StoreFull,
+    StoreReplaced,
     StoreUnavailable,
     TakeOver,
     answer_in,
+    like_prefix,
     output_to_bind,
     page_bounds,
     page_of,
@@ -63,6 +68,7 @@ from gateway.store.sqlite_sql import (
     CREATE_SCHEMA_VERSION_TABLE,
     EXTEND_LEASES,
     FIND_ACTIVE_BY_KEY,
+    FIND_JOB_IDS,
     FIND_REUSABLE,
     FIND_REUSABLE_LIGHT,
     GC_INSTANCES,
@@ -116,10 +122,11 @@ def _epoch(value: datetime | None) -> float | None:
 
 
 def _job(row: sqlite3.Row) -> JobRow:
-    data = {name: row[name] for name in JobRow.column_names()}
+    data = {name: row[name] for name in row.keys()}  # noqa: SIM118 - a Row iterates values
     for name in _JOB_TIME_FIELDS:
-        data[name] = _utc(data[name])
-    if isinstance(data["output"], bytes):  # a large output, written in place as a blob
+        if name in data:  # a narrow read (the reaper's) has some columns only
+            data[name] = _utc(data[name])
+    if isinstance(data.get("output"), bytes):  # a large output, written in place as a blob
         data["output"] = data["output"].decode("utf-8", errors="replace")
     return JobRow.from_mapping(data)
 
@@ -171,14 +178,14 @@ def _instance(row: sqlite3.Row) -> InstanceRow:
     return InstanceRow(**data)
 
 
-def _run_transaction(db: sqlite3.Connection,
+def _run_transaction(db: sqlite3.Connection, clock: Callable[[], float],
                      work: Callable[[sqlite3.Connection, float], T]) -> T:
     """On the connection's thread: BEGIN IMMEDIATE, `work(db, now)`, COMMIT; ROLLBACK on any
     error. `now` is read once the write lock is held: a lease computed by one writer is
     never older than a decision taken by the next."""
     db.execute("BEGIN IMMEDIATE")
     try:
-        result = work(db, time.time())
+        result = work(db, clock())
         db.execute("COMMIT")
     except BaseException:
         # ROLLBACK fails harmlessly when BEGIN itself failed (nothing open).
@@ -207,15 +214,19 @@ def _changed(db: sqlite3.Connection, sql: str, params: Mapping[str, Any]) -> int
 
 @contextmanager
 def _store_errors(action: str) -> Iterator[None]:
-    """Turn SQLite and OS failures into StoreUnavailable (integrity errors are bugs: kept)."""
+    """Turn SQLite and OS failures into StoreUnavailable, StoreFull when the disk is full
+    (integrity errors are bugs: kept)."""
     try:
         yield
     except sqlite3.IntegrityError:
         raise
     except sqlite3.Error as exc:
+        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            raise StoreFull(f"sqlite store: {action} failed: {exc}") from exc
         raise StoreUnavailable(f"sqlite store: {action} failed: {exc}") from exc
     except OSError as exc:
-        raise StoreUnavailable(f"sqlite store: {action} failed: {exc.strerror or exc}") from exc
+        unavailable = StoreFull if exc.errno == errno.ENOSPC else StoreUnavailable
+        raise unavailable(f"sqlite store: {action} failed: {exc.strerror or exc}") from exc
 
 
 def _ensure_private_file(path: Path) -> None:
@@ -231,10 +242,18 @@ class SqliteJobStore:
 
     backend = "sqlite"
 
-    def __init__(self, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
+    def __init__(self, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+                 clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path).expanduser()
         self.busy_timeout_ms = int(busy_timeout_ms)
+        # The store's clock (epoch seconds): every lease is written and judged with it. A
+        # test injects one that steps, as a suspend and resume does to the wall clock.
+        self.clock = clock
         self._conn: aiosqlite.Connection | None = None
+        # The file's identity (st_dev, st_ino) when it was opened, and why the store stopped
+        # using it if the path stopped naming that file (deleted, replaced).
+        self._file_id: tuple[int, int] | None = None
+        self._replaced: str | None = None
         # One connection per store: a transaction must never interleave with another task's.
         self._lock = anyio.Lock()
 
@@ -268,6 +287,7 @@ class SqliteJobStore:
                 await self._enable_wal(conn)
                 await conn.execute("PRAGMA synchronous = NORMAL")
             self._conn = conn
+            self._file_id, self._replaced = self._identity(), None
             await self._migrate()
         except BaseException:
             self._conn = None
@@ -307,7 +327,38 @@ class SqliteJobStore:
     def _connection(self) -> aiosqlite.Connection:
         if self._conn is None:
             raise StoreUnavailable("sqlite store is not open")
+        if self._replaced is not None:
+            raise StoreReplaced(self._replaced, permanent=True)
         return self._conn
+
+    def _identity(self) -> tuple[int, int] | None:
+        try:
+            info = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return info.st_dev, info.st_ino
+
+    def check_file(self) -> None:
+        """Raise StoreReplaced if the path no longer names the file this store opened.
+
+        A deleted file stays writable through the open connection, so without this check
+        every result written from then on would vanish with the unlinked inode, and a second
+        gateway would create an empty file and run an identical request again. Called on
+        each heartbeat (one stat); from the first mismatch on, every call is refused.
+        """
+        if self._replaced is None and self._file_id is not None:
+            found = self._identity()
+            if found != self._file_id:
+                what = "deleted" if found is None else "replaced by another file"
+                self._replaced = (
+                    f"sqlite store: the database file {self.path} was {what} while this "
+                    f"gateway had it open; its writes would be lost, so it no longer uses "
+                    f"it. Restore the file or restart the gateway (jobs it had stored are "
+                    f"in the old file only).")
+                log.error("the sqlite database file was deleted or replaced",
+                          action="store_replaced", path=str(self.path), found=what)
+        if self._replaced is not None:
+            raise StoreReplaced(self._replaced, permanent=True)
 
     @asynccontextmanager
     async def _read(self, action: str) -> AsyncIterator[aiosqlite.Connection]:
@@ -333,7 +384,7 @@ class SqliteJobStore:
                 # lock (and the file's write lock) is never handed on mid-transaction.
                 with anyio.CancelScope(shield=True):
                     result = await _on_connection_thread(
-                        conn, lambda db: _run_transaction(db, work))
+                        conn, lambda db: _run_transaction(db, self.clock, work))
         return result
 
     async def _migrate(self) -> None:
@@ -364,7 +415,7 @@ class SqliteJobStore:
             return int(row[0])
 
     async def now(self) -> float:
-        return time.time()
+        return self.clock()
 
     # -- instances -------------------------------------------------------------------------
     async def register_instance(self, instance: InstanceRow, ttl_s: float) -> None:
@@ -383,6 +434,7 @@ class SqliteJobStore:
             db, MARK_INSTANCE_STOPPED, {"instance_id": instance_id, "now": now}))
 
     async def heartbeat(self, instance_id: str, ttl_s: float) -> int:
+        self.check_file()
         return await self._transaction("heartbeat", lambda db, now: _changed(
             db, RENEW_INSTANCE_LEASE, {"instance_id": instance_id, "now": now, "ttl_s": ttl_s}))
 
@@ -397,7 +449,7 @@ class SqliteJobStore:
     # -- admission and transitions --------------------------------------------------------
     async def find_reusable(self, request_key: str, dedup_window_s: float) -> JobRow | None:
         rows = await self._light_rows("find_reusable", FIND_REUSABLE_LIGHT, FIND_REUSABLE, {
-            "request_key": request_key, "now": time.time(), "dedup_window_s": dedup_window_s,
+            "request_key": request_key, "now": self.clock(), "dedup_window_s": dedup_window_s,
         })
         return rows[0] if rows else None
 
@@ -490,17 +542,20 @@ class SqliteJobStore:
             "save_progress", lambda db, now: _changed(db, SAVE_PROGRESS, {**params, "now": now})) == 1
 
     # -- the reaper -----------------------------------------------------------------------
-    async def list_expired_candidates(self, http_grace_s: float) -> list[JobRow]:
+    async def list_expired_candidates(
+        self, http_grace_s: float, limit: int = REAPER_BATCH_ROWS
+    ) -> list[JobRow]:
         async with self._read("list_expired_candidates") as conn:
-            rows = await conn.execute_fetchall(
-                LIST_EXPIRED_CANDIDATES, {"now": time.time(), "http_grace_s": http_grace_s}
-            )
+            rows = await conn.execute_fetchall(LIST_EXPIRED_CANDIDATES, {
+                "now": self.clock(), "http_grace_s": http_grace_s, "limit": max(limit, 0)})
             return [_job(r) for r in rows]
 
     async def recover_expired_leases(
-        self, http_grace_s: float, alive_ids: Collection[str] = ()
+        self, http_grace_s: float, job_ids: Collection[str]
     ) -> list[JobRow]:
-        params = {"http_grace_s": http_grace_s, "alive_ids": json.dumps(list(alive_ids)),
+        if not job_ids:
+            return []
+        params = {"http_grace_s": http_grace_s, "job_ids": json.dumps(list(job_ids)),
                   "orphaned_error": ORPHANED_ERROR}
         return await self._transaction("recover_expired_leases", lambda db, now: [
             _job(r) for r in db.execute(RECOVER_EXPIRED_LEASES, {**params, "now": now})])
@@ -509,6 +564,13 @@ class SqliteJobStore:
     async def purge_terminal(self, older_than_s: float) -> list[str]:
         return await self._transaction("purge_terminal", lambda db, now: [
             r[0] for r in db.execute(PURGE_TERMINAL, {"now": now, "older_than_s": older_than_s})])
+
+    async def find_job_ids(self, prefix: str, limit: int = PREFIX_MATCH_LIMIT) -> list[str]:
+        if not prefix:
+            return []
+        params = {"pattern": like_prefix(prefix), "prefix": prefix, "limit": max(limit, 0)}
+        async with self._read("find_job_ids") as conn:
+            return [row[0] for row in await conn.execute_fetchall(FIND_JOB_IDS, params)]
 
     async def get_job(self, job_id: str, *, with_output: bool = True) -> JobRow | None:
         if not with_output:

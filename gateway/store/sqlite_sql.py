@@ -12,10 +12,12 @@ from gateway.model import (
     JobRow,
 )
 from gateway.store.base import (
+    REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
 
 _JOB_COLUMNS = ", ".join(JobRow.column_names())
+_REAPER_COLUMNS = ", ".join(REAPER_COLUMNS)
 _JOB_TIME_FIELDS = (
     "lease_deadline", "created_at", "started_at", "finished_at", "updated_at",
     "cancel_requested_at", "requeued_at",
@@ -281,20 +283,25 @@ status IN ('queued','running') AND lease_deadline < :now
         AND owner.lease_expires_at
             + CASE WHEN jobs.transport = 'http' THEN :http_grace_s ELSE 0 END >= :now)"""
 
+# Narrow and bounded (base.REAPER_COLUMNS, :limit rows, oldest lease first): a sweep never
+# reads requests or outputs, and its cost does not grow with a backlog.
 LIST_EXPIRED_CANDIDATES = f"""
-SELECT {_JOB_COLUMNS} FROM jobs WHERE {_LEASE_EXPIRED}
-ORDER BY lease_deadline"""
+SELECT {_REAPER_COLUMNS} FROM jobs WHERE {_LEASE_EXPIRED}
+ORDER BY lease_deadline
+LIMIT :limit"""
 
 # The same predicate, re-checked inside the UPDATE under the write lock (BEGIN IMMEDIATE: a
-# heartbeat is serialized before or after the whole statement, never in between). Rows
-# proven alive by the reaper's probe (:alive_ids, a JSON array) are spared.
+# heartbeat is serialized before or after the whole statement, never in between), and only
+# on the candidates the reaper listed and judged (:job_ids, a JSON array, without the ones
+# its probe proved alive): a job that lapsed after the listing was never probed, so it waits
+# for the next sweep.
 RECOVER_EXPIRED_LEASES = f"""
 UPDATE jobs SET status = 'orphaned', error = COALESCE(error, :orphaned_error),
                 error_kind = 'orphaned', finished_at = :now, updated_at = :now,
                 lease_deadline = NULL
-WHERE {_LEASE_EXPIRED}
-  AND id NOT IN (SELECT value FROM json_each(:alive_ids))
-RETURNING {_JOB_COLUMNS}"""
+WHERE id IN (SELECT value FROM json_each(:job_ids))
+  AND {_LEASE_EXPIRED}
+RETURNING {_REAPER_COLUMNS}"""
 
 # -- retention and reads ------------------------------------------------------------------
 
@@ -306,6 +313,13 @@ WHERE status IN ('completed','failed','cancelled','timed_out','orphaned')
 RETURNING id"""
 
 GET_JOB = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = :job_id"
+
+# Ids starting with :prefix. LIKE (its wildcards escaped by like_prefix) narrows; the substr
+# test makes it exact, since SQLite's LIKE ignores ASCII case. Bounded by :limit.
+FIND_JOB_IDS = r"""
+SELECT id FROM jobs
+WHERE id LIKE :pattern ESCAPE '\' AND substr(id, 1, length(:prefix)) = :prefix
+ORDER BY id LIMIT :limit"""
 
 # The light read (status, wait, list, cancel): the output stays in the table and the parsed
 # result loses its `text` (each can be max_output_bytes; those reads need neither). No

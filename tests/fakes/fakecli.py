@@ -6,13 +6,14 @@ snapshots; tests/fakes/test_fakes.py checks they still match), which of them tak
 and the allowed values where the real help names them. An unknown flag exits 2 with
 "error: unknown option '<flag>'". It reads the prompt from where the real CLI does, prints
 the real CLI's output format and obeys directives found in the prompt (@sleep, @stream,
-@bytes, @exit, @auth, @stderr, @ignore-term, @grandchild, @late).
+@bytes, @enospc-retry, @exit, @auth, @stderr, @ignore-term, @grandchild, @late).
 
 Stdlib only and few imports: the job tests spawn these hundreds of times.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -371,11 +372,22 @@ def spawn_grandchild(run: Run) -> None:
     log_invocation({"grandchild_pid": pid, "parent_pid": os.getpid()})
 
 
-def write_filler(count: int) -> None:
+def write_filler(count: int, retry_enospc: bool = False) -> None:
     remaining = count
     while remaining > 0:
         n = min(CHUNK, remaining)
-        out("x" * (n - 1) + "\n" if n == remaining else "x" * n)
+        data = "x" * (n - 1) + "\n" if n == remaining else "x" * n
+        if retry_enospc:  # as a CLI that ignores write errors: raw writes, retried forever
+            view = memoryview(data.encode())
+            while view:
+                try:
+                    view = view[os.write(1, view):]
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+                    time.sleep(0.05)
+        else:
+            out(data)
         remaining -= n
 
 
@@ -414,7 +426,7 @@ def main(binary: str) -> None:
             PROGRESS[run.binary](run, k + 1, count)
             time.sleep(interval)
         if run.d.get("bytes"):
-            write_filler(int(run.d["bytes"]))
+            write_filler(int(run.d["bytes"]), "enospc-retry" in run.d)
         ANSWER[run.binary](run)
     except BrokenPipeError:
         os._exit(141)
@@ -424,6 +436,16 @@ def main(binary: str) -> None:
 def build_run(binary: str, args: list[str]) -> tuple[Run | None, int]:
     """Parse argv like the real CLI; (None, code) when it answers without a run."""
     if binary == "codex":
+        if args == ["--version"]:  # the real one answers at the root too
+            out(f"{binary} 0.0.0-fake\n")
+            return None, 0
+        if args[:2] == ["login", "status"]:  # offline, like the real one: reads auth.json
+            home = os.environ.get("CODEX_HOME") or os.path.expanduser("~/.codex")
+            if os.path.exists(os.path.join(home, "auth.json")):
+                out("Logged in using ChatGPT\n")
+                return None, 0
+            err("Not logged in\n")
+            return None, 1
         if not args or args[0] != "exec":
             raise UsageError("error: the fake codex only implements `codex exec`")
         resume = len(args) > 1 and args[1] == "resume"

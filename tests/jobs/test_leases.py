@@ -186,3 +186,121 @@ async def test_a_late_heartbeat_skips_the_next_sweep(make_settings, start_gatewa
         time.sleep(0.7)  # the event loop stalls for over three heartbeat intervals
         await wait_for(lambda: any(e.get("action") == "heartbeat_drift" for e in logs), 5)
         await wait_for(lambda: any(e["event"].startswith("sweep skipped") for e in logs), 5)
+
+
+# -- a wall-clock step (issue 15, item 8) ---------------------------------------------------
+
+
+class SteppingClock:
+    """The store's wall clock, which a test can step forward the way a suspend and resume
+    does: the monotonic clock (the loops' sleeps) does not see the step."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_wall_clock_step_never_orphans_live_peers_queued_jobs(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    """Regression: after a suspend and resume, two live heartbeating instances on one
+    SQLite file orphaned each other's queued jobs (never launched): every lease looked
+    lapsed at once, and the monotonic drift check does not see a suspend."""
+    settings = make_settings(limits={"max_running_jobs": 1, "kill_grace_s": 1.0})
+    gateways = [await start_gateway(settings) for _ in range(2)]
+    clock = SteppingClock()
+    for gw in gateways:
+        gw.store.clock = clock  # both instances share the one host clock
+    jobs = []
+    for n, gw in enumerate(gateways):
+        manager = await gw.manager()
+        jobs.append(await manager.submit("claude", SubmitRequest(prompt=f"busy {n} @sleep=30")))
+        for q in range(3):
+            jobs.append(await manager.submit("claude", SubmitRequest(prompt=f"queued {n} {q}")))
+    await wait_for(lambda: len(fake_log.spawns()) == 2)
+    store = gateways[0].store
+    a, b = (gw.leases for gw in gateways)
+    # The host suspends: every loop freezes. B renewed last half a ttl before A did.
+    for keeper in (a, b):
+        await keeper.stop()
+    await b.heartbeat_once()
+    await anyio.sleep(settings.lease.ttl_s / 2)
+    await a.heartbeat_once()
+    with structlog.testing.capture_logs() as logs:
+        # It resumes with the wall clock stepped ahead: A's own lease is still within its
+        # ttl, B's has lapsed, and B has not run yet. A's reaper fires first.
+        clock.offset += 0.6 * settings.lease.ttl_s
+        assert await a.sweep_once() == []
+        assert any(e.get("action") == "clock_step" for e in logs)
+        for keeper in (b, a):
+            await keeper.start()  # the loops run again: B renews at once
+        # Quiet for a ttl, then sweeps judge again with everybody's lease renewed.
+        resumed = max(keeper._judge_after for keeper in (a, b))
+        await wait_for(lambda: time.monotonic() > resumed + 5 * settings.lease.sweep_interval_s,
+                       3 * settings.lease.ttl_s + 5)
+    for sub in jobs:
+        row = await store.get_job(sub.job.id)
+        assert row is not None and row.status.is_active, (row.status, row.error)
+
+
+async def test_an_instance_whose_own_lease_lapsed_on_the_store_clock_judges_nobody(
+    make_settings, start_gateway
+) -> None:
+    """An instance that stopped renewing (its heartbeat loop is stuck) while its reaper
+    runs judges no other instance until its own lease is renewed again."""
+    settings = make_settings()
+    gw = await start_gateway(settings)
+    store = (await gw.manager()).store
+    (heartbeat,) = [t for t in gw.leases._tasks if t.get_name() == "heartbeat"]
+    heartbeat.cancel()
+    row = await store.insert_job(new_row("dead-instance"), settings.lease.ttl_s)
+    renewed_at = gw.leases.renewed_at
+    assert renewed_at is not None
+    # Well past the dead owner's lease and our own renewal's ttl: sweeps judge nobody.
+    while await store.now() < renewed_at + 3 * settings.lease.ttl_s:
+        assert await gw.leases.sweep_once() == []
+        await anyio.sleep(settings.lease.sweep_interval_s)
+    assert (await store.get_job(row.id)).status == JobStatus.QUEUED
+    await gw.leases.heartbeat_once()  # renewed again: it judges, and the dead job goes
+    assert [r.id for r in await gw.leases.sweep_once()] == [row.id]
+
+
+# -- the SQLite file deleted while running (issue 15, item 9) -------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_a_deleted_sqlite_file_stops_admission_and_no_write_vanishes_into_it(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    """Regression: with its file deleted the gateway went on writing into the unlinked
+    inode (results vanished at stop), and a second gateway created an empty file, so an
+    identical request ran twice. The first gateway notices on its next heartbeat, stops
+    admitting, says why, and writes nothing more to the dead file."""
+    settings = make_settings()
+    gw = await start_gateway(settings)
+    manager = await gw.manager()
+    running = await manager.submit("claude", SubmitRequest(prompt="mine @sleep=1"))
+    await wait_for(lambda: len(fake_log.spawns()) == 1)
+    db = settings.persistence.path
+    with structlog.testing.capture_logs() as logs:
+        for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+            path.unlink(missing_ok=True)
+        await wait_for(lambda: manager.store_problem is not None, 10)
+        assert not manager.admitting
+        assert any(e.get("action") == "store_replaced" for e in logs)
+        assert "deleted" in manager.store_problem and str(db) in manager.store_problem
+        with pytest.raises(GatewayError) as refused:
+            await manager.submit("claude", SubmitRequest(prompt="mine @sleep=1"))
+        assert refused.value.kind == ErrorKind.UNAVAILABLE
+        assert "deleted" in refused.value.message
+        # The run ends, but its result is not written into the unlinked file: the terminal
+        # write is refused (and retried: a restored file would take it), the spool stays.
+        await wait_for(lambda: any(e.get("action") == "complete" and "deleted" in e.get("error", "")
+                                   for e in logs), 20)
+    assert (manager.spool_root / running.job.id / "stdout").exists()
+    # A second gateway on the same path starts on a new, empty file (nothing to see).
+    other = await (await start_gateway(settings)).manager()
+    assert await other.store.get_job(running.job.id) is None

@@ -491,3 +491,25 @@ def test_answering_tools_list_imports_none_of_the_job_machinery(tmp_path: Path) 
     done = subprocess.run([sys.executable, "-c", script, *heavy], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=TEST_TIMEOUT_S, check=True)
     assert done.stdout.split() == []
+
+
+async def test_a_deleted_sqlite_file_is_reported_by_gateway_status_and_admission_errors(
+        gateway: Harness, tmp_path: Path) -> None:
+    """Regression (issue 15, item 9): the gateway kept writing into the unlinked file."""
+    db = tmp_path / f"deleted-{tag()}" / "jobs.db"
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway.connect(persistence={"backend": "sqlite", "path": str(db)}) as client:
+            await succeed(client, "llm_job_list", {})  # started: the store is open
+            for path in (db, db.with_name("jobs.db-wal"), db.with_name("jobs.db-shm")):
+                path.unlink(missing_ok=True)
+            status = await succeed(client, "gateway_status", {})
+            while not status["store_problem"]:
+                await anyio.sleep(0.1)
+                status = await succeed(client, "gateway_status", {})
+            text = (await call(client, "gateway_status", {})).content[0].text
+            refused = await call(client, "claude_request_async", {"prompt": f"x {tag()}"})
+    assert status["admitting"] is False and "deleted" in status["store_problem"]
+    assert "STORE PROBLEM" in text and str(db) in text
+    assert refused.is_error and refused.structured_content is not None
+    assert refused.structured_content["error_kind"] == "unavailable"
+    assert "deleted" in refused.content[0].text

@@ -12,7 +12,7 @@ import dataclasses
 import inspect
 import json
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -118,14 +118,30 @@ async def get(store: JobStore, job_id: str) -> JobRow:
     return row
 
 
+async def reap(store: JobStore, http_grace_s: float, alive: Sequence[str] = ()) -> list[JobRow]:
+    """One sweep as the reaper does it: list the candidates, then orphan those judged (all
+    but the `alive` ones)."""
+    candidates = await store.list_expired_candidates(http_grace_s)
+    judged = [row.id for row in candidates if row.id not in alive]
+    return await store.recover_expired_leases(http_grace_s, judged)
+
+
 async def orphaned(store: JobStore, job: NewJob, *, run: bool = True) -> JobRow:
     """A job whose lease ran out and that the reaper recovered."""
     await store.insert_job(job, EXPIRED_TTL_S)
     if run:
         assert await store.mark_running(job.id, job.owner_instance, EXPIRED_TTL_S)
-    flipped = await store.recover_expired_leases(HTTP_GRACE_S)
+    flipped = await reap(store, HTTP_GRACE_S)
     assert job.id in {r.id for r in flipped}
     return await get(store, job.id)
+
+
+async def race(round_no: int, one: Callable[[], Awaitable[None]],
+               other: Callable[[], Awaitable[None]]) -> None:
+    """Run both at once, started in the one order on odd rounds and the other on even."""
+    async with anyio.create_task_group() as tg:
+        for task in (one, other) if round_no % 2 else (other, one):
+            tg.start_soon(task)
 
 
 # -- the protocol itself ------------------------------------------------------------------
@@ -237,7 +253,7 @@ async def test_a_live_owners_lease_covers_jobs_whose_own_deadline_passed(
     unknown = await running(store, new_job(owner="collected-instance"), ttl_s=EXPIRED_TTL_S)
 
     candidates = {r.id for r in await store.list_expired_candidates(0)}
-    flipped = {r.id for r in await store.recover_expired_leases(0)}
+    flipped = {r.id for r in await reap(store, 0)}
 
     assert candidates == flipped == {lapsed.id, unknown.id}
     for row in kept:
@@ -250,8 +266,8 @@ async def test_an_http_job_keeps_its_grace_after_its_owners_lease(store: JobStor
     job = await running(store, new_job(owner=OTHER, transport="http"), ttl_s=EXPIRED_TTL_S)
     (owner,) = await store.list_instances()
     lapsed_by = await store.now() - epoch(owner.lease_expires_at)
-    assert await store.recover_expired_leases(lapsed_by * 4) == []
-    assert [r.id for r in await store.recover_expired_leases(lapsed_by / 4)] == [job.id]
+    assert await reap(store, lapsed_by * 4) == []
+    assert [r.id for r in await reap(store, lapsed_by / 4)] == [job.id]
 
 
 async def test_heartbeat_of_an_unknown_instance_renews_nothing_and_says_so(
@@ -497,7 +513,7 @@ async def test_a_terminal_row_never_changes_again(store: JobStore, first: JobSta
         assert not await store.complete(job.id, OWNER, done(late, output="late"))
         assert not await store.complete(job.id, OTHER, done(late, output="late"))
     assert not await store.save_progress(job.id, OWNER, Progress(1, "late"))
-    assert await store.recover_expired_leases(0) == []
+    assert await reap(store, 0) == []
     assert await get(store, job.id) == settled
 
 
@@ -539,7 +555,7 @@ async def test_an_orphaned_job_with_a_cancel_request_self_heals_as_cancelled(
     await store.insert_job(job, EXPIRED_TTL_S)
     assert await store.mark_running(job.id, OWNER, EXPIRED_TTL_S)
     await store.request_cancel(job.id)
-    await store.recover_expired_leases(HTTP_GRACE_S)
+    await reap(store, HTTP_GRACE_S)
     assert (await get(store, job.id)).status is JobStatus.ORPHANED
     assert await store.complete(job.id, OWNER, done())
     assert (await get(store, job.id)).status is JobStatus.CANCELLED
@@ -636,7 +652,7 @@ async def test_recover_expired_leases_returns_exactly_the_rows_it_flipped(
     assert await store.complete(finished.id, OWNER, done())
     http_in_grace = await running(store, new_job(transport="http"), ttl_s=EXPIRED_TTL_S)
 
-    flipped = await store.recover_expired_leases(HTTP_GRACE_S)
+    flipped = await reap(store, HTTP_GRACE_S)
 
     wanted = {r.id for r in expired} | {queued.id}
     assert {r.id for r in flipped} == wanted
@@ -645,21 +661,68 @@ async def test_recover_expired_leases_returns_exactly_the_rows_it_flipped(
         assert row.status is JobStatus.ORPHANED
         assert row.error_kind == "orphaned" and row.error
         assert row.finished_at is not None and row.lease_deadline is None
-        assert await get(store, row.id) == row
+        stored = await get(store, row.id)
+        assert (stored.status, stored.error, stored.finished_at, stored.owner_instance) == (
+            row.status, row.error, row.finished_at, row.owner_instance)
     assert (await get(store, live.id)).status is JobStatus.RUNNING
     assert (await get(store, live_queued.id)).status is JobStatus.QUEUED
     assert (await get(store, finished.id)).status is JobStatus.COMPLETED
     assert (await get(store, http_in_grace.id)).status is JobStatus.RUNNING
-    assert await store.recover_expired_leases(HTTP_GRACE_S) == []  # nothing left to flip
+    assert await reap(store, HTTP_GRACE_S) == []  # nothing left to flip
 
 
 async def test_recover_expired_leases_spares_jobs_proven_alive(store: JobStore) -> None:
     alive = await running(store, new_job(), ttl_s=EXPIRED_TTL_S)
     dead = await running(store, new_job(), ttl_s=EXPIRED_TTL_S)
-    flipped = await store.recover_expired_leases(HTTP_GRACE_S, alive_ids=[alive.id, "unknown"])
+    flipped = await reap(store, HTTP_GRACE_S, alive=[alive.id, "unknown"])
     assert [r.id for r in flipped] == [dead.id]
     assert (await get(store, alive.id)).status is JobStatus.RUNNING
-    assert [r.id for r in await store.recover_expired_leases(HTTP_GRACE_S)] == [alive.id]
+    assert [r.id for r in await reap(store, HTTP_GRACE_S)] == [alive.id]
+
+
+async def test_reaper_orphans_only_the_candidates_it_listed_and_judged(
+    store: JobStore,
+) -> None:
+    """Regression (issue 15, item 11): the UPDATE flipped every row expired at write time
+    except the proven-alive ones, including rows the reaper never listed nor probed."""
+    judged = await running(store, new_job(), ttl_s=EXPIRED_TTL_S)
+    never_listed = await running(store, new_job(), ttl_s=EXPIRED_TTL_S)
+    live = await running(store, new_job())
+    flipped = await store.recover_expired_leases(HTTP_GRACE_S, [judged.id, live.id, "unknown"])
+    assert [r.id for r in flipped] == [judged.id]
+    assert (await get(store, never_listed.id)).status is JobStatus.RUNNING
+    assert (await get(store, live.id)).status is JobStatus.RUNNING  # listed but not expired
+    assert await store.recover_expired_leases(HTTP_GRACE_S, []) == []
+    assert (await get(store, never_listed.id)).status is JobStatus.RUNNING
+
+
+async def test_reaper_reads_are_bounded_per_sweep_and_the_rest_come_next_sweep(
+    store: JobStore,
+) -> None:
+    """Regression (issue 15, item 11): the candidate read was unbounded."""
+    expired = [await running(store, new_job(), ttl_s=EXPIRED_TTL_S - n) for n in range(5)]
+    oldest_first = [row.id for row in reversed(expired)]
+    first = await store.list_expired_candidates(HTTP_GRACE_S, limit=2)
+    assert [r.id for r in first] == oldest_first[:2]
+    await store.recover_expired_leases(HTTP_GRACE_S, [r.id for r in first])
+    second = await store.list_expired_candidates(HTTP_GRACE_S, limit=2)
+    assert [r.id for r in second] == oldest_first[2:4]
+
+
+async def test_reaper_reads_carry_neither_the_request_nor_the_output(store: JobStore) -> None:
+    """Regression (issue 15, item 11): the reaper read whole rows (requests up to 1 MiB,
+    output tails); it reads what it probes and logs, nothing else."""
+    job = dataclasses.replace(new_job(), request_json=json.dumps({"prompt": "p" * 100_000}))
+    await running(store, job, ttl_s=EXPIRED_TTL_S)
+    assert await store.save_progress(job.id, OWNER, Progress(50_000, "o" * 50_000, "e" * 100))
+    (candidate,) = await store.list_expired_candidates(HTTP_GRACE_S)
+    assert (candidate.request_json, candidate.output, candidate.stderr_tail) == ("{}", None, None)
+    assert (candidate.id, candidate.owner_instance, candidate.hostname, candidate.boot_id,
+            candidate.pid, candidate.pid_started_at, candidate.provider) == (
+        job.id, OWNER, "host-1", "boot-1", 100, 1.5, "claude")
+    (flipped,) = await store.recover_expired_leases(HTTP_GRACE_S, [job.id])
+    assert (flipped.status, flipped.error_kind, flipped.request_json, flipped.output) == (
+        JobStatus.ORPHANED, "orphaned", "{}", None)
 
 
 async def test_an_http_job_is_orphaned_only_after_its_lease_plus_the_grace(
@@ -667,20 +730,20 @@ async def test_an_http_job_is_orphaned_only_after_its_lease_plus_the_grace(
 ) -> None:
     http_job = await running(store, new_job(transport="http"), ttl_s=EXPIRED_TTL_S)
     lapsed_by = abs(EXPIRED_TTL_S)
-    assert await store.recover_expired_leases(lapsed_by * 4) == []
-    flipped = await store.recover_expired_leases(lapsed_by / 4)
+    assert await reap(store, lapsed_by * 4) == []
+    flipped = await reap(store, lapsed_by / 4)
     assert [r.id for r in flipped] == [http_job.id]
 
 
 async def test_an_http_job_lease_really_expires_with_the_store_clock(store: JobStore) -> None:
     http_job = await running(store, new_job(transport="http"), ttl_s=WINDOW_S)
     process_job = await running(store, new_job(), ttl_s=WINDOW_S)
-    assert await store.recover_expired_leases(WINDOW_S) == []  # nothing lapsed yet
+    assert await reap(store, WINDOW_S) == []  # nothing lapsed yet
     await wait_for_store_time(store, epoch(http_job.lease_deadline) + WINDOW_S + 0.05)
     await wait_for_store_time(store, epoch(process_job.lease_deadline) + 0.05)
-    flipped = await store.recover_expired_leases(3600)
+    flipped = await reap(store, 3600)
     assert [r.id for r in flipped] == [process_job.id]
-    flipped = await store.recover_expired_leases(WINDOW_S)
+    flipped = await reap(store, WINDOW_S)
     assert [r.id for r in flipped] == [http_job.id]
 
 
@@ -708,6 +771,27 @@ async def test_purge_terminal_deletes_only_terminal_rows_past_retention(store: J
     assert (await get(store, old_active.id)).status is JobStatus.QUEUED
     assert (await get(store, fresh_done.id)).status is JobStatus.FAILED
     assert len(await store.list_jobs()) == 3
+
+
+async def test_find_job_ids_matches_a_prefix_literally_sorted_and_bounded(
+    store: JobStore,
+) -> None:
+    ids = ["abc12345-0000", "abc12345-1111", "abd00000-0000", "ab%_x-0000", "ABC12345-2222"]
+    for job_id in ids:
+        job = new_job()
+        job.id = job_id
+        await store.insert_job(job, TTL_S)
+
+    assert await store.find_job_ids("abc1") == ["abc12345-0000", "abc12345-1111"]
+    assert await store.find_job_ids("abc12345-1111") == ["abc12345-1111"]  # a whole id
+    assert await store.find_job_ids("abc", limit=1) == ["abc12345-0000"]
+    assert await store.find_job_ids("ABC") == ["ABC12345-2222"]  # case-sensitive
+    # LIKE's wildcards are characters here: `_` is not "any one", `%` not "anything".
+    assert await store.find_job_ids("ab_") == []
+    assert await store.find_job_ids("ab%") == ["ab%_x-0000"]
+    assert await store.find_job_ids("ab%_") == ["ab%_x-0000"]
+    assert await store.find_job_ids("zzz") == []
+    assert await store.find_job_ids("") == []
 
 
 async def test_get_job_of_an_unknown_id_is_none(store: JobStore) -> None:
@@ -968,7 +1052,7 @@ async def test_a_job_whose_owner_keeps_heartbeating_is_never_orphaned(
         nonlocal rounds
         until = start + 3 * RACE_TTL_S
         while rounds < RACE_ROUNDS or await second_store.now() < until:
-            flips.extend(await second_store.recover_expired_leases(HTTP_GRACE_S))
+            flips.extend(await reap(second_store, HTTP_GRACE_S))
             rounds += 1
             await anyio.sleep(RACE_RECOVER_EVERY_S)
         stop.set()
@@ -1041,13 +1125,7 @@ async def test_complete_racing_a_cancel_ends_cancelled_whenever_the_cancel_lande
         async def cancel() -> None:
             result["seen"] = await second_store.request_cancel(job.id)
 
-        async with anyio.create_task_group() as tg:
-            if round_no % 2:
-                tg.start_soon(finish)
-                tg.start_soon(cancel)
-            else:
-                tg.start_soon(cancel)
-                tg.start_soon(finish)
+        await race(round_no, finish, cancel)
 
         assert result["applied"] is True  # the row was active whichever came first
         seen = result["seen"]
@@ -1079,7 +1157,7 @@ async def test_two_racing_reapers_flip_each_expired_job_exactly_once(
         results: list[list[JobRow]] = []
 
         async def sweep(target: JobStore) -> None:
-            results.append(await target.recover_expired_leases(HTTP_GRACE_S))
+            results.append(await reap(target, HTTP_GRACE_S))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(sweep, store)
@@ -1100,11 +1178,11 @@ async def test_mark_running_racing_the_reaper_has_exactly_one_winner(
         async def launch() -> None:
             result["started"] = await store.mark_running(job.id, OWNER, TTL_S)
 
-        async def reap() -> None:
-            result["flipped"] = await second_store.recover_expired_leases(HTTP_GRACE_S)
+        async def sweep() -> None:
+            result["flipped"] = await reap(second_store, HTTP_GRACE_S)
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(reap)
+            tg.start_soon(sweep)
             tg.start_soon(launch)
 
         flipped = job.id in {row.id for row in result["flipped"]}  # type: ignore[attr-defined]
@@ -1263,6 +1341,30 @@ async def test_racing_adopters_have_exactly_one_winner(
         assert len(won) == 1
         assert (await get(store, job.id)).owner_instance == won[0]
         assert len(requeued) == 1
+
+
+async def test_complete_racing_the_reaper_never_loses_the_result(
+    store: JobStore, second_store: JobStore
+) -> None:
+    """The owner's terminal write and a sweep of its lapsed job, raced: whichever locks the
+    row first (PostgreSQL's reaper skips a row a completion holds), the result is stored,
+    and the reaper flips the row at most once (an orphaned row self-heals for its owner)."""
+    for round_no in range(RACE_ROUNDS // 2):
+        job = await running(store, new_job(), ttl_s=EXPIRED_TTL_S)
+        result: dict[str, object] = {}
+
+        async def finish() -> None:
+            result["applied"] = await store.complete(job.id, OWNER, done(output=f"r{round_no}"))
+
+        async def sweep() -> None:
+            result["flipped"] = await reap(second_store, HTTP_GRACE_S)
+
+        await race(round_no, finish, sweep)
+
+        assert result["applied"] is True
+        assert [r.id for r in result["flipped"]] in ([], [job.id])  # type: ignore[attr-defined]
+        final = await get(store, job.id)
+        assert (final.status, final.output) == (JobStatus.COMPLETED, f"r{round_no}")
 
 
 async def test_read_output_past_any_integer_column_is_an_empty_page(store: JobStore) -> None:

@@ -20,8 +20,19 @@ import asyncpg
 import pytest
 
 from gateway.model import ORPHANED_ERROR, Completion, InstanceRow, JobRow, JobStatus, NewJob, Progress
-from gateway.store.base import SCHEMA_VERSION, DuplicateActiveJob, StoreUnavailable
-from gateway.store.postgres import APPLICATION_NAME, PostgresJobStore
+from gateway.store.base import (
+    REAPER_BATCH_ROWS,
+    SCHEMA_VERSION,
+    DuplicateActiveJob,
+    StoreUnavailable,
+)
+from gateway.store.postgres import (
+    APPLICATION_NAME,
+    IDLE_IN_TRANSACTION_TIMEOUT_MS,
+    LOCK_TIMEOUT_MS,
+    STATEMENT_TIMEOUT_MS,
+    PostgresJobStore,
+)
 from gateway.store.postgres_sql import (
     LIST_EXPIRED_CANDIDATES,
     LOCK_EXPIRED_OWNERS,
@@ -65,6 +76,12 @@ def with_query(dsn: str, **params: str) -> str:
     """asyncpg passes unknown DSN query parameters to the server as session settings."""
     query = "&".join(f"{key}={value}" for key, value in params.items())
     return f"{dsn}?{query}"
+
+
+async def reap(store: PostgresJobStore, http_grace_s: float = 0.0) -> list[JobRow]:
+    """One sweep as the reaper does it: list the candidates, orphan those still expired."""
+    candidates = await store.list_expired_candidates(http_grace_s)
+    return await store.recover_expired_leases(http_grace_s, [row.id for row in candidates])
 
 
 @pytest.fixture
@@ -146,7 +163,7 @@ async def test_every_time_written_or_compared_is_the_database_clock(
         await wait_until_server_passes(store, expired.lease_deadline or datetime.now(UTC))
         candidates = await store.list_expired_candidates(http_grace_s=0)
         assert [row.id for row in candidates] == [expired.id]
-        recovered = await store.recover_expired_leases(http_grace_s=0)
+        recovered = await reap(store)
         assert [row.id for row in recovered] == [expired.id]
         assert_written_by(server_now, recovered[0].finished_at)
         still = await store.get_job(alive.id)
@@ -239,7 +256,7 @@ async def test_results_do_not_depend_on_the_session_time_zone(postgres_dsn: str)
 
         await wait_until_server_passes(west, short_lived.lease_deadline or datetime.now(UTC))
         # The west instance reaps exactly what the east instance's leases say expired...
-        recovered = await west.recover_expired_leases(http_grace_s=0)
+        recovered = await reap(west)
         assert [row.id for row in recovered] == [short_lived.id]
         # ...and the east instance's heartbeat lands a lease the west reads identically.
         assert await east.heartbeat("east", ttl_s=120) == 1
@@ -333,7 +350,7 @@ async def test_store_works_again_after_the_server_restarts(
                 lambda: store.get_job(job.id),
                 lambda: store.heartbeat("i-1", ttl_s=90),
                 lambda: store.insert_job(new_job("i-1"), ttl_s=60),
-                lambda: store.recover_expired_leases(http_grace_s=0),
+                lambda: store.recover_expired_leases(0, [job.id]),
                 lambda: store.list_jobs(),
                 store.now,
             ]
@@ -388,35 +405,28 @@ async def wait_for_lock_wait(admin: asyncpg.Connection) -> None:
             await anyio.sleep(0.01)
 
 
-async def test_a_heartbeat_that_commits_first_saves_its_job_from_a_waiting_reaper(
+async def test_a_heartbeat_in_progress_saves_its_job_from_a_reaper_that_skips_its_owner(
     pg_store: PostgresJobStore, postgres_dsn: str
 ) -> None:
-    """The reaper waits on the heartbeat's lock of the instance row, then re-checks the
-    renewed lease: the job is not orphaned (no select-then-flip through the join)."""
+    """A heartbeat holds the owner's row lock while the reaper sweeps: the reaper neither
+    waits for it (SKIP LOCKED) nor judges that owner's jobs, so the renewed lease saves the
+    job (no select-then-flip through the join)."""
     await pg_store.register_instance(instance("owner"), ttl_s=0)
     job = await pg_store.insert_job(new_job("owner"), ttl_s=0)
     await wait_until_server_passes(pg_store, job.lease_deadline or datetime.now(UTC))
     heartbeat = await asyncpg.connect(postgres_dsn)
-    admin = await asyncpg.connect(postgres_dsn)
     try:
         tx = heartbeat.transaction()
         await tx.start()
         await heartbeat.execute(RENEW_INSTANCE_LEASE, "owner", 60.0)  # holds the row lock
-        recovered: list[list[JobRow]] = []
-
-        async def reap() -> None:
-            recovered.append(await pg_store.recover_expired_leases(http_grace_s=0))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(reap)
-            await wait_for_lock_wait(admin)
-            await tx.commit()
-        assert recovered == [[]]
+        with anyio.fail_after(LOCK_TIMEOUT_MS / 1000 / 2):  # never waits for the lock
+            assert await reap(pg_store) == []
+        await tx.commit()
+        assert await reap(pg_store) == []
         row = await pg_store.get_job(job.id)
         assert row is not None and row.status is JobStatus.QUEUED
     finally:
         await heartbeat.close()
-        await admin.close()
 
 
 async def test_a_reaper_that_commits_first_is_not_undone_by_a_late_heartbeat(
@@ -431,7 +441,8 @@ async def test_a_reaper_that_commits_first_is_not_undone_by_a_late_heartbeat(
         tx = reaper.transaction()
         await tx.start()
         assert [r["instance_id"] for r in await reaper.fetch(LOCK_EXPIRED_OWNERS)] == ["owner"]
-        flipped = await reaper.fetch(RECOVER_EXPIRED_LEASES, 0.0, [], ORPHANED_ERROR)
+        flipped = await reaper.fetch(RECOVER_EXPIRED_LEASES, 0.0, [job.id], ORPHANED_ERROR,
+                                     ["owner"])
         assert [r["id"] for r in flipped] == [job.id]
         renewed: list[int] = []
 
@@ -486,8 +497,10 @@ async def test_two_instances_racing_the_same_request_get_exactly_one_job(
     [
         # From the expired owners to their jobs, or from the few active jobs to owners.
         (LOCK_EXPIRED_OWNERS, (), "jobs_owner_status|jobs_status_finished"),
-        (RECOVER_EXPIRED_LEASES, (0.0, [], ORPHANED_ERROR), "jobs_status_lease_deadline"),
-        (LIST_EXPIRED_CANDIDATES, (0.0,), "jobs_status_lease_deadline"),
+        # The candidates it was given, by primary key.
+        (RECOVER_EXPIRED_LEASES, (0.0, [], ORPHANED_ERROR, []),
+         "jobs_pkey|jobs_status_lease_deadline"),
+        (LIST_EXPIRED_CANDIDATES, (0.0, REAPER_BATCH_ROWS), "jobs_status_lease_deadline"),
     ],
     ids=["reaper_owners", "reaper", "reaper_candidates"],
 )
@@ -505,3 +518,96 @@ async def test_reaper_statements_can_use_their_index(
         await conn.close()
     assert any(name in plan for name in index.split("|")), plan
     assert "Seq Scan on jobs" not in plan, plan
+
+
+# -- one stalled peer never stalls the others (issue 15, item 10) ---------------------------
+
+
+async def test_a_job_row_locked_by_a_stalled_peer_does_not_stall_the_sweep(
+    pg_store: PostgresJobStore, postgres_dsn: str
+) -> None:
+    """Regression: a SIGSTOPped gateway holding one job's row lock (inside its completion
+    or reaper transaction) made every sweep fail with LockNotAvailableError. The reaper
+    skips that row and orphans the rest; the row is orphaned once it is released."""
+    jobs = [await pg_store.insert_job(new_job("gone"), ttl_s=0) for _ in range(3)]
+    await wait_until_server_passes(pg_store, jobs[-1].lease_deadline or datetime.now(UTC))
+    peer = await asyncpg.connect(postgres_dsn)
+    try:
+        tx = peer.transaction()
+        await tx.start()
+        await peer.execute("SELECT id FROM jobs WHERE id = $1 FOR UPDATE", jobs[0].id)
+        with anyio.fail_after(LOCK_TIMEOUT_MS / 1000 / 2):  # never waits for the lock
+            flipped = await reap(pg_store)
+        assert sorted(r.id for r in flipped) == sorted(j.id for j in jobs[1:])
+        held = await pg_store.get_job(jobs[0].id)
+        assert held is not None and held.status is JobStatus.QUEUED
+        await tx.rollback()
+        assert [r.id for r in await reap(pg_store)] == [jobs[0].id]
+    finally:
+        await peer.close()
+
+
+async def test_a_lapsed_owner_locked_by_a_stalled_peer_leaves_only_its_jobs_for_later(
+    pg_store: PostgresJobStore, postgres_dsn: str
+) -> None:
+    """Another reaper that stopped inside its transaction holds a lapsed owner's row: this
+    sweep skips that owner's jobs (it cannot lock out its heartbeat) and orphans the rest."""
+    await pg_store.register_instance(instance("stuck-owner"), ttl_s=0)
+    held = await pg_store.insert_job(new_job("stuck-owner"), ttl_s=0)
+    free = await pg_store.insert_job(new_job("gone"), ttl_s=0)
+    await wait_until_server_passes(pg_store, free.lease_deadline or datetime.now(UTC))
+    peer = await asyncpg.connect(postgres_dsn)
+    try:
+        tx = peer.transaction()
+        await tx.start()
+        assert [r["instance_id"] for r in await peer.fetch(LOCK_EXPIRED_OWNERS)] == [
+            "stuck-owner"]
+        with anyio.fail_after(LOCK_TIMEOUT_MS / 1000 / 2):
+            assert [r.id for r in await reap(pg_store)] == [free.id]
+        row = await pg_store.get_job(held.id)
+        assert row is not None and row.status is JobStatus.QUEUED
+        await tx.rollback()
+        assert [r.id for r in await reap(pg_store)] == [held.id]
+    finally:
+        await peer.close()
+
+
+async def test_a_heartbeat_succeeds_while_slow_reads_hold_every_pooled_connection(
+    postgres_dsn: str,
+) -> None:
+    """Regression: the heartbeat borrowed from the pool that result reads and COPYs use,
+    and could wait about 55 s for it. It has a connection of its own."""
+    store = PostgresJobStore(postgres_dsn, min_size=1, max_size=2)
+    await store.open()
+    try:
+        await store.register_instance(instance("busy"), ttl_s=60)
+        slow_s = 4.0
+
+        async def slow_read() -> None:
+            async with store._connection("slow read") as conn:
+                await conn.execute(f"SELECT pg_sleep({slow_s})")
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):  # more than the pool holds: one waits for a connection
+                tg.start_soon(slow_read)
+            await anyio.sleep(0.3)  # the reads have taken the pool
+            started = time.monotonic()
+            with anyio.fail_after(slow_s / 2):
+                assert await store.heartbeat("busy", ttl_s=60) == 1
+                await store.now()
+            assert time.monotonic() - started < slow_s / 2
+    finally:
+        await store.close()
+
+
+async def test_gateway_sessions_carry_server_side_statement_and_idle_transaction_timeouts(
+    pg_store: PostgresJobStore,
+) -> None:
+    """A stalled transaction's locks are released by the server itself: every session of
+    both pools has statement_timeout and idle_in_transaction_session_timeout set."""
+    expected = {"statement_timeout": f"{STATEMENT_TIMEOUT_MS // 1000}s",
+                "idle_in_transaction_session_timeout": f"{IDLE_IN_TRANSACTION_TIMEOUT_MS // 1000}s"}
+    for lease in (False, True):
+        async with pg_store._connection("probe", lease=lease) as conn:
+            seen = {name: await conn.fetchval(f"SHOW {name}") for name in expected}
+        assert seen == expected, (lease, seen)

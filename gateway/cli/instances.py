@@ -1,0 +1,70 @@
+"""`instances`: every gateway instance that shares this store, and the jobs each owns.
+
+Lease state uses the reaper's one rule (gateway.jobs.leases.instance_lease_held): `live`
+(lease held, not stopped), `stopping` (stopped, lease not yet lapsed: its jobs are still
+covered), `stopped`, or `lapsed` (it stopped renewing without saying goodbye: its jobs are
+orphaned by the next sweep of any live instance).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from gateway.cli.common import EXIT_OK, run, store_settings, with_store
+from gateway.cli.format import ago, iso, table, terminal_columns, use_colour
+from gateway.model import ACTIVE_STATUSES, InstanceRow
+from gateway.store.base import JobStore
+
+OWNED_COUNT_LIMIT = 100_000  # active jobs counted per instance (far above any max_queued_jobs)
+STATE_COLOURS = {"live": "\033[32m", "stopping": "\033[33m", "stopped": "\033[2m",
+                 "lapsed": "\033[31m"}
+
+
+def lease_state(instance: InstanceRow, now: float) -> str:
+    from gateway.jobs.leases import instance_lease_held
+
+    held = instance_lease_held(instance, now)
+    if instance.stopped_at is None:
+        return "live" if held else "lapsed"
+    return "stopping" if held else "stopped"
+
+
+async def _gather(store: JobStore) -> tuple[list[tuple[InstanceRow, int]], float]:
+    now = await store.now()
+    found = []
+    for instance in await store.list_instances():
+        owned = await store.list_jobs(statuses=sorted(ACTIVE_STATUSES),
+                                      owner_instance=instance.instance_id,
+                                      limit=OWNED_COUNT_LIMIT, with_output=False)
+        found.append((instance, len(owned)))
+    return found, now
+
+
+def cmd_instances(args: argparse.Namespace) -> int:
+    settings = store_settings(args)
+    found, now = run(with_store, settings, _gather) if settings else ([], 0.0)
+    if args.json:
+        print(json.dumps([{
+            "instance_id": i.instance_id, "hostname": i.hostname, "boot_id": i.boot_id,
+            "pid": i.pid, "role": i.role, "version": i.version,
+            "started_at": iso(i.started_at), "last_heartbeat": iso(i.heartbeat_at),
+            "lease_expires_at": iso(i.lease_expires_at), "stopped_at": iso(i.stopped_at),
+            "lease_state": lease_state(i, now), "active_jobs": owned,
+        } for i, owned in found], indent=2))
+        return EXIT_OK
+    if not found:
+        print("No gateway instances (none has started on this store yet, or all were "
+              "collected after they stopped).")
+        return EXIT_OK
+    colour = use_colour()
+    header = ("INSTANCE", "HOST", "PID", "ROLE", "VERSION", "HEARTBEAT", "LEASE", "JOBS")
+    rows, colours = [], []
+    for instance, owned in found:
+        state = lease_state(instance, now)
+        rows.append((instance.instance_id, instance.hostname, str(instance.pid), instance.role,
+                     instance.version, ago(instance.heartbeat_at, now), state, str(owned)))
+        colours.append(("", "", "", "", "", "", STATE_COLOURS[state] if colour else "", ""))
+    for line in table(header, rows, width=terminal_columns(), colours=colours):
+        print(line)
+    return EXIT_OK

@@ -1,0 +1,373 @@
+"""`jobs list|show|result|tail|wait|cancel`: the operator's view of the job table.
+
+Every command only reads the store, except `cancel`, which sets the row's cancel request
+(the owning gateway's cancel poller does the rest). Ids may be typed as any unique prefix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+
+from gateway import proc
+from gateway.cli.common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    PROG,
+    job_exit_code,
+    no_job,
+    on_job,
+    run,
+    store_settings,
+    with_store,
+)
+from gateway.cli.format import (
+    STATUS_COLOURS,
+    ago,
+    duration,
+    first_line,
+    iso,
+    paint,
+    size,
+    table,
+    terminal_columns,
+    use_colour,
+)
+from gateway.config import Settings
+from gateway.logs import redact_value
+from gateway.model import InstanceRow, JobRow, JobStatus
+from gateway.store.base import JobStore
+
+WAIT_POLL_S = 0.5  # `jobs wait` re-reads the row this often: a person notices no delay
+
+
+# -- what a row says ------------------------------------------------------------------------
+
+
+def request_of(job: JobRow) -> dict[str, Any]:
+    """The normalized request (already secret-free by construction; redacted again)."""
+    try:
+        data = json.loads(job.request_json or "{}")
+    except ValueError:
+        return {}
+    redacted = redact_value(data)
+    return redacted if isinstance(redacted, dict) else {}
+
+
+def prompt_of(job: JobRow) -> str:
+    """The prompt as sent: a CLI job's `prompt`, an API job's last user message."""
+    request = request_of(job)
+    prompt = request.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    for message in reversed(request.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            return content if isinstance(content, str) else json.dumps(content)
+    return ""
+
+
+def ran_for(job: JobRow, now: float) -> float | None:
+    """Seconds the job has run: to its end, or to now while it runs."""
+    if job.started_at is None:
+        return None
+    end = job.finished_at.timestamp() if job.finished_at else now
+    return max(0.0, end - job.started_at.timestamp())
+
+
+def _result_without_text(job: JobRow) -> Any:
+    try:
+        data = json.loads(job.result_json) if job.result_json else None
+    except ValueError:
+        return job.result_json
+    if isinstance(data, dict):
+        data.pop("text", None)
+    return data
+
+
+def job_summary(job: JobRow, now: float) -> dict[str, Any]:
+    """The stable keys of `jobs list --json` (one object per job)."""
+    return {
+        "id": job.id, "provider": job.provider, "status": job.status.value,
+        "transport": job.transport, "model": job.model, "prompt": first_line(prompt_of(job)),
+        "created_at": iso(job.created_at), "started_at": iso(job.started_at),
+        "finished_at": iso(job.finished_at), "ran_s": _round(ran_for(job, now)),
+        "owner_instance": job.owner_instance, "hostname": job.hostname,
+        "exit_code": job.exit_code, "error_kind": job.error_kind, "error": job.error,
+        "output_bytes": job.output_bytes, "cancel_requested": job.cancel_requested_at is not None,
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+# -- list -----------------------------------------------------------------------------------
+
+
+def cmd_jobs_list(args: argparse.Namespace) -> int:
+    settings = store_settings(args)
+    statuses = [JobStatus(s) for s in args.status] if args.status else None
+
+    async def fetch(store: JobStore) -> tuple[list[JobRow], float]:
+        jobs = await store.list_jobs(statuses=statuses, provider=args.provider,
+                                     limit=args.limit, with_output=False)
+        return jobs, await store.now()
+
+    jobs, now = run(with_store, settings, fetch) if settings else ([], time.time())
+    if args.json:
+        print(json.dumps([job_summary(job, now) for job in jobs], indent=2))
+        return EXIT_OK
+    if settings is None:
+        print("No jobs yet (the job store has not been created).")
+        return EXIT_OK
+    if not jobs:
+        print("No matching jobs.")
+        return EXIT_OK
+    colour = use_colour()
+    header = ("ID", "PROVIDER", "STATUS", "CREATED", "RAN", "PROMPT")
+    rows, colours = [], []
+    for job in jobs:
+        status = job.status.value + (" !" if job.error_kind and job.status.is_terminal else "")
+        rows.append((job.id[:8], job.provider, status, ago(job.created_at, now),
+                     duration(ran_for(job, now)), first_line(prompt_of(job))))
+        colours.append(("", "", STATUS_COLOURS[job.status] if colour else "", "", "", ""))
+    for line in table(header, rows, width=terminal_columns(), colours=colours):
+        print(line)
+    return EXIT_OK
+
+
+# -- show -----------------------------------------------------------------------------------
+
+
+async def _details(_settings: Settings, store: JobStore, job: JobRow) -> dict[str, Any]:
+    from gateway.jobs.leases import instance_lease_held
+
+    now = await store.now()
+    owner: InstanceRow | None = next((i for i in await store.list_instances()
+                                      if i.instance_id == job.owner_instance), None)
+    answer = await store.read_output(job.id, 0, 0, answer=True)
+    on_this_host = job.hostname == proc.hostname() and job.boot_id in (None, proc.boot_id())
+    alive: bool | None = None
+    if job.pid is not None and job.pid_started_at is not None and on_this_host:
+        alive = proc.is_process_alive(job.pid, job.pid_started_at)
+    queued_for = None
+    if job.created_at is not None:
+        start = job.started_at.timestamp() if job.started_at else (
+            job.finished_at.timestamp() if job.finished_at else now)
+        queued_for = max(0.0, start - job.created_at.timestamp())
+    return {
+        **job_summary(job, now),
+        "updated_at": iso(job.updated_at), "queued_s": _round(queued_for),
+        "lease_deadline": iso(job.lease_deadline),
+        "cancel_requested_at": iso(job.cancel_requested_at),
+        "correlation_id": job.correlation_id, "working_dir": job.working_dir,
+        "session_id": job.session_id, "forced": job.forced, "truncated": job.truncated,
+        "answer_bytes": answer[1] if answer else 0,
+        "run": {"hostname": job.hostname, "this_host": on_this_host, "pid": job.pid,
+                "pgid": job.pgid, "pid_started_at": iso(_utc(job.pid_started_at)),
+                "alive": alive},
+        "owner": None if owner is None else {
+            "instance_id": owner.instance_id, "hostname": owner.hostname, "pid": owner.pid,
+            "role": owner.role, "version": owner.version,
+            "last_heartbeat": iso(owner.heartbeat_at),
+            "lease_held": instance_lease_held(owner, now),
+            "stopped_at": iso(owner.stopped_at)},
+        "request": request_of(job),
+        "result": _result_without_text(job),
+        "stderr_tail": job.stderr_tail,
+        "_now": now,
+    }
+
+
+def _utc(epoch: float | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
+
+
+def cmd_jobs_show(args: argparse.Namespace) -> int:
+    info = on_job(args, _details)
+    now = info.pop("_now")
+    if args.json:
+        print(json.dumps(info, indent=2, sort_keys=True))
+        return EXIT_OK
+    colour = use_colour()
+    status = JobStatus(info["status"])
+
+    def line(name: str, value: Any) -> None:
+        print(f"{name:<12} {'-' if value in (None, '') else value}")
+
+    def when(key: str) -> str | None:
+        value = info[key]
+        if value is None:
+            return None
+        return f"{value}  ({ago(datetime.fromisoformat(value), now)})"
+
+    line("id", info["id"])
+    line("provider", f"{info['provider']} ({info['transport']})")
+    reason = f"  {info['error_kind']}: {info['error']}" if info["error_kind"] else ""
+    line("status", paint(status.value, STATUS_COLOURS[status], colour) + reason)
+    line("model", info["model"])
+    line("prompt", first_line(info["prompt"]))
+    line("created", when("created_at"))
+    line("started", when("started_at"))
+    line("finished", when("finished_at"))
+    line("queued for", duration(info["queued_s"]) if info["queued_s"] is not None else None)
+    line("ran for", duration(info["ran_s"]) if info["ran_s"] is not None else None)
+    run_at = info["run"]
+    alive = {True: "alive", False: "not running", None: (
+        "unknown (another host)" if not run_at["this_host"] else "no process")}[run_at["alive"]]
+    line("runs on", f"{run_at['hostname'] or '-'} pid {run_at['pid'] or '-'} ({alive})")
+    owner = info["owner"]
+    if owner is None:
+        line("owner", f"{info['owner_instance']} (no instance row: gone)")
+    else:
+        lease = "lease held" if owner["lease_held"] else "lease lapsed"
+        stopped = ", stopped" if owner["stopped_at"] else ""
+        line("owner", f"{owner['instance_id']} ({owner['role']} pid {owner['pid']} on "
+                      f"{owner['hostname']}, {lease}{stopped})")
+    line("exit code", info["exit_code"])
+    line("output", f"{size(info['output_bytes'])}" + (" (truncated)" if info["truncated"] else ""))
+    line("answer", f"{size(info['answer_bytes'])} (print it with `{PROG} jobs result "
+                   f"{info['id'][:8]}`)")
+    line("cancel", info["cancel_requested_at"] and f"requested {info['cancel_requested_at']}")
+    line("session", info["session_id"])
+    line("working dir", info["working_dir"])
+    line("request", json.dumps(info["request"], sort_keys=True, ensure_ascii=False))
+    if info["result"]:
+        line("result", json.dumps(info["result"], sort_keys=True, ensure_ascii=False))
+    if info["stderr_tail"]:
+        print("stderr (last lines):")
+        print(info["stderr_tail"].rstrip("\n"))
+    return EXIT_OK
+
+
+# -- result, tail, wait ---------------------------------------------------------------------
+
+
+def cmd_jobs_result(args: argparse.Namespace) -> int:
+    async def page(_settings: Settings, store: JobStore,
+                   job: JobRow) -> tuple[JobRow, bytes, int]:
+        if job.status.is_active:
+            return job, b"", 0
+        found = await store.read_output(job.id, args.offset, args.max_bytes,
+                                        answer=not args.raw)
+        data, total = found if found is not None else (b"", 0)
+        return job, data, total
+
+    job, data, total = on_job(args, page)
+    if job.status.is_active:
+        print(f"{PROG}: job {job.id} is still {job.status.value}; follow it with "
+              f"`{PROG} jobs tail -f {job.id[:8]}` or wait with `{PROG} jobs wait "
+              f"{job.id[:8]}`", file=sys.stderr)
+        return job_exit_code(job)
+    end = args.offset + len(data)
+    # Raw bytes, not text: pages split mid-character still concatenate to the exact output.
+    sys.stdout.buffer.write(data)
+    whole = args.offset == 0 and end >= total
+    if whole and data and not data.endswith(b"\n"):
+        sys.stdout.buffer.write(b"\n")  # a whole answer ends its line; pages stay exact
+    sys.stdout.flush()
+    if end < total:
+        print(f"{PROG}: bytes {args.offset}-{end} of {total}; next page: "
+              f"{PROG} jobs result {job.id[:8]} --offset {end}", file=sys.stderr)
+    if job.status is not JobStatus.COMPLETED:
+        _say_outcome(job)
+    return job_exit_code(job)
+
+
+def _say_outcome(job: JobRow) -> None:
+    reason = f"{job.error_kind}: {job.error}" if job.error_kind else (job.error or "no detail")
+    print(f"{PROG}: job {job.id} {job.status.value} ({reason})", file=sys.stderr)
+
+
+def cmd_jobs_tail(args: argparse.Namespace) -> int:
+    from gateway.cli.tail import follow_job
+
+    async def tail(settings: Settings, store: JobStore, job: JobRow) -> JobRow:
+        return await follow_job(settings, store, job.id, follow=args.follow, raw=args.raw,
+                                out=sys.stdout.buffer)
+
+    job = on_job(args, tail)
+    if job.status.is_terminal and job.status is not JobStatus.COMPLETED:
+        _say_outcome(job)
+    return job_exit_code(job)
+
+
+async def wait_for(store: JobStore, job_id: str, timeout_s: float | None,
+                   progress: bool) -> JobRow:
+    """Re-read the row until it is terminal or timeout_s passed; a status line on stderr
+    (rewritten in place on a terminal) while it waits."""
+    started = time.monotonic()
+    live = progress and sys.stderr.isatty()
+    row = await store.get_job(job_id, with_output=False)
+    assert row is not None
+    with anyio.move_on_after(timeout_s if timeout_s is not None else float("inf")):
+        while row.status.is_active:
+            if live:
+                print(f"\r{PROG}: job {job_id[:8]} {row.status.value}, "
+                      f"{size(row.output_bytes)} so far, "
+                      f"{duration(time.monotonic() - started)}\033[K", end="",
+                      file=sys.stderr, flush=True)
+            await anyio.sleep(WAIT_POLL_S)
+            fresh = await store.get_job(job_id, with_output=False)
+            if fresh is None:
+                break
+            row = fresh
+    if live:
+        print("\r\033[K", end="", file=sys.stderr, flush=True)
+    return row
+
+
+def cmd_jobs_wait(args: argparse.Namespace) -> int:
+    async def wait(_settings: Settings, store: JobStore, job: JobRow) -> JobRow:
+        return await wait_for(store, job.id, args.timeout, progress=True)
+
+    job = on_job(args, wait)
+    print(job.status.value)
+    if job.status.is_active:
+        print(f"{PROG}: job {job.id} still {job.status.value} after {args.timeout:g} s",
+              file=sys.stderr)
+    elif job.status is not JobStatus.COMPLETED:
+        _say_outcome(job)
+    return job_exit_code(job)
+
+
+# -- cancel ---------------------------------------------------------------------------------
+
+
+def cmd_jobs_cancel(args: argparse.Namespace) -> int:
+    async def cancel(_settings: Settings, store: JobStore,
+                     found: JobRow) -> tuple[Settings, JobRow | None, bool]:
+        from gateway.jobs.leases import instance_lease_held
+
+        job = await store.request_cancel(found.id)
+        if job is None or job.status.is_terminal:
+            return _settings, job, False
+        now = await store.now()
+        owner = next((i for i in await store.list_instances()
+                      if i.instance_id == job.owner_instance), None)
+        return _settings, job, owner is not None and owner.stopped_at is None and (
+            instance_lease_held(owner, now))
+
+    settings, job, owner_live = on_job(args, cancel)
+    if job is None:
+        no_job(args.id)
+    if job.status.is_terminal:
+        print(f"Job {job.id} already finished as {job.status.value}; nothing to cancel.")
+        return EXIT_FAILURE
+    print(f"Cancel requested for job {job.id} ({job.status.value}, owned by gateway instance "
+          f"{job.owner_instance}).")
+    if owner_live:
+        print(f"That gateway's cancel poller stops it within about "
+              f"{settings.lease.cancel_poll_s:g} s; check with: {PROG} jobs show {job.id[:8]}")
+    else:
+        print("Its gateway instance does not look alive: if it is gone, the job is marked "
+              "orphaned once its lease expires ([lease] ttl_s).")
+    return EXIT_OK
+

@@ -1,0 +1,209 @@
+"""`run PROVIDER PROMPT`: one request from the shell, through the same job path as MCP.
+
+A gateway instance (role `cli`) is started the way `serve` starts one (gateway/runtime.py),
+the request is submitted through its JobManager (admission, dedup, limits, the durable row)
+and the command waits for the job, a progress line on stderr, then prints the answer on
+stdout. Whatever ends the wait (the job, Ctrl-C, SIGTERM) the gateway then stops cleanly:
+it drains (a job still running is stopped and written `failed`/`shutdown`, never left
+running for the reaper to orphan) and marks its instance stopped.
+
+`--async` prints the job id and returns at once; the job is driven by a detached copy of
+this command (its own session, stdin/stdout/stderr closed) that exits when the job ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from gateway.cli.common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    PROG,
+    CliError,
+    job_exit_code,
+    load,
+)
+from gateway.cli.format import duration, size
+from gateway.config import Settings
+from gateway.model import GatewayError, JobRow, JobStatus
+
+START_TIMEOUT_S = 30.0  # store open + registration; a store that does not open is an error
+DETACH_HANDSHAKE_S = 60.0  # how long `--async` waits for its detached copy to admit the job
+PROGRESS_EVERY_S = 1.0  # the progress line's refresh rate
+ANSWER_PAGE_BYTES = 256 * 1024  # the answer is copied from the store to stdout in pages
+DETACHED_FLAG = "--detached-child"  # internal: this process is the copy `--async` started
+
+
+def _request(args: argparse.Namespace) -> dict[str, Any]:
+    # A relative --working-dir is this shell's: the gateway (and a detached copy) need it whole.
+    working_dir = os.path.abspath(args.working_dir) if args.working_dir else None
+    return {"provider": args.provider, "prompt": args.prompt, "model": args.model,
+            "working_dir": working_dir, "timeout_s": args.timeout,
+            "force_refresh": args.force}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    settings = load(args, quiet=True)
+    if settings.persistence.backend == "memory" and args.async_:
+        raise CliError("`run --async` needs a store other processes can read "
+                       "(persistence.backend sqlite or postgres), not 'memory'")
+    if args.detached_child:
+        request = json.loads(sys.stdin.buffer.read() or b"{}")
+        return asyncio.run(_drive(settings, request, detached=True))
+    if args.async_:
+        return _start_detached(_request(args))
+    return asyncio.run(_drive(settings, _request(args), detached=False))
+
+
+def _start_detached(request: dict[str, Any]) -> int:
+    """Start the detached copy, hand it the request on stdin, print the id it admitted."""
+    argv = [sys.executable, "-m", "gateway", *_passthrough(), "run", DETACHED_FLAG,
+            request["provider"], "-"]
+    child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    assert child.stdin is not None and child.stdout is not None
+    child.stdin.write(json.dumps(request).encode())
+    child.stdin.close()
+    try:
+        line = _read_line(child, DETACH_HANDSHAKE_S)
+    finally:
+        child.stdout.close()
+    try:
+        answer = json.loads(line) if line else {}
+    except ValueError:
+        answer = {}
+    if "job_id" not in answer:
+        code = child.poll()
+        reason = answer.get("error") or (
+            f"it exited with status {code}" if code is not None else "no answer in time")
+        raise CliError(f"the job was not started: {reason}")
+    print(answer["job_id"])
+    print(f"{PROG}: job {answer['job_id']} {answer['status']}; follow it with `{PROG} jobs "
+          f"tail -f {answer['job_id'][:8]}`", file=sys.stderr)
+    return EXIT_OK
+
+
+def _passthrough() -> list[str]:
+    """The global options of this invocation the detached copy needs (its config)."""
+    argv, keep = sys.argv[1:], []
+    for index, arg in enumerate(argv):
+        if arg == "--config" and index + 1 < len(argv):
+            keep += [arg, argv[index + 1]]
+        elif arg.startswith("--config="):
+            keep.append(arg)
+    return keep
+
+
+def _read_line(child: subprocess.Popen[bytes], timeout_s: float) -> bytes:
+    import selectors
+
+    assert child.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(child.stdout, selectors.EVENT_READ)
+        if not selector.select(timeout_s):
+            return b""
+    return child.stdout.readline()
+
+
+async def _drive(settings: Settings, request: dict[str, Any], *, detached: bool) -> int:
+    from gateway.jobs.requests import SubmitRequest
+    from gateway.runtime import Gateway
+
+    gateway = Gateway(settings, role="cli")
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    assert task is not None
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        try:
+            await asyncio.wait_for(gateway.start(), START_TIMEOUT_S)
+        except TimeoutError:
+            raise CliError(f"the job store did not open within {START_TIMEOUT_S:g} s: "
+                           f"{gateway.start_error or 'no reason given'}") from None
+        manager = await gateway.manager()
+        submit = SubmitRequest(prompt=request.get("prompt"), model=request.get("model"),
+                               working_dir=request.get("working_dir"),
+                               timeout_s=request.get("timeout_s"),
+                               force_refresh=bool(request.get("force_refresh")))
+        try:
+            submission = await manager.submit(request["provider"], submit)
+        except GatewayError as exc:
+            if detached:
+                _answer_parent({"error": exc.message})
+                return EXIT_FAILURE
+            raise CliError(f"{exc.kind.value}: {exc.message}") from None
+        job = submission.job
+        if detached:
+            _answer_parent({"job_id": job.id, "status": job.status.value})
+        else:
+            joined = " (an identical job was running: joined it)" if submission.deduplicated else ""
+            print(f"{PROG}: job {job.id} {job.status.value}{joined}", file=sys.stderr)
+        final = await _wait(manager, job.id, progress=not detached)
+        if detached:
+            return job_exit_code(final)
+        await _print_answer(gateway, final)
+        return job_exit_code(final)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(gateway.stop())
+
+
+def _answer_parent(message: dict[str, Any]) -> None:
+    """Tell `run --async` what happened, then let go of stdout (the parent has exited)."""
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+
+
+async def _wait(manager: Any, job_id: str, *, progress: bool) -> JobRow:
+    started = time.monotonic()
+    live = progress and sys.stderr.isatty()
+
+    async def on_progress(output_bytes: int, elapsed: float) -> None:
+        if live:
+            print(f"\r{PROG}: running, {size(output_bytes)} of output, {duration(elapsed)}"
+                  f"\033[K", end="", file=sys.stderr, flush=True)
+
+    row: JobRow = await manager.wait(job_id, float("inf"), on_progress=on_progress)
+    if live:
+        print("\r\033[K", end="", file=sys.stderr, flush=True)
+    if progress:
+        print(f"{PROG}: job {job_id} {row.status.value} after "
+              f"{duration(time.monotonic() - started)}", file=sys.stderr)
+    return row
+
+
+async def _print_answer(gateway: Any, job: JobRow) -> None:
+    """The answer (or, for a job that did not complete, what it printed) on stdout."""
+    store = gateway.store
+    offset, last = 0, b"\n"
+    while True:
+        found = await store.read_output(job.id, offset, ANSWER_PAGE_BYTES,
+                                        answer=True)
+        if found is None or not found[0]:
+            break
+        page, total = found
+        sys.stdout.buffer.write(page)
+        offset, last = offset + len(page), page[-1:]
+        if offset >= total:
+            break
+    if last != b"\n":
+        sys.stdout.buffer.write(b"\n")
+    sys.stdout.flush()
+    if job.status is not JobStatus.COMPLETED:
+        reason = f"{job.error_kind}: {job.error}" if job.error_kind else job.error
+        print(f"{PROG}: job {job.id} {job.status.value} ({reason})", file=sys.stderr)
