@@ -8,8 +8,13 @@ sleep a random, bounded time; every job has a unique prompt, so the fake CLI's s
 says how often each request ran), cancels some through an instance that does not own them,
 optionally lets some clients give up on their first try within milliseconds (`--impatient`),
 and meanwhile SIGKILLs, SIGSTOPs/SIGCONTs and SIGTERMs random instances (a killed or
-terminated slot is restarted as a new process on a new port) and, on PostgreSQL, stops the
-database server once for a few seconds. Then it lets everything settle, stops every
+terminated slot is restarted as a new process on a new port; at least one instance is
+always unimpaired) and, with `--on-shutdown stop` on PostgreSQL, stops the database server
+once for a few seconds. Two scenarios (`--on-shutdown`): `detach`, the default, where runs
+outlive SIGTERM and SIGKILL and a peer adopts or re-queues them, so every job that was not
+cancelled must end `completed` with its answer (unfinished=0); and `stop`, where a
+SIGTERM drains (running jobs end failed / shutdown: unfinished is only reported). Then it
+lets everything settle, stops every
 instance, and audits the rows (read straight from the store), the gateways' logs, the
 spawn log and the process table. It prints
 
@@ -38,6 +43,10 @@ STORE_RECOVERY_S; on SQLite, a SIGSTOPped instance that was caught holding the w
 which blocks every writer until SIGCONT - the driver probes for it right after each SIGSTOP).
 An unimpaired instance commits a heartbeat at least once every P = heartbeat_s + TICK_JITTER_S.
 
+* unfinished (detach scenario only): a job that is terminal but neither completed nor
+  cancelled (orphaned, failed, timed out). With one instance always alive, the owner of a
+  job is either alive (it finishes the job, or self-heals it) or proven gone (a peer on
+  this host adopts the run or re-queues unstarted work), so none may remain.
 * lost: a job row still queued/running when the settle time is over (before the final
   shutdown, whose drain would otherwise paper over it), or a job id an instance answered
   that has no row at all.
@@ -62,7 +71,12 @@ An unimpaired instance commits a heartbeat at least once every P = heartbeat_s +
   sweep_interval_s, may skip one sweep after a late
   heartbeat (hence two intervals plus jitter); and a SIGSTOPped instance can hold a lock a
   sweep needs (the SQLite write lock, or PostgreSQL row locks on its own jobs), so no sweep
-  completes while it is stopped.
+  completes while it is stopped. The owner is the row's final one: a job that was adopted
+  or re-queued belongs to a live instance by then and is held to `lost` (still active
+  after settling) and, in the detach scenario, `unfinished`. The settle budget grows by the
+  time the jobs still active when the chaos ends need on one instance's run slots (they
+  now run instead of being orphaned); a job it lets finish late is judged like any other,
+  and one that never ends is still lost.
 * duplicate run: for one prompt, more fake CLI spawns than rows of that prompt that were ever
   marked running (the queued -> running CAS is the one permit to spawn; a retried submit of
   the same prompt may legitimately create a second job once the first failed or was
@@ -123,11 +137,16 @@ from tests.jobs.conftest import FAKE_COMMANDS, FAKES_BIN, FAST_LEASE, FakeLog  #
 # -- knobs ---------------------------------------------------------------------------------
 
 LEASE = dict(FAST_LEASE)  # heartbeat 0.2, ttl 1, grace 1, sweep 0.2, gc 1, cancel poll 0.2
-# The audit's rules (a SIGTERMed instance's jobs end in its drain; none is left active once
-# every instance is gone) are those of on_shutdown = "stop". A detach chaos run (runs
-# outlive SIGTERM and SIGKILL, one instance always alive, every job completed) is still to
-# be written: issue 13.
-LEASE["on_shutdown"] = "stop"
+# Two scenarios, by `[lease] on_shutdown`:
+# - "detach" (the product's default): runs outlive their gateway's SIGTERM and SIGKILL, a
+#   peer adopts or re-queues them, and with one instance always alive every job that was
+#   not cancelled must end `completed` with its answer (`unfinished=0` is in the verdict).
+#   No store outage: a run that ends while every gateway is cut off from the store for
+#   longer than ttl is orphaned by design (nothing can prove its owner alive), which is
+#   the "stop" scenario's business.
+# - "stop": a SIGTERMed instance drains (its jobs end failed / shutdown), and on PostgreSQL
+#   the server is stopped once; unfinished jobs are expected and only reported.
+ON_SHUTDOWN_MODES = ("detach", "stop")
 KILL_GRACE_S = 0.5  # SIGTERM -> SIGKILL escalation for cancelled/drained jobs
 RUN_SLOTS_PER_INSTANCE = 4  # small, so bursts queue jobs and queued jobs meet the chaos too
 PROVIDERS = ("claude", "codex", "gemini")  # three prompt paths: after --, stdin, --print=
@@ -199,6 +218,7 @@ class ChaosOptions:
     # then retries patiently like any client.
     impatient_fraction: float = 0.0
     actions: bool = True  # False: no kills/stops/outages (client-side trouble only)
+    on_shutdown: str = "detach"  # the gateways' [lease] on_shutdown: see ON_SHUTDOWN_MODES
     extra_env: dict[str, str] = field(default_factory=dict)  # e.g. PYTHONPATH for a mutant
 
 
@@ -360,9 +380,10 @@ class ChaosReport:
     duplicate_runs: int = 0
     leftover_processes: int = 0
     # Jobs neither cancelled nor completed (orphaned, failed: a run that did not survive its
-    # gateway). Reported, not yet part of `ok`: this run also cuts the store off, and a
-    # job whose terminal write outlives its lease then still ends orphaned.
+    # gateway). Part of `ok` in the detach scenario; with on_shutdown = "stop" a SIGTERM's
+    # drain fails running jobs by design, so it is only reported there.
     unfinished: int = 0
+    require_finished: bool = True
     info: dict[str, Any] = field(default_factory=dict)
     details: list[str] = field(default_factory=list)
 
@@ -380,6 +401,7 @@ class ChaosReport:
     def ok(self) -> bool:
         return (self.lost == 0 and self.false_orphans == 0 and self.late_orphans == 0
                 and self.duplicate_runs == 0 and self.leftover_processes == 0
+                and not (self.require_finished and self.unfinished)
                 and not self.info.get("stuck_gateways") and not self.info.get("bad_results")
                 and not self.info.get("unknown_rows"))
 
@@ -593,10 +615,13 @@ def longest_silence(times: Sequence[float], a: float, b: float) -> float:
     return max((y - x for x, y in itertools.pairwise(edges)), default=b - a)
 
 
-def parse_orphan_events(paths: Iterable[Path]) -> dict[str, tuple[float, str, str | None]]:
-    """job_id -> (time, reaper log file, owner then) of every "job orphaned" line in the
-    gateway logs. The owner then: an adopter or a re-queue may own the row by the end."""
-    events: dict[str, tuple[float, str, str | None]] = {}
+def parse_orphan_events(
+    paths: Iterable[Path],
+) -> dict[str, list[tuple[float, str, str | None]]]:
+    """job_id -> [(time, reaper log file, owner then)] of every "job orphaned" line in the
+    gateway logs. A job may be orphaned more than once (re-queued or adopted in between,
+    by another owner each time): each orphaning is judged with its own owner and time."""
+    events: dict[str, list[tuple[float, str, str | None]]] = defaultdict(list)
     for path in paths:
         with contextlib.suppress(OSError):
             for line in path.read_text(errors="replace").splitlines():
@@ -610,12 +635,24 @@ def parse_orphan_events(paths: Iterable[Path]) -> dict[str, tuple[float, str, st
                 if not job_id or not stamp:
                     continue
                 t = datetime.fromisoformat(stamp).timestamp()
-                if job_id not in events or t < events[job_id][0]:
-                    events[job_id] = (t, path.stem, record.get("owner_instance"))
+                events[job_id].append((t, path.stem, record.get("owner_instance")))
     return events
 
 
 # -- the run -------------------------------------------------------------------------------
+
+
+def count_log_events(paths: Iterable[Path], events: Sequence[str]) -> Counter[str]:
+    """How many gateway log lines carry each of these events (adoptions, re-queues...)."""
+    counts: Counter[str] = Counter({event: 0 for event in events})
+    for path in paths:
+        with contextlib.suppress(OSError):
+            for line in path.read_text(errors="replace").splitlines():
+                with contextlib.suppress(ValueError, AttributeError):
+                    event = json.loads(line).get("event")
+                    if event in counts:
+                        counts[event] += 1
+    return counts
 
 
 class ChaosRun:
@@ -624,6 +661,8 @@ class ChaosRun:
             raise ValueError("backend must be sqlite or postgres")
         if options.backend == "postgres" and not options.dsn:
             raise ValueError("the postgres backend needs a dsn")
+        if options.on_shutdown not in ON_SHUTDOWN_MODES:
+            raise ValueError(f"on_shutdown must be one of {ON_SHUTDOWN_MODES}")
         if options.instances < 2:
             raise ValueError("at least 2 instances: one must always be there to reap")
         self.o = options
@@ -668,7 +707,7 @@ class ChaosRun:
         env = {"FAKE_CLI_LOG": str(self.fake_log.path)}
         config = {
             "persistence": persistence,
-            "lease": LEASE,
+            "lease": {**LEASE, "on_shutdown": self.o.on_shutdown},
             "limits": {"kill_grace_s": KILL_GRACE_S,
                        "max_running_jobs": RUN_SLOTS_PER_INSTANCE,
                        "max_running_per_provider": RUN_SLOTS_PER_INSTANCE},
@@ -972,7 +1011,8 @@ class ChaosRun:
     async def chaos_monkey(self) -> None:
         end = self.t0 + self.o.duration_s
         outage_at = None
-        if self.o.backend == "postgres" and self.o.store_control is not None:
+        if (self.o.backend == "postgres" and self.o.store_control is not None
+                and self.o.on_shutdown == "stop"):
             outage_at = self.t0 + self.o.duration_s * 0.45
         async with anyio.create_task_group() as tg:
             while True:
@@ -1155,7 +1195,8 @@ class ChaosRun:
                     answers[row.id] = page[0].decode("utf-8", "replace") if page else ""
         finally:
             await store.close()
-        report = ChaosReport(backend=self.o.backend)
+        report = ChaosReport(backend=self.o.backend,
+                             require_finished=self.o.on_shutdown == "detach")
         by_id = {r.id: r for r in rows}
         by_prompt: dict[str, list[JobRow]] = defaultdict(list)
         for row in rows:
@@ -1217,25 +1258,36 @@ class ChaosRun:
 
         # false orphans: every orphaning, kept or later self-healed
         events = parse_orphan_events(life.log_path for life in self.lives)
-        orphan_times: dict[str, tuple[float, str, str | None]] = {}
-        for job_id, (t, reaper, owner_then) in events.items():
-            orphan_times[job_id] = (t, f"log of {reaper}", owner_then)
+        # (job, time, source, owner then): every logged orphaning, and a final `orphaned`
+        # row whose orphaning was not logged (the row's own owner and finished_at; an
+        # orphaning does not change the owner). A logged one is judged by its line's time,
+        # a few ms after its UPDATE, with the owner its UPDATE returned.
+        orphan_times: list[tuple[str, float, str, str | None]] = [
+            (job_id, t, f"log of {reaper}", owner_then)
+            for job_id, found in events.items() for t, reaper, owner_then in found]
         for row in rows:
-            if row.status == JobStatus.ORPHANED and row.finished_at is not None:
-                _, reaper, owner_then = orphan_times.get(row.id, (0.0, "?", None))
-                orphan_times[row.id] = (epoch(row.finished_at) or 0.0, f"row; {reaper}",
-                                        owner_then)
-        self_healed = 0
+            if (row.status == JobStatus.ORPHANED and row.finished_at is not None
+                    and not events.get(row.id)):
+                orphan_times.append((row.id, epoch(row.finished_at) or 0.0, "row, not logged",
+                                     row.owner_instance))
+        self_healed = len({job_id for job_id in events
+                           if job_id in by_id and by_id[job_id].status != JobStatus.ORPHANED})
+        unmapped_orphanings: list[str] = []
         orphan_margins: list[tuple[float, str]] = []  # (after its lease could lapse, job)
-        for job_id, (t, source, owner_then) in sorted(orphan_times.items()):
+        for job_id, t, source, owner_then in sorted(orphan_times):
             row = by_id.get(job_id)
             # Judged against the owner it had when it was orphaned (adoption and re-queue
             # move a row to another instance later).
             owner_id = owner_then or (row.owner_instance if row else None)
-            if row is None or owner_id not in intervals:
+            if row is None:
                 continue
-            if row.status != JobStatus.ORPHANED:
-                self_healed += 1
+            if owner_id not in intervals:
+                # Not judged, so not silently passed either: an orphaning whose owner
+                # then is no instance the driver started is a row it cannot explain.
+                unmapped_orphanings.append(job_id)
+                report.details.append(f"UNKNOWN OWNER AT ORPHANING ({owner_id}): "
+                                      f"{timeline(row)}")
+                continue
             created = epoch(row.created_at) or 0.0
             started = epoch(row.started_at)
             if started is not None and started > t and row.requeued_at is not None:
@@ -1316,7 +1368,11 @@ class ChaosRun:
         submits = [a for job in self.jobs for a in job.attempts]
         confirmed = [job for job in self.jobs if job.job_ids]
         unconfirmed = [job for job in self.jobs if not job.job_ids]
+        taken_over = count_log_events((life.log_path for life in self.lives),
+                                      ("job adopted", "job re-queued: its owner left it unstarted",
+                                       "detached"))
         report.info = {
+            "on_shutdown": self.o.on_shutdown,
             "prompts": len(self.jobs),
             "confirmed": len(confirmed),
             "unconfirmed_with_row": sum(1 for j in unconfirmed if by_prompt.get(j.prompt)),
@@ -1339,12 +1395,15 @@ class ChaosRun:
             "min_orphan_after_lapse_s": tightest(orphan_margins),
             "min_slack_before_deadline_s": tightest(late_margins),
             "self_healed": self_healed,
+            "adopted": taken_over["job adopted"],
+            "requeued": taken_over["job re-queued: its owner left it unstarted"],
+            "detaches": taken_over["detached"],
             "instances_started": len(self.lives),
             **{f"{k}s": v for k, v in sorted(self.actions.items())},
             "store_gaps": len(self.store_gaps),
             "stuck_gateways": len(stuck),
             "bad_results": bad_results,
-            "unknown_rows": len(unknown) + len(unmapped),
+            "unknown_rows": len(unknown) + len(unmapped) + len(unmapped_orphanings),
         }
         self.dump_timeline()
         if not report.ok:
@@ -1382,6 +1441,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds the PostgreSQL server stays down (postgres only)")
     parser.add_argument("--impatient", type=float, default=0.0,
                         help="fraction of requests whose first try gives up within ~60 ms")
+    parser.add_argument("--on-shutdown", choices=ON_SHUTDOWN_MODES, default="detach",
+                        help="the gateways' [lease] on_shutdown (stop: drains, PG outage)")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, db)")
     args = parser.parse_args(argv)
 
@@ -1406,7 +1467,7 @@ def main(argv: list[str] | None = None) -> int:
     options = ChaosOptions(backend=args.backend, workdir=workdir, jobs=args.jobs,
                            instances=args.instances, duration_s=args.duration, seed=seed,
                            dsn=dsn, store_control=server, outage_s=args.outage,
-                           impatient_fraction=args.impatient)
+                           impatient_fraction=args.impatient, on_shutdown=args.on_shutdown)
     ok = False
     try:
         report = anyio.run(run_chaos, options)

@@ -38,6 +38,12 @@ Rows (each with its target):
   what a client puts into the model's context, with no CLI installed (<= 5,000), with
   claude + codex + gemini (<= 12,000), and the largest tool (<= 2,000) (issue 14).
 
+- supervised runs (bench/supervision_bench.py, issue 13): a run's supervisor RSS (report,
+  beside the fake CLI's), an owner's SIGKILL -> its running job adopted by a live peer (<= 2
+  sweep intervals, the worst sample), and a gateway's start -> the finalization of a run
+  that ended while none was alive over that gateway's start -> ready (<= 1.05: adoption at
+  start comes before the first tool call). The sync overhead row above goes through the
+  supervisor: every process run does.
 Nothing here asserts: a missed target is reported in the table, never hidden.
 """
 
@@ -72,6 +78,7 @@ for path in (str(ROOT), str(BENCH)):
 
 import runner_bench  # noqa: E402
 import store_bench  # noqa: E402
+import supervision_bench  # noqa: E402
 import tasks_bench  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
@@ -117,6 +124,8 @@ TARGETS = {
     "tools_none": ("<=", 5000),
     "tools_three": ("<=", 12000),
     "tools_largest": ("<=", 2000),
+    "adopt_after_kill": ("<=", 2.0),  # sweeps: adoption runs every sweep (one may be late)
+    "finalize_at_start": ("<=", 1.05),  # of start -> ready: adoption at start comes first
 }
 # What `tools/list` cost on main before issue 14 (21 tools whatever was installed). The
 # anchor gateway's reference notes give no byte figure for its listing.
@@ -138,13 +147,14 @@ class Sizes:
     overhead_warmup: int = OVERHEAD_WARMUP
     roundtrip_warmup: int = ROUNDTRIP_WARMUP
     settle_s: float = SETTLE_S
+    supervision_samples: int = 5
 
 
 FULL = Sizes()
 SMOKE = Sizes(startup_runs=1, overhead_runs=2, roundtrip_calls=5, admission_calls=5,
               rss_jobs=3, stream_gib=2 / 1024, heartbeat_sizes=(2, 20), heartbeat_reps=2,
               reaper_total=300, reaper_reps=1, overhead_warmup=0, roundtrip_warmup=1,
-              settle_s=0.0)
+              settle_s=0.0, supervision_samples=1)
 
 
 @dataclass
@@ -680,6 +690,33 @@ async def bench_memory(servers: Servers, sizes: Sizes, workdir: Path) -> list[Ro
     return rows
 
 
+async def bench_supervision(sizes: Sizes, workdir: Path) -> list[Row]:
+    """Supervised runs: the supervisor's RSS, adoption after an owner's SIGKILL, and the
+    finalization at start of a run that ended while no gateway was alive."""
+    data = await supervision_bench.run_supervision_benches(workdir / "supervision",
+                                                           sizes.supervision_samples)
+    adopt, fin = data["adoption"], data["finalize"]
+    cli = adopt["cli_rss_median_mb"]
+    sup_mb = adopt["supervisor_rss_median_mb"]
+    ratio = fin["finalize_median_s"] / fin["ready_median_s"]
+    return [
+        Row("supervisor_rss", "memory: a run's supervisor RSS (per run)", f"{sup_mb:.1f} MB",
+            f"{cli:.1f} MB (the fake CLI it runs)" if cli else "-",
+            round(sup_mb / cli, 3) if cli else None, "(report)", None, adopt),
+        Row("adopt_after_kill",
+            "owner SIGKILLed -> its running job adopted by a peer (sweep intervals)",
+            f"{adopt['adopt_median_s'] * 1000:.0f} ms (max {adopt['adopt_max_sweeps']:.2f})",
+            f"{adopt['sweep_interval_s']:g} s (sweep_interval_s)",
+            round(adopt["adopt_median_sweeps"], 3), _target("adopt_after_kill", " sweeps"),
+            _met("adopt_after_kill", adopt["adopt_max_sweeps"]), adopt),
+        Row("finalize_at_start",
+            "gateway start -> a run that ended while none was alive finalized",
+            _ms(fin["finalize_median_s"]), f"{_ms(fin['ready_median_s'])} (start -> ready)",
+            round(ratio, 3), _target("finalize_at_start"), _met("finalize_at_start", ratio),
+            fin),
+    ]
+
+
 def store_rows(results: dict[str, Any], pg_skipped: str | None) -> list[Row]:
     rows: list[Row] = []
     for backend in ("sqlite", "postgres"):
@@ -758,7 +795,8 @@ def plans_text(store: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-PHASES = ("startup", "tools", "overhead", "tasks", "admission", "memory", "store")
+PHASES = ("startup", "tools", "overhead", "tasks", "admission", "memory", "supervision",
+          "store")
 
 
 async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
@@ -797,6 +835,7 @@ async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
     await phase("tasks", bench_tasks(servers, sizes))
     await phase("admission", bench_admission(servers, sizes, workdir))
     await phase("memory", bench_memory(servers, sizes, workdir))
+    await phase("supervision", bench_supervision(sizes, workdir))
     await phase("store", store_phase())
     order = ["sync_overhead", "async_overhead", "admission", "admission_loaded",
              "admission_terminal",
@@ -804,7 +843,7 @@ async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
              "tasks_optin", "heartbeat_sqlite", "heartbeat_postgres",
              "reaper_sqlite", "reaper_postgres", "stream_runner", "stream_gateway", "rss_idle",
              "rss_after_jobs", "startup", "startup_discover", "tools_none", "tools_three",
-             "tools_largest"]
+             "tools_largest", "supervisor_rss", "adopt_after_kill", "finalize_at_start"]
     rows.sort(key=lambda r: order.index(r.key) if r.key in order else len(order))
     return {
         "machine": machine(load_at_start),

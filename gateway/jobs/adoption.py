@@ -34,6 +34,13 @@ from gateway.jobs.targets import parsing_target, request_of_row, target_for_row
 from gateway.model import Completion, ErrorKind, GatewayError, InstanceRow, JobRow, JobStatus
 from gateway.store.base import TakeOver
 
+CANCELLED_UNSTARTED = Completion(status=JobStatus.CANCELLED, error_kind=ErrorKind.CANCELLED,
+                                 error="Cancelled before it started.")
+REQUEUE_SPENT = Completion(
+    status=JobStatus.FAILED, error_kind=ErrorKind.ORPHANED,
+    error="Its gateway went away before the run started, for the second time (a job is "
+          "re-queued once): nothing ran. Submit it again.")
+
 log = structlog.get_logger(__name__)
 
 ADOPT_BATCH = 100  # candidates read per sweep; the rest wait for the next sweep
@@ -102,7 +109,7 @@ class Adopter:
             if start is not None and start.get("kind") == "supervisor":
                 return await self._adopt_run(job, spool, start)
         if job.cancel_requested_at is not None:
-            return await self._finish_cancelled(job)
+            return await self._finish_unstarted(job, CANCELLED_UNSTARTED)
         return await self._requeue(job)
 
     async def _adopt_run(self, job: JobRow, spool: Path, start: dict[str, Any]) -> int:
@@ -131,20 +138,25 @@ class Adopter:
                                                identity.pgid, identity.started_at)
         return 1
 
-    async def _finish_cancelled(self, job: JobRow) -> int:
+    async def _finish_unstarted(self, job: JobRow, completion: Completion) -> int:
+        """End a job whose run provably never started (cancelled, or its re-queue spent)."""
         if job.status not in (JobStatus.QUEUED, JobStatus.RUNNING):
             return 0
         if await self.manager.store.adopt_job(self._take(job)) is None:
             return 0
-        await self.manager.store.complete(job.id, self.identity.instance_id, Completion(
-            status=JobStatus.CANCELLED, error_kind=ErrorKind.CANCELLED,
-            error="Cancelled before it started."))
+        await self.manager.store.complete(job.id, self.identity.instance_id, completion)
         return 1
 
     async def _requeue(self, job: JobRow) -> int:
         """Queue it again here, at most once per job (the store's CAS says so too)."""
         manager = self.manager
         if job.requeued_at is not None:
+            if job.status is JobStatus.RUNNING and job.transport == "process":
+                # Marked running, its spool claimed for re-queue (it never started), and its
+                # one re-queue spent: ended now, not when a detach-extended lease lapses.
+                log.warning("job ended unstarted: its re-queue was spent", action="requeue",
+                            job_id=job.id, previous_owner=job.owner_instance)
+                return await self._finish_unstarted(job, REQUEUE_SPENT)
             return 0  # its one re-queue is spent: the reaper orphans it in time
         try:
             target = target_for_row(manager.settings, job.provider, job.request_json)

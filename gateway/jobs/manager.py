@@ -22,6 +22,7 @@ from typing import Any
 import structlog
 
 from gateway.config import Settings
+from gateway.fs import ensure_private_dir
 from gateway.jobs import spool
 from gateway.jobs.completion import completion_of
 from gateway.jobs.execution import (
@@ -324,6 +325,12 @@ class JobManager:
             return
         if self.closing:
             return  # shutting down: a queued job stays queued (detach releases it) or is failed
+        if job.target.transport == "process":
+            # Its spool dir exists before the row says running: an adopter that finds it
+            # without a start record may re-queue it (SIGKILLed between the two steps);
+            # without it nothing proves it never ran. A failure is reported at launch.
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(ensure_private_dir, job.spool_dir)
         # CAS queued -> running BEFORE spawning: a row orphaned or cancelled while it waited
         # is never launched (no child is spawned only to be killed).
         if not await self.store.mark_running(job.row.id, self.instance_id,

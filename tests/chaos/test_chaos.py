@@ -39,6 +39,10 @@ CI_OUTAGE_S = 3.0
 # cancelled was never driven); admission is now shielded, so both backends get them.
 CI_IMPATIENT = 0.1
 CI_IMPATIENT_POSTGRES = CI_IMPATIENT
+# The detach scenario (the default on_shutdown): shorter, since its verdict is stricter
+# (every job not cancelled completes) and adoption, not the clock, is what it proves.
+CI_DETACH_JOBS = 100
+CI_DETACH_DURATION_S = 25.0
 
 
 # -- the audit's rules ---------------------------------------------------------------------
@@ -122,10 +126,10 @@ def assert_the_chaos_happened(report: ChaosReport) -> None:
 
 @pytest.mark.chaos
 @pytest.mark.anyio
-async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_on_sqlite(tmp_path: Path) -> None:
+async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_with_stop_on_sqlite(tmp_path: Path) -> None:
     report = await run_chaos(ChaosOptions(
         backend="sqlite", workdir=tmp_path / "chaos", jobs=CI_JOBS, instances=CI_INSTANCES,
-        duration_s=CI_DURATION_S, impatient_fraction=CI_IMPATIENT))
+        duration_s=CI_DURATION_S, impatient_fraction=CI_IMPATIENT, on_shutdown="stop"))
     print(report.text())
     assert report.ok, report.text()
     assert_the_chaos_happened(report)
@@ -133,7 +137,7 @@ async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_on_sqlite(tmp_path
 
 @pytest.mark.chaos
 @pytest.mark.anyio
-async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_on_postgres(
+async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_with_stop_on_postgres(
     tmp_path: Path, postgres_server: PostgresServer,
 ) -> None:
     name = f"chaos_{tmp_path.name[-8:].lower().replace('-', '_')}"
@@ -144,7 +148,8 @@ async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_on_postgres(
             backend="postgres", workdir=tmp_path / "chaos", jobs=CI_JOBS,
             instances=CI_INSTANCES, duration_s=CI_DURATION_S,
             dsn=postgres_server.dsn_for(name), store_control=postgres_server,
-            outage_s=CI_OUTAGE_S, impatient_fraction=CI_IMPATIENT_POSTGRES))
+            outage_s=CI_OUTAGE_S, impatient_fraction=CI_IMPATIENT_POSTGRES,
+            on_shutdown="stop"))
     finally:
         postgres_server.ensure_running()
         postgres_server.drop_database(name)
@@ -152,3 +157,58 @@ async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_on_postgres(
     assert report.ok, report.text()
     assert_the_chaos_happened(report)
     assert report.info.get("store_outages") == 1, report.text()
+
+
+def test_an_unfinished_job_fails_the_detach_verdict_but_not_the_stop_one() -> None:
+    assert not ChaosReport(backend="sqlite", unfinished=1, require_finished=True).ok
+    assert ChaosReport(backend="sqlite", unfinished=1, require_finished=False).ok
+    assert ChaosReport(backend="sqlite", unfinished=0, require_finished=True).ok
+
+
+def assert_detached_runs_were_taken_over(report: ChaosReport) -> None:
+    """The detach scenario proves something only if gateways died or detached with work
+    that a peer then adopted or re-queued, and every job not cancelled completed."""
+    info = report.info
+    assert info.get("kills", 0) + info.get("stop_kills", 0) + info.get("terms", 0) >= 1, \
+        report.text()
+    assert info.get("stops", 0) + info.get("stop_kills", 0) >= 1, report.text()
+    assert info["adopted"] + info["requeued"] >= 1, report.text()
+    assert report.unfinished == 0 and report.completed + report.cancelled == report.jobs, \
+        report.text()
+
+
+@pytest.mark.chaos
+@pytest.mark.anyio
+async def test_every_job_not_cancelled_completes_under_chaos_with_detach_on_sqlite(
+    tmp_path: Path,
+) -> None:
+    report = await run_chaos(ChaosOptions(
+        backend="sqlite", workdir=tmp_path / "chaos", jobs=CI_DETACH_JOBS,
+        instances=CI_INSTANCES, duration_s=CI_DETACH_DURATION_S,
+        impatient_fraction=CI_IMPATIENT, on_shutdown="detach"))
+    print(report.text())
+    assert report.ok, report.text()
+    assert_detached_runs_were_taken_over(report)
+
+
+@pytest.mark.chaos
+@pytest.mark.anyio
+async def test_every_job_not_cancelled_completes_under_chaos_with_detach_on_postgres(
+    tmp_path: Path, postgres_server: PostgresServer,
+) -> None:
+    name = f"chaos_{tmp_path.name[-8:].lower().replace('-', '_')}"
+    postgres_server.ensure_running()
+    postgres_server.create_database(name)
+    try:
+        report = await run_chaos(ChaosOptions(
+            backend="postgres", workdir=tmp_path / "chaos", jobs=CI_DETACH_JOBS,
+            instances=CI_INSTANCES, duration_s=CI_DETACH_DURATION_S,
+            dsn=postgres_server.dsn_for(name), store_control=postgres_server,
+            impatient_fraction=CI_IMPATIENT_POSTGRES, on_shutdown="detach"))
+    finally:
+        postgres_server.ensure_running()
+        postgres_server.drop_database(name)
+    print(report.text())
+    assert report.ok, report.text()
+    assert_detached_runs_were_taken_over(report)
+    assert "store_outages" not in report.info, report.text()

@@ -27,6 +27,7 @@ from gateway.jobs import supervisor as sup
 from gateway.jobs.requests import SubmitRequest
 from gateway.model import ErrorKind, JobStatus, NewJob
 from gateway.store import open_store
+from gateway.store.base import TakeOver
 from tests.jobs.conftest import FakeLog, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -199,6 +200,59 @@ async def test_a_run_marked_running_whose_owner_died_before_its_supervisor_is_ru
     row = await wait_for(lambda: terminal(adopter, job.id), DONE_S)
     assert row.status is JobStatus.COMPLETED and row.requeued_at is not None
     assert fake_log.prompts() == ["never started"]
+
+
+async def test_a_run_that_never_started_twice_is_ended_at_once_not_when_its_lease_lapses(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    # Found by the detach chaos run: re-queued once, marked running by its second owner,
+    # which detached (lease extended to timeout_s) before its supervisor started. The
+    # adopter claims the spool (so it never starts), cannot re-queue it again, and used to
+    # leave it `running` for an hour.
+    settings = make_settings()
+    adopter = await (await start_gateway(settings)).manager()
+    store = adopter.store
+    here = {"hostname": proc.hostname(), "boot_id": proc.boot_id()}
+    request = {"provider": "claude", "prompt": "never started twice", "model": None,
+               "working_dir": None, "session_id": None, "options": {}}
+    job = NewJob(id="00000000-0000-4000-8000-000000000002", provider="claude",
+                 request_key="k-twice", owner_instance="ghost", request_json=json.dumps(request),
+                 **here)
+    await store.insert_job(job, settings.lease.ttl_s)
+    assert await store.requeue_job(TakeOver(
+        job_id=job.id, expected_owner="ghost", expected_status=JobStatus.QUEUED,
+        instance_id="ghost-2", ttl_s=settings.lease.ttl_s, **here)) is not None
+    assert await store.mark_running(job.id, "ghost-2", settings.lease.ttl_s)
+    await store.extend_leases("ghost-2", {job.id: 3600.0})
+    spool_of(settings, job.id).mkdir(parents=True)
+    with anyio.fail_after(DONE_S):
+        row = await wait_for(lambda: terminal(adopter, job.id), DONE_S)
+    assert (row.status, row.error_kind) == (JobStatus.FAILED, ErrorKind.ORPHANED)
+    assert row.requeued_at is not None
+    assert fake_log.prompts() == []
+
+
+async def test_a_runs_spool_dir_exists_before_its_row_says_running(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    # What the test above relies on: an owner SIGKILLed right after its queued -> running
+    # CAS left a spool dir, so the adopter can claim and re-queue the run. Without it the
+    # adopter cannot prove the run never started and the job ends orphaned (the chaos run
+    # found that window). The real store's CAS, observed at the moment it is called.
+    settings = make_settings()
+    manager = await (await start_gateway(settings)).manager()
+    seen: list[bool] = []
+    cas = manager.store.mark_running
+
+    async def observed(job_id: str, *args: Any, **kwargs: Any) -> bool:
+        seen.append(spool_of(settings, job_id).is_dir())
+        return await cas(job_id, *args, **kwargs)
+
+    manager.store.mark_running = observed
+    sub = await manager.submit("claude", SubmitRequest(prompt="spool first"))
+    row = await wait_for(lambda: terminal(manager, sub.job.id), DONE_S)
+    assert row.status is JobStatus.COMPLETED
+    assert seen == [True]
 
 
 async def test_a_started_run_is_never_requeued_even_if_its_supervisor_was_killed(
