@@ -13,8 +13,14 @@ What happens to such a job is decided by its spool dir, never by guesses from th
   gateway lived is finalized at once.
 - no supervisor claimed it (the row is queued, or it was marked running but the owner died
   before the supervisor claimed the run): the run is claimed for the re-queue in the spool
-  (so a late supervisor can never start it) and queued again, at most once per job.
-An HTTP API call has no process: a running one whose owner is gone is re-queued once.
+  (so a late supervisor can never start it) and queued again. A job is queued again each
+  time an owner of it is proven gone before it started (nothing ran, so nothing is spent);
+  a run is still launched at most once, because the spool's start record decides.
+- orphaned while queued (its owner was stopped past its lease): the owner, alive or not,
+  can never launch it (its CAS needs `queued` and itself as owner), so it is re-queued
+  whether or not its owner is gone.
+An HTTP API call has no process: a running one whose owner is gone is re-queued once (it may
+have reached the API and been billed).
 """
 
 from __future__ import annotations
@@ -36,10 +42,6 @@ from gateway.store.base import TakeOver
 
 CANCELLED_UNSTARTED = Completion(status=JobStatus.CANCELLED, error_kind=ErrorKind.CANCELLED,
                                  error="Cancelled before it started.")
-REQUEUE_SPENT = Completion(
-    status=JobStatus.FAILED, error_kind=ErrorKind.ORPHANED,
-    error="Its gateway went away before the run started, for the second time (a job is "
-          "re-queued once): nothing ran. Submit it again.")
 
 log = structlog.get_logger(__name__)
 
@@ -89,7 +91,9 @@ class Adopter:
             owner = candidate.job.owner_instance
             if owner not in gone:
                 gone[owner] = self.owner_gone(candidate.owner)
-            if candidate.job.id in manager.local_job_ids() or not gone[owner]:
+            if candidate.job.id in manager.local_job_ids():
+                continue
+            if not gone[owner] and not _orphaned_unstarted(candidate.job):
                 continue
             taken += await self._settle(candidate.job)
         return taken
@@ -139,7 +143,7 @@ class Adopter:
         return 1
 
     async def _finish_unstarted(self, job: JobRow, completion: Completion) -> int:
-        """End a job whose run provably never started (cancelled, or its re-queue spent)."""
+        """End a job whose run provably never started and whose cancel was requested."""
         if job.status not in (JobStatus.QUEUED, JobStatus.RUNNING):
             return 0
         if await self.manager.store.adopt_job(self._take(job)) is None:
@@ -148,16 +152,10 @@ class Adopter:
         return 1
 
     async def _requeue(self, job: JobRow) -> int:
-        """Queue it again here, at most once per job (the store's CAS says so too)."""
+        """Queue it again here (the store's CAS is the one winner and the rules)."""
         manager = self.manager
-        if job.requeued_at is not None:
-            if job.status is JobStatus.RUNNING and job.transport == "process":
-                # Marked running, its spool claimed for re-queue (it never started), and its
-                # one re-queue spent: ended now, not when a detach-extended lease lapses.
-                log.warning("job ended unstarted: its re-queue was spent", action="requeue",
-                            job_id=job.id, previous_owner=job.owner_instance)
-                return await self._finish_unstarted(job, REQUEUE_SPENT)
-            return 0  # its one re-queue is spent: the reaper orphans it in time
+        if job.transport == "http" and job.started_at is not None and job.requeued_at is not None:
+            return 0  # an API call that started is retried once: the reaper orphans it
         try:
             target = target_for_row(manager.settings, job.provider, job.request_json)
         except GatewayError as err:
@@ -181,3 +179,9 @@ class Adopter:
         log.info("job re-queued: its owner left it unstarted", action="requeue", job_id=job.id,
                  previous_owner=job.owner_instance)
         return 1
+
+
+def _orphaned_unstarted(job: JobRow) -> bool:
+    """Orphaned before it ever started: its owner can never launch it any more, so it need
+    not be proven gone for the job to be queued again."""
+    return job.status is JobStatus.ORPHANED and job.started_at is None

@@ -33,7 +33,7 @@ from gateway.jobs.execution import (
 from gateway.jobs.full_store import fitted_completion
 from gateway.jobs.limiter import Limiter, Ticket
 from gateway.jobs.requests import SubmitRequest, canonical_json, request_key
-from gateway.jobs.runner import stop_supervised_run
+from gateway.jobs.runner import RunClaimedElsewhere, stop_supervised_run
 from gateway.jobs.targets import Target, resolve_target
 from gateway.model import (
     EXIT_CODES,
@@ -374,6 +374,11 @@ class JobManager:
         flusher = asyncio.create_task(self._flush_progress(job), name=f"progress-{job.row.id}")
         try:
             outcome = await job.execution.wait()  # returns when the group is gone
+        except RunClaimedElsewhere:
+            log.warning("run not started here: a gateway that judged this one gone claimed "
+                        "it to re-queue the job", action="run_claimed_elsewhere",
+                        job_id=job.row.id)
+            return
         finally:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -434,6 +439,12 @@ class JobManager:
                 delay = min(delay * 2, 5.0)
         log.info("job finished", action="complete", job_id=job.row.id,
                  status=str(completion.status), error_kind=completion.error_kind, applied=applied)
+        if not applied:
+            # The row is not ours to end any more (a peer adopted or re-queued the job while
+            # this instance was stopped or cut off): the spool is the new owner's evidence,
+            # its end record above all. Deleting it here made the owner's finalize read "the
+            # supervisor ended without recording how" (retention purges what is left).
+            return
         # The row now holds the output; the spool copy is no longer needed. Removed in a
         # thread: unlinking files blocks for milliseconds, and the loop serves requests.
         await asyncio.to_thread(shutil.rmtree, job.spool_dir, ignore_errors=True)

@@ -87,6 +87,12 @@ PROVIDER_NICE_INCREMENT = 10
 SUPERVISOR_PATH = Path(sup.__file__).resolve()
 
 
+class RunClaimedElsewhere(Exception):
+    """The supervisor this gateway started lost the run's claim: a gateway that judged this
+    one gone claimed the spool to re-queue the job, so the run never started here and the
+    job is that gateway's to settle. Nothing about it may be written from here."""
+
+
 @dataclass(slots=True)
 class RunSpec:
     job_id: str
@@ -556,6 +562,11 @@ class ProcessRun:
         finally:
             self._finished = True
 
+    def _claim_is_ours(self) -> bool:
+        claim = sup.read_record(self.spec.spool_dir, sup.START_NAME)
+        return (claim is not None and claim.get("kind") == "supervisor"
+                and self._identity is not None and claim.get("pid") == self._identity.pid)
+
     async def _reap_group(self, pgid: int) -> None:
         """The supervisor is gone: anything left in its group (it was killed before it could
         stop the CLI) is killed, so nothing outlives the run."""
@@ -569,8 +580,15 @@ class ProcessRun:
             await asyncio.sleep(WATCH_INTERVAL_S / 2)
 
     def _conclude(self) -> RunOutcome:
-        """The outcome from the end record, once the group is gone (file reads: a thread)."""
+        """The outcome from the end record, once the group is gone (file reads: a thread).
+
+        Raises RunClaimedElsewhere when there is no end record because the supervisor never
+        held the claim (start.json is not its own: claimed for a re-queue, or gone with the
+        spool the re-queue replaced)."""
         record = sup.read_record(self.spec.spool_dir, sup.END_NAME)
+        if record is None and not self._claim_is_ours():
+            self._remove_temp_dir()
+            raise RunClaimedElsewhere(self.spec.job_id)
         outcome = outcome_from_record(self.spec.spool_dir, record, self.spec.limits, self._stop)
         self._stdout_bytes, self._stderr_bytes = outcome.stdout_bytes, outcome.stderr_bytes
         self._remove_temp_dir()  # the supervisor removes it; not if it was killed first

@@ -250,8 +250,9 @@ class JobStore(Protocol):
         and a row without a pid errs towards being orphaned, never towards being lost."""
 
     async def complete(self, job_id: str, owner_instance: str, completion: Completion) -> bool:
-        """Guarded terminal write: applies only if the row is queued/running, or orphaned AND
-        owned by owner_instance (self-heal). A cancel request on the row makes the final
+        """Guarded terminal write: applies only if owner_instance owns the row and it is
+        queued, running or orphaned (self-heal); a job adopted or re-queued elsewhere is
+        no longer its first owner's to end. A cancel request on the row makes the final
         status `cancelled` whatever the completion says (cancelled wins). Terminal rows never
         change. Returns whether it applied.
 
@@ -341,11 +342,13 @@ class JobStore(Protocol):
         the light row after the write, None if another instance won or the row changed."""
 
     async def requeue_job(self, take: TakeOver) -> JobRow | None:
-        """CAS a job that never ran back to `queued` for this instance, at most once per job
-        (requeued_at is NULL, then set): no cancel request on it, and no active twin with its
-        request key (dedup stays exactly-once). The caller has proved it never started (its
-        row was queued, or its spool's start record was claimed for the re-queue). Clears
-        the start and the error fields. Returns the light row, None if it did not apply."""
+        """CAS a job that never ran back to `queued` for this instance (requeued_at = now):
+        no cancel request on it, and no active twin with its request key (dedup stays
+        exactly-once). The caller has proved it never started (its row was queued, or its
+        spool's start record was claimed for the re-queue), so it may be queued again each
+        time an owner of it is proven gone; an HTTP call that started (it may have been
+        billed) only once. Clears the start and the error fields. Returns the light row,
+        None if it did not apply."""
 
     # -- output --------------------------------------------------------------------------
     async def read_output(

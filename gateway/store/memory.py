@@ -227,11 +227,10 @@ class MemoryJobStore:
             job = self._jobs.get(job_id)
             if job is None:
                 return False
-            # Invariant: active rows, or an orphaned row of this owner (self-heal); never
-            # any other terminal row.
-            allowed = job.status in ACTIVE_STATUSES or (
-                job.status is JobStatus.ORPHANED and job.owner_instance == owner_instance
-            )
+            # Invariant: by the row's owner only, on an active row or an orphaned one
+            # (self-heal); never any other terminal row (COMPLETE_JOB says why).
+            allowed = job.owner_instance == owner_instance and (
+                job.status in ACTIVE_STATUSES or job.status is JobStatus.ORPHANED)
             if not allowed:
                 return False
             now = self._now()
@@ -430,7 +429,7 @@ class MemoryJobStore:
         if job.finished_at < now - timedelta(seconds=within_s):
             return False
         if job.started_at is None:
-            return job.requeued_at is None
+            return True
         return job.boot_id == boot_id
 
     def _taken(self, take: TakeOver) -> JobRow | None:
@@ -463,8 +462,11 @@ class MemoryJobStore:
     async def requeue_job(self, take: TakeOver) -> JobRow | None:
         async with self._lock:
             job = self._taken(take)
-            if job is None or job.requeued_at is not None or job.cancel_requested_at is not None:
+            if job is None or job.cancel_requested_at is not None:
                 return None
+            if (job.requeued_at is not None and job.transport == "http"
+                    and job.started_at is not None):
+                return None  # an API call that was made is retried once (REQUEUE_JOB)
             if job.status not in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.ORPHANED):
                 return None
             if not job.forced and any(

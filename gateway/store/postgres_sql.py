@@ -211,9 +211,13 @@ RECORD_PROCESS = """
 UPDATE jobs SET pid = $3, pgid = $4, pid_started_at = $5, updated_at = now()
 WHERE id = $1 AND owner_instance = $2 AND status = 'running'"""
 
-# Guarded terminal write: an active row, or an orphaned row of the same owner (self-heal of
-# a stale owner that revived); every other terminal row is final. A cancel request on the
-# row turns any outcome into `cancelled` (cancelled wins over a late completion).
+# Guarded terminal write, by the row's owner only: an active row, or an orphaned row (the
+# self-heal of a stale owner that revived); every other terminal row is final. The owner
+# test matters once jobs change hands: a job adopted or re-queued while its first owner was
+# stopped may be a different run by now (re-queued: a new launch in a new spool), and a
+# stale owner waking up must not end it with what it saw of the old one. Every taker CASes
+# owner_instance to itself before it writes. A cancel request on the row turns any outcome
+# into `cancelled` (cancelled wins over a late completion).
 _COMPLETE_JOB = """
 UPDATE jobs SET
     status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE $3 END,
@@ -224,9 +228,8 @@ UPDATE jobs SET
     exit_code = $6, output = {output}, stderr_tail = $8,
     output_bytes = $9, truncated = $10, result_json = $11,
     finished_at = now(), updated_at = now(), lease_deadline = NULL
-WHERE id = $1
-  AND (status IN ('queued','running')
-       OR (status = 'orphaned' AND owner_instance = $2))"""
+WHERE id = $1 AND owner_instance = $2
+  AND status IN ('queued','running','orphaned')"""
 COMPLETE_JOB = _COMPLETE_JOB.format(output="$7")
 
 # A large output reaches the server in pieces (COPY into a temporary table of this
@@ -439,7 +442,7 @@ FROM jobs LEFT JOIN gateway_instances AS owner ON owner.instance_id = jobs.owner
 WHERE jobs.hostname = $2 AND jobs.owner_instance IS DISTINCT FROM $1
   AND (jobs.status IN ('queued','running')
        OR (jobs.status = 'orphaned' AND jobs.finished_at >= now() - make_interval(secs => $4)
-           AND ((jobs.started_at IS NULL AND jobs.requeued_at IS NULL)
+           AND (jobs.started_at IS NULL
                 OR (jobs.boot_id = $3 AND jobs.started_at IS NOT NULL))))
   AND NOT (jobs.transport = 'http' AND jobs.status = 'running'
            AND jobs.lease_deadline >= now())
@@ -462,11 +465,14 @@ WHERE id = $1 AND owner_instance IS NOT DISTINCT FROM $2 AND status = $3
   AND (status <> 'running' OR boot_id = $6)
 RETURNING {_LIGHT_JOB_COLUMNS}"""
 
-# Re-queue of work that never ran: the same CAS on owner_instance (one winner), at most
-# once per job (requeued_at IS NULL, then stamped), never a job with a cancel request, and
-# never beside an active non-forced twin (the dedup index stays exactly-once). That it
-# never started is the caller's proof (the row was queued, or its spool's start record was
-# claimed for the re-queue, so no supervisor can ever run it).
+# Re-queue of work that never ran: the same CAS on owner_instance (one winner), never a job
+# with a cancel request, and never beside an active non-forced twin (the dedup index stays
+# exactly-once). That it never started is the caller's proof (the row was queued, or its
+# spool's start record was claimed for the re-queue, so no supervisor can ever run it): a
+# run is launched at most once however often its job is queued again, and each re-queue
+# needs an owner proven gone, so their number is bounded by real gateway deaths. Only a
+# HTTP call that started (it may have reached the API, and been billed) is retried at most
+# once: requeued_at IS NULL, then stamped.
 REQUEUE_JOB = f"""
 UPDATE jobs SET status = 'queued', owner_instance = $4, boot_id = $6,
                 requeued_at = now(), lease_deadline = now() + make_interval(secs => $7),
@@ -476,7 +482,8 @@ UPDATE jobs SET status = 'queued', owner_instance = $4, boot_id = $6,
                 truncated = false
 WHERE id = $1 AND owner_instance IS NOT DISTINCT FROM $2 AND status = $3
   AND status IN ('queued','running','orphaned') AND hostname = $5
-  AND requeued_at IS NULL AND cancel_requested_at IS NULL
+  AND cancel_requested_at IS NULL
+  AND (requeued_at IS NULL OR transport <> 'http' OR started_at IS NULL)
   AND (forced OR NOT EXISTS (
       SELECT 1 FROM jobs AS twin
       WHERE twin.request_key = jobs.request_key AND twin.id <> jobs.id AND NOT twin.forced

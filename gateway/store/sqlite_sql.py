@@ -227,9 +227,13 @@ RECORD_PROCESS = """
 UPDATE jobs SET pid = :pid, pgid = :pgid, pid_started_at = :pid_started_at, updated_at = :now
 WHERE id = :job_id AND owner_instance = :owner_instance AND status = 'running'"""
 
-# Guarded terminal write: an active row, or an orphaned row of the same owner (self-heal of
-# a stale owner that revived); every other terminal row is final. A cancel request on the
-# row turns any outcome into `cancelled` (cancelled wins over a late completion). A large
+# Guarded terminal write, by the row's owner only: an active row, or an orphaned row (the
+# self-heal of a stale owner that revived); every other terminal row is final. The owner
+# test matters once jobs change hands: a job adopted or re-queued while its first owner was
+# stopped may be a different run by now (re-queued: a new launch in a new spool), and a
+# stale owner waking up must not end it with what it saw of the old one. Every taker CASes
+# owner_instance to itself before it writes. A cancel request on the row turns any outcome
+# into `cancelled` (cancelled wins over a late completion). A large
 # output (:reserve bytes) is reserved as a zero blob here and written in place right after,
 # in the same transaction (complete()).
 COMPLETE_JOB = """
@@ -243,9 +247,8 @@ UPDATE jobs SET
     output = CASE WHEN :reserve IS NULL THEN :output ELSE zeroblob(:reserve) END,
     output_bytes = :output_bytes, truncated = :truncated, result_json = :result_json,
     finished_at = :now, updated_at = :now, lease_deadline = NULL
-WHERE id = :job_id
-  AND (status IN ('queued','running')
-       OR (status = 'orphaned' AND owner_instance = :owner_instance))"""
+WHERE id = :job_id AND owner_instance = :owner_instance
+  AND status IN ('queued','running','orphaned')"""
 
 # A cancel lands only on an active row, and the first request's time is kept.
 REQUEST_CANCEL = """
@@ -377,7 +380,7 @@ WHERE owner_instance = :instance_id AND status = 'running'
 # jobs of this host owned by another instance whose row is stopped, collected, or on this
 # host and boot. Active ones, and recently orphaned ones this host can still settle: healed
 # (started under this boot, so its supervisor or its record is here) or re-queued (never
-# started, never re-queued). A running http job waits until its own lease passed: a
+# started). A running http job waits until its own lease passed: a
 # detaching owner drains it until then. Light columns, prefixed: the owner shares names.
 _CANDIDATE_COLUMNS = ", ".join(
     f"NULL AS {name}" if name in ("output", "result_json") else f"jobs.{name} AS {name}"
@@ -394,7 +397,7 @@ FROM jobs LEFT JOIN gateway_instances AS owner ON owner.instance_id = jobs.owner
 WHERE jobs.hostname = :hostname AND jobs.owner_instance IS NOT :instance_id
   AND (jobs.status IN ('queued','running')
        OR (jobs.status = 'orphaned' AND jobs.finished_at >= :now - :orphaned_within_s
-           AND ((jobs.started_at IS NULL AND jobs.requeued_at IS NULL)
+           AND (jobs.started_at IS NULL
                 OR (jobs.boot_id = :boot_id AND jobs.started_at IS NOT NULL))))
   AND NOT (jobs.transport = 'http' AND jobs.status = 'running'
            AND jobs.lease_deadline >= :now)
@@ -416,11 +419,14 @@ WHERE id = :job_id AND owner_instance IS :expected_owner AND status = :expected_
   AND (status <> 'running' OR boot_id = :boot_id)
 RETURNING {_LIGHT_JOB_COLUMNS}"""
 
-# Re-queue of work that never ran: the same CAS on owner_instance (one winner), at most
-# once per job (requeued_at IS NULL, then stamped), never a job with a cancel request, and
-# never beside an active non-forced twin (the dedup index stays exactly-once). That it
-# never started is the caller's proof (the row was queued, or its spool's start record
-# was claimed for the re-queue, so no supervisor can ever run it).
+# Re-queue of work that never ran: the same CAS on owner_instance (one winner), never a job
+# with a cancel request, and never beside an active non-forced twin (the dedup index stays
+# exactly-once). That it never started is the caller's proof (the row was queued, or its
+# spool's start record was claimed for the re-queue, so no supervisor can ever run it): a
+# run is launched at most once however often its job is queued again, and each re-queue
+# needs an owner proven gone, so their number is bounded by real gateway deaths. Only a
+# HTTP call that started (it may have reached the API, and been billed) is retried at most
+# once: requeued_at IS NULL, then stamped.
 REQUEUE_JOB = f"""
 UPDATE jobs SET status = 'queued', owner_instance = :instance_id, boot_id = :boot_id,
                 requeued_at = :now, lease_deadline = :now + :ttl_s, updated_at = :now,
@@ -429,7 +435,8 @@ UPDATE jobs SET status = 'queued', owner_instance = :instance_id, boot_id = :boo
                 output = NULL, output_bytes = 0, stderr_tail = NULL, truncated = 0
 WHERE id = :job_id AND owner_instance IS :expected_owner AND status = :expected_status
   AND status IN ('queued','running','orphaned') AND hostname = :hostname
-  AND requeued_at IS NULL AND cancel_requested_at IS NULL
+  AND cancel_requested_at IS NULL
+  AND (requeued_at IS NULL OR transport <> 'http' OR started_at IS NULL)
   AND (forced = 1 OR NOT EXISTS (
       SELECT 1 FROM jobs AS twin
       WHERE twin.request_key = jobs.request_key AND twin.id <> jobs.id AND twin.forced = 0

@@ -25,7 +25,7 @@ from gateway import proc
 from gateway.config import Settings
 from gateway.jobs import supervisor as sup
 from gateway.jobs.requests import SubmitRequest
-from gateway.model import ErrorKind, JobStatus, NewJob
+from gateway.model import ErrorKind, InstanceRow, JobStatus, NewJob
 from gateway.store import open_store
 from gateway.store.base import TakeOver
 from tests.jobs.conftest import FakeLog, wait_for
@@ -202,13 +202,13 @@ async def test_a_run_marked_running_whose_owner_died_before_its_supervisor_is_ru
     assert fake_log.prompts() == ["never started"]
 
 
-async def test_a_run_that_never_started_twice_is_ended_at_once_not_when_its_lease_lapses(
+async def test_a_run_left_unstarted_twice_is_queued_again_and_runs_once(
     make_settings, start_gateway, fake_log: FakeLog
 ) -> None:
     # Found by the detach chaos run: re-queued once, marked running by its second owner,
-    # which detached (lease extended to timeout_s) before its supervisor started. The
-    # adopter claims the spool (so it never starts), cannot re-queue it again, and used to
-    # leave it `running` for an hour.
+    # which detached (lease extended to timeout_s) before its supervisor started. It used
+    # to stay `running` for an hour, then to end failed ("re-queued once"). Nothing ran, so
+    # the adopter claims the spool (no late supervisor can start it) and queues it again.
     settings = make_settings()
     adopter = await (await start_gateway(settings)).manager()
     store = adopter.store
@@ -227,9 +227,9 @@ async def test_a_run_that_never_started_twice_is_ended_at_once_not_when_its_leas
     spool_of(settings, job.id).mkdir(parents=True)
     with anyio.fail_after(DONE_S):
         row = await wait_for(lambda: terminal(adopter, job.id), DONE_S)
-    assert (row.status, row.error_kind) == (JobStatus.FAILED, ErrorKind.ORPHANED)
+    assert row.status is JobStatus.COMPLETED and row.owner_instance == adopter.instance_id
     assert row.requeued_at is not None
-    assert fake_log.prompts() == []
+    assert fake_log.prompts() == ["never started twice"]
 
 
 async def test_a_runs_spool_dir_exists_before_its_row_says_running(
@@ -253,6 +253,110 @@ async def test_a_runs_spool_dir_exists_before_its_row_says_running(
     row = await wait_for(lambda: terminal(manager, sub.job.id), DONE_S)
     assert row.status is JobStatus.COMPLETED
     assert seen == [True]
+
+
+async def test_a_job_orphaned_while_queued_under_a_live_owner_is_requeued_and_runs_once(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    # Found by the detach chaos run: an owner SIGSTOPped past its lease has its queued job
+    # orphaned; it wakes, alive, and can never launch it (its CAS needs `queued`). Nobody
+    # took it over, since a live owner is never adopted from: the job stayed orphaned.
+    settings = make_settings()
+    store = await open_store(settings)
+    try:
+        here = {"hostname": proc.hostname(), "boot_id": proc.boot_id()}
+        owner = InstanceRow(instance_id="stalled", pid=os.getpid(),
+                            pid_started_at=proc.process_start_time(os.getpid()), role="stdio",
+                            version="test", **here)
+        await store.register_instance(owner, 0.05)
+        request = {"provider": "claude", "prompt": "orphaned while queued", "model": None,
+                   "working_dir": None, "session_id": None, "options": {}}
+        job = NewJob(id="00000000-0000-4000-8000-000000000003", provider="claude",
+                     request_key="k-stalled", owner_instance="stalled",
+                     request_json=json.dumps(request), **here)
+        await store.insert_job(job, 0.05)
+
+        async def reaped() -> bool:
+            expired = await store.list_expired_candidates(settings.lease.http_job_grace_s)
+            if job.id not in {r.id for r in expired}:
+                return False
+            return bool(await store.recover_expired_leases(settings.lease.http_job_grace_s,
+                                                           [job.id]))
+
+        await wait_for(reaped)
+        assert await store.heartbeat("stalled", 3600.0) == 1  # it wakes: alive, renewed
+    finally:
+        await store.close()
+    manager = await (await start_gateway(settings)).manager()
+    row = await wait_for(lambda: terminal(manager, job.id), DONE_S)
+    assert row.status is JobStatus.COMPLETED and row.requeued_at is not None
+    assert row.owner_instance == manager.instance_id
+    assert fake_log.prompts() == ["orphaned while queued"]
+    (stalled,) = [i for i in await manager.store.list_instances() if i.instance_id == "stalled"]
+    assert stalled.stopped_at is None  # taken over from an owner that was never gone
+
+
+async def test_an_owner_that_lost_its_job_leaves_the_spool_to_the_job_s_new_owner(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    # Found by the detach chaos run ("the supervisor ended without recording how the run
+    # ended"): an owner stopped past its lease had its running job adopted, woke, saw the
+    # run end first and, its terminal write refused, deleted the spool: the adopter then
+    # read no end record. The spool is the new owner's evidence.
+    settings = make_settings()
+    gw = await start_gateway(settings)
+    manager = await gw.manager()
+    sub = await manager.submit("claude", SubmitRequest(prompt="taken from me @sleep=1"))
+    await wait_for(lambda: len(fake_log.spawns()) == 1)
+    here = {"hostname": proc.hostname(), "boot_id": proc.boot_id()}
+    taken = await manager.store.adopt_job(TakeOver(
+        job_id=sub.job.id, expected_owner=manager.instance_id,
+        expected_status=JobStatus.RUNNING, instance_id="adopter-that-died",
+        ttl_s=settings.lease.ttl_s, **here))
+    assert taken is not None
+    await wait_for(lambda: sub.job.id not in manager.local_job_ids(), DONE_S)
+    spool = spool_of(settings, sub.job.id)
+    assert sup.read_record(spool, sup.END_NAME) is not None  # kept, not deleted
+    assert (await manager.store.get_job(sub.job.id)).status is JobStatus.RUNNING
+    # Its new owner is gone too (no instance row): the next sweep finalizes it from there.
+    row = await wait_for(lambda: terminal(manager, sub.job.id), DONE_S)
+    assert row.status is JobStatus.COMPLETED and row.owner_instance == manager.instance_id
+    page = await manager.read_result(sub.job.id)
+    assert page.output == "fake-claude answer: taken from me @sleep=1"
+    assert len(fake_log.spawns()) == 1
+
+
+async def test_a_supervisor_that_lost_the_claim_to_a_requeue_leaves_the_job_to_it(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    # Found by the detach chaos run ("the supervisor ended without recording how the run
+    # ended"): a peer judged the owner gone and claimed the spool for a re-queue just
+    # before the owner's supervisor could; the owner ended the job launch_failed before
+    # the peer's re-queue CAS came. The run never started: the job is the claimer's.
+    settings = make_settings()
+    manager = await (await start_gateway(settings)).manager()
+    cas = manager.store.mark_running
+
+    async def claimed_by_a_peer(job_id: str, *args: Any, **kwargs: Any) -> bool:
+        marked = await cas(job_id, *args, **kwargs)
+        assert sup.claim_for_requeue(spool_of(settings, job_id), by="peer")
+        return marked
+
+    manager.store.mark_running = claimed_by_a_peer
+    sub = await manager.submit("claude", SubmitRequest(prompt="claimed by a peer"))
+    await wait_for(lambda: sub.job.id not in manager.local_job_ids(), DONE_S)
+    manager.store.mark_running = cas
+    row = await manager.store.get_job(sub.job.id)
+    assert row.status is JobStatus.RUNNING  # nothing written: not launch_failed
+    assert fake_log.spawns() == []
+    # The peer's re-queue lands, and the peer dies: this gateway re-queues and runs it.
+    here = {"hostname": proc.hostname(), "boot_id": proc.boot_id()}
+    assert await manager.store.requeue_job(TakeOver(
+        job_id=row.id, expected_owner=manager.instance_id, expected_status=JobStatus.RUNNING,
+        instance_id="peer", ttl_s=settings.lease.ttl_s, **here)) is not None
+    row = await wait_for(lambda: terminal(manager, sub.job.id), DONE_S)
+    assert row.status is JobStatus.COMPLETED and row.owner_instance == manager.instance_id
+    assert fake_log.prompts() == ["claimed by a peer"]
 
 
 async def test_a_started_run_is_never_requeued_even_if_its_supervisor_was_killed(

@@ -1291,16 +1291,48 @@ async def test_an_adopted_orphaned_job_is_healed_by_its_adopter(store: JobStore)
     assert (await get(store, job.id)).status is JobStatus.COMPLETED
 
 
-async def test_requeue_job_runs_unstarted_work_again_at_most_once(store: JobStore) -> None:
+async def test_requeue_job_queues_unstarted_work_again_each_time_an_owner_left_it(
+    store: JobStore,
+) -> None:
     job = await orphaned(store, new_job(owner="gone"))
     requeued = await store.requeue_job(take(job, "gone", JobStatus.ORPHANED))
     assert requeued is not None
     assert (requeued.status, requeued.owner_instance) == (JobStatus.QUEUED, OTHER)
     assert requeued.requeued_at is not None and requeued.started_at is None
     assert (requeued.pid, requeued.error_kind, requeued.finished_at) == (None, None, None)
+    # Its second owner leaves it unstarted too (the caller proved it from the spool): it is
+    # queued again, once more one winner. The spool, not a count, keeps it to one launch.
     assert await store.mark_running(job.id, OTHER, TTL_S)
-    # Its second owner dies too: never a third run of it.
-    assert await store.requeue_job(take(job, OTHER, JobStatus.RUNNING, by="third")) is None
+    again = await store.requeue_job(take(job, OTHER, JobStatus.RUNNING, by="third"))
+    assert again is not None and again.owner_instance == "third"
+    assert await store.requeue_job(take(job, OTHER, JobStatus.RUNNING, by="fourth")) is None
+    # Orphaned while queued a second time: still a candidate, still re-queued.
+    assert job.id in await candidates(store, by="fifth")
+
+
+async def test_a_stale_owner_cannot_end_a_job_that_changed_hands(store: JobStore) -> None:
+    adopted = await running(store, new_job(owner="stale"))
+    assert await store.adopt_job(take(adopted, "stale", JobStatus.RUNNING)) is not None
+    assert not await store.complete(adopted.id, "stale", done(output="what it saw"))
+    requeued = new_job(owner="stale")
+    await store.insert_job(requeued, TTL_S)
+    assert await store.requeue_job(take(requeued, "stale", JobStatus.QUEUED)) is not None
+    assert not await store.complete(requeued.id, "stale", done(output="not this run"))
+    for job in (adopted, requeued):
+        assert (await get(store, job.id)).status.is_active
+        assert await store.complete(job.id, OTHER, done())  # its new owner ends it
+
+
+async def test_requeue_job_retries_an_api_call_that_started_only_once(store: JobStore) -> None:
+    job = new_job(owner="gone", transport="http")
+    await store.insert_job(job, TTL_S)
+    assert await store.mark_running(job.id, "gone", TTL_S)
+    assert await store.requeue_job(take(job, "gone", JobStatus.RUNNING)) is not None
+    # Its second owner left it queued: it never reached the API again, so it may go on.
+    assert await store.requeue_job(take(job, OTHER, JobStatus.QUEUED, by="third")) is not None
+    assert await store.mark_running(job.id, "third", TTL_S)
+    # Started a second time (it may have been billed twice over): never a third call.
+    assert await store.requeue_job(take(job, "third", JobStatus.RUNNING, by="fourth")) is None
 
 
 async def test_requeue_job_refuses_a_cancelled_job_and_one_with_an_active_twin(
