@@ -9,7 +9,6 @@ a checker that could never fail would be caught.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -121,8 +120,12 @@ def assert_the_chaos_happened(report: ChaosReport) -> None:
     assert info.get("stops", 0) + info.get("stop_kills", 0) >= 1, \
         f"no instance was stopped: {report.text()}"
     assert report.jobs > CI_JOBS // 2, report.text()
-    assert report.completed > 0 and report.orphaned + report.info["self_healed"] > 0, \
-        report.text()
+    # Some dead or stopped owner's job was settled by somebody else: orphaned (and maybe
+    # self-healed) or, since runs are supervised, adopted or re-queued by a peer. Which of
+    # them a run shows depends on where the chaos fell; that one did is what matters.
+    taken_over = (report.orphaned + info["self_healed"] + info.get("adopted", 0)
+                  + info.get("requeued", 0))
+    assert report.completed > 0 and taken_over > 0, report.text()
 
 
 @pytest.mark.chaos
@@ -176,15 +179,6 @@ def assert_detached_runs_were_taken_over(report: ChaosReport) -> None:
     assert info["adopted"] + info["requeued"] >= 1, report.text()
 
 
-def assert_nothing_lost_or_run_twice(report: ChaosReport) -> None:
-    """Every invariant of the verdict but `unfinished=0`. A job orphaned while queued a
-    second time (after its one re-queue) is not run again yet, so under chaos a few jobs
-    can end unfinished: `bench/chaos.py` keeps `unfinished=0` in its verdict and
-    bench/README.md reports the 5-minute runs, which do not meet it yet. Nothing here may
-    be lost, falsely orphaned, run twice or left running."""
-    assert replace(report, require_finished=False).ok, report.text()
-
-
 @pytest.mark.chaos
 @pytest.mark.anyio
 async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_sqlite(
@@ -195,7 +189,7 @@ async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_sqlite(
         instances=CI_INSTANCES, duration_s=CI_DETACH_DURATION_S,
         impatient_fraction=CI_IMPATIENT, on_shutdown="detach"))
     print(report.text())
-    assert_nothing_lost_or_run_twice(report)
+    assert report.ok, report.text()  # unfinished=0 included
     assert_detached_runs_were_taken_over(report)
 
 
@@ -217,6 +211,6 @@ async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_postgres(
         postgres_server.ensure_running()
         postgres_server.drop_database(name)
     print(report.text())
-    assert_nothing_lost_or_run_twice(report)
+    assert report.ok, report.text()  # unfinished=0 included
     assert_detached_runs_were_taken_over(report)
     assert "store_outages" not in report.info, report.text()
