@@ -32,7 +32,7 @@ from gateway.jobs.execution import (
 )
 from gateway.jobs.full_store import fitted_completion
 from gateway.jobs.limiter import Limiter, Ticket
-from gateway.jobs.requests import SubmitRequest, canonical_json, request_key
+from gateway.jobs.requests import SubmitRequest, request_key, stored_request
 from gateway.jobs.runner import RunClaimedElsewhere, stop_supervised_run
 from gateway.jobs.targets import Target, resolve_target
 from gateway.model import (
@@ -182,7 +182,8 @@ class JobManager:
             transport=target.transport, correlation_id=request.correlation_id or job_id,
             hostname=self.hostname, boot_id=self.boot_id, working_dir=target.working_dir,
             model=target.model, session_id=request.session_id,
-            request_json=canonical_json(target.normalized), forced=request.force_refresh,
+            request_json=stored_request(target.normalized, request.timeout_s),
+            forced=request.force_refresh,
         )
         return await self._insert_and_start(new, target, ticket, request)
 

@@ -31,6 +31,19 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+# The key in request_json that keeps the caller's own timeout_s for a re-queued run. Not in
+# the normalized request (so not in the request key: a longer timeout is the same work).
+TIMEOUT_KEY = "timeout_s"
+
+
+def stored_request(normalized: dict[str, Any], timeout_s: float | None) -> str:
+    """The job's request_json: the normalized request, plus the caller's timeout_s (when it
+    gave one), which is all a re-queue has to run the job again with."""
+    if timeout_s is None:
+        return canonical_json(normalized)
+    return canonical_json({**normalized, TIMEOUT_KEY: timeout_s})
+
+
 def request_key(normalized: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of the normalized request.
 

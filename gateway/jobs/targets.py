@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gateway.config import MAX_TIMEOUT_S, ApiProviderConfig, Settings
-from gateway.jobs.requests import SubmitRequest
+from gateway.jobs.requests import TIMEOUT_KEY, SubmitRequest
 from gateway.model import ErrorKind, GatewayError
 from providers.base import (
     CliProvider,
@@ -205,21 +205,23 @@ def _http_target(settings: Settings, provider: str, request: SubmitRequest) -> T
 
 def request_of_row(request_json: str) -> tuple[str | None, SubmitRequest]:
     """The SubmitRequest a stored job was admitted with, rebuilt from its normalized request
-    (for a re-queued job: the row is all that is left of it). The wall-clock timeout_s is
-    not part of it (not in the request key); a re-queued run gets the default."""
+    (for a re-queued job: the row is all that is left of it), with the caller's timeout_s
+    (stored beside it, outside the request key; None: the default)."""
     import json
 
     normalized = json.loads(request_json)
+    timeout = normalized.get(TIMEOUT_KEY)
+    timeout_s = float(timeout) if isinstance(timeout, (int, float)) else None
     if normalized.get("transport") == "http":
         options = {key: normalized[key] for key in ("system", "temperature", "max_output_tokens")
                    if normalized.get(key) is not None}
         options["messages"] = normalized.get("messages")
-        return normalized.get("provider"), SubmitRequest(model=normalized.get("model"),
-                                                         options=options)
+        return normalized.get("provider"), SubmitRequest(
+            model=normalized.get("model"), options=options, timeout_s=timeout_s)
     return normalized.get("provider"), SubmitRequest(
         prompt=normalized.get("prompt"), model=normalized.get("model"),
         working_dir=normalized.get("working_dir"), session_id=normalized.get("session_id"),
-        options=dict(normalized.get("options") or {}))
+        options=dict(normalized.get("options") or {}), timeout_s=timeout_s)
 
 
 def target_for_row(settings: Settings, provider: str, request_json: str) -> Target:

@@ -179,6 +179,23 @@ async def test_queued_work_released_at_detach_is_requeued_once_and_runs_once(
     assert sorted(fake_log.prompts()) == ["first @sleep=1", "second"]
 
 
+async def test_a_requeued_job_keeps_the_callers_timeout(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    settings = make_settings(limits={"max_running_jobs": 1, "kill_grace_s": 0.5})
+    gw = await start_gateway(settings)
+    manager = await gw.manager()
+    await manager.submit("claude", SubmitRequest(prompt="first @sleep=1"))
+    slow = await manager.submit("claude", SubmitRequest(prompt="slow @sleep=60", timeout_s=2))
+    await wait_for(lambda: len(fake_log.spawns()) == 1)
+    await gw.stop()
+    next_manager = await (await start_gateway(settings)).manager()
+    row = await wait_for(lambda: terminal(next_manager, slow.job.id), DONE_S)
+    assert row.requeued_at is not None
+    assert (row.status, row.error_kind) == (JobStatus.TIMED_OUT, ErrorKind.TIMEOUT)
+    assert "2 s" in (row.error or "")
+
+
 async def test_a_run_marked_running_whose_owner_died_before_its_supervisor_is_run_once(
     make_settings, start_gateway, fake_log: FakeLog
 ) -> None:
