@@ -6,7 +6,12 @@ their gateway.
 - SIGKILL of a job's owner -> the job adopted by a running peer on the same host, in sweep
   intervals (adoption runs in every sweep: about one interval is the design);
 - a gateway's process start -> the finalization of a run that ended while no gateway was
-  alive (adoption runs once at start), next to the same gateway's start -> ready.
+  alive (adoption runs once at start), next to the same gateway's start -> ready;
+- a real stdio gateway (`python -m gateway`, on_shutdown = "detach") with a running job,
+  ended as Claude Code ends a session (SIGINT, SIGTERM 100 ms later, SIGKILL 500 ms after
+  that): the first signal -> its instance row marked stopped (the detach's last write, after
+  the leases were extended), against DESIGN's "about 300 ms", and whether it was done before
+  the SIGKILL.
 
 Gateways run in processes of their own (tests/jobs/owner_gateway.py: start, optionally
 submit, wait to be killed) on one SQLite store, so SIGKILL is real. Runnable alone:
@@ -16,6 +21,7 @@ submit, wait to be killed) on one SQLite store, so SIGKILL is real. Runnable alo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import pickle
@@ -188,6 +194,115 @@ async def finalize_samples(pickled: Path, store: JobStore, spool_root: Path,
             "ready_median_s": statistics.median(ready_s)}
 
 
+CLAUDE_CODE_SIGTERM_AFTER_S = 0.1  # Claude Code 2.1.332 at the end of a session (issue 13)
+CLAUDE_CODE_SIGKILL_AFTER_S = 0.6  # SIGKILL 500 ms after the SIGTERM
+DETACH_TARGET_S = 0.3  # DESIGN section 4: a detach within about 300 ms of the first signal
+
+
+class StdioGateway:
+    """`python -m gateway` on pipes, spoken to in raw JSON-RPC (one request at a time)."""
+
+    def __init__(self, config: Path, home: Path) -> None:
+        env = {"HOME": str(home), "PATH": os.environ.get("PATH", os.defpath),
+               "AGENT_GATEWAY_CONFIG": str(config), "PYTHONPATH": str(ROOT)}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gateway"], cwd=home, env=env, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self._id = 0
+
+    def _request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self._id += 1
+        self.process.stdin.write(json.dumps({"jsonrpc": "2.0", "id": self._id,
+                                             "method": method, "params": params}).encode()
+                                 + b"\n")
+        self.process.stdin.flush()
+        for line in self.process.stdout:
+            message = json.loads(line)
+            if message.get("id") == self._id:
+                if "result" not in message:
+                    raise RuntimeError(f"{method}: {message}")
+                return dict(message["result"])
+        raise RuntimeError("the stdio gateway exited")
+
+    def call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        result = self._request("tools/call", {"name": tool, "arguments": args})
+        if result.get("isError"):
+            raise RuntimeError(f"{tool}: {result}")
+        return dict(result["structuredContent"])
+
+    def open_with_running_job(self) -> str:
+        assert self.process.stdin is not None
+        self._request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                     "clientInfo": {"name": "detach-bench", "version": "0"}})
+        self.process.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        self.process.stdin.flush()
+        self._request("tools/list", {})
+        job_id = str(self.call("claude_request_async", {"prompt": "detach @sleep=5"})["job_id"])
+        deadline = time.monotonic() + STEP_TIMEOUT_S
+        while self.call("llm_job_status", {"job_id": job_id})["status"] != "running":
+            if time.monotonic() > deadline:
+                raise RuntimeError("the job never started")
+            time.sleep(POLL_S)
+        return job_id
+
+    def end_like_claude_code(self) -> tuple[float, float | None]:
+        """The signals, on Claude Code's timeline; (first signal's time, exit after it, or
+        None if the SIGKILL ended it)."""
+        t0 = time.time()
+        self.process.send_signal(signal.SIGINT)
+        for after, sig in ((CLAUDE_CODE_SIGTERM_AFTER_S, signal.SIGTERM),
+                           (CLAUDE_CODE_SIGKILL_AFTER_S, signal.SIGKILL)):
+            try:
+                self.process.wait(max(0.0, t0 + after - time.time()))
+                return t0, time.time() - t0
+            except subprocess.TimeoutExpired:
+                self.process.send_signal(sig)
+        self.process.wait(10)
+        return t0, None
+
+
+async def detach_samples(workdir: Path, samples: int) -> dict[str, Any]:
+    """Each sample a fresh store: its one instance row is the gateway's."""
+    detach_s: list[float] = []
+    exit_s: list[float] = []  # first signal -> the process exited by itself
+    killed = 0
+    for n in range(samples):
+        sample_dir = workdir / f"detach-{n}"
+        settings, _ = write_settings(sample_dir)
+        config = sample_dir / "supervision.toml"
+        (sample_dir / "home").mkdir(exist_ok=True)
+        gateway = StdioGateway(config, sample_dir / "home")
+        job_id = await asyncio.to_thread(gateway.open_with_running_job)
+        t0, exited_after = await asyncio.to_thread(gateway.end_like_claude_code)
+        killed += exited_after is None
+        if exited_after is not None:
+            exit_s.append(exited_after)
+        store = await open_store(settings)
+        try:
+            (instance,) = await store.list_instances()
+            row = await store.get_job(job_id, with_output=False)
+            assert row is not None and row.status.is_active, row
+            if instance.stopped_at is None:
+                raise RuntimeError(f"sample {n}: SIGKILLed before the detach was written")
+            detach_s.append(instance.stopped_at.timestamp() - t0)
+        finally:
+            await store.close()
+        # The detached run goes on (its supervisor may still be starting): not this bench's
+        # business once it is claimed, so it is stopped here.
+        spool_dir = settings.state_dir / "spool" / job_id
+        deadline = time.monotonic() + STEP_TIMEOUT_S
+        while (claim := sup.read_record(spool_dir, sup.START_NAME)) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"sample {n}: the detached run was never claimed")
+            await asyncio.sleep(POLL_S)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(int(claim["pgid"]), signal.SIGKILL)
+    return {"samples": samples, "detach_s": detach_s, "sigkilled": killed, "exit_s": exit_s,
+            "detach_median_s": statistics.median(detach_s), "detach_max_s": max(detach_s),
+            "target_s": DETACH_TARGET_S}
+
+
 async def run_supervision_benches(workdir: Path, samples: int) -> dict[str, Any]:
     settings, pickled = write_settings(workdir)
     store = await open_store(settings)
@@ -196,7 +311,8 @@ async def run_supervision_benches(workdir: Path, samples: int) -> dict[str, Any]
         finalize = await finalize_samples(pickled, store, settings.state_dir / "spool", samples)
     finally:
         await store.close()
-    return {"adoption": adoption, "finalize": finalize}
+    detach = await detach_samples(workdir, samples)
+    return {"adoption": adoption, "finalize": finalize, "detach": detach}
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ EVERY_ROW = {
     "tasks_optin", "heartbeat_sqlite", "heartbeat_postgres", "reaper_sqlite",
     "reaper_postgres", "stream_runner", "stream_gateway", "rss_idle", "rss_after_jobs",
     "startup", "startup_discover", "tools_none", "tools_three", "tools_largest",
-    "supervisor_rss", "adopt_after_kill", "finalize_at_start",
+    "supervisor_rss", "adopt_after_kill", "detach_after_signal", "finalize_at_start",
 }
 
 
@@ -53,7 +53,7 @@ def test_bench_produces_every_row_and_writes_them_as_json(tmp_path: Path) -> Non
     for key in ("sync_overhead", "async_overhead", "admission", "status_roundtrip",
                 "wait_roundtrip", "tasks_get_roundtrip", "result_roundtrip", "tasks_optin",
                 "heartbeat_sqlite", "reaper_sqlite", "startup", "supervisor_rss",
-                "adopt_after_kill", "finalize_at_start"):
+                "adopt_after_kill", "detach_after_signal", "finalize_at_start"):
         assert rows[key]["ratio"] > 0, key
     assert rows["heartbeat_postgres"]["measured"] == "skipped"
     assert rows["reaper_sqlite"]["detail"]["orphaned_per_sweep"] == [
