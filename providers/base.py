@@ -7,13 +7,14 @@ nothing about jobs, stores or MCP.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from providers.parsing import Stdout, plain_text
+from providers.parsing import Stdout, decode, plain_text, strip_ansi, tail
 
 
 class OutputDiscipline(StrEnum):
@@ -84,7 +85,7 @@ class ProviderResult:
 
 class CliProvider:
     """Base class of the seven CLI adapters. Subclasses set the class attributes and
-    implement `build_invocation`, `parse_stream` and `auth_error_in`."""
+    implement `build_invocation` and `parse_stream`."""
 
     name: ClassVar[str]
     commands: ClassVar[tuple[str, ...]]  # binaries to look for, preferred first
@@ -93,6 +94,7 @@ class CliProvider:
     install_hint: ClassVar[str]  # "npm install -g @openai/codex"
     options_model: ClassVar[type[ProviderOptions]] = ProviderOptions
     known_models: ClassVar[tuple[str, ...]] = ()
+    auth_failure: ClassVar[re.Pattern[str]]  # the CLI's not-logged-in wording
 
     def build_invocation(
         self, request: ProviderRequest, command: str, extra_args: list[str] | None = None,
@@ -107,8 +109,10 @@ class CliProvider:
         raise NotImplementedError
 
     def auth_error_in(self, stdout: Stdout, stderr: bytes, exit_code: int | None) -> bool:
-        """True when the run says the CLI is not logged in."""
-        raise NotImplementedError
+        """True when the run says the CLI is not logged in: a failed run whose output ends
+        in the CLI's not-logged-in wording (`auth_failure`). A CLI that also reports it in
+        its own events (an exit code, an error event) adds that in an override."""
+        return failed(exit_code) and matches_auth_failure(self.auth_failure, stdout, stderr)
 
     def parse_output(self, stdout: bytes, stderr: bytes, exit_code: int | None,
                      options: ProviderOptions | None = None) -> ProviderResult:
@@ -127,3 +131,15 @@ class CliProvider:
         (claude `json`/`text` print only at exit) overrides this."""
         return self.discipline
 
+
+
+def failed(exit_code: int | None) -> bool:
+    """A run that ended with a non-zero exit code (None: killed or unknown, not a failure
+    the CLI reported itself)."""
+    return exit_code is not None and exit_code != 0
+
+
+def matches_auth_failure(pattern: re.Pattern[str], stdout: Stdout, stderr: bytes) -> bool:
+    """True when the end of stdout or stderr matches the CLI's not-logged-in wording."""
+    text = stdout.tail() + "\n" + tail(strip_ansi(decode(stderr)))
+    return pattern.search(text) is not None

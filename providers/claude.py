@@ -29,9 +29,7 @@ from providers.base import (
 )
 from providers.common import (
     effective_model,
-    failed,
     finish,
-    matches_auth_failure,
     options_as,
     start_checks,
 )
@@ -78,6 +76,7 @@ class ClaudeProvider(CliProvider):
                                  "`claude setup-token`), then retry.")
     install_hint: ClassVar[str] = "npm install -g @anthropic-ai/claude-code"
     options_model: ClassVar[type[ProviderOptions]] = ClaudeOptions
+    auth_failure: ClassVar[re.Pattern[str]] = AUTH_FAILURE
     known_models: ClassVar[tuple[str, ...]] = ("opus", "sonnet", "haiku", "fable")
 
     def build_invocation(
@@ -112,4 +111,4 @@ class ClaudeProvider(CliProvider):
     def auth_error_in(self, stdout: Stdout, stderr: bytes, exit_code: int | None) -> bool:
         if has_auth_error_event(stdout.json_objects(), AUTH_FAILURE):
             return True
-        return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)
+        return super().auth_error_in(stdout, stderr, exit_code)

@@ -31,10 +31,10 @@ from providers.base import (
     ProviderRequest,
     ProviderResult,
     Usage,
+    failed,
 )
 from providers.common import (
     effective_model,
-    failed,
     finish,
     options_as,
     start_checks,
@@ -77,6 +77,7 @@ class CodexProvider(CliProvider):
     login_hint: ClassVar[str] = "Run `codex login` and retry."
     install_hint: ClassVar[str] = "npm install -g @openai/codex"
     options_model: ClassVar[type[ProviderOptions]] = CodexOptions
+    auth_failure: ClassVar[re.Pattern[str]] = AUTH_FAILURE
     known_models: ClassVar[tuple[str, ...]] = ("gpt-5.5", "gpt-5.4", "gpt-5.4-mini")
 
     def build_invocation(

@@ -6,7 +6,6 @@ lives here.
 
 from __future__ import annotations
 
-import re
 from typing import TypeVar
 
 from providers.base import (
@@ -15,8 +14,8 @@ from providers.base import (
     ProviderOptions,
     ProviderRequest,
     ProviderResult,
+    failed,
 )
-from providers.parsing import Stdout, decode, strip_ansi, tail
 from providers.safety import (
     check_argv_size,
     check_request,
@@ -77,18 +76,6 @@ def finish(argv: list[str], env: dict[str, str] | None = None,
     return Invocation(argv=argv, env=dict(env or {}), stdin=stdin)
 
 
-def matches_auth_failure(pattern: re.Pattern[str], stdout: Stdout, stderr: bytes) -> bool:
-    """True when the end of stdout or stderr matches the CLI's not-logged-in wording."""
-    text = stdout.tail() + "\n" + tail(strip_ansi(decode(stderr)))
-    return pattern.search(text) is not None
-
-
 def stdout_answer(exit_code: int | None) -> ProviderResult:
     """A run whose answer is its stdout as plain text (see ProviderResult.answer_is_stdout)."""
     return ProviderResult(text="", is_error=failed(exit_code), answer_is_stdout=True)
-
-
-def failed(exit_code: int | None) -> bool:
-    """A run that ended with a non-zero exit code (None: killed or unknown, not a failure
-    the CLI reported itself)."""
-    return exit_code is not None and exit_code != 0

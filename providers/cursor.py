@@ -27,9 +27,7 @@ from providers.base import (
 )
 from providers.common import (
     effective_model,
-    failed,
     finish,
-    matches_auth_failure,
     options_as,
     start_checks,
 )
@@ -84,6 +82,7 @@ class CursorProvider(CliProvider):
         "Run `cursor-agent login` (or set CURSOR_API_KEY in [providers.cursor].env) and retry.")
     install_hint: ClassVar[str] = "curl https://cursor.com/install -fsS | bash"
     options_model: ClassVar[type[ProviderOptions]] = CursorOptions
+    auth_failure: ClassVar[re.Pattern[str]] = AUTH_FAILURE
     known_models: ClassVar[tuple[str, ...]] = ("auto", "sonnet-4.5", "gpt-5")
 
     def build_invocation(
@@ -115,6 +114,3 @@ class CursorProvider(CliProvider):
     def parse_stream(self, stdout: Stdout, stderr: bytes, exit_code: int | None,
                      options: ProviderOptions | None = None) -> ProviderResult:
         return parse_claude_style(stdout, exit_code)
-
-    def auth_error_in(self, stdout: Stdout, stderr: bytes, exit_code: int | None) -> bool:
-        return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)

@@ -22,9 +22,7 @@ from providers.base import (
 )
 from providers.common import (
     effective_model,
-    failed,
     finish,
-    matches_auth_failure,
     options_as,
     start_checks,
     stdout_answer,
@@ -60,6 +58,7 @@ class DevinProvider(CliProvider):
     login_hint: ClassVar[str] = "Run `devin auth login` and retry."
     install_hint: ClassVar[str] = "install the Devin CLI (`devin`) and make sure it is on PATH"
     options_model: ClassVar[type[ProviderOptions]] = DevinOptions
+    auth_failure: ClassVar[re.Pattern[str]] = AUTH_FAILURE
     known_models: ClassVar[tuple[str, ...]] = ("swe-1.5",)
 
     def build_invocation(
@@ -85,6 +84,3 @@ class DevinProvider(CliProvider):
     def parse_stream(self, stdout: Stdout, stderr: bytes, exit_code: int | None,
                      options: ProviderOptions | None = None) -> ProviderResult:
         return stdout_answer(exit_code)
-
-    def auth_error_in(self, stdout: Stdout, stderr: bytes, exit_code: int | None) -> bool:
-        return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)

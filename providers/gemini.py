@@ -32,12 +32,11 @@ from providers.base import (
     ProviderRequest,
     ProviderResult,
     Usage,
+    failed,
 )
 from providers.common import (
     effective_model,
-    failed,
     finish,
-    matches_auth_failure,
     options_as,
     start_checks,
     stdout_answer,
@@ -99,6 +98,7 @@ class GeminiProvider(CliProvider):
     install_hint: ClassVar[str] = (
         "install the Antigravity CLI (`agy`), or `npm install -g @google/gemini-cli`")
     options_model: ClassVar[type[ProviderOptions]] = GeminiOptions
+    auth_failure: ClassVar[re.Pattern[str]] = AUTH_FAILURE
     known_models: ClassVar[tuple[str, ...]] = (
         "gemini-2.5-pro", "gemini-2.5-flash", "gemini-3.1-pro-preview", "gemini-3.5-flash")
 
@@ -136,7 +136,7 @@ class GeminiProvider(CliProvider):
     def auth_error_in(self, stdout: Stdout, stderr: bytes, exit_code: int | None) -> bool:
         if exit_code == GEMINI_AUTH_EXIT_CODE:
             return True
-        return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)
+        return super().auth_error_in(stdout, stderr, exit_code)
 
 
 def _is_envelope(document: Mapping[str, Any]) -> bool:

@@ -25,12 +25,11 @@ from providers.base import (
     ProviderRequest,
     ProviderResult,
     Usage,
+    failed,
 )
 from providers.common import (
     effective_model,
-    failed,
     finish,
-    matches_auth_failure,
     options_as,
     start_checks,
     stdout_answer,
@@ -80,6 +79,7 @@ class GrokProvider(CliProvider):
         "Run `grok login` (or set XAI_API_KEY in [providers.grok].env) and retry.")
     install_hint: ClassVar[str] = "curl -fsSL https://x.ai/cli/install.sh | bash"
     options_model: ClassVar[type[ProviderOptions]] = GrokOptions
+    auth_failure: ClassVar[re.Pattern[str]] = AUTH_FAILURE
     known_models: ClassVar[tuple[str, ...]] = ("grok-4.5", "grok-4", "grok-composer-2.5-fast")
 
     def build_invocation(
@@ -117,9 +117,6 @@ class GrokProvider(CliProvider):
         if isinstance(document, Mapping) and ("text" in document or "sessionId" in document):
             return _from_object(document, exit_code)
         return stdout_answer(exit_code)
-
-    def auth_error_in(self, stdout: Stdout, stderr: bytes, exit_code: int | None) -> bool:
-        return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)
 
 
 def _usage(raw: Any) -> Usage | None:

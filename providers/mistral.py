@@ -27,12 +27,11 @@ from providers.base import (
     ProviderOptions,
     ProviderRequest,
     ProviderResult,
+    failed,
 )
 from providers.common import (
     effective_model,
-    failed,
     finish,
-    matches_auth_failure,
     options_as,
     start_checks,
     stdout_answer,
@@ -79,6 +78,7 @@ class MistralProvider(CliProvider):
         "Run `vibe --setup` (or set MISTRAL_API_KEY in [providers.mistral].env) and retry.")
     install_hint: ClassVar[str] = "uv tool install mistral-vibe (or pip install mistral-vibe)"
     options_model: ClassVar[type[ProviderOptions]] = MistralOptions
+    auth_failure: ClassVar[re.Pattern[str]] = AUTH_FAILURE
     known_models: ClassVar[tuple[str, ...]] = ("mistral-medium-3.5", "devstral-2",
                                                "devstral-small")
 
@@ -115,9 +115,6 @@ class MistralProvider(CliProvider):
         if answer is None:
             return stdout_answer(exit_code)
         return ProviderResult(text=answer, is_error=failed(exit_code))
-
-    def auth_error_in(self, stdout: Stdout, stderr: bytes, exit_code: int | None) -> bool:
-        return failed(exit_code) and matches_auth_failure(AUTH_FAILURE, stdout, stderr)
 
 
 def _entry_text(entry: Mapping[str, Any]) -> str:
