@@ -143,8 +143,9 @@ class Adopter:
         return 1
 
     async def _finish_unstarted(self, job: JobRow, completion: Completion) -> int:
-        """End a job whose run provably never started and whose cancel was requested."""
-        if job.status not in (JobStatus.QUEUED, JobStatus.RUNNING):
+        """End a job whose run provably never started and whose cancel was requested (also
+        one orphaned since: its owner was stopped before its cancel poller saw it)."""
+        if job.status not in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.ORPHANED):
             return 0
         if await self.manager.store.adopt_job(self._take(job)) is None:
             return 0

@@ -52,6 +52,19 @@ def spool_of(settings: Settings, job_id: str) -> Path:
     return settings.state_dir / "spool" / job_id
 
 
+def here() -> dict[str, str]:
+    return {"hostname": proc.hostname(), "boot_id": proc.boot_id()}
+
+
+def claude_job(n: int, prompt: str, owner: str) -> NewJob:
+    """A claude job of this host, as `owner` would have admitted it (a ghost: no row)."""
+    request = {"provider": "claude", "prompt": prompt, "model": None, "working_dir": None,
+               "session_id": None, "options": {}}
+    return NewJob(id=f"00000000-0000-4000-8000-{n:012d}", provider="claude",
+                  request_key=f"k-{n}", owner_instance=owner,
+                  request_json=json.dumps(request), **here())
+
+
 async def detached_job(make_settings: Any, start_gateway: Any, fake_log: FakeLog,
                        prompt: str, **submit: Any) -> tuple[Settings, str]:
     """A job that was running when its gateway shut down (detach, the default)."""
@@ -205,12 +218,7 @@ async def test_a_run_marked_running_whose_owner_died_before_its_supervisor_is_ru
     gw = await start_gateway(settings)
     adopter = await gw.manager()
     store = adopter.store
-    here = {"hostname": proc.hostname(), "boot_id": proc.boot_id()}
-    request = {"provider": "claude", "prompt": "never started", "model": None,
-               "working_dir": None, "session_id": None, "options": {}}
-    job = NewJob(id="00000000-0000-4000-8000-000000000001", provider="claude",
-                 request_key="k-never", owner_instance="ghost", request_json=json.dumps(request),
-                 **here)
+    job = claude_job(1, "never started", "ghost")
     await store.insert_job(job, settings.lease.ttl_s)
     assert await store.mark_running(job.id, "ghost", settings.lease.ttl_s)
     spool_of(settings, job.id).mkdir(parents=True)
@@ -229,16 +237,11 @@ async def test_a_run_left_unstarted_twice_is_queued_again_and_runs_once(
     settings = make_settings()
     adopter = await (await start_gateway(settings)).manager()
     store = adopter.store
-    here = {"hostname": proc.hostname(), "boot_id": proc.boot_id()}
-    request = {"provider": "claude", "prompt": "never started twice", "model": None,
-               "working_dir": None, "session_id": None, "options": {}}
-    job = NewJob(id="00000000-0000-4000-8000-000000000002", provider="claude",
-                 request_key="k-twice", owner_instance="ghost", request_json=json.dumps(request),
-                 **here)
+    job = claude_job(2, "never started twice", "ghost")
     await store.insert_job(job, settings.lease.ttl_s)
     assert await store.requeue_job(TakeOver(
         job_id=job.id, expected_owner="ghost", expected_status=JobStatus.QUEUED,
-        instance_id="ghost-2", ttl_s=settings.lease.ttl_s, **here)) is not None
+        instance_id="ghost-2", ttl_s=settings.lease.ttl_s, **here())) is not None
     assert await store.mark_running(job.id, "ghost-2", settings.lease.ttl_s)
     await store.extend_leases("ghost-2", {job.id: 3600.0})
     spool_of(settings, job.id).mkdir(parents=True)
@@ -272,26 +275,20 @@ async def test_a_runs_spool_dir_exists_before_its_row_says_running(
     assert seen == [True]
 
 
-async def test_a_job_orphaned_while_queued_under_a_live_owner_is_requeued_and_runs_once(
-    make_settings, start_gateway, fake_log: FakeLog
-) -> None:
-    # Found by the detach chaos run: an owner SIGSTOPped past its lease has its queued job
-    # orphaned; it wakes, alive, and can never launch it (its CAS needs `queued`). Nobody
-    # took it over, since a live owner is never adopted from: the job stayed orphaned.
-    settings = make_settings()
+async def orphaned_under_a_live_owner(settings: Settings, job: NewJob,
+                                      cancel: bool = False) -> None:
+    """`job`, queued by an owner that was then stopped past its lease (a peer's reaper
+    orphaned it) and is alive again, its row renewed. With `cancel`, a cancel was
+    requested before the owner's poller saw it."""
     store = await open_store(settings)
     try:
-        here = {"hostname": proc.hostname(), "boot_id": proc.boot_id()}
-        owner = InstanceRow(instance_id="stalled", pid=os.getpid(),
+        owner = InstanceRow(instance_id=job.owner_instance, pid=os.getpid(),
                             pid_started_at=proc.process_start_time(os.getpid()), role="stdio",
-                            version="test", **here)
+                            version="test", **here())
         await store.register_instance(owner, 0.05)
-        request = {"provider": "claude", "prompt": "orphaned while queued", "model": None,
-                   "working_dir": None, "session_id": None, "options": {}}
-        job = NewJob(id="00000000-0000-4000-8000-000000000003", provider="claude",
-                     request_key="k-stalled", owner_instance="stalled",
-                     request_json=json.dumps(request), **here)
         await store.insert_job(job, 0.05)
+        if cancel:
+            assert await store.request_cancel(job.id) is not None
 
         async def reaped() -> bool:
             expired = await store.list_expired_candidates(settings.lease.http_job_grace_s)
@@ -301,9 +298,20 @@ async def test_a_job_orphaned_while_queued_under_a_live_owner_is_requeued_and_ru
                                                            [job.id]))
 
         await wait_for(reaped)
-        assert await store.heartbeat("stalled", 3600.0) == 1  # it wakes: alive, renewed
+        assert await store.heartbeat(job.owner_instance, 3600.0) == 1  # awake and renewed
     finally:
         await store.close()
+
+
+async def test_a_job_orphaned_while_queued_under_a_live_owner_is_requeued_and_runs_once(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    # Found by the detach chaos run: an owner SIGSTOPped past its lease has its queued job
+    # orphaned; it wakes, alive, and can never launch it (its CAS needs `queued`). Nobody
+    # took it over, since a live owner is never adopted from: the job stayed orphaned.
+    settings = make_settings()
+    job = claude_job(3, "orphaned while queued", "stalled")
+    await orphaned_under_a_live_owner(settings, job)
     manager = await (await start_gateway(settings)).manager()
     row = await wait_for(lambda: terminal(manager, job.id), DONE_S)
     assert row.status is JobStatus.COMPLETED and row.requeued_at is not None
@@ -311,6 +319,22 @@ async def test_a_job_orphaned_while_queued_under_a_live_owner_is_requeued_and_ru
     assert fake_log.prompts() == ["orphaned while queued"]
     (stalled,) = [i for i in await manager.store.list_instances() if i.instance_id == "stalled"]
     assert stalled.stopped_at is None  # taken over from an owner that was never gone
+
+
+async def test_a_cancelled_job_orphaned_while_queued_ends_cancelled_not_orphaned(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    # Found by the detach chaos run: cancelled while queued, then orphaned before the
+    # stopped owner's poller saw the cancel. It stayed orphaned; nothing ran.
+    settings = make_settings()
+    job = claude_job(4, "cancelled, then orphaned", "stalled")
+    await orphaned_under_a_live_owner(settings, job, cancel=True)
+    manager = await (await start_gateway(settings)).manager()
+    # Orphaned is terminal already: wait for the status the adopter writes over it.
+    await wait_for(lambda: _status_is(manager, job.id, JobStatus.CANCELLED), DONE_S)
+    row = await manager.get(job.id)
+    assert row.error_kind == ErrorKind.CANCELLED and row.requeued_at is None
+    assert fake_log.prompts() == []
 
 
 async def test_an_owner_that_lost_its_job_leaves_the_spool_to_the_job_s_new_owner(
@@ -325,11 +349,10 @@ async def test_an_owner_that_lost_its_job_leaves_the_spool_to_the_job_s_new_owne
     manager = await gw.manager()
     sub = await manager.submit("claude", SubmitRequest(prompt="taken from me @sleep=1"))
     await wait_for(lambda: len(fake_log.spawns()) == 1)
-    here = {"hostname": proc.hostname(), "boot_id": proc.boot_id()}
     taken = await manager.store.adopt_job(TakeOver(
         job_id=sub.job.id, expected_owner=manager.instance_id,
         expected_status=JobStatus.RUNNING, instance_id="adopter-that-died",
-        ttl_s=settings.lease.ttl_s, **here))
+        ttl_s=settings.lease.ttl_s, **here()))
     assert taken is not None
     await wait_for(lambda: sub.job.id not in manager.local_job_ids(), DONE_S)
     spool = spool_of(settings, sub.job.id)
@@ -367,10 +390,9 @@ async def test_a_supervisor_that_lost_the_claim_to_a_requeue_leaves_the_job_to_i
     assert row.status is JobStatus.RUNNING  # nothing written: not launch_failed
     assert fake_log.spawns() == []
     # The peer's re-queue lands, and the peer dies: this gateway re-queues and runs it.
-    here = {"hostname": proc.hostname(), "boot_id": proc.boot_id()}
     assert await manager.store.requeue_job(TakeOver(
         job_id=row.id, expected_owner=manager.instance_id, expected_status=JobStatus.RUNNING,
-        instance_id="peer", ttl_s=settings.lease.ttl_s, **here)) is not None
+        instance_id="peer", ttl_s=settings.lease.ttl_s, **here())) is not None
     row = await wait_for(lambda: terminal(manager, sub.job.id), DONE_S)
     assert row.status is JobStatus.COMPLETED and row.owner_instance == manager.instance_id
     assert fake_log.prompts() == ["claimed by a peer"]
