@@ -166,6 +166,10 @@ def _stop_group(process: subprocess.Popen[bytes]) -> None:
 
 
 def _codex_thread(out: Path) -> str | None:
+    """The session id codex printed so far; None also before the supervisor, which starts
+    the CLI just after start() returned, has created the stdout file."""
+    if not out.exists():
+        return None
     return provider("codex").parse_output(out.read_bytes(), b"", None).session_id
 
 
