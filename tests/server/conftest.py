@@ -48,7 +48,10 @@ BASE_LIMITS = {"kill_grace_s": 1.0}
 SERVER_START_TIMEOUT_S = 30.0  # a cold `python -m gateway` on a loaded 2-core box
 CLIENT_TIMEOUT_S = 60.0  # no single request of these tests should take longer
 HTTP_STOP_TIMEOUT_S = 10.0
-TOKEN = "test-token-" + uuid.uuid4().hex
+# The same in every copy of this module: pytest imports a conftest.py without an __init__.py
+# as `conftest`, and the tests import it again as `tests.server.conftest`; a token drawn at
+# import time made a server started by a fixture here refuse a test's requests (401).
+TOKEN = f"test-token-{os.getpid()}"
 
 TRANSPORTS = ["inproc", "stdio-legacy", "stdio-auto", "http"]
 
@@ -219,6 +222,25 @@ class Harness:
     def close(self) -> None:
         for server in self._servers:
             server.stop()
+
+
+@contextlib.contextmanager
+def own_harness(transport: str, tmp_path: Path, monkeypatch: Any) -> Iterator[Harness]:
+    """A harness of its own (own config, store and fake-CLI log) for one test; the servers
+    it started are stopped at the end."""
+    (tmp_path / "home").mkdir()
+    harness = Harness(transport, tmp_path, monkeypatch)
+    try:
+        yield harness
+    finally:
+        harness.close()
+
+
+@pytest.fixture
+def http_harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    """The harness of the HTTP transport tests (`serve --transport http` children)."""
+    with own_harness("http", tmp_path, monkeypatch) as harness:
+        yield harness
 
 
 @contextlib.asynccontextmanager

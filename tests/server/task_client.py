@@ -11,8 +11,7 @@ import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator, Sequence
-from pathlib import Path
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 import anyio
@@ -107,17 +106,6 @@ async def send(client: Client, method: str, task_id: str, **extra: Any) -> dict[
     params = TaskIdParams(task_id=task_id, **extra)
     result = await client.session.send_request(request(params=params), AnyResult)
     return result.model_dump(by_alias=True, exclude_none=True)
-
-
-@contextlib.contextmanager
-def own_harness(transport: str, tmp_path: Path, monkeypatch: Any) -> Iterator[Harness]:
-    """A harness of its own (own config, store and fake-CLI log) for one test."""
-    (tmp_path / "home").mkdir()
-    harness = Harness(transport, tmp_path, monkeypatch)
-    try:
-        yield harness
-    finally:
-        harness.close()
 
 
 async def spawned_pid(harness: Harness, marker: str) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -38,13 +37,8 @@ def tool_call(request_id: int, name: str, arguments: str) -> bytes:
 
 
 @pytest.fixture
-def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
-    (tmp_path / "home").mkdir()
-    harness = Harness("http", tmp_path, monkeypatch)
-    try:
-        yield harness
-    finally:
-        harness.close()
+def harness(http_harness: Harness) -> Harness:
+    return http_harness
 
 
 async def test_a_lone_surrogate_over_stdio_gets_a_parse_error_for_its_id(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import anyio
 import pytest
 from mcp.types import CallToolResult
 
-from tests.server.conftest import Harness, free_port, stdio_client
+from tests.server.conftest import Harness, free_port, own_harness, stdio_client
 
 pytestmark = pytest.mark.anyio
 
@@ -33,9 +34,11 @@ EVERY_TOOL: list[tuple[str, dict[str, Any]]] = [
 
 
 @pytest.fixture
-def harness(tmp_path: Path) -> Harness:
-    (tmp_path / "home").mkdir()
-    return Harness("stdio-legacy", tmp_path, pytest.MonkeyPatch())
+def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    # The test's own monkeypatch: a bare MonkeyPatch() was never undone, so whatever the
+    # harness set leaked into later tests.
+    with own_harness("stdio-legacy", tmp_path, monkeypatch) as harness:
+        yield harness
 
 
 def data_of(result: CallToolResult) -> dict[str, Any]:

@@ -35,13 +35,8 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream",
 
 
 @pytest.fixture
-def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
-    (tmp_path / "home").mkdir()
-    harness = Harness("http", tmp_path, monkeypatch)
-    try:
-        yield harness
-    finally:
-        harness.close()
+def harness(http_harness: Harness) -> Harness:
+    return http_harness
 
 
 @pytest.fixture

@@ -30,13 +30,8 @@ IDLE_WAIT_S = 20.0  # an idle timeout of 1 s fires well within this on a loaded 
 
 
 @pytest.fixture
-def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
-    (tmp_path / "home").mkdir()
-    harness = Harness("http", tmp_path, monkeypatch)
-    try:
-        yield harness
-    finally:
-        harness.close()
+def harness(http_harness: Harness) -> Harness:
+    return http_harness
 
 
 def open_session(server: HttpServer) -> str:

@@ -20,13 +20,13 @@ from tests.server.conftest import (
     CLIENT_TIMEOUT_S,
     TOKEN,
     Harness,
+    own_harness,
     server_env,
 )
 from tests.server.task_client import (
     CreatedTask,
     TasksClientExtension,
     call_as_task,
-    own_harness,
     raw_stdio,
     send,
     spawned_pid,

@@ -14,8 +14,8 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
-from tests.server.conftest import Harness, server_env
-from tests.server.task_client import own_harness, spawned_pid
+from tests.server.conftest import Harness, own_harness, server_env
+from tests.server.task_client import spawned_pid
 from tests.server.test_tools import alive, tag
 
 pytestmark = pytest.mark.anyio

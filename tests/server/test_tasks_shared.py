@@ -12,12 +12,11 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.server.conftest import CLIENT_TIMEOUT_S, Harness, server_env
+from tests.server.conftest import CLIENT_TIMEOUT_S, Harness, own_harness, server_env
 from tests.server.task_client import (
     CreatedTask,
     TasksClientExtension,
     call_as_task,
-    own_harness,
     send,
     spawned_pid,
 )
