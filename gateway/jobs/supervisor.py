@@ -31,14 +31,22 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
+import select
 import signal
 import subprocess
 import sys
-import threading
 import time
-from pathlib import Path
-from typing import Any
+
+# Imported for the type checker only: pathlib and typing cost the supervisor's start about
+# 10 ms, and every run waits for that start (bench/: sync_overhead). The functions below
+# take a str or any os.PathLike (the gateway passes Path); shutil and threading are
+# imported where a run needs them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import threading
+    from typing import Any
+
+    StrPath = str | os.PathLike[str]
 
 RECORD_VERSION = 1  # a newer gateway reads every older version; bump only with a reader
 RUN_NAME = "run.json"
@@ -73,8 +81,8 @@ STDIN_CHUNK_BYTES = 64 * 1024
 # -- records: written atomically, read by the gateway --------------------------------------
 
 
-def _write_tmp(directory: Path, name: str, record: dict[str, Any]) -> Path:
-    tmp = directory / f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+def _write_tmp(directory: StrPath, name: str, record: dict[str, Any]) -> str:
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.write(fd, json.dumps(record, sort_keys=True).encode("utf-8"))
@@ -84,54 +92,65 @@ def _write_tmp(directory: Path, name: str, record: dict[str, Any]) -> Path:
     return tmp
 
 
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):
+def _fsync_dir(directory: StrPath) -> None:
+    try:
         fd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+    except OSError:
+        pass
 
 
-def write_record(directory: Path, name: str, record: dict[str, Any]) -> None:
+def write_record(directory: StrPath, name: str, record: dict[str, Any]) -> None:
     """Replace `name` atomically: a reader sees the old record or the whole new one."""
     tmp = _write_tmp(directory, name, record)
-    os.replace(tmp, directory / name)
+    os.replace(tmp, os.path.join(directory, name))
     _fsync_dir(directory)
 
 
-def claim_record(directory: Path, name: str, record: dict[str, Any]) -> bool:
+def claim_record(directory: StrPath, name: str, record: dict[str, Any]) -> bool:
     """Create `name` only if no one has: True for the one writer that wins."""
     tmp = _write_tmp(directory, name, record)
     try:
-        os.link(tmp, directory / name)  # fails if it exists: the first writer wins
+        os.link(tmp, os.path.join(directory, name))  # fails if it exists: first writer wins
     except FileExistsError:
         return False
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        _unlink_quietly(tmp)
     _fsync_dir(directory)
     return True
 
 
-def read_record(directory: Path, name: str) -> dict[str, Any] | None:
+def _unlink_quietly(path: StrPath) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _read_bytes(path: StrPath) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def read_record(directory: StrPath, name: str) -> dict[str, Any] | None:
     """A record, or None when absent or unreadable (a torn write cannot happen: rename)."""
     try:
-        data = json.loads((directory / name).read_bytes())
+        data = json.loads(_read_bytes(os.path.join(directory, name)))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
 
-def claim_for_requeue(spool_dir: Path, by: str) -> bool:
+def claim_for_requeue(spool_dir: StrPath, by: str) -> bool:
     """A gateway about to re-queue a job that shows no start: claim the run so that a late
     supervisor never starts it. False: a supervisor started it (or is starting it)."""
-    spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.makedirs(spool_dir, mode=0o700, exist_ok=True)
     return claim_record(spool_dir, START_NAME, {"version": RECORD_VERSION, "kind": "requeued",
                                                 "by": by, "at": time.time()})
 
 
-def run_started(spool_dir: Path) -> bool:
+def run_started(spool_dir: StrPath) -> bool:
     """Whether a supervisor claimed this run (it may still be starting the CLI)."""
     record = read_record(spool_dir, START_NAME)
     return record is not None and record.get("kind") == "supervisor"
@@ -144,9 +163,9 @@ def own_start_time() -> float | None:
     """This process's start time the way psutil computes create_time (boot time + start tick),
     so the gateway's liveness check (pid + start time) recognizes the supervisor."""
     try:
-        stat = Path("/proc/self/stat").read_text(encoding="ascii")
+        stat = _read_bytes("/proc/self/stat").decode("ascii")
         ticks = int(stat.rsplit(")", 1)[1].split()[19])
-        for line in Path("/proc/stat").read_text(encoding="ascii").splitlines():
+        for line in _read_bytes("/proc/stat").decode("ascii").splitlines():
             if line.startswith("btime "):
                 return int(line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
@@ -166,7 +185,8 @@ def _members(pgid: int) -> list[int]:
         if not name.isdigit() or int(name) == me:
             continue
         try:
-            fields = Path(f"/proc/{name}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+            stat = _read_bytes(f"/proc/{name}/stat").decode("ascii")
+            fields = stat.rsplit(")", 1)[1].split()
         except (OSError, IndexError, UnicodeDecodeError):
             continue
         if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
@@ -180,7 +200,7 @@ def _signal_members(pgid: int, sig: int) -> None:
             os.kill(pid, sig)
 
 
-def _size(path: Path) -> int:
+def _size(path: StrPath) -> int:
     try:
         return os.stat(path).st_size
     except OSError:
@@ -191,7 +211,7 @@ def _size(path: Path) -> int:
 
 
 class Supervisor:
-    def __init__(self, spool_dir: Path, spec: dict[str, Any]) -> None:
+    def __init__(self, spool_dir: str, spec: dict[str, Any]) -> None:
         self.dir = spool_dir
         self.spec = spec
         self.pgid = os.getpgrp()
@@ -200,8 +220,8 @@ class Supervisor:
         self.stop_signalled = False
         self.stdin_incomplete = False
         self._autogroup_pending = False
-        self.out = spool_dir / STDOUT_NAME
-        self.err = spool_dir / STDERR_NAME
+        self.out = os.path.join(spool_dir, STDOUT_NAME)
+        self.err = os.path.join(spool_dir, STDERR_NAME)
 
     def end(self, why: str, **fields: Any) -> None:
         record: dict[str, Any] = {
@@ -252,13 +272,12 @@ class Supervisor:
         if not claim_record(self.dir, START_NAME, claim):
             return CLAIMED_ELSEWHERE_EXIT  # re-queued (or another supervisor): never run twice
         payload: bytes | None = None
-        stdin_path = self.dir / STDIN_NAME
+        stdin_path = os.path.join(self.dir, STDIN_NAME)
         if spec.get("stdin"):
             try:
-                payload = stdin_path.read_bytes()
+                payload = _read_bytes(stdin_path)
             finally:
-                with contextlib.suppress(OSError):
-                    stdin_path.unlink()
+                _unlink_quietly(stdin_path)
         try:
             child, writer = self._spawn(payload)
         except FileNotFoundError:
@@ -303,6 +322,8 @@ class Supervisor:
                     os.close(fd)
         writer = None
         if write_fd is not None and payload is not None:
+            import threading  # only a CLI that takes its prompt on stdin needs it
+
             writer = threading.Thread(target=self._feed, args=(write_fd, payload), daemon=True)
             writer.start()
         return child, writer
@@ -336,6 +357,18 @@ class Supervisor:
     def _watch(self, child: subprocess.Popen[bytes]
                ) -> tuple[str, int | None, dict[str, Any] | None, int]:
         """Until the CLI exited and the group is empty: (why, returncode, stop, strays)."""
+        try:
+            exit_fd: int | None = os.pidfd_open(child.pid)
+        except OSError:  # a kernel before 5.3: the tick alone notices the exit
+            exit_fd = None
+        try:
+            return self._watch_until_gone(child, exit_fd)
+        finally:
+            if exit_fd is not None:
+                os.close(exit_fd)
+
+    def _watch_until_gone(self, child: subprocess.Popen[bytes], exit_fd: int | None
+                          ) -> tuple[str, int | None, dict[str, Any] | None, int]:
         why: str | None = None
         stop: dict[str, Any] | None = None
         kill_at: float | None = None
@@ -373,7 +406,12 @@ class Supervisor:
             if kill_at is not None and now >= kill_at:
                 self._kill_all(child)
                 return why or WHY_EXIT, child.wait(), stop, strays
-            time.sleep(MONITOR_INTERVAL_S)
+            if returncode is None and exit_fd is not None:
+                # Wakes the moment the CLI exits (its pidfd turns readable), or after a tick:
+                # the run's end is on the critical path of every sync request.
+                select.select([exit_fd], [], [], MONITOR_INTERVAL_S)
+            else:
+                time.sleep(MONITOR_INTERVAL_S)
 
     def _kill_all(self, child: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + REAP_TIMEOUT_S
@@ -400,6 +438,8 @@ class Supervisor:
 
     def _remove_temp_cwd(self) -> None:
         if self.spec.get("temp_cwd"):
+            import shutil  # only a run in a temp dir of its own needs it
+
             shutil.rmtree(self.spec["cwd"], ignore_errors=True)
 
 
@@ -407,7 +447,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 3:
         print("usage: supervisor.py SPOOL_DIR TOKEN", file=sys.stderr)
         return 2
-    spool_dir, token = Path(argv[1]), argv[2]
+    spool_dir, token = argv[1], argv[2]
     spec = read_record(spool_dir, RUN_NAME)
     if spec is None or spec.get("token") != token:
         return CLAIMED_ELSEWHERE_EXIT  # not our run (re-queued and relaunched): never run it
