@@ -240,6 +240,10 @@ class Gateway:
                 await leases.mark_stopped()
             else:
                 log.warning("drain timed out; leaving the lease to expire", action="drain")
+        if manager is not None:
+            from gateway.jobs.runner import SPARES
+
+            SPARES.close()  # the supervisor waiting for this gateway's next run: none comes
         if store is not None:
             try:
                 await store.close()

@@ -28,7 +28,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -45,6 +44,7 @@ from gateway.jobs import spool
 from gateway.jobs import supervisor as sup
 from gateway.jobs.child_exit import ChildExit, open_pidfd
 from gateway.jobs.outcome import Limits, RunOutcome, outcome_from_record, stop_message
+from gateway.jobs.spare import Spares, hand_over
 from gateway.jobs.spool import read_tail
 from gateway.model import ErrorKind, GatewayError
 from providers.base import Invocation
@@ -69,7 +69,6 @@ REAP_TIMEOUT_S = 5.0
 # How long start() waits for the supervisor's claim (it then runs and has lowered its
 # priority). It starts in tens of milliseconds (`-I -S`: no site, no user paths).
 SUPERVISOR_START_TIMEOUT_S = 10.0
-SUPERVISOR_LOG_NAME = "supervisor.log"  # the supervisor's own stderr (a traceback, if any)
 STDOUT_NAME = sup.STDOUT_NAME
 STDERR_NAME = sup.STDERR_NAME
 FULL_DISK_STOP_MESSAGE = (
@@ -84,12 +83,8 @@ TEMP_DIR_PREFIX = "agent-cli-gateway-run-"
 # with this); under load the chaos run saw ~1 s loop stalls that let peers orphan live jobs.
 # Provider CLIs mostly wait on the network, so this costs them little. 10 is what `nice` gives.
 PROVIDER_NICE_INCREMENT = 10
-SUPERVISOR_PATH = Path(sup.__file__).resolve()
-# The supervisor imported as a module (from its own directory, after the stdlib), not run as
-# a script: an imported module's bytecode is cached, a script is compiled at every start
-# (about 20 ms of every run's critical path). It imports nothing but the stdlib.
-SUPERVISOR_BOOT = (f"import sys; sys.path.append({str(SUPERVISOR_PATH.parent)!r}); "
-                   "import supervisor; sys.exit(supervisor.main(sys.argv))")
+# One supervisor of this process waits, started, for the next run (spare.py).
+SPARES = Spares(PROVIDER_NICE_INCREMENT)
 
 
 class RunClaimedElsewhere(Exception):
@@ -376,14 +371,12 @@ class ProcessRun:
                                f"directory must be writable by its user.") from None
         try:
             token = self._write_spec([executable, *argv[1:]], cwd)
-            popen = self._spawn(token, env, cwd)
+            popen = self._spawn(token, env)
         except BaseException:
             self._remove_temp_dir()
             raise
-        # At once, from here: the supervisor's own start (an interpreter) must not compete
-        # with this gateway's heartbeat at full priority either. It sets the same values
-        # for itself (absolute, so the order does not matter) and retries the autogroup.
-        proc.lower_priority(popen.pid, PROVIDER_NICE_INCREMENT)
+        # Its priority was lowered when it started (spare.py); it sets the run's values for
+        # itself (absolute, so the order does not matter) and retries the autogroup.
         spawned = _Spawned(popen=popen, pidfd=None, started_at=time.time(),
                            executable=executable)
         try:
@@ -394,6 +387,7 @@ class ProcessRun:
         except BaseException:
             self._discard(spawned)  # nobody would ever watch it
             raise
+        SPARES.refill()  # the next run's supervisor starts while this run's CLI works
         if started_at is not None:
             spawned.started_at = started_at
         # else: already exited (a zombie has no start time to read). Any later liveness
@@ -430,25 +424,24 @@ class ProcessRun:
         })
         return token
 
-    def _spawn(self, token: str, env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
-        log_fd = os.open(self.spec.spool_dir / SUPERVISOR_LOG_NAME,
-                         os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        try:
-            # -I: no PYTHON* variables, no user site, no script dir on sys.path; -S: no site
-            # import. The supervisor needs the stdlib only and starts in milliseconds.
-            return subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", SUPERVISOR_BOOT, str(self.spec.spool_dir),
-                 token],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_fd,
-                cwd=cwd, env=env,  # the CLI's own cwd: nothing else of ours is held open
-                start_new_session=True,  # its own session and process group: pgid == pid
-            )
-        except OSError as exc:
-            raise GatewayError(ErrorKind.LAUNCH_FAILED,
-                               f"Failed to start the run's supervisor: {exc.strerror or exc}."
-                               ) from None
-        finally:
-            _close_quietly(log_fd)
+    def _spawn(self, token: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """A started supervisor (the spare, or a new one) with this run handed over."""
+        failure: OSError | None = None
+        for _ in range(2):  # a spare killed from outside meanwhile: once more, a new one
+            try:
+                popen = SPARES.take()
+            except OSError as exc:
+                failure = exc
+                break
+            try:
+                hand_over(popen, self.spec.spool_dir, token, env)
+                return popen
+            except OSError as exc:
+                failure = exc
+                with contextlib.suppress(ChildProcessError):
+                    popen.wait()
+        raise GatewayError(ErrorKind.LAUNCH_FAILED, "Failed to start the run's supervisor: "
+                           f"{(failure and failure.strerror) or failure}.")
 
     def _await_claim(self, popen: subprocess.Popen[bytes]) -> None:
         """Until the supervisor has claimed the run (or exited). Blocking: spawn thread."""

@@ -1,12 +1,14 @@
 """The supervisor of one run: a small program that outlives its gateway (DESIGN.md section 5).
 
-The gateway starts it with its own interpreter in isolated mode, by path, no shell:
-`python -I -S .../gateway/jobs/supervisor.py <spool_dir> <token>`, in a new session, so the
-supervisor leads the run's process group. It reads the run's spec (`run.json`, written by the
-gateway), claims the run, starts the CLI in its own group with stdout/stderr on the spool files,
-and enforces by itself what must hold while no gateway is alive: the wall-clock `timeout_s`,
-the idle timeout of streaming CLIs and the output cap, each a stop of the whole group (SIGTERM,
-then SIGKILL after `kill_grace_s`). It records the run's end atomically (`end.json`) and exits.
+The gateway starts it with its own interpreter in isolated mode, no shell, in a new session,
+so the supervisor leads the run's process group: ahead of need, waiting for its run (spool
+dir, token, the CLI's environment) on stdin (gateway/jobs/spare.py), or for one run as
+`python -I -S .../gateway/jobs/supervisor.py <spool_dir> <token>`. It reads the run's spec
+(`run.json`, written by the gateway), claims the run, starts the CLI in its own group with
+stdout/stderr on the spool files, and enforces by itself what must hold while no gateway is
+alive: the wall-clock `timeout_s`, the idle timeout of streaming CLIs and the output cap,
+each a stop of the whole group (SIGTERM, then SIGKILL after `kill_grace_s`). It records the
+run's end atomically (`end.json`) and exits.
 
 Stdlib only, and importable: the gateway reads the records through the functions below, so
 the record format has one home. Linux only (it reads /proc), like the rest of the gateway.
@@ -56,6 +58,7 @@ STOP_NAME = "stop.json"
 END_NAME = "end.json"
 STDOUT_NAME = "stdout"
 STDERR_NAME = "stderr"
+LOG_NAME = "supervisor.log"  # the supervisor's own stderr (a traceback, if any)
 
 # Why a run ended (end.json "why"). "stop" carries the gateway's reason in "stop_kind".
 WHY_EXIT = "exit"  # the CLI exited by itself (its code or signal is in the record)
@@ -211,9 +214,11 @@ def _size(path: StrPath) -> int:
 
 
 class Supervisor:
-    def __init__(self, spool_dir: str, spec: dict[str, Any]) -> None:
+    def __init__(self, spool_dir: str, spec: dict[str, Any],
+                 env: dict[str, str] | None = None) -> None:
         self.dir = spool_dir
         self.spec = spec
+        self.env = env  # the CLI's environment (None: this process's own)
         self.pgid = os.getpgrp()
         self.started_at = own_start_time() or time.time()
         self.start_mono = time.monotonic()
@@ -311,7 +316,7 @@ class Supervisor:
                 stdin, write_fd = os.pipe2(os.O_CLOEXEC)
             # No new session: the CLI joins the supervisor's group, so one pgid holds the run.
             child = subprocess.Popen(self.spec["argv"], stdin=stdin, stdout=out_fd,
-                                     stderr=err_fd, cwd=self.spec["cwd"])
+                                     stderr=err_fd, cwd=self.spec["cwd"], env=self.env)
         except BaseException:
             if write_fd is not None:
                 os.close(write_fd)
@@ -443,15 +448,39 @@ class Supervisor:
             shutil.rmtree(self.spec["cwd"], ignore_errors=True)
 
 
+def _handed_over() -> tuple[str, str, dict[str, str]] | None:
+    """A spare's run (gateway/jobs/spare.py): one JSON document on stdin, then EOF. None:
+    its gateway left before it needed it. Its stderr then goes to the run's log."""
+    chunks: list[bytes] = []
+    while chunk := os.read(0, 65536):
+        chunks.append(chunk)
+    if not chunks:
+        return None
+    run = json.loads(b"".join(chunks))
+    log_fd = os.open(os.path.join(run["spool_dir"], LOG_NAME),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    return str(run["spool_dir"]), str(run["token"]), dict(run["env"])
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print("usage: supervisor.py SPOOL_DIR TOKEN", file=sys.stderr)
+    env: dict[str, str] | None = None
+    if len(argv) == 1:  # a spare, started ahead of need: its run comes on stdin
+        run = _handed_over()
+        if run is None:
+            return 0
+        spool_dir, token, env = run
+    elif len(argv) == 3:  # started for one run: this process's environment is the CLI's
+        spool_dir, token = argv[1], argv[2]
+    else:
+        print("usage: supervisor.py [SPOOL_DIR TOKEN] (none: the run comes on stdin)",
+              file=sys.stderr)
         return 2
-    spool_dir, token = argv[1], argv[2]
     spec = read_record(spool_dir, RUN_NAME)
     if spec is None or spec.get("token") != token:
         return CLAIMED_ELSEWHERE_EXIT  # not our run (re-queued and relaunched): never run it
-    return Supervisor(spool_dir, spec).run()
+    return Supervisor(spool_dir, spec, env).run()
 
 
 if __name__ == "__main__":

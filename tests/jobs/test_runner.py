@@ -26,6 +26,7 @@ import psutil
 import pytest
 
 from gateway import proc
+from gateway.jobs import supervisor as sup
 from gateway.jobs.runner import (
     PROVIDER_NICE_INCREMENT,
     ProcessRun,
@@ -235,7 +236,10 @@ async def test_a_start_cancelled_while_the_child_spawns_leaves_no_process_behind
     start_time = proc.process_start_time
 
     def held_start_time(pid: int) -> float | None:
-        spawned.append((pid, psutil.Process(pid).cwd()))
+        # The run's temp cwd, from its spec (the supervisor itself waits in "/").
+        run_record = sup.read_record(tmp_path / "spool", sup.RUN_NAME)
+        assert run_record is not None and run_record["temp_cwd"]
+        spawned.append((pid, str(run_record["cwd"])))
         release.wait(DEADLINE_S)
         return start_time(pid)
 

@@ -20,7 +20,7 @@ import pytest
 
 from gateway import proc
 from gateway.jobs import supervisor as sup
-from gateway.jobs.runner import SUPERVISOR_PATH
+from gateway.jobs.spare import SUPERVISOR_PATH
 
 DEADLINE_S = 20.0
 pytestmark = pytest.mark.anyio

@@ -1,0 +1,121 @@
+"""One supervisor started ahead of need (DESIGN.md section 5: every run is supervised).
+
+A run's supervisor is an interpreter of its own, and every run used to wait for one to start
+(about 35 ms on a 2-core box, the largest part of bench/'s sync_overhead). So each gateway
+process keeps one started supervisor waiting on its stdin: a run hands it over (spool dir,
+launch token and the CLI's environment, one JSON document), and the next spare starts while
+that run's CLI works. The first run of a process starts its supervisor the old way.
+
+A spare holds nothing of anyone's: it starts in `/` with an empty environment (the run's
+environment arrives with the run, through the pipe, never through a file), and when its
+gateway goes (exit, SIGKILL) its stdin reaches EOF and it exits without doing anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from gateway import proc
+from gateway.jobs import supervisor as sup
+
+SUPERVISOR_PATH = Path(sup.__file__).resolve()
+# The supervisor imported as a module (from its own directory, after the stdlib), not run as
+# a script: an imported module's bytecode is cached, a script is compiled at every start
+# (about 20 ms). With no arguments it waits for its run on stdin (supervisor.main).
+SUPERVISOR_BOOT = (f"import sys; sys.path.append({str(SUPERVISOR_PATH.parent)!r}); "
+                   "import supervisor; sys.exit(supervisor.main(sys.argv))")
+
+
+class Spares:
+    """The spare of this process. Thread-safe: runs are spawned from worker threads."""
+
+    def __init__(self, nice_increment: int) -> None:
+        self._nice_increment = nice_increment
+        self._lock = threading.Lock()
+        self._spare: subprocess.Popen[bytes] | None = None
+
+    def take(self) -> subprocess.Popen[bytes]:
+        """The spare if it is alive, else a supervisor started now. Raises OSError."""
+        with self._lock:
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            if spare.poll() is None:
+                return spare
+            _close_stdin(spare)  # died idle (killed from outside): reaped by poll()
+        return self._start()
+
+    def refill(self) -> None:
+        """Start the next spare unless there is one (best effort: a run never fails here)."""
+        with self._lock:
+            if self._spare is not None:
+                return
+        try:
+            spare = self._start()
+        except OSError:
+            return
+        with self._lock:
+            if self._spare is None:
+                self._spare = spare
+                return
+        _dismiss(spare)  # another thread refilled first
+
+    def close(self) -> None:
+        """Let the spare go (its gateway stops): it reads EOF and exits."""
+        with self._lock:
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            _dismiss(spare)
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        # -I: no PYTHON* variables, no user site, no script dir on sys.path; -S: no site
+        # import. The supervisor needs the stdlib only.
+        popen = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", SUPERVISOR_BOOT],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            cwd="/", env={},  # holds no directory and no secret of anyone's
+            start_new_session=True,  # its own session and process group: pgid == pid
+        )
+        # At once: its start (an interpreter) must not compete with this gateway's heartbeat
+        # at full priority. The run's own values come with its spec.
+        proc.lower_priority(popen.pid, self._nice_increment)
+        return popen
+
+
+def hand_over(popen: subprocess.Popen[bytes], spool_dir: Path, token: str,
+              env: dict[str, str]) -> None:
+    """Give a waiting supervisor its run. Raises OSError (EPIPE) if it died meanwhile."""
+    assert popen.stdin is not None
+    message = json.dumps({"spool_dir": str(spool_dir), "token": token, "env": env})
+    try:
+        popen.stdin.write(message.encode("utf-8"))
+    finally:
+        _close_stdin(popen)
+
+
+def _close_stdin(popen: subprocess.Popen[bytes]) -> None:
+    if popen.stdin is not None:
+        with contextlib.suppress(OSError):
+            popen.stdin.close()
+
+
+def _dismiss(spare: subprocess.Popen[bytes]) -> None:
+    _close_stdin(spare)
+    threading.Thread(target=_reap, args=(spare,), name=f"spare-{spare.pid}",
+                     daemon=True).start()
+
+
+def _reap(spare: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(subprocess.TimeoutExpired, ChildProcessError):
+        spare.wait(timeout=10)
+    if spare.poll() is None:  # never read its EOF: it holds no run, nothing is lost
+        with contextlib.suppress(OSError):
+            os.killpg(spare.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            spare.wait()
