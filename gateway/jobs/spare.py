@@ -28,9 +28,12 @@ from gateway.jobs import supervisor as sup
 SUPERVISOR_PATH = Path(sup.__file__).resolve()
 # The supervisor imported as a module (from its own directory, after the stdlib), not run as
 # a script: an imported module's bytecode is cached, a script is compiled at every start
-# (about 20 ms). With no arguments it waits for its run on stdin (supervisor.main).
-SUPERVISOR_BOOT = (f"import sys; sys.path.append({str(SUPERVISOR_PATH.parent)!r}); "
-                   "import supervisor; sys.exit(supervisor.main(sys.argv))")
+# (about 20 ms). With no arguments it waits for its run on stdin (supervisor.main). It ends
+# with os._exit: its records are written and fsynced by then, and the interpreter's
+# teardown would only delay the moment its gateway sees the run end.
+SUPERVISOR_BOOT = (f"import os, sys; sys.path.append({str(SUPERVISOR_PATH.parent)!r}); "
+                   "import supervisor; code = supervisor.main(sys.argv); "
+                   "sys.stderr.flush(); os._exit(code)")
 
 
 class Spares:

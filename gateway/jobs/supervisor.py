@@ -34,18 +34,18 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
-# Imported for the type checker only: pathlib and typing cost the supervisor's start about
-# 10 ms, and every run waits for that start (bench/: sync_overhead). The functions below
-# take a str or any os.PathLike (the gateway passes Path); shutil and threading are
-# imported where a run needs them.
+# Imported for the type checker only: pathlib and typing cost a supervisor's start about
+# 10 ms (the first run of a gateway waits for one; later runs get a spare started ahead).
+# The functions below take a str or any os.PathLike (the gateway passes Path).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import threading
     from typing import Any
 
     StrPath = str | os.PathLike[str]
@@ -327,8 +327,6 @@ class Supervisor:
                     os.close(fd)
         writer = None
         if write_fd is not None and payload is not None:
-            import threading  # only a CLI that takes its prompt on stdin needs it
-
             writer = threading.Thread(target=self._feed, args=(write_fd, payload), daemon=True)
             writer.start()
         return child, writer
@@ -443,8 +441,6 @@ class Supervisor:
 
     def _remove_temp_cwd(self) -> None:
         if self.spec.get("temp_cwd"):
-            import shutil  # only a run in a temp dir of its own needs it
-
             shutil.rmtree(self.spec["cwd"], ignore_errors=True)
 
 
