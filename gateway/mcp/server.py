@@ -73,12 +73,11 @@ class GatewayServer(MCPServer[ServerState]):
     def __init__(self, state: ServerState, **kwargs: Any) -> None:
         bus = InMemorySubscriptionBus()
         self.listing = ToolListing(state, bus)
-        super().__init__(tools=self.listing.initial(), subscriptions=bus, **kwargs)
+        super().__init__(tools=[], subscriptions=bus, **kwargs)
         self.state = state
         state.recheck_tools = self.recheck_tools
         self._accepted: dict[str, frozenset[str]] = {}
-        for tool in self._tool_manager.list_tools():
-            self._refuse_unknown_arguments(tool)
+        self._tools_built = False
         lowlevel = self._lowlevel_server
         for method in UNSERVED_METHODS:
             lowlevel._request_handlers.pop(method, None)
@@ -90,6 +89,23 @@ class GatewayServer(MCPServer[ServerState]):
 
         lowlevel.create_initialization_options = with_list_changed  # type: ignore[method-assign]
         self.middleware.append(self._remember_session)
+
+    def _ensure_tools(self) -> None:
+        """Build the tools at the first request that needs them, not at start: their schemas
+        cost about 100 ms, and the first request of a 2026-07-28 client (server/discover) or
+        the handshake of a legacy one needs none of them (bench/: startup_discover)."""
+        if self._tools_built:
+            return
+        self._tools_built = True
+        tools = self.listing.initial()
+        for tool in tools:
+            self._refuse_unknown_arguments(tool)
+        others = self._tool_manager.list_tools()  # added by add_tool meanwhile
+        self._tool_manager = ToolManager(tools=[*tools, *others], warn_on_duplicate_tools=False)
+
+    def _tool_input_schema(self, name: str) -> dict[str, Any] | None:
+        self._ensure_tools()  # the SDK reads it before a tools/call reaches call_tool
+        return super()._tool_input_schema(name)
 
     async def _remember_session(self, ctx: Any, call_next: Any) -> Any:
         self.listing.remember(ctx)
@@ -108,6 +124,8 @@ class GatewayServer(MCPServer[ServerState]):
 
     async def recheck_tools(self) -> bool:
         """Re-list the provider tools if what is installed changed, and tell the clients."""
+        if not self._tools_built:
+            return False  # nothing was listed yet: the first listing looks at the machine
         tools = self.listing.recheck()
         if tools is None:
             return False
@@ -119,6 +137,7 @@ class GatewayServer(MCPServer[ServerState]):
         return True
 
     async def list_tools(self) -> list[MCPTool]:
+        self._ensure_tools()
         tools = await super().list_tools()
         if self.state.gateway is not None:
             self.state.gateway.start_soon(START_AFTER_LISTING_S)  # the handshake is over
@@ -126,6 +145,7 @@ class GatewayServer(MCPServer[ServerState]):
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[ServerState, Any] | None = None) -> Any:
+        self._ensure_tools()
         setup_error = self.state.setup_error
         if setup_error is not None and name != "gateway_status":
             return failure(ErrorKind.SETUP_ERROR, setup_error)
