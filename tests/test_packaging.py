@@ -229,3 +229,19 @@ def test_no_module_of_gateway_or_providers_is_over_700_lines() -> None:
     assert sizes, "no modules found: the test looks in the wrong place"
     too_long = {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES}
     assert not too_long, f"split these by concern: {too_long}"
+
+
+def test_nothing_outside_the_operator_cli_calls_print() -> None:
+    """stdout is the MCP stdio channel: the server, the jobs, the stores and the providers
+    log to stderr through structlog. Only gateway/cli/ (the operator's commands, whose
+    stdout is their answer) may print."""
+    offenders = []
+    for package in ("gateway", "providers"):
+        for path in (REPO / package).rglob("*.py"):
+            if path.is_relative_to(REPO / "gateway" / "cli"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                        and node.func.id == "print"):
+                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not offenders, f"print() writes to the protocol channel: {offenders}"

@@ -470,8 +470,8 @@ def main(argv: list[str]) -> int:
     elif len(argv) == 3:  # started for one run: this process's environment is the CLI's
         spool_dir, token = argv[1], argv[2]
     else:
-        print("usage: supervisor.py [SPOOL_DIR TOKEN] (none: the run comes on stdin)",
-              file=sys.stderr)
+        sys.stderr.write("usage: supervisor.py [SPOOL_DIR TOKEN] (none: the run comes on "
+                         "stdin)\n")
         return 2
     spec = read_record(spool_dir, RUN_NAME)
     if spec is None or spec.get("token") != token:
