@@ -36,7 +36,7 @@ from gateway.jobs import supervisor as sup
 from gateway.jobs.execution import ProcessExecution
 from gateway.jobs.manager import JobManager
 from gateway.jobs.runner import ProcessIdentity, spec_from_spool
-from gateway.jobs.targets import parsing_target, request_of_row, target_for_row
+from gateway.jobs.targets import parsing_target, request_of_row, resolve_target
 from gateway.model import Completion, ErrorKind, GatewayError, InstanceRow, JobRow, JobStatus
 from gateway.store.base import TakeOver
 
@@ -157,8 +157,9 @@ class Adopter:
         manager = self.manager
         if job.transport == "http" and job.started_at is not None and job.requeued_at is not None:
             return 0  # an API call that started is retried once: the reaper orphans it
+        _, request = request_of_row(job.request_json)  # read once: the target and the run
         try:
-            target = target_for_row(manager.settings, job.provider, job.request_json)
+            target = resolve_target(manager.settings, job.provider, request)
         except GatewayError as err:
             log.warning("job not re-queued: its request cannot run here", action="requeue",
                         job_id=job.id, error=err.message)
@@ -174,7 +175,6 @@ class Adopter:
         # The old spool (its re-queue claim) goes: the new run claims a fresh one, and a late
         # supervisor of the old launch finds no spec, or one with another token.
         shutil.rmtree(manager.spool_root / job.id, ignore_errors=True)
-        _, request = request_of_row(job.request_json)
         request.correlation_id = job.correlation_id
         manager.start_requeued(row, target, ticket, request)
         log.info("job re-queued: its owner left it unstarted", action="requeue", job_id=job.id,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,25 +140,33 @@ async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_with_stop_on_sqlit
     assert_the_chaos_happened(report)
 
 
-@pytest.mark.chaos
-@pytest.mark.anyio
-async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_with_stop_on_postgres(
-    tmp_path: Path, postgres_server: PostgresServer,
-) -> None:
+async def run_chaos_on_postgres(tmp_path: Path, postgres_server: PostgresServer,
+                                **options: Any) -> ChaosReport:
+    """A CI chaos run on a database of its own on the session's PostgreSQL server (which
+    the run may stop for its outage: it is running again, and the database gone, after)."""
     name = f"chaos_{tmp_path.name[-8:].lower().replace('-', '_')}"
     postgres_server.ensure_running()
     postgres_server.create_database(name)
     try:
         report = await run_chaos(ChaosOptions(
-            backend="postgres", workdir=tmp_path / "chaos", jobs=CI_JOBS,
-            instances=CI_INSTANCES, duration_s=CI_DURATION_S,
+            backend="postgres", workdir=tmp_path / "chaos", instances=CI_INSTANCES,
             dsn=postgres_server.dsn_for(name), store_control=postgres_server,
-            outage_s=CI_OUTAGE_S, impatient_fraction=CI_IMPATIENT_POSTGRES,
-            on_shutdown="stop"))
+            impatient_fraction=CI_IMPATIENT_POSTGRES, **options))
     finally:
         postgres_server.ensure_running()
         postgres_server.drop_database(name)
     print(report.text())
+    return report
+
+
+@pytest.mark.chaos
+@pytest.mark.anyio
+async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_with_stop_on_postgres(
+    tmp_path: Path, postgres_server: PostgresServer,
+) -> None:
+    report = await run_chaos_on_postgres(
+        tmp_path, postgres_server, jobs=CI_JOBS, duration_s=CI_DURATION_S,
+        outage_s=CI_OUTAGE_S, on_shutdown="stop")
     assert report.ok, report.text()
     assert_the_chaos_happened(report)
     assert report.info.get("store_outages") == 1, report.text()
@@ -198,19 +207,9 @@ async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_sqlite(
 async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_postgres(
     tmp_path: Path, postgres_server: PostgresServer,
 ) -> None:
-    name = f"chaos_{tmp_path.name[-8:].lower().replace('-', '_')}"
-    postgres_server.ensure_running()
-    postgres_server.create_database(name)
-    try:
-        report = await run_chaos(ChaosOptions(
-            backend="postgres", workdir=tmp_path / "chaos", jobs=CI_DETACH_JOBS,
-            instances=CI_INSTANCES, duration_s=CI_DETACH_DURATION_S,
-            dsn=postgres_server.dsn_for(name), store_control=postgres_server,
-            impatient_fraction=CI_IMPATIENT_POSTGRES, on_shutdown="detach"))
-    finally:
-        postgres_server.ensure_running()
-        postgres_server.drop_database(name)
-    print(report.text())
+    report = await run_chaos_on_postgres(
+        tmp_path, postgres_server, jobs=CI_DETACH_JOBS, duration_s=CI_DETACH_DURATION_S,
+        on_shutdown="detach")
     assert report.ok, report.text()  # unfinished=0 included
     assert_detached_runs_were_taken_over(report)
     assert "store_outages" not in report.info, report.text()
