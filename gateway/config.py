@@ -1,23 +1,26 @@
-"""Configuration: one pydantic-settings model per `[section]` of DESIGN.md section 7.
+"""Configuration: one pydantic model per `[section]` of DESIGN.md section 7.
 
 Sources, strongest first: keyword arguments (tests), `AGENT_GATEWAY_<SECTION>__<KEY>` env
 vars, the TOML file (`$AGENT_GATEWAY_CONFIG` or `~/.agent-cli-gateway/config.toml`), defaults.
 No file is needed to start. Unknown keys are rejected everywhere: a typo must never be
 silently ignored. `load_settings` turns every validation problem into one readable line
 (`ConfigError`), so the CLI can exit 2 without a traceback.
+
+The environment is read here rather than through pydantic-settings: that package and the
+dotenv, CLI and cloud-secret sources it imports cost about a tenth of the gateway's share of
+its startup (bench/: startup), for the one source it was used for.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from collections.abc import Mapping
-from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "AGENT_GATEWAY_"
 CONFIG_ENV = "AGENT_GATEWAY_CONFIG"
@@ -161,14 +164,8 @@ def _default_providers() -> dict[str, ProviderConfig]:
     return {name: ProviderConfig() for name in PROVIDER_NAMES}
 
 
-class Settings(BaseSettings):
+class Settings(_Section):
     """The whole configuration. Build it with `load_settings`, not directly."""
-
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter="__",
-        extra="forbid",
-    )
 
     persistence: PersistenceConfig = Field(default_factory=PersistenceConfig)
     lease: LeaseConfig = Field(default_factory=LeaseConfig)
@@ -201,29 +198,6 @@ class Settings(BaseSettings):
             return self.persistence.path.parent
         return gateway_home()
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _FileSource(settings_cls))
-
-
-# The parsed TOML of the file being loaded; a source below env so env vars override it.
-_FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("_FILE_DATA", default=None)
-
-
-class _FileSource(PydanticBaseSettingsSource):
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return (_FILE_DATA.get() or {}).get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(_FILE_DATA.get() or {})
-
 
 class ConfigError(Exception):
     """The configuration is invalid. `problems` holds one readable line per problem."""
@@ -235,13 +209,94 @@ class ConfigError(Exception):
         super().__init__(f"invalid configuration{where}:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
+def _json_shape(annotation: Any) -> str | None:
+    """What an env var for a key of this type must spell as JSON: a list, a table (or a
+    whole section), or nothing (a plain value, converted like the file's)."""
+    if get_origin(annotation) is list:
+        return """a list, e.g. '["--flag"]'"""
+    if get_origin(annotation) is dict or (isinstance(annotation, type)
+                                          and issubclass(annotation, BaseModel)):
+        return """a table, e.g. '{"key": "value"}'"""
+    return None
+
+
+def _env_keys(parts: list[str]) -> tuple[list[str], str | None]:
+    """The config keys an env var's name parts stand for, and the JSON its value must be.
+
+    Sections, keys and provider names are matched case-insensitively (they are all lower
+    case); the keys of a table of strings (a CLI's `env`, HTTP `headers`) are the user's own
+    names and keep their case. A part that names no key is kept (lower case), so that
+    validation rejects it as an unknown key naming the variable."""
+    node: Any = Settings
+    keys: list[str] = []
+    for part in parts:
+        if isinstance(node, type) and issubclass(node, BaseModel):
+            key = part.lower()
+            field = node.model_fields.get(key)
+            node = field.annotation if field is not None else None
+        elif get_origin(node) is dict:
+            node = get_args(node)[1]
+            key = part if node is str else part.lower()
+        else:
+            key, node = part.lower(), None
+        keys.append(key)
+    return keys, _json_shape(node)
+
+
+def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """`override` over `base`, table by table (an env var sets one key, not its section)."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def environment_settings(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The `AGENT_GATEWAY_<SECTION>__<KEY>[__<KEY>]` variables as data shaped like the file.
+
+    A variable without `__` that names no section (`AGENT_GATEWAY_CONFIG`, the file's path)
+    is not a setting. Deeper variables win over a section or table given as JSON.
+    Raises ConfigError naming the variable when a value that must be JSON is not.
+    """
+    data: dict[str, Any] = {}
+    problems: list[str] = []
+    found = [(name, name[len(ENV_PREFIX):].split("__"), value)
+             for name, value in environ.items() if name.upper().startswith(ENV_PREFIX)]
+    for name, parts, value in sorted(found, key=lambda item: len(item[1])):
+        if len(parts) == 1 and parts[0].lower() not in Settings.model_fields:
+            continue
+        keys, shape = _env_keys(parts)
+        parsed: Any = value
+        if shape is not None:
+            try:
+                parsed = json.loads(value)
+            except ValueError as exc:
+                # Not the value itself: a CLI's env or extra_args may hold a secret.
+                problems.append(f"{'.'.join(keys)}: the environment variable {name} must be "
+                                f"JSON for {shape}; it does not parse ({exc})")
+                continue
+        for key in reversed(keys):
+            parsed = {key: parsed}
+        data = _merge(data, parsed)
+    if problems:
+        raise ConfigError(None, problems)
+    return data
+
+
 def _env_source(parts: list[str]) -> str:
-    """` (set by env NAME)` when an env var supplied this key: the file does not contain it."""
+    """` (set by env NAME)` when an env var supplied this key (or keys below it): the file
+    does not contain it."""
     if not parts:
         return ""
     name = ENV_PREFIX + "__".join(parts).upper()
-    present = {key.upper() for key in os.environ}
-    return f" (set by env {name})" if name in present else ""
+    for key in os.environ:
+        upper = key.upper()
+        if upper == name or upper.startswith(name + "__"):
+            return f" (set by env {key})"
+    return ""
 
 
 def _describe(err: Mapping[str, Any]) -> str:
@@ -283,10 +338,8 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
         data = read_config_file(path)
     elif explicit:
         raise ConfigError(path, ["config file does not exist (run `agent-cli-gateway init`)"])
-    token = _FILE_DATA.set(data)
+    data = _merge(_merge(data, environment_settings(os.environ)), overrides)
     try:
-        return Settings(**overrides)
+        return Settings.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(path if path.exists() else None, [_describe(e) for e in exc.errors()]) from None
-    finally:
-        _FILE_DATA.reset(token)

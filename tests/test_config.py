@@ -258,6 +258,58 @@ def test_a_typo_in_an_env_var_is_rejected(monkeypatch: pytest.MonkeyPatch) -> No
     assert "unknown key 'lease.ttl' (set by env AGENT_GATEWAY_LEASE__TTL)" in problem
 
 
+def test_a_typo_in_an_env_var_s_section_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_GATEWAY_LEASEE__TTL_S", "120")
+    (problem,) = problems_of()
+    assert "unknown key 'leasee'" in problem and "AGENT_GATEWAY_LEASEE__TTL_S" in problem
+
+
+def test_env_var_names_are_case_insensitive(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("agent_gateway_Lease__TTL_S", "120")
+    assert load_settings().lease.ttl_s == 120
+
+
+def test_the_keys_of_a_cli_s_env_table_keep_their_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_GATEWAY_PROVIDERS__CODEX__ENV__OPENAI_BASE_URL", "http://x")
+    monkeypatch.setenv("AGENT_GATEWAY_API_PROVIDERS__OR__KIND", "openai")
+    monkeypatch.setenv("AGENT_GATEWAY_API_PROVIDERS__OR__BASE_URL", "http://o")
+    monkeypatch.setenv("AGENT_GATEWAY_API_PROVIDERS__OR__HEADERS__X-Title", "gw")
+    settings = load_settings()
+    assert settings.providers["codex"].env == {"OPENAI_BASE_URL": "http://x"}
+    assert settings.api_providers["or"].headers == {"X-Title": "gw"}
+
+
+def test_a_section_set_as_json_is_merged_with_the_file_and_deeper_vars_win(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, "[lease]\nheartbeat_s = 10\n[limits]\nmax_running_jobs = 3\n")
+    monkeypatch.setenv("AGENT_GATEWAY_LEASE", '{"ttl_s": 100, "sweep_interval_s": 7}')
+    monkeypatch.setenv("AGENT_GATEWAY_LEASE__TTL_S", "120")
+    settings = load_settings(path)
+    lease = settings.lease
+    assert (lease.heartbeat_s, lease.ttl_s, lease.sweep_interval_s) == (10, 120, 7)
+    assert settings.limits.max_running_jobs == 3  # a section the environment did not touch
+
+
+@pytest.mark.parametrize(("name", "shape"), [
+    ("AGENT_GATEWAY_PROVIDERS__CODEX__EXTRA_ARGS", "a list"),
+    ("AGENT_GATEWAY_PROVIDERS__CODEX__ENV", "a table"),
+    ("AGENT_GATEWAY_LEASE", "a table"),
+])
+def test_a_value_that_must_be_json_and_is_not_names_the_variable_not_the_value(
+        monkeypatch: pytest.MonkeyPatch, name: str, shape: str) -> None:
+    monkeypatch.setenv(name, "--token=hunter2")
+    (problem,) = problems_of()
+    assert name in problem and f"JSON for {shape}" in problem
+    assert "hunter2" not in problem  # a CLI's env or extra_args may hold a secret
+
+
+def test_agent_gateway_config_and_other_single_names_are_not_settings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_GATEWAY_CONFIG", str(write(tmp_path, "")))
+    monkeypatch.setenv("AGENT_GATEWAY_SOMETHING", "1")
+    assert load_settings().model_dump() == Settings().model_dump()
+
+
 def test_an_env_var_can_break_a_cross_field_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENT_GATEWAY_LEASE__HEARTBEAT_S", "60")
     (problem,) = problems_of()

@@ -244,10 +244,12 @@ def http_harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ha
 
 
 @contextlib.asynccontextmanager
-async def stdio_client(home: Path, config: Path, mode: str) -> AsyncIterator[Client]:
-    """`python -m gateway` spawned by the SDK's stdio client, as an MCP host would."""
+async def stdio_client(home: Path, config: Path, mode: str,
+                       **env: str) -> AsyncIterator[Client]:
+    """`python -m gateway` spawned by the SDK's stdio client, as an MCP host would (`env`:
+    variables its `env` block adds)."""
     params = StdioServerParameters(command=sys.executable, args=["-m", "gateway"],
-                                   env=server_env(home, config), cwd=str(home))
+                                   env=server_env(home, config, **env), cwd=str(home))
     async with Client(params, mode=mode, read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
         yield client
 

@@ -90,6 +90,25 @@ async def test_an_invalid_config_still_serves_and_every_tool_names_the_problem(
 
 
 @pytest.mark.parametrize("mode", MODES)
+async def test_an_env_var_that_is_not_json_for_a_list_still_serves_and_names_the_variable(
+        harness: Harness, mode: str) -> None:
+    """A list set from the client's `env` block is JSON; a bare value (once a traceback
+    before the handshake) is a setup error naming the variable, its value not echoed."""
+    name = "AGENT_GATEWAY_PROVIDERS__CODEX__EXTRA_ARGS"
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with stdio_client(harness.home, harness.write_config({}), mode,
+                                **{name: "--secret-value"}) as client:
+            answer = await client.call_tool("llm_job_list", {})
+            status = data_of(await client.call_tool("gateway_status", {}))
+    data = data_of(answer)
+    assert answer.is_error and data["error_kind"] == "setup_error"
+    for fragment in (name, "JSON", "providers.codex.extra_args", "restart"):
+        assert fragment in data["error"], (fragment, data["error"])
+    assert "--secret-value" not in data["error"]
+    assert status["problem_permanent"] is True and name in status["problem"]
+
+
+@pytest.mark.parametrize("mode", MODES)
 async def test_a_store_path_that_can_never_be_created_is_reported_as_permanent_at_once(
         harness: Harness, mode: str) -> None:
     config = harness.write_config({"persistence": {"path": "/proc/nope/jobs.db"}})
