@@ -59,6 +59,7 @@ WARMUP_RUNS = 3  # first spawns pay for imports, thread creation and page cache 
 
 
 def _spec(spool: Path, invocation: Invocation, max_output_bytes: int) -> RunSpec:
+    spool.mkdir(parents=True, exist_ok=True)  # the manager makes it before a launch
     return RunSpec(job_id="bench", invocation=invocation, spool_dir=spool, working_dir=None,
                    timeout_s=3600, idle_timeout_s=None, max_output_bytes=max_output_bytes,
                    kill_grace_s=5, secret_env=frozenset())

@@ -170,7 +170,7 @@ async def finalize_samples(pickled: Path, store: JobStore, spool_root: Path,
         assert owner.job_id is not None
         await until(store, owner.job_id, lambda r: r.pid is not None)
         owner.kill()
-        end = spool_root / owner.job_id / sup.END_NAME
+        end = spool_root / owner.job_id / "0" / sup.END_NAME
         deadline = time.monotonic() + STEP_TIMEOUT_S
         while not end.exists():  # the run ends while no gateway is alive
             if time.monotonic() > deadline:
@@ -290,7 +290,7 @@ async def detach_samples(workdir: Path, samples: int) -> dict[str, Any]:
             await store.close()
         # The detached run goes on (its supervisor may still be starting): not this bench's
         # business once it is claimed, so it is stopped here.
-        spool_dir = settings.state_dir / "spool" / job_id
+        spool_dir = settings.state_dir / "spool" / job_id / "0"
         deadline = time.monotonic() + STEP_TIMEOUT_S
         while (claim := sup.read_record(spool_dir, sup.START_NAME)) is None:
             if time.monotonic() > deadline:

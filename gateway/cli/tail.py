@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 from gateway import proc
 from gateway.config import Settings
-from gateway.jobs.spool import spool_root, stdout_path
+from gateway.jobs.spool import run_dir, spool_root, stdout_path
 from gateway.model import JobRow
 from gateway.store.base import JobStore
 
@@ -108,7 +108,7 @@ class Follower:
             self.shown = text
 
     async def _new_stdout(self, row: JobRow) -> bytes:
-        spool = stdout_path(spool_root(self.settings.state_dir) / row.id)
+        spool = stdout_path(run_dir(spool_root(self.settings.state_dir), row))
         if row.hostname == proc.hostname() and spool.exists():
             self.from_spool = True
             data = await asyncio.to_thread(_read_from, spool, self.pos)

@@ -36,6 +36,7 @@ from gateway.jobs import supervisor as sup
 from gateway.jobs.execution import ProcessExecution
 from gateway.jobs.manager import JobManager
 from gateway.jobs.runner import ProcessIdentity, spec_from_spool
+from gateway.jobs.spool import run_dir
 from gateway.jobs.targets import parsing_target, request_of_row, resolve_target
 from gateway.model import Completion, ErrorKind, GatewayError, InstanceRow, JobRow, JobStatus
 from gateway.store.base import TakeOver
@@ -99,7 +100,7 @@ class Adopter:
         return taken
 
     async def _settle(self, job: JobRow) -> int:
-        spool = self.manager.spool_root / job.id
+        spool = run_dir(self.manager.spool_root, job)
         if job.transport == "process" and job.started_at is not None:
             if not spool.is_dir():
                 # Marked running, but its spool dir is not here: maybe another state dir ran

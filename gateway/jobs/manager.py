@@ -33,7 +33,7 @@ from gateway.jobs.execution import (
 from gateway.jobs.full_store import fitted_completion
 from gateway.jobs.limiter import Limiter, Ticket
 from gateway.jobs.requests import SubmitRequest, request_key, stored_request
-from gateway.jobs.runner import RunClaimedElsewhere, stop_supervised_run
+from gateway.jobs.runner import RunClaimedElsewhere, directories_error, stop_supervised_run
 from gateway.jobs.targets import Target, resolve_target
 from gateway.model import (
     EXIT_CODES,
@@ -222,7 +222,7 @@ class JobManager:
     def _start_local(self, row: JobRow, target: Target, ticket: Ticket,
                      request: SubmitRequest) -> Submission:
         local = LocalJob(row=row, target=target, ticket=ticket,
-                         spool_dir=self.spool_root / row.id,
+                         spool_dir=spool.run_dir(self.spool_root, row),
                          timeout_s=request.timeout_s or self.settings.limits.default_timeout_s)
         self._local[row.id] = local
         local.task = asyncio.create_task(self._drive(local), name=f"job-{row.id}")
@@ -241,7 +241,7 @@ class JobManager:
         cancel stops it, and it is finalized exactly as its first owner would have."""
         local = LocalJob(row=row, target=target,
                          ticket=self.limiter.acquire_running(row.provider),
-                         spool_dir=self.spool_root / row.id, timeout_s=timeout_s,
+                         spool_dir=spool.run_dir(self.spool_root, row), timeout_s=timeout_s,
                          execution=execution, adopted=True)
         self._local[row.id] = local
         local.task = asyncio.create_task(self._drive(local), name=f"job-{row.id}")
@@ -329,9 +329,15 @@ class JobManager:
         if job.target.transport == "process":
             # Its spool dir exists before the row says running: an adopter that finds it
             # without a start record may re-queue it (SIGKILLed between the two steps);
-            # without it nothing proves it never ran. A failure is reported at launch.
-            with contextlib.suppress(OSError):
+            # without it nothing proves it never ran. Only here is it made: the runner
+            # never recreates it (spool.run_dir).
+            try:
                 await asyncio.to_thread(ensure_private_dir, job.spool_dir)
+            except OSError as exc:
+                await self._finish(job, Completion(
+                    status=JobStatus.FAILED, exit_code=EXIT_CODES[ErrorKind.LAUNCH_FAILED],
+                    error=directories_error(exc), error_kind=ErrorKind.LAUNCH_FAILED))
+                return
         # CAS queued -> running BEFORE spawning: a row orphaned or cancelled while it waited
         # is never launched (no child is spawned only to be killed).
         if not await self.store.mark_running(job.row.id, self.instance_id,
@@ -346,6 +352,11 @@ class JobManager:
             job.execution.detach()
         try:
             identity = await job.execution.start()
+        except RunClaimedElsewhere:
+            log.warning("run not launched here: a gateway that judged this one gone "
+                        "re-queued the job meanwhile", action="run_claimed_elsewhere",
+                        job_id=job.row.id)
+            return
         except GatewayError as err:
             await self._finish(job, Completion(status=JobStatus.FAILED,
                                                exit_code=EXIT_CODES.get(err.kind, 1),
@@ -446,9 +457,10 @@ class JobManager:
             # its end record above all. Deleting it here made the owner's finalize read "the
             # supervisor ended without recording how" (retention purges what is left).
             return
-        # The row now holds the output; the spool copy is no longer needed. Removed in a
-        # thread: unlinking files blocks for milliseconds, and the loop serves requests.
-        await asyncio.to_thread(shutil.rmtree, job.spool_dir, ignore_errors=True)
+        # The row now holds the output; the spool copy is no longer needed (nor any earlier
+        # attempt's). Removed in a thread: unlinking files blocks for milliseconds, and the
+        # loop serves requests.
+        await asyncio.to_thread(shutil.rmtree, self.spool_root / job.row.id, ignore_errors=True)
 
     async def _flush_progress(self, job: LocalJob) -> None:
         last = -1
@@ -488,7 +500,7 @@ class JobManager:
             # Orphaned elsewhere while its process may still run here: stop that process
             # (whoever finalizes the row then records it as cancelled).
             stopped = await asyncio.to_thread(
-                stop_supervised_run, self.spool_root / job_id, ErrorKind.CANCELLED,
+                stop_supervised_run, spool.run_dir(self.spool_root, row), ErrorKind.CANCELLED,
                 self.settings.limits.kill_grace_s)
             if stopped:
                 return CancelOutcome("cancel_requested", row)
@@ -643,7 +655,7 @@ class JobManager:
         """Output so far of a running job (`length` bytes from `base`, and the total): the
         spool file when it runs on this host with our state dir, else what its owner flushed
         to the row. A spool file this process cannot read (EACCES, gone) falls back too."""
-        path = spool.stdout_path(self.spool_root / row.id)
+        path = spool.stdout_path(spool.run_dir(self.spool_root, row))
         if row.hostname == self.hostname:
             try:
                 return await asyncio.to_thread(spool.read_range, path, base, length)

@@ -39,7 +39,6 @@ import structlog
 
 from gateway import proc
 from gateway.childenv import child_env
-from gateway.fs import ensure_private_dir
 from gateway.jobs import spool
 from gateway.jobs import supervisor as sup
 from gateway.jobs.child_exit import ChildExit, open_pidfd
@@ -88,16 +87,17 @@ SPARES = Spares(PROVIDER_NICE_INCREMENT)
 
 
 class RunClaimedElsewhere(Exception):
-    """The supervisor this gateway started lost the run's claim: a gateway that judged this
-    one gone claimed the spool to re-queue the job, so the run never started here and the
-    job is that gateway's to settle. Nothing about it may be written from here."""
+    """The run is not this gateway's to launch any more: a gateway that judged this one gone
+    claimed its spool to re-queue the job (the supervisor started here lost the claim), or
+    removed the spool dir before the launch began. The job is that gateway's to settle.
+    Nothing about it may be written from here."""
 
 
 @dataclass(slots=True)
 class RunSpec:
     job_id: str
     invocation: Invocation
-    spool_dir: Path  # per-job directory; stdout/stderr are spooled to files in it
+    spool_dir: Path  # the launch's dir (spool.run_dir), made before; stdout/stderr go there
     working_dir: str | None  # must exist; None: a fresh private temp dir (removed after)
     timeout_s: float  # wall clock
     idle_timeout_s: float | None  # None: never idle-killed (providers that print at exit)
@@ -120,6 +120,12 @@ class ProcessIdentity:
     pid: int
     pgid: int
     started_at: float  # process start time (epoch seconds, psutil create_time)
+
+
+def directories_error(exc: OSError) -> str:
+    """The failure to prepare a run's spool or temp dir (EACCES, ENOSPC, EROFS), readable."""
+    return (f"Cannot prepare the run's directories ({exc.strerror or exc}: {exc.filename}); "
+            f"the gateway's state directory must be writable by its user.")
 
 
 def resolve_command(command: str, path: str) -> str | None:
@@ -359,19 +365,24 @@ class ProcessRun:
         executable = resolve_command(argv[0], env["PATH"])
         if executable is None:
             raise self._not_found(argv[0])
+        if not spec.spool_dir.is_dir():
+            # Made before the queued -> running CAS (the manager) and never here: gone means
+            # a gateway that judged this one gone re-queued the job meanwhile, and may have
+            # run it already. Recreating it would launch the run twice (spool.run_dir).
+            raise RunClaimedElsewhere(spec.job_id)
         cwd = spec.working_dir
-        try:  # EACCES, ENOSPC, EROFS on the state dir or the temp dir: a clear failure
-            ensure_private_dir(spec.spool_dir)  # and spool/ and the state dir, all 0700
+        try:  # EACCES, ENOSPC, EROFS on the temp dir: a clear failure
             if cwd is None:  # mkdtemp: 0700, outside any repository (no project instructions)
                 self._temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_DIR_PREFIX))
                 cwd = str(self._temp_dir)
         except OSError as exc:
-            raise GatewayError(ErrorKind.LAUNCH_FAILED, f"Cannot prepare the run's directories "
-                               f"({exc.strerror or exc}: {exc.filename}); the gateway's state "
-                               f"directory must be writable by its user.") from None
+            raise GatewayError(ErrorKind.LAUNCH_FAILED, directories_error(exc)) from None
         try:
             token = self._write_spec([executable, *argv[1:]], cwd)
             popen = self._spawn(token, env)
+        except FileNotFoundError:
+            self._remove_temp_dir()
+            raise RunClaimedElsewhere(spec.job_id) from None  # removed since the check above
         except BaseException:
             self._remove_temp_dir()
             raise

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from gateway.jobs import supervisor
+from gateway.model import JobRow
 from providers.parsing import char_boundary
 
 # Less free space than this on the spool's filesystem is a full disk: a provider's next
@@ -34,6 +35,20 @@ CLEAN_STDOUT_NAME = "stdout.utf8"  # the copy of a stdout that is not valid UTF-
 def spool_root(state_dir: Path) -> Path:
     """The directory that holds every job's spool directory."""
     return state_dir / SPOOL_DIR_NAME
+
+
+def run_dir(root: Path, row: JobRow) -> Path:
+    """The spool dir of the row's current launch: `<root>/<job id>/<attempt>`.
+
+    Each re-queue (a new `requeued_at`) is a new attempt with a dir of its own. A gateway
+    stopped between its queued -> running CAS and its launch can wake after its job was
+    re-queued, run by a peer and cleaned up; it only ever looks in its own attempt's dir,
+    which the re-queue claimed or removed, and the runner never recreates it, so it cannot
+    launch the run a second time (found by the stop chaos run on PostgreSQL). Every
+    attempt lives under `<root>/<job id>`: one rmtree removes them all."""
+    if row.requeued_at is None:
+        return root / row.id / "0"
+    return root / row.id / f"r{round(row.requeued_at.timestamp() * 1_000_000)}"
 
 
 def stdout_path(job_dir: Path) -> Path:

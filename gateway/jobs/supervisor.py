@@ -453,10 +453,14 @@ def _handed_over() -> tuple[str, str, dict[str, str]] | None:
     if not chunks:
         return None
     run = json.loads(b"".join(chunks))
-    log_fd = os.open(os.path.join(run["spool_dir"], LOG_NAME),
-                     os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(log_fd, 2)
-    os.close(log_fd)
+    try:
+        log_fd = os.open(os.path.join(run["spool_dir"], LOG_NAME),
+                         os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except FileNotFoundError:
+        pass  # its spool is gone (re-queued elsewhere): main() finds no spec and leaves
+    else:
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
     return str(run["spool_dir"]), str(run["token"]), dict(run["env"])
 
 

@@ -25,7 +25,8 @@ from gateway import proc
 from gateway.config import Settings
 from gateway.jobs import supervisor as sup
 from gateway.jobs.requests import SubmitRequest
-from gateway.model import ErrorKind, InstanceRow, JobStatus, NewJob
+from gateway.jobs.spool import run_dir, spool_root
+from gateway.model import Completion, ErrorKind, InstanceRow, JobStatus, NewJob
 from gateway.store import open_store
 from gateway.store.base import TakeOver
 from tests.conftest import in_ci
@@ -50,7 +51,8 @@ async def terminal(manager: Any, job_id: str) -> Any:
 
 
 def spool_of(settings: Settings, job_id: str) -> Path:
-    return settings.state_dir / "spool" / job_id
+    """The spool dir of a job's first launch (spool.run_dir)."""
+    return settings.state_dir / "spool" / job_id / "0"
 
 
 def here() -> dict[str, str]:
@@ -240,12 +242,13 @@ async def test_a_run_left_unstarted_twice_is_queued_again_and_runs_once(
     store = adopter.store
     job = claude_job(2, "never started twice", "ghost")
     await store.insert_job(job, settings.lease.ttl_s)
-    assert await store.requeue_job(TakeOver(
+    requeued = await store.requeue_job(TakeOver(
         job_id=job.id, expected_owner="ghost", expected_status=JobStatus.QUEUED,
-        instance_id="ghost-2", ttl_s=settings.lease.ttl_s, **here())) is not None
+        instance_id="ghost-2", ttl_s=settings.lease.ttl_s, **here()))
+    assert requeued is not None
     assert await store.mark_running(job.id, "ghost-2", settings.lease.ttl_s)
     await store.extend_leases("ghost-2", {job.id: 3600.0})
-    spool_of(settings, job.id).mkdir(parents=True)
+    run_dir(spool_root(settings.state_dir), requeued).mkdir(parents=True)  # its second attempt
     with anyio.fail_after(DONE_S):
         row = await wait_for(lambda: terminal(adopter, job.id), DONE_S)
     assert row.status is JobStatus.COMPLETED and row.owner_instance == adopter.instance_id
@@ -397,6 +400,47 @@ async def test_a_supervisor_that_lost_the_claim_to_a_requeue_leaves_the_job_to_i
     row = await wait_for(lambda: terminal(manager, sub.job.id), DONE_S)
     assert row.status is JobStatus.COMPLETED and row.owner_instance == manager.instance_id
     assert fake_log.prompts() == ["claimed by a peer"]
+
+
+async def test_an_owner_that_wakes_after_its_job_was_requeued_and_run_never_launches_it(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    # Found by the stop chaos run on PostgreSQL (duplicate_runs=1): an owner SIGSTOPped
+    # between its queued -> running CAS and its launch; a peer claimed the spool, re-queued
+    # the job, ran it and removed the spool; the owner woke, made the spool dir again and
+    # its supervisor claimed a run that had already happened. A launch now only uses the
+    # dir made before its CAS, one per attempt (spool.run_dir), and never recreates it.
+    settings = make_settings()
+    manager = await (await start_gateway(settings)).manager()
+    store = manager.store
+    cas = manager.store.mark_running
+    woke = anyio.Event()
+
+    async def stopped_after_the_cas(job_id: str, *args: Any, **kwargs: Any) -> bool:
+        marked = await cas(job_id, *args, **kwargs)
+        # Meanwhile the peer: it claims the run, re-queues it, runs it, cleans up.
+        assert sup.claim_for_requeue(spool_of(settings, job_id), by="peer")
+        row = await store.requeue_job(TakeOver(
+            job_id=job_id, expected_owner=manager.instance_id,
+            expected_status=JobStatus.RUNNING, instance_id="peer", ttl_s=settings.lease.ttl_s,
+            **here()))
+        assert row is not None
+        shutil.rmtree(settings.state_dir / "spool" / job_id)
+        assert await cas(job_id, "peer", settings.lease.ttl_s)
+        assert await store.complete(job_id, "peer", Completion(
+            status=JobStatus.COMPLETED, exit_code=0, output="the peer's answer"))
+        woke.set()
+        return marked
+
+    manager.store.mark_running = stopped_after_the_cas
+    sub = await manager.submit("claude", SubmitRequest(prompt="run by the peer"))
+    await woke.wait()
+    await wait_for(lambda: sub.job.id not in manager.local_job_ids(), DONE_S)
+    manager.store.mark_running = cas
+    row = await store.get_job(sub.job.id)
+    assert (row.status, row.owner_instance) == (JobStatus.COMPLETED, "peer")
+    assert fake_log.spawns() == []  # it ran once, at the peer (simulated here)
+    assert not (settings.state_dir / "spool" / sub.job.id).exists()  # not made again
 
 
 async def test_a_started_run_is_never_requeued_even_if_its_supervisor_was_killed(

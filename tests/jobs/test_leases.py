@@ -300,7 +300,7 @@ async def test_a_deleted_sqlite_file_stops_admission_and_no_write_vanishes_into_
         # write is refused (and retried: a restored file would take it), the spool stays.
         await wait_for(lambda: any(e.get("action") == "complete" and "deleted" in e.get("error", "")
                                    for e in logs), 20)
-    assert (manager.spool_root / running.job.id / "stdout").exists()
+    assert (manager.spool_root / running.job.id / "0" / "stdout").exists()
     # A second gateway on the same path starts on a new, empty file (nothing to see).
     other = await (await start_gateway(settings)).manager()
     assert await other.store.get_job(running.job.id) is None

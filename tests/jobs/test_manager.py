@@ -373,9 +373,9 @@ async def test_every_directory_the_gateway_creates_is_0700_on_both_backends(
         settings = make_settings()
         manager = await (await start_gateway(settings)).manager()
         sub = await manager.submit("claude", req("hold @sleep=2"))
-        spool = settings.state_dir / "spool" / sub.job.id
+        spool = settings.state_dir / "spool" / sub.job.id / "0"
         await wait_for(spool.exists)
-        created = [spool, spool.parent, settings.state_dir]
+        created = [spool, spool.parent, spool.parent.parent, settings.state_dir]
         if backend == "postgres":
             created.append(settings.state_dir.parent)  # HOME itself did not exist either
         for directory in created:

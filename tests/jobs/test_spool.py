@@ -4,12 +4,15 @@ and the one boundary rule they share with result pages and `Stdout.tail`
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from gateway.jobs import spool
 from gateway.jobs.spool import read_tail
+from gateway.model import JobRow, JobStatus
 from providers.parsing import char_boundary
 
 TEXT = "aé€😀".encode()  # 1 + 2 + 3 + 4 bytes: boundaries at 0, 1, 3, 6, 10
@@ -41,6 +44,19 @@ def test_read_tail_replaces_bytes_that_are_not_utf8(tmp_path: Path) -> None:
 
 def test_read_tail_of_a_missing_file_is_empty(tmp_path: Path) -> None:
     assert read_tail(tmp_path / "nothing", 10) == ""
+
+
+def test_each_launch_attempt_of_a_job_has_a_dir_of_its_own_under_the_job_s(
+        tmp_path: Path) -> None:
+    # A launcher that lost its job to a re-queue must never share a dir with the new run.
+    root = spool.spool_root(tmp_path)
+    first = JobRow(id="job-1", provider="claude", status=JobStatus.RUNNING, request_key="k")
+    again = replace(first, requeued_at=datetime(2026, 12, 1, 15, 0, 0, 123456, tzinfo=UTC))
+    later = replace(again, requeued_at=again.requeued_at + timedelta(microseconds=1))
+    dirs = [spool.run_dir(root, row) for row in (first, again, later)]
+    assert dirs[0] == root / "job-1" / "0"
+    assert len(set(dirs)) == 3 and all(d.parent == root / "job-1" for d in dirs)
+    assert spool.run_dir(root, replace(again)) == dirs[1]  # the same row, the same dir
 
 
 def test_the_spool_layout_has_one_name_per_file(tmp_path: Path) -> None:

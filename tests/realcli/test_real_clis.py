@@ -276,6 +276,7 @@ async def test_real_auth_failures_come_back_as_error_kind_auth_with_the_login_hi
 def _codex_spec(tmp_path: Path, command: str, name: str, timeout_s: float) -> RunSpec:
     codex = provider("codex")
     invocation = codex.build_invocation(request(codex, {}, prompt="hello"), command)
+    (tmp_path / name).mkdir()  # the manager makes a run's spool dir before its launch
     return RunSpec(job_id=name, invocation=invocation, spool_dir=tmp_path / name,
                    working_dir=str(tmp_path), timeout_s=timeout_s, idle_timeout_s=None,
                    max_output_bytes=10_000_000, kill_grace_s=KILL_GRACE_S,
