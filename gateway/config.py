@@ -243,12 +243,12 @@ def _env_keys(parts: list[str]) -> tuple[list[str], str | None]:
     return keys, _json_shape(node)
 
 
-def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+def merge_tables(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """`override` over `base`, table by table (an env var sets one key, not its section)."""
     merged = dict(base)
     for key, value in override.items():
         if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
+            merged[key] = merge_tables(merged[key], value)
         else:
             merged[key] = value
     return merged
@@ -280,7 +280,7 @@ def environment_settings(environ: Mapping[str, str]) -> dict[str, Any]:
                 continue
         for key in reversed(keys):
             parsed = {key: parsed}
-        data = _merge(data, parsed)
+        data = merge_tables(data, parsed)
     if problems:
         raise ConfigError(None, problems)
     return data
@@ -338,7 +338,7 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
         data = read_config_file(path)
     elif explicit:
         raise ConfigError(path, ["config file does not exist (run `agent-cli-gateway init`)"])
-    data = _merge(_merge(data, environment_settings(os.environ)), overrides)
+    data = merge_tables(merge_tables(data, environment_settings(os.environ)), overrides)
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:

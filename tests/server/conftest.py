@@ -36,6 +36,8 @@ import tomli_w
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from gateway.config import merge_tables
+
 REPO = Path(__file__).resolve().parents[2]
 FAKES_BIN = REPO / "tests" / "fakes" / "bin"
 
@@ -60,16 +62,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def server_env(home: Path, config: Path, **extra: str) -> dict[str, str]:
@@ -172,7 +164,7 @@ class Harness:
     def write_config(self, overrides: dict[str, Any]) -> Path:
         """A config file of its own (and so a SQLite file of its own) per call."""
         name = uuid.uuid4().hex[:12]
-        config = merge(self.base_config(f"jobs-{name}.db"), overrides)
+        config = merge_tables(self.base_config(f"jobs-{name}.db"), overrides)
         path = self.root / f"config-{name}.toml"
         path.write_bytes(tomli_w.dumps(config).encode())
         return path
