@@ -177,7 +177,7 @@ class Adopter:
         # supervisor of the old launch finds no spec, or one with another token.
         shutil.rmtree(manager.spool_root / job.id, ignore_errors=True)
         request.correlation_id = job.correlation_id
-        manager.start_requeued(row, target, ticket, request)
+        manager.start_local(row, target, ticket, request)
         log.info("job re-queued: its owner left it unstarted", action="requeue", job_id=job.id,
                  previous_owner=job.owner_instance)
         return 1

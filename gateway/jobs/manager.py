@@ -217,10 +217,11 @@ class JobManager:
         except BaseException:
             ticket.release()  # fail closed: the permit goes back and nothing runs
             raise
-        return self._start_local(row, target, ticket, request)
+        return self.start_local(row, target, ticket, request)
 
-    def _start_local(self, row: JobRow, target: Target, ticket: Ticket,
-                     request: SubmitRequest) -> Submission:
+    def start_local(self, row: JobRow, target: Target, ticket: Ticket,
+                    request: SubmitRequest) -> Submission:
+        """Drive a queued row of ours: just admitted, or just re-queued (adoption.py)."""
         local = LocalJob(row=row, target=target, ticket=ticket,
                          spool_dir=spool.run_dir(self.spool_root, row),
                          timeout_s=request.timeout_s or self.settings.limits.default_timeout_s)
@@ -229,11 +230,6 @@ class JobManager:
         log.info("job admitted", action="admit", job_id=row.id, provider=row.provider,
                  transport=target.transport, queued=not ticket.granted)
         return Submission(row, False)
-
-    def start_requeued(self, row: JobRow, target: Target, ticket: Ticket,
-                       request: SubmitRequest) -> None:
-        """Drive a job this instance has just re-queued (its first owner left it unstarted)."""
-        self._start_local(row, target, ticket, request)
 
     def start_adopted(self, row: JobRow, target: Target, execution: Execution,
                       timeout_s: float) -> None:
@@ -276,7 +272,7 @@ class JobManager:
                 await self.store.complete(new.id, self.instance_id, Completion(
                     status=JobStatus.FAILED, error_kind=err.kind, error=err.message))
             return
-        self._start_local(row, target, ticket, request)
+        self.start_local(row, target, ticket, request)
 
     async def _find_reusable(self, key: str) -> JobRow | None:
         try:
@@ -314,12 +310,10 @@ class JobManager:
                     await self._finish_unstarted(job)
                     return
                 full = self.limiter.full_limit(job.row.provider)
-                await self._finish(job, Completion(
-                    status=JobStatus.FAILED, exit_code=EXIT_CODES[ErrorKind.QUEUE_TIMEOUT],
-                    error_kind=ErrorKind.QUEUE_TIMEOUT,
-                    error=f"Gateway is at capacity for {job.row.provider}: the job waited "
-                          f"{limits.queue_timeout_s:g} s in the queue without a free run slot "
-                          f"({full} reached). Retry later or raise {full.split(' ')[0]}."))
+                await self._fail(job, GatewayError(
+                    ErrorKind.QUEUE_TIMEOUT, f"Gateway is at capacity for {job.row.provider}: "
+                    f"the job waited {limits.queue_timeout_s:g} s in the queue without a free "
+                    f"run slot ({full} reached). Retry later or raise {full.split(' ')[0]}."))
                 return
         if job.cancel_reason is not None:
             await self._finish_unstarted(job)
@@ -329,14 +323,12 @@ class JobManager:
         if job.target.transport == "process":
             # Its spool dir exists before the row says running: an adopter that finds it
             # without a start record may re-queue it (SIGKILLed between the two steps);
-            # without it nothing proves it never ran. Only here is it made: the runner
-            # never recreates it (spool.run_dir).
+            # without it nothing proves it never ran. Made here only (spool.run_dir).
             try:
                 await asyncio.to_thread(ensure_private_dir, job.spool_dir)
             except OSError as exc:
-                await self._finish(job, Completion(
-                    status=JobStatus.FAILED, exit_code=EXIT_CODES[ErrorKind.LAUNCH_FAILED],
-                    error=directories_error(exc), error_kind=ErrorKind.LAUNCH_FAILED))
+                await self._fail(job, GatewayError(ErrorKind.LAUNCH_FAILED,
+                                                   directories_error(exc)))
                 return
         # CAS queued -> running BEFORE spawning: a row orphaned or cancelled while it waited
         # is never launched (no child is spawned only to be killed).
@@ -353,14 +345,11 @@ class JobManager:
         try:
             identity = await job.execution.start()
         except RunClaimedElsewhere:
-            log.warning("run not launched here: a gateway that judged this one gone "
-                        "re-queued the job meanwhile", action="run_claimed_elsewhere",
-                        job_id=job.row.id)
+            log.warning("run not launched here: a gateway that judged this one gone re-queued "
+                        "the job", action="run_claimed_elsewhere", job_id=job.row.id)
             return
         except GatewayError as err:
-            await self._finish(job, Completion(status=JobStatus.FAILED,
-                                               exit_code=EXIT_CODES.get(err.kind, 1),
-                                               error=err.message, error_kind=err.kind))
+            await self._fail(job, err)
             return
         if job.cancel_reason is not None:  # cancelled while spawning
             job.execution.cancel(job.cancel_reason)
@@ -457,10 +446,14 @@ class JobManager:
             # its end record above all. Deleting it here made the owner's finalize read "the
             # supervisor ended without recording how" (retention purges what is left).
             return
-        # The row now holds the output; the spool copy is no longer needed (nor any earlier
-        # attempt's). Removed in a thread: unlinking files blocks for milliseconds, and the
-        # loop serves requests.
+        # The row holds the output: no attempt's spool is needed. Removed in a thread:
+        # unlinking files blocks for milliseconds, and the loop serves requests.
         await asyncio.to_thread(shutil.rmtree, self.spool_root / job.row.id, ignore_errors=True)
+
+    async def _fail(self, job: LocalJob, err: GatewayError) -> None:
+        await self._finish(job, Completion(status=JobStatus.FAILED, error=err.message,
+                                           exit_code=EXIT_CODES.get(err.kind, 1),
+                                           error_kind=err.kind))
 
     async def _flush_progress(self, job: LocalJob) -> None:
         last = -1
