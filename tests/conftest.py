@@ -143,9 +143,15 @@ class PostgresServer:
 
     # -- DSNs -------------------------------------------------------------------------------
     def dsn_for(self, dbname: str, *, password: str | None = None) -> str:
-        """A DSN to `dbname`; trust auth ignores `password`, so tests can check redaction."""
+        """A DSN to `dbname`; trust auth ignores `password`, so tests can check redaction.
+
+        `sslmode=disable`: this server has no TLS, and asyncpg's default (prefer) first
+        negotiates it on every new connection. A connect cancelled by a gateway's stop in
+        that exchange leaves a future whose ConnectionError nobody retrieves, which the
+        test runner reports as the test's error (seen once in CI)."""
         secret = f":{password}" if password else ""
-        return f"postgresql://{PG_SUPERUSER}{secret}@127.0.0.1:{self.port}/{dbname}"
+        return (f"postgresql://{PG_SUPERUSER}{secret}@127.0.0.1:{self.port}/{dbname}"
+                f"?sslmode=disable")
 
     @property
     def admin_dsn(self) -> str:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import pytest
@@ -197,7 +198,8 @@ def test_a_reachable_postgres_reports_its_schema_and_hides_the_password(
     home: Path, postgres_server: Any, postgres_dsn: str
 ) -> None:
     # Trust auth ignores the password: it is there to prove doctor never prints it.
-    dsn = postgres_server.dsn_for(postgres_dsn.rsplit("/", 1)[1], password="hunter2")
+    dsn = postgres_server.dsn_for(urlsplit(postgres_dsn).path.lstrip("/"),
+                                 password="hunter2")
     path = fakes(home, f'[persistence]\nbackend = "postgres"\ndsn = "{dsn}"\n')
     anyio.run(_create_schema, path)
     report = run_doctor(path)

@@ -75,7 +75,7 @@ def dbname_of(dsn: str) -> str:
 def with_query(dsn: str, **params: str) -> str:
     """asyncpg passes unknown DSN query parameters to the server as session settings."""
     query = "&".join(f"{key}={value}" for key, value in params.items())
-    return f"{dsn}?{query}"
+    return f"{dsn}&{query}" if "?" in dsn else f"{dsn}?{query}"
 
 
 async def reap(store: PostgresJobStore, http_grace_s: float = 0.0) -> list[JobRow]:
