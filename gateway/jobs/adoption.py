@@ -36,7 +36,7 @@ from gateway.jobs import supervisor as sup
 from gateway.jobs.execution import ProcessExecution
 from gateway.jobs.manager import JobManager
 from gateway.jobs.runner import ProcessIdentity, spec_from_spool
-from gateway.jobs.spool import run_dir
+from gateway.jobs.spool import job_dir, run_dir
 from gateway.jobs.targets import parsing_target, request_of_row, resolve_target
 from gateway.model import Completion, ErrorKind, GatewayError, InstanceRow, JobRow, JobStatus
 from gateway.store.base import TakeOver
@@ -173,9 +173,9 @@ class Adopter:
         if row is None:
             ticket.release()
             return 0
-        # The old spool (its re-queue claim) goes: the new run claims a fresh one, and a late
-        # supervisor of the old launch finds no spec, or one with another token.
-        shutil.rmtree(manager.spool_root / job.id, ignore_errors=True)
+        # The old attempt's spool (its re-queue claim) goes: the new run has a dir of its own
+        # (run_dir), and a late launcher of the old attempt finds its dir gone.
+        shutil.rmtree(job_dir(manager.spool_root, job.id), ignore_errors=True)
         request.correlation_id = job.correlation_id
         manager.start_local(row, target, ticket, request)
         log.info("job re-queued: its owner left it unstarted", action="requeue", job_id=job.id,

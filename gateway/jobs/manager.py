@@ -446,9 +446,9 @@ class JobManager:
             # its end record above all. Deleting it here made the owner's finalize read "the
             # supervisor ended without recording how" (retention purges what is left).
             return
-        # The row holds the output: no attempt's spool is needed. Removed in a thread:
-        # unlinking files blocks for milliseconds, and the loop serves requests.
-        await asyncio.to_thread(shutil.rmtree, self.spool_root / job.row.id, ignore_errors=True)
+        # The row holds the output: no attempt's spool is needed (off the loop: rmtree blocks).
+        await asyncio.to_thread(shutil.rmtree, spool.job_dir(self.spool_root, job.row.id),
+                                ignore_errors=True)
 
     async def _fail(self, job: LocalJob, err: GatewayError) -> None:
         await self._finish(job, Completion(status=JobStatus.FAILED, error=err.message,
@@ -678,7 +678,7 @@ class JobManager:
 
     def remove_spool(self, job_ids: list[str]) -> None:
         for job_id in job_ids:
-            shutil.rmtree(self.spool_root / job_id, ignore_errors=True)
+            shutil.rmtree(spool.job_dir(self.spool_root, job_id), ignore_errors=True)
 
 
 def _progress_tails(execution: Execution) -> tuple[str, str]:

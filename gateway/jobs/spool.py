@@ -37,6 +37,11 @@ def spool_root(state_dir: Path) -> Path:
     return state_dir / SPOOL_DIR_NAME
 
 
+def job_dir(root: Path, job_id: str) -> Path:
+    """Everything a job spooled, every launch attempt's: one rmtree removes it all."""
+    return root / job_id
+
+
 def run_dir(root: Path, row: JobRow) -> Path:
     """The spool dir of the row's current launch: `<root>/<job id>/<attempt>`.
 
@@ -45,10 +50,10 @@ def run_dir(root: Path, row: JobRow) -> Path:
     re-queued, run by a peer and cleaned up; it only ever looks in its own attempt's dir,
     which the re-queue claimed or removed, and the runner never recreates it, so it cannot
     launch the run a second time (found by the stop chaos run on PostgreSQL). Every
-    attempt lives under `<root>/<job id>`: one rmtree removes them all."""
+    attempt lives in `job_dir`."""
     if row.requeued_at is None:
-        return root / row.id / "0"
-    return root / row.id / f"r{round(row.requeued_at.timestamp() * 1_000_000)}"
+        return job_dir(root, row.id) / "0"
+    return job_dir(root, row.id) / f"r{round(row.requeued_at.timestamp() * 1_000_000)}"
 
 
 def stdout_path(job_dir: Path) -> Path:

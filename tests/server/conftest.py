@@ -324,8 +324,9 @@ def gateway(request: pytest.FixtureRequest, tmp_path: Path,
             "shared_stdio_legacy" if transport == "stdio-legacy" else "shared_stdio_auto")
         harness = Harness(transport, shared.root, monkeypatch, shared_client=shared.client)
     else:
-        (tmp_path / "home").mkdir()
-        harness = Harness(transport, tmp_path, monkeypatch)
+        with own_harness(transport, tmp_path, monkeypatch) as harness:
+            yield harness
+        return
     try:
         yield harness
     finally:
