@@ -87,7 +87,7 @@ from mcp.client.stdio import stdio_client  # noqa: E402
 
 from gateway.config import load_settings  # noqa: E402
 from gateway.jobs.requests import SubmitRequest  # noqa: E402
-from gateway.jobs.runner import PROVIDER_NICE_INCREMENT  # noqa: E402
+from gateway.jobs.run.runner import PROVIDER_NICE_INCREMENT  # noqa: E402
 from gateway.jobs.targets import resolve_target  # noqa: E402
 
 RESULTS = BENCH / "results" / "bench.json"

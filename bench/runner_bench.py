@@ -1,4 +1,4 @@
-"""Benchmarks of the process runner (gateway/jobs/runner.py). Not part of the test suite.
+"""Benchmarks of the process runner (gateway/jobs/run/runner.py). Not part of the test suite.
 
 How to run, from the repository root:
 
@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gateway import proc  # noqa: E402
-from gateway.jobs.runner import ProcessRun, RunSpec  # noqa: E402
+from gateway.jobs.run.runner import ProcessRun, RunSpec  # noqa: E402
 from providers.base import Invocation  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "runner.json"

@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from gateway.config import Settings, load_settings  # noqa: E402
-from gateway.jobs import supervisor as sup  # noqa: E402
+from gateway.jobs.run import supervisor as sup  # noqa: E402
 from gateway.store import open_store  # noqa: E402
 from gateway.store.base import JobStore  # noqa: E402
 

@@ -241,7 +241,7 @@ class Gateway:
             else:
                 log.warning("drain timed out; leaving the lease to expire", action="drain")
         if manager is not None:
-            from gateway.jobs.runner import SPARES
+            from gateway.jobs.run.runner import SPARES
 
             SPARES.close()  # the supervisor waiting for this gateway's next run: none comes
         if store is not None:

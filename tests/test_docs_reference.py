@@ -192,7 +192,7 @@ def test_every_cli_flag_in_a_documented_command_exists() -> None:
     assert used <= flags, sorted(used - flags)
 
 
-# A path into this repository, as docs and comments write it (`gateway/jobs/spool.py`).
+# A path into this repository, as docs and comments write it (`gateway/jobs/run/spool.py`).
 REPO_PATH = re.compile(r"(?<![\w./-])((?:gateway|providers|tests|bench|scripts|docs|\.ci)/"
                        r"[\w./*<>-]*[\w*>/])")
 GENERATED_DIRS = ("bench/results",)  # written by the benchmarks, not in the repository

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 from gateway import proc
 from gateway.config import Settings
-from gateway.jobs.spool import run_dir, spool_root, stdout_path
+from gateway.jobs.run.spool import run_dir, spool_root, stdout_path
 from gateway.model import JobRow
 from gateway.store.base import JobStore
 

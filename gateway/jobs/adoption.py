@@ -32,11 +32,11 @@ from typing import Any
 import structlog
 
 from gateway import proc
-from gateway.jobs import supervisor as sup
 from gateway.jobs.execution import ProcessExecution
 from gateway.jobs.manager import JobManager
-from gateway.jobs.runner import ProcessIdentity, spec_from_spool
-from gateway.jobs.spool import job_dir, run_dir
+from gateway.jobs.run import supervisor as sup
+from gateway.jobs.run.runner import ProcessIdentity, spec_from_spool
+from gateway.jobs.run.spool import job_dir, run_dir
 from gateway.jobs.targets import parsing_target, request_of_row, resolve_target
 from gateway.model import Completion, ErrorKind, GatewayError, InstanceRow, JobRow, JobStatus
 from gateway.store.base import TakeOver

@@ -1,6 +1,6 @@
 """One call to an HTTP model API as a job runs it: keys, retries, timeouts, errors.
 
-The HTTP twin of `gateway/jobs/runner.py`. `await call_api(name, config, request,
+The HTTP twin of `gateway/jobs/run/runner.py`. `await call_api(name, config, request,
 on_progress=..., client=...)` makes one streamed call, with retries, and returns a
 `ProviderResult` or raises `GatewayError`. The request model and its secret-free description
 live in `providers/http/request.py`, the wire formats in `providers/http/openai.py` and

@@ -23,7 +23,6 @@ import structlog
 
 from gateway.config import Settings
 from gateway.fs import ensure_private_dir
-from gateway.jobs import spool
 from gateway.jobs.completion import completion_of
 from gateway.jobs.execution import (
     STDERR_TAIL_BYTES,
@@ -33,7 +32,8 @@ from gateway.jobs.execution import (
 from gateway.jobs.full_store import fitted_completion
 from gateway.jobs.limiter import Limiter, Ticket
 from gateway.jobs.requests import SubmitRequest, request_key, stored_request
-from gateway.jobs.runner import RunClaimedElsewhere, directories_error, stop_supervised_run
+from gateway.jobs.run import spool
+from gateway.jobs.run.runner import RunClaimedElsewhere, directories_error, stop_supervised_run
 from gateway.jobs.targets import Target, resolve_target
 from gateway.model import (
     EXIT_CODES,

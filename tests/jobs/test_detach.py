@@ -23,9 +23,9 @@ import pytest
 
 from gateway import proc
 from gateway.config import Settings
-from gateway.jobs import supervisor as sup
 from gateway.jobs.requests import SubmitRequest
-from gateway.jobs.spool import run_dir, spool_root
+from gateway.jobs.run import supervisor as sup
+from gateway.jobs.run.spool import run_dir, spool_root
 from gateway.model import Completion, ErrorKind, InstanceRow, JobStatus, NewJob
 from gateway.store import open_store
 from gateway.store.base import TakeOver

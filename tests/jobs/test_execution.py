@@ -10,7 +10,7 @@ import pytest
 
 from gateway.jobs import execution
 from gateway.jobs.execution import final_stdout
-from gateway.jobs.spool import CLEAN_STDOUT_NAME
+from gateway.jobs.run.spool import CLEAN_STDOUT_NAME
 from providers.parsing import decode, plain_text
 
 PIECES = [b"a", b"Z", b" ", b"\n", b"\t", b"\r", "é".encode(), "€".encode(), "𝄞".encode(),

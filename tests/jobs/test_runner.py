@@ -26,14 +26,14 @@ import psutil
 import pytest
 
 from gateway import proc
-from gateway.jobs import supervisor as sup
-from gateway.jobs.runner import (
+from gateway.jobs.run import supervisor as sup
+from gateway.jobs.run.runner import (
     PROVIDER_NICE_INCREMENT,
     ProcessRun,
     RunOutcome,
     RunSpec,
 )
-from gateway.jobs.spool import read_tail
+from gateway.jobs.run.spool import read_tail
 from gateway.model import ErrorKind, GatewayError
 from providers.base import Invocation
 

@@ -1,4 +1,4 @@
-"""The supervisor started ahead of need (gateway/jobs/spare.py): it runs the run it is handed,
+"""The supervisor started ahead of need (gateway/jobs/run/spare.py): it runs the run it is handed,
 with the run's environment, and holds nothing of anyone's while it waits.
 
 Real processes: the spares are real supervisors, the runs real (small) Python programs.
@@ -15,8 +15,8 @@ import anyio
 import psutil
 import pytest
 
-from gateway.jobs import supervisor as sup
-from gateway.jobs.spare import Spares, hand_over
+from gateway.jobs.run import supervisor as sup
+from gateway.jobs.run.spare import Spares, hand_over
 
 DEADLINE_S = 20.0
 pytestmark = pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""The spool layout and its reads: tails never split a UTF-8 character (gateway/jobs/spool.py),
+"""The spool layout and its reads: tails never split a UTF-8 character (gateway/jobs/run/spool.py),
 and the one boundary rule they share with result pages and `Stdout.tail`
 (providers.parsing.char_boundary)."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.jobs import spool
-from gateway.jobs.spool import read_tail
+from gateway.jobs.run import spool
+from gateway.jobs.run.spool import read_tail
 from gateway.model import JobRow, JobStatus
 from providers.parsing import char_boundary
 

@@ -19,8 +19,8 @@ import anyio
 import pytest
 
 from gateway import proc
-from gateway.jobs import supervisor as sup
-from gateway.jobs.spare import SUPERVISOR_PATH
+from gateway.jobs.run import supervisor as sup
+from gateway.jobs.run.spare import SUPERVISOR_PATH
 
 DEADLINE_S = 20.0
 pytestmark = pytest.mark.anyio

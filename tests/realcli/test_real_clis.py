@@ -31,7 +31,7 @@ from argv_cases import covering_cases, provider, request
 
 from gateway.config import load_settings
 from gateway.jobs.requests import SubmitRequest
-from gateway.jobs.runner import ProcessRun, RunSpec
+from gateway.jobs.run.runner import ProcessRun, RunSpec
 from gateway.model import ErrorKind, JobStatus
 from gateway.runtime import Gateway
 from providers.base import Invocation

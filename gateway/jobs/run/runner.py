@@ -39,12 +39,12 @@ import structlog
 
 from gateway import proc
 from gateway.childenv import child_env
-from gateway.jobs import spool
-from gateway.jobs import supervisor as sup
-from gateway.jobs.child_exit import ChildExit, open_pidfd
-from gateway.jobs.outcome import Limits, RunOutcome, outcome_from_record, stop_message
-from gateway.jobs.spare import Spares, hand_over
-from gateway.jobs.spool import read_tail
+from gateway.jobs.run import spool
+from gateway.jobs.run import supervisor as sup
+from gateway.jobs.run.child_exit import ChildExit, open_pidfd
+from gateway.jobs.run.outcome import Limits, RunOutcome, outcome_from_record, stop_message
+from gateway.jobs.run.spare import Spares, hand_over
+from gateway.jobs.run.spool import read_tail
 from gateway.model import ErrorKind, GatewayError
 from providers.base import Invocation
 

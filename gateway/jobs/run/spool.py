@@ -7,7 +7,7 @@ names the files so that those three never disagree.
 
 Layout: `<state_dir>/spool/<job id>/` holding `stdout`, `stderr` and, when stdout was not
 valid UTF-8, `stdout.utf8` (the cleaned copy the row stores), beside the supervisor's
-records (`run.json`, `start.json`, `stop.json`, `end.json`: gateway/jobs/supervisor.py).
+records (`run.json`, `start.json`, `stop.json`, `end.json`: gateway/jobs/run/supervisor.py).
 Directories are 0700, files 0600 (the runner creates them).
 """
 
@@ -17,7 +17,7 @@ import codecs
 import os
 from pathlib import Path
 
-from gateway.jobs import supervisor
+from gateway.jobs.run import supervisor
 from gateway.model import JobRow
 from providers.parsing import char_boundary
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway import proc
-from gateway.jobs import spool
-from gateway.jobs import supervisor as sup
+from gateway.jobs.run import spool
+from gateway.jobs.run import supervisor as sup
 from gateway.model import EXIT_CODES, ErrorKind
 
 ERROR_TAIL_BYTES = 4096  # how much of the end of stderr is read to quote a provider's error

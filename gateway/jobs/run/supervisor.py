@@ -2,8 +2,8 @@
 
 The gateway starts it with its own interpreter in isolated mode, no shell, in a new session,
 so the supervisor leads the run's process group: ahead of need, waiting for its run (spool
-dir, token, the CLI's environment) on stdin (gateway/jobs/spare.py), or for one run as
-`python -I -S .../gateway/jobs/supervisor.py <spool_dir> <token>`. It reads the run's spec
+dir, token, the CLI's environment) on stdin (gateway/jobs/run/spare.py), or for one run as
+`python -I -S .../gateway/jobs/run/supervisor.py <spool_dir> <token>`. It reads the run's spec
 (`run.json`, written by the gateway), claims the run, starts the CLI in its own group with
 stdout/stderr on the spool files, and enforces by itself what must hold while no gateway is
 alive: the wall-clock `timeout_s`, the idle timeout of streaming CLIs and the output cap,
@@ -445,7 +445,7 @@ class Supervisor:
 
 
 def _handed_over() -> tuple[str, str, dict[str, str]] | None:
-    """A spare's run (gateway/jobs/spare.py): one JSON document on stdin, then EOF. None:
+    """A spare's run (gateway/jobs/run/spare.py): one JSON document on stdin, then EOF. None:
     its gateway left before it needed it. Its stderr then goes to the run's log."""
     chunks: list[bytes] = []
     while chunk := os.read(0, 65536):

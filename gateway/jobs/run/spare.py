@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 
 from gateway import proc
-from gateway.jobs import supervisor as sup
+from gateway.jobs.run import supervisor as sup
 
 SUPERVISOR_PATH = Path(sup.__file__).resolve()
 # The supervisor imported as a module (from its own directory, after the stdlib), not run as
