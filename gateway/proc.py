@@ -1,31 +1,29 @@
-"""Process identity and process-group signalling (POSIX platform code, kept in one place).
+"""Process identity and process-group signalling: the rules that hold on every POSIX system.
 
 Why a module of its own: every rule here exists because of an operating-system detail that is
 easy to get wrong and hard to see in a test run on one machine - pid reuse, zombies, reaped
-group leaders, init processes that never reap. The comments give those reasons.
+group leaders, init processes that never reap. The comments give those reasons. The facts
+that differ by OS (start times, boot ids, who is in a group, autogroups) come from the
+platform implementation in use (gateway/platform).
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import socket
-from pathlib import Path
 
-import psutil
 import structlog
+
+from gateway import platform
 
 log = structlog.get_logger(__name__)
 
-# psutil derives create_time from the kernel's start tick (1/100 s) plus the boot time, and the
-# boot time it reads (/proc/stat btime, whole seconds computed from the wall clock) can move by
-# a second when the clock is stepped. Another process can only reuse a pid after the pid space
-# wraps, which takes far longer than this, so a 1 s window never confuses two processes.
+# A start time is the kernel's start tick (1/100 s) plus the boot time, and the boot time
+# (whole seconds computed from the wall clock) can move by a second when the clock is stepped.
+# Another process can only reuse a pid after the pid space wraps, which takes far longer than
+# this, so a 1 s window never confuses two processes.
 START_TIME_TOLERANCE_S = 1.0
-
-_LINUX_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
-_AUTOGROUP_ENABLED = Path("/proc/sys/kernel/sched_autogroup_enabled")
 MAX_NICE = 19  # the lowest priority a process can have
 
 
@@ -33,13 +31,10 @@ def boot_id() -> str:
     """An id of the current boot of this host.
 
     A pid and a process start time only identify a process within one boot: after a reboot the
-    same pid can be handed out again at a similar clock time. Linux gives a random id per boot;
-    elsewhere the boot time (stable for the life of the boot) stands in for it.
+    same pid can be handed out again at a similar clock time (gateway/platform says where
+    each implementation finds it).
     """
-    try:
-        return _LINUX_BOOT_ID.read_text(encoding="ascii").strip()
-    except OSError:
-        return f"boot-{int(psutil.boot_time())}"
+    return platform.current().boot_id()
 
 
 def hostname() -> str:
@@ -49,30 +44,20 @@ def hostname() -> str:
 
 def process_start_time(pid: int) -> float | None:
     """The start time of `pid` in epoch seconds, or None when no such process exists."""
-    if pid <= 0:
-        return None
-    try:
-        return float(psutil.Process(pid).create_time())
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return None
+    state = platform.current().process_state(pid)
+    return None if state is None else state[0]
 
 
 def is_process_alive(pid: int, started_at: float) -> bool:
     """True when `pid` is running, is not a zombie, and is the process that started at
-    `started_at` (a reused pid belongs to some other program, not to our job)."""
-    if pid <= 0:
+    `started_at` (a reused pid belongs to some other program, not to our job). A process we
+    may not inspect (another user's) cannot be a job we spawned: not alive."""
+    state = platform.current().process_state(pid)
+    if state is None:
         return False
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            # A zombie has finished; only its exit status waits to be collected.
-            return False
-        return bool(abs(process.create_time() - started_at) <= START_TIME_TOLERANCE_S)
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return False
-    except psutil.AccessDenied:
-        # Another user's process that we may not inspect cannot be a job we spawned.
-        return False
+    start, zombie = state
+    # A zombie has finished; only its exit status waits to be collected.
+    return not zombie and abs(start - started_at) <= START_TIME_TOLERANCE_S
 
 
 def _refuse_own_group(pgid: int) -> bool:
@@ -117,21 +102,10 @@ def group_members(pgid: int) -> list[int]:
         return []
     except PermissionError:
         pass  # members exist that we may not signal; look at them below
-    members: list[int] = []
-    for pid in psutil.pids():
-        try:
-            if os.getpgid(pid) != pgid:
-                continue
-            # Zombies are dead. They are counted out because they can linger forever: orphans
-            # are reparented to pid 1, and an init that never reaps (some containers, PID 1
-            # shims without subreaping) leaves their zombies in the group indefinitely.
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                members.append(pid)
-        except (ProcessLookupError, psutil.NoSuchProcess, psutil.ZombieProcess):
-            continue
-        except (PermissionError, psutil.AccessDenied):
-            members.append(pid)  # cannot inspect: assume it is running
-    return members
+    # Zombies are dead. They are counted out because they can linger forever: orphans are
+    # reparented to pid 1, and an init that never reaps (some containers, PID 1 shims without
+    # subreaping) leaves their zombies in the group indefinitely.
+    return platform.current().group_members(pgid)
 
 
 def group_alive(pgid: int) -> bool:
@@ -170,30 +144,14 @@ def lower_priority(pid: int, increment: int) -> bool:
         # PRIO_PGRP: every thread of every member, not only the leader's main thread.
         os.setpriority(os.PRIO_PGRP, pid, target)
     except OSError:
-        pass  # gone already, or a platform without it: nothing to lower
-    own = autogroup_nice(os.getpid())
-    if own is None or not _autogroups_enabled():
+        pass  # gone already: nothing to lower
+    implementation = platform.current()
+    own = implementation.autogroup_nice(os.getpid())
+    if own is None:
         return True
-    try:
-        with open(f"/proc/{pid}/autogroup", "w", encoding="ascii") as handle:
-            handle.write(str(min(MAX_NICE, own + increment)))
-    except OSError as exc:
-        return exc.errno != errno.EAGAIN
-    return True
+    return implementation.set_autogroup_nice(pid, own + increment)
 
 
 def autogroup_nice(pid: int) -> int | None:
     """The nice value of `pid`'s autogroup (Linux with autogroup support), else None."""
-    # The file reads like "/autogroup-1234 nice 0".
-    try:
-        text = Path(f"/proc/{pid}/autogroup").read_text(encoding="ascii")
-        return int(text.split()[-1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _autogroups_enabled() -> bool:
-    try:
-        return _AUTOGROUP_ENABLED.read_text(encoding="ascii").strip() == "1"
-    except OSError:
-        return False
+    return platform.current().autogroup_nice(pid)

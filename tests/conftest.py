@@ -26,6 +26,8 @@ from typing import Any, TypeVar
 import asyncpg
 import pytest
 
+from gateway import platform
+
 
 @pytest.fixture
 def anyio_backend() -> str:
@@ -407,3 +409,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         param_ids = callspec.id.split("-") if callspec is not None else []
         if _POSTGRES_FIXTURES & set(names) or "postgres" in param_ids:
             item.add_marker(pytest.mark.postgres)
+
+
+@pytest.fixture(params=list(platform.IMPLEMENTATIONS))
+def platform_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs the test once per platform implementation (gateway/platform), forced through
+    AGENT_GATEWAY_PLATFORM for this process and every gateway and supervisor it starts: so
+    CI on Linux runs every line of the run lifecycle that a Mac runs (`portable`), except
+    the kqueue call itself (tests/platform/). Use it on the lifecycle modules with
+    `pytestmark = [..., pytest.mark.usefixtures("platform_impl")]`, not on the whole suite."""
+    name = str(request.param)
+    try:
+        platform.choose(name)
+    except platform.UnknownPlatform as exc:  # `linux` where this is not Linux
+        pytest.skip(str(exc))
+    monkeypatch.setenv(platform.ENV_VAR, name)
+    return name
+

@@ -32,7 +32,7 @@ from gateway.store.base import TakeOver
 from tests.conftest import in_ci
 from tests.jobs.conftest import FakeLog, wait_for
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
 REPO = Path(__file__).resolve().parents[2]
 DONE_S = 20.0  # a bound on any job of these tests reaching its end

@@ -16,7 +16,7 @@ from gateway.jobs.requests import SubmitRequest
 from gateway.model import ORPHANED_ERROR, ErrorKind, GatewayError, JobStatus, NewJob
 from tests.jobs.conftest import FakeLog, wait_for
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
 
 def new_row(owner: str, **kw) -> NewJob:

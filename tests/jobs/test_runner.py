@@ -25,7 +25,7 @@ import anyio
 import psutil
 import pytest
 
-from gateway import proc
+from gateway import platform, proc
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.runner import (
     PROVIDER_NICE_INCREMENT,
@@ -37,7 +37,7 @@ from gateway.jobs.run.spool import read_tail
 from gateway.model import ErrorKind, GatewayError
 from providers.base import Invocation
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
 FAKES_BIN = Path(__file__).resolve().parents[1] / "fakes" / "bin"
 DEADLINE_S = 15.0  # bound on every wait in these tests; never reached when things work
@@ -205,10 +205,14 @@ async def test_the_leader_is_reaped_and_leaves_no_zombie(tmp_path: Path) -> None
     assert not proc.is_process_alive(run.identity.pid, run.identity.started_at)
 
 
-@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="pidfds are Linux-only")
 async def test_running_children_are_watched_without_a_thread_each(tmp_path: Path) -> None:
     # Python 3.11's asyncio starts one waitpid thread per child; a burst of jobs then pays
-    # a thread start per spawn. The runner watches exits through pidfds on the event loop.
+    # a thread start per spawn. The runner watches exits through the platform's exit watch
+    # on the event loop (portable forced on Linux has none: a thread each, as asyncio).
+    probe = platform.current().exit_watch(os.getpid())
+    if probe is None:
+        pytest.skip("this platform implementation has no exit watch here")
+    probe.close()
     invocation = child(tmp_path, "time.sleep(60)")
     runs = [ProcessRun(make_spec(tmp_path, invocation, job_id=f"job-{i}",
                                  spool_dir=tmp_path / f"spool-{i}")) for i in range(9)]

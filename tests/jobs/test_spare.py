@@ -15,11 +15,12 @@ import anyio
 import psutil
 import pytest
 
+from gateway import platform
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.spare import Spares, hand_over
 
 DEADLINE_S = 20.0
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
 
 def write_run(spool: Path, code: str, token: str) -> None:
@@ -29,6 +30,7 @@ def write_run(spool: Path, code: str, token: str) -> None:
         "argv": [sys.executable, "-c", textwrap.dedent(code)], "cwd": str(spool),
         "temp_cwd": False, "stdin": False, "timeout_s": 60.0, "idle_timeout_s": None,
         "max_output_bytes": 1 << 20, "kill_grace_s": 0.3, "nice": None, "autogroup_nice": None,
+        **platform.supervisor_spec(),
     })
 
 

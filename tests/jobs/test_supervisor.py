@@ -18,12 +18,12 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway import proc
+from gateway import platform, proc
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.spare import SUPERVISOR_PATH
 
 DEADLINE_S = 20.0
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
 
 def start(spool: Path, code: str, *, token: str = "t0", **spec: Any) -> subprocess.Popen[bytes]:
@@ -33,6 +33,7 @@ def start(spool: Path, code: str, *, token: str = "t0", **spec: Any) -> subproce
         "argv": [sys.executable, "-c", textwrap.dedent(code)], "cwd": str(spool),
         "temp_cwd": False, "stdin": False, "timeout_s": 60.0, "idle_timeout_s": None,
         "max_output_bytes": 1 << 20, "kill_grace_s": 0.3, "nice": None, "autogroup_nice": None,
+        **platform.supervisor_spec(),
     }
     values.update(spec)
     sup.write_record(spool, sup.RUN_NAME, values)

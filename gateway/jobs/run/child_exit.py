@@ -3,11 +3,12 @@
 Why not asyncio's own subprocess support: on Python 3.11 it watches every child with
 `ThreadedChildWatcher`, which starts one thread per child blocked in waitpid(), and it runs
 fork/exec on the event loop. Under a burst of jobs both cost the loop milliseconds per job
-(bench/README.md, "async admission"). On Linux a pidfd (`os.pidfd_open`) becomes readable
-when its process exits, so the event loop watches any number of children through its
-selector; waitpid() then collects the status and reaps the zombie. Where pidfds are not
-available (another OS, an old kernel, a seccomp filter) one daemon thread per child waits
-instead, which is what asyncio does anyway.
+(bench/README.md, "async admission"). The platform (gateway/platform) gives an exit watch: a
+descriptor that becomes readable when its process exits (on Linux a process fd, on macOS a
+kqueue with a process-exit filter), so the event loop watches any number of children through
+its selector; waitpid() then collects the status and reaps the zombie. Where the platform has
+none (an old kernel, a seccomp filter, portable forced on Linux) one daemon thread per child
+waits instead, which is what asyncio does anyway.
 
 Invariant: exactly one waitpid() collects each child, and only after it exited. The watcher
 is the only caller of waitpid() for its pid (the `Popen` object it holds is told the
@@ -24,42 +25,38 @@ import os
 import subprocess
 import threading
 
+from gateway import platform
+from gateway.platform import ExitWatch
+
 # What asyncio reports when the child was reaped by someone else and its status is lost.
 UNKNOWN_RETURNCODE = 255
 
 
-def open_pidfd(pid: int) -> int | None:
-    """A pidfd for `pid` (close-on-exec), or None where the OS offers none.
+def open_exit_watch(pid: int) -> ExitWatch | None:
+    """The platform's exit watch for child `pid`, or None where it has none.
 
     Call it before the child can be reaped (right after the spawn, by its parent): the pid
-    cannot be reused until then, so the descriptor names this child even if it already
-    exited.
+    cannot be reused until then, so the watch names this child even if it already exited.
     """
-    pidfd_open = getattr(os, "pidfd_open", None)
-    if pidfd_open is None:
-        return None
-    try:
-        return int(pidfd_open(pid))
-    except OSError:  # ENOSYS (kernel < 5.3), EPERM (seccomp): fall back to a thread
-        return None
+    return platform.current().exit_watch(pid)
 
 
 class ChildExit:
     """The exit of one child we spawned: `exited` resolves with its returncode (negative:
     killed by that signal, as `Popen.returncode`) once the child has been reaped.
 
-    Create it on the event loop, right after the spawn, with the pidfd `open_pidfd` gave.
+    Create it on the event loop, right after the spawn, with the watch `open_exit_watch` gave.
     """
 
-    def __init__(self, popen: subprocess.Popen[bytes], pidfd: int | None) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes], watch: ExitWatch | None) -> None:
         self.pid = popen.pid
         self._popen = popen  # kept (and told the returncode) so that it never reaps itself
-        self._pidfd = pidfd
+        self._watch = watch
         self._reaped = False
         self._loop = asyncio.get_running_loop()
         self.exited: asyncio.Future[int] = self._loop.create_future()
-        if pidfd is not None:
-            self._loop.add_reader(pidfd, self._on_readable)
+        if watch is not None:
+            self._loop.add_reader(watch.fileno(), self._on_readable)
         else:
             self._wait_in_thread()
 
@@ -71,9 +68,9 @@ class ChildExit:
         """Hand the reaping to a daemon thread: for when the event loop may close before the
         child exits (a cancelled supervisor that has just SIGKILLed the group). Without it
         the killed child would stay a zombie of the gateway."""
-        if self._reaped or self._pidfd is None:
+        if self._reaped or self._watch is None:
             return  # done already, or a thread is waiting for it anyway
-        self._close_pidfd()
+        self._close_watch()
         self._wait_in_thread()
 
     # -- internals ----------------------------------------------------------------------------
@@ -96,19 +93,18 @@ class ChildExit:
         returncode = self._reap(os.WNOHANG)
         if returncode is None:
             return  # not exited after all: keep watching
-        self._close_pidfd()
+        self._close_watch()
         self._resolve(returncode)
 
     def _resolve(self, returncode: int) -> None:
         if not self.exited.done():
             self.exited.set_result(returncode)
 
-    def _close_pidfd(self) -> None:
-        pidfd, self._pidfd = self._pidfd, None
-        if pidfd is not None:
-            self._loop.remove_reader(pidfd)
-            with contextlib.suppress(OSError):
-                os.close(pidfd)
+    def _close_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            self._loop.remove_reader(watch.fileno())
+            watch.close()
 
     def _wait_in_thread(self) -> None:
         def wait() -> None:

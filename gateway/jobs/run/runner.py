@@ -37,15 +37,16 @@ from typing import Any
 
 import structlog
 
-from gateway import proc
+from gateway import platform, proc
 from gateway.childenv import child_env
 from gateway.jobs.run import spool
 from gateway.jobs.run import supervisor as sup
-from gateway.jobs.run.child_exit import ChildExit, open_pidfd
+from gateway.jobs.run.child_exit import ChildExit, open_exit_watch
 from gateway.jobs.run.outcome import Limits, RunOutcome, outcome_from_record, stop_message
 from gateway.jobs.run.spare import Spares, hand_over
 from gateway.jobs.run.spool import read_tail
 from gateway.model import ErrorKind, GatewayError
+from gateway.platform import ExitWatch
 from providers.base import Invocation
 
 __all__ = ["ProcessIdentity", "ProcessRun", "RunOutcome", "RunSpec", "read_range", "read_tail",
@@ -178,10 +179,9 @@ def stop_supervised_run(spool_dir: Path, reason: ErrorKind, grace_s: float) -> b
     return True
 
 
-def _close_quietly(fd: int | None) -> None:
-    if fd is not None:
-        with contextlib.suppress(OSError):
-            os.close(fd)
+def _close_watch(watch: ExitWatch | None) -> None:
+    if watch is not None:
+        watch.close()
 
 
 def _priority_targets() -> tuple[int, int | None]:
@@ -197,7 +197,7 @@ class _Spawned:
     """A supervisor just started by the spawn thread, not yet watched by the event loop."""
 
     popen: subprocess.Popen[bytes]
-    pidfd: int | None
+    exit_watch: ExitWatch | None
     started_at: float
     executable: str
 
@@ -272,7 +272,7 @@ class ProcessRun:
         self._spawned = None  # claimed: watched from here on
         pid = spawned.popen.pid
         # On the loop, before anything can await: from here the exit is watched and reaped.
-        self._exit = ChildExit(spawned.popen, spawned.pidfd)
+        self._exit = ChildExit(spawned.popen, spawned.exit_watch)
         # start_new_session=True made the supervisor's pid the pgid; asking getpgid() instead
         # would fail once it is reaped.
         self._identity = ProcessIdentity(pid=pid, pgid=pid, started_at=spawned.started_at)
@@ -388,11 +388,11 @@ class ProcessRun:
             raise
         # Its priority was lowered when it started (spare.py); it sets the run's values for
         # itself (absolute, so the order does not matter) and retries the autogroup.
-        spawned = _Spawned(popen=popen, pidfd=None, started_at=time.time(),
+        spawned = _Spawned(popen=popen, exit_watch=None, started_at=time.time(),
                            executable=executable)
         try:
             # Before anyone can reap it (only its ChildExit will): the pid is ours.
-            spawned.pidfd = open_pidfd(popen.pid)
+            spawned.exit_watch = open_exit_watch(popen.pid)
             started_at = proc.process_start_time(popen.pid)
             self._await_claim(popen)
         except BaseException:
@@ -432,6 +432,7 @@ class ProcessRun:
             "stdin": payload is not None, "timeout_s": spec.timeout_s,
             "idle_timeout_s": spec.idle_timeout_s, "max_output_bytes": spec.max_output_bytes,
             "kill_grace_s": spec.kill_grace_s, "nice": nice, "autogroup_nice": autogroup,
+            **platform.supervisor_spec(),
         })
         return token
 
@@ -469,7 +470,7 @@ class ProcessRun:
         """Kill a supervisor that start() will never watch, and reap it in a daemon thread."""
         pid = spawned.popen.pid
         proc.signal_group(pid, signal.SIGKILL)
-        _close_quietly(spawned.pidfd)
+        _close_watch(spawned.exit_watch)
 
         def reap() -> None:
             with contextlib.suppress(ChildProcessError):
@@ -622,7 +623,7 @@ def _reap_when_spawned(spawning: asyncio.Future[_Spawned]) -> None:
     if spawning.cancelled() or spawning.exception() is not None:
         return
     spawned = spawning.result()
-    _close_quietly(spawned.pidfd)
+    _close_watch(spawned.exit_watch)
 
     def reap() -> None:
         with contextlib.suppress(ChildProcessError):

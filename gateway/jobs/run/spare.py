@@ -22,17 +22,20 @@ import sys
 import threading
 from pathlib import Path
 
-from gateway import proc
+from gateway import platform, proc
 from gateway.jobs.run import supervisor as sup
 
 SUPERVISOR_PATH = Path(sup.__file__).resolve()
 # The supervisor imported as a module (from its own directory, after the stdlib), not run as
 # a script: an imported module's bytecode is cached, a script is compiled at every start
-# (about 20 ms). With no arguments it waits for its run on stdin (supervisor.main). It ends
-# with os._exit: its records are written and fsynced by then, and the interpreter's
-# teardown would only delay the moment its gateway sees the run end.
+# (about 20 ms). Its arguments: the platform implementation (gateway/platform) and the
+# folders to import it from, imported ahead of its run (portable: psutil, tens of ms). Then
+# it waits for its run on stdin (supervisor.main with no arguments). It ends with os._exit:
+# its records are written and fsynced by then, and the interpreter's teardown would only
+# delay the moment its gateway sees the run end.
 SUPERVISOR_BOOT = (f"import os, sys; sys.path.append({str(SUPERVISOR_PATH.parent)!r}); "
-                   "import supervisor; code = supervisor.main(sys.argv); "
+                   "sys.path.extend(sys.argv[2:]); __import__(sys.argv[1]); "
+                   "import supervisor; code = supervisor.main(sys.argv[:1]); "
                    "sys.stderr.flush(); os._exit(code)")
 
 
@@ -79,8 +82,10 @@ class Spares:
     def _start(self) -> subprocess.Popen[bytes]:
         # -I: no PYTHON* variables, no user site, no script dir on sys.path; -S: no site
         # import. The supervisor needs the stdlib only.
+        chosen = platform.supervisor_spec()
         popen = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", SUPERVISOR_BOOT],
+            [sys.executable, "-I", "-S", "-c", SUPERVISOR_BOOT, str(chosen["platform"]),
+             *chosen["platform_path"]],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             cwd="/", env={},  # holds no directory and no secret of anyone's
             start_new_session=True,  # its own session and process group: pgid == pid

@@ -11,7 +11,9 @@ each a stop of the whole group (SIGTERM, then SIGKILL after `kill_grace_s`). It 
 run's end atomically (`end.json`) and exits.
 
 Stdlib only, and importable: the gateway reads the records through the functions below, so
-the record format has one home. Linux only (it reads /proc), like the rest of the gateway.
+the record format has one home. What differs by OS (its own start time, who is in its group,
+the CLI's exit wait, autogroups, staying non-dumpable) comes from the platform implementation
+its gateway uses (spec `platform`), imported from gateway/platform as a top-level module.
 
 Files in the spool dir (all 0600):
 - `run.json`   the spec, written by the gateway before it starts the supervisor
@@ -162,43 +164,23 @@ def run_started(spool_dir: StrPath) -> bool:
 # -- process helpers (stdlib: the supervisor imports nothing of the gateway) ---------------
 
 
-def own_start_time() -> float | None:
-    """This process's start time the way psutil computes create_time (boot time + start tick),
-    so the gateway's liveness check (pid + start time) recognizes the supervisor."""
-    try:
-        stat = _read_bytes("/proc/self/stat").decode("ascii")
-        ticks = int(stat.rsplit(")", 1)[1].split()[19])
-        for line in _read_bytes("/proc/stat").decode("ascii").splitlines():
-            if line.startswith("btime "):
-                return int(line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+def load_platform(spec: dict[str, Any]) -> Any:
+    """The platform implementation the gateway chose (`platform`: "linux" or "portable"),
+    imported from the folders it named (`platform_path`: gateway/platform, and for portable
+    psutil's). Appended after the stdlib: nothing there can shadow a stdlib module. A spare
+    has imported it already (spare.py), so this costs nothing on the run's path."""
+    for path in spec.get("platform_path") or [_PLATFORM_DIR]:
+        if path not in sys.path:
+            sys.path.append(path)
+    return __import__(str(spec.get("platform") or "portable"))
 
 
-def _members(pgid: int) -> list[int]:
-    """Live (non-zombie) members of group `pgid`, except this process."""
-    me = os.getpid()
-    found: list[int] = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in names:
-        if not name.isdigit() or int(name) == me:
-            continue
-        try:
-            stat = _read_bytes(f"/proc/{name}/stat").decode("ascii")
-            fields = stat.rsplit(")", 1)[1].split()
-        except (OSError, IndexError, UnicodeDecodeError):
-            continue
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            found.append(int(name))
-    return found
+_PLATFORM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "platform")
 
 
-def _signal_members(pgid: int, sig: int) -> None:
-    for pid in _members(pgid):
+def _signal_members(platform: Any, pgid: int, sig: int) -> None:
+    for pid in platform.group_members(pgid, os.getpid()):
         with contextlib.suppress(OSError):
             os.kill(pid, sig)
 
@@ -219,8 +201,9 @@ class Supervisor:
         self.dir = spool_dir
         self.spec = spec
         self.env = env  # the CLI's environment (None: this process's own)
+        self.platform = load_platform(spec)
         self.pgid = os.getpgrp()
-        self.started_at = own_start_time() or time.time()
+        self.started_at = self.platform.own_start_time() or time.time()
         self.start_mono = time.monotonic()
         self.stop_signalled = False
         self.stdin_incomplete = False
@@ -250,21 +233,20 @@ class Supervisor:
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, 0, int(target))
         self._autogroup_pending = self.spec.get("autogroup_nice") is not None
+        if not self._autogroup_pending:
+            self.platform.make_non_dumpable()
         self._retry_autogroup()
 
     def _retry_autogroup(self) -> None:
         # The kernel lets an unprivileged process change an autogroup's nice value at most
         # once per 100 ms (EAGAIN), which a burst of runs hits: retried each tick.
+        # Then non-dumpable: its own autogroup file is not writable once it is.
         if not self._autogroup_pending:
             return
-        try:
-            with open("/proc/self/autogroup", "w", encoding="ascii") as fh:
-                fh.write(str(self.spec["autogroup_nice"]))
-        except BlockingIOError:
+        if not self.platform.set_autogroup_nice(0, int(self.spec["autogroup_nice"])):
             return
-        except OSError:
-            pass
         self._autogroup_pending = False
+        self.platform.make_non_dumpable()
 
     def run(self) -> int:
         spec = self.spec
@@ -360,17 +342,14 @@ class Supervisor:
     def _watch(self, child: subprocess.Popen[bytes]
                ) -> tuple[str, int | None, dict[str, Any] | None, int]:
         """Until the CLI exited and the group is empty: (why, returncode, stop, strays)."""
+        exit_watch = self.platform.exit_watch(child.pid)  # None: the tick alone notices
         try:
-            exit_fd: int | None = os.pidfd_open(child.pid)
-        except OSError:  # a kernel before 5.3: the tick alone notices the exit
-            exit_fd = None
-        try:
-            return self._watch_until_gone(child, exit_fd)
+            return self._watch_until_gone(child, exit_watch)
         finally:
-            if exit_fd is not None:
-                os.close(exit_fd)
+            if exit_watch is not None:
+                exit_watch.close()
 
-    def _watch_until_gone(self, child: subprocess.Popen[bytes], exit_fd: int | None
+    def _watch_until_gone(self, child: subprocess.Popen[bytes], exit_watch: Any
                           ) -> tuple[str, int | None, dict[str, Any] | None, int]:
         why: str | None = None
         stop: dict[str, Any] | None = None
@@ -391,37 +370,37 @@ class Supervisor:
                     why = WHY_STOP if stop.get("kind") else WHY_SIGNAL
                 grace = float(stop.get("grace_s", self.spec["kill_grace_s"]))
                 kill_at = min(kill_at or now + grace, now + grace)
-                _signal_members(self.pgid, signal.SIGTERM)
+                _signal_members(self.platform, self.pgid, signal.SIGTERM)
             elif why is None and returncode is None:
                 why = self._breach(last_growth)
                 if why is not None:
                     kill_at = now + self.spec["kill_grace_s"]
-                    _signal_members(self.pgid, signal.SIGTERM)
+                    _signal_members(self.platform, self.pgid, signal.SIGTERM)
             if returncode is not None:
-                members = _members(self.pgid)
+                members = self.platform.group_members(self.pgid, os.getpid())
                 if not members:
                     return why or WHY_EXIT, returncode, stop, strays
                 if kill_at is None:  # the CLI is done but left processes: stop them too
                     strays = len(members)
                     kill_at = now + self.spec["kill_grace_s"]
-                    _signal_members(self.pgid, signal.SIGTERM)
+                    _signal_members(self.platform, self.pgid, signal.SIGTERM)
             self._retry_autogroup()
             if kill_at is not None and now >= kill_at:
                 self._kill_all(child)
                 return why or WHY_EXIT, child.wait(), stop, strays
-            if returncode is None and exit_fd is not None:
-                # Wakes the moment the CLI exits (its pidfd turns readable), or after a tick:
-                # the run's end is on the critical path of every sync request.
-                select.select([exit_fd], [], [], MONITOR_INTERVAL_S)
+            if returncode is None and exit_watch is not None:
+                # Wakes the moment the CLI exits (its exit watch turns readable), or after a
+                # tick: the run's end is on the critical path of every sync request.
+                select.select([exit_watch], [], [], MONITOR_INTERVAL_S)
             else:
                 time.sleep(MONITOR_INTERVAL_S)
 
     def _kill_all(self, child: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + REAP_TIMEOUT_S
         while time.monotonic() < deadline:
-            _signal_members(self.pgid, signal.SIGKILL)
+            _signal_members(self.platform, self.pgid, signal.SIGKILL)
             child.poll()  # reap the CLI so it stops counting as a member
-            if not _members(self.pgid):
+            if not self.platform.group_members(self.pgid, os.getpid()):
                 return
             time.sleep(MONITOR_INTERVAL_S)
 

@@ -1,0 +1,170 @@
+"""The platform facts in one home: what differs by OS behind one small interface.
+
+Two implementations define the same names (`Platform` below says what each means):
+- `linux` (linux.py): /proc and pidfds, what Linux runs;
+- `portable` (portable.py): POSIX without either (psutil, kqueue where it exists, a bounded
+  poll elsewhere), what macOS and the BSDs run.
+
+`AGENT_GATEWAY_PLATFORM=auto|linux|portable` chooses (auto: `linux` on Linux, `portable` on
+every other POSIX system), so CI runs the lifecycle tests under both on Linux. A system
+without the POSIX process model (native Windows) gets `unsupported`: the gateway still
+answers the MCP handshake there, and every tool says how to run it through WSL
+(gateway/mcp/unsupported.py). Naming `unsupported` forces that verdict (tests).
+
+This is the only module that looks at the OS; no other module names /proc, a pidfd or an
+OS. The implementations are stdlib only (portable.py: and psutil) and import nothing of the
+gateway, because a run's supervisor imports them as top-level modules from this folder.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib import import_module
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+ENV_VAR = "AGENT_GATEWAY_PLATFORM"
+AUTO = "auto"
+LINUX = "linux"
+PORTABLE = "portable"
+UNSUPPORTED = "unsupported"
+IMPLEMENTATIONS = (LINUX, PORTABLE)
+CHOICES = (AUTO, *IMPLEMENTATIONS, UNSUPPORTED)
+PLATFORM_DIR = Path(__file__).resolve().parent
+
+
+class ExitWatch(Protocol):
+    """A descriptor that turns readable once one process has exited (select()able)."""
+
+    def fileno(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Platform(Protocol):
+    """What both implementation modules define (mypy checks each module against it)."""
+
+    NAME: str
+    NON_DUMPABLE: str  # what make_non_dumpable() does here, or what it cannot
+    MAX_NICE: int
+
+    def boot_id(self) -> str:
+        """An id of the current boot (a pid and start time identify a process within one)."""
+        ...
+
+    def process_state(self, pid: int) -> tuple[float, bool] | None:
+        """(start time in epoch seconds, is a zombie), or None when there is no such process."""
+        ...
+
+    def own_start_time(self) -> float | None:
+        """This process's start time exactly as process_state gives it to another process."""
+        ...
+
+    def group_members(self, pgid: int, exclude: int | None = None) -> list[int]:
+        """Live (non-zombie) members of process group `pgid`, except pid `exclude`."""
+        ...
+
+    def exit_watch(self, pid: int) -> ExitWatch | None:
+        """A handle readable once child `pid` exited, or None (then the caller polls)."""
+        ...
+
+    def autogroup_nice(self, pid: int) -> int | None:
+        """The nice value of `pid`'s scheduling autogroup, None where there is none."""
+        ...
+
+    def set_autogroup_nice(self, pid: int, value: int) -> bool:
+        """Set it (pid 0: this process); False only when worth retrying later."""
+        ...
+
+    def make_non_dumpable(self) -> bool:
+        """Keep processes of the same user from reading this one's memory and environment."""
+        ...
+
+
+if TYPE_CHECKING:  # mypy checks that each implementation module has the whole interface
+    from gateway.platform import linux as _linux
+    from gateway.platform import portable as _portable
+
+    _IMPLEMENTED: tuple[Platform, Platform] = (_linux, _portable)
+
+
+class UnknownPlatform(ValueError):
+    """AGENT_GATEWAY_PLATFORM names no implementation."""
+
+
+def _auto() -> str:
+    if sys.platform.startswith("linux"):
+        return LINUX
+    if os.name == "posix" and hasattr(os, "setsid") and hasattr(os, "killpg"):
+        return PORTABLE
+    return UNSUPPORTED
+
+
+def choose(value: str | None = None) -> str:
+    """The implementation to use: `value`, else $AGENT_GATEWAY_PLATFORM, `auto` resolved.
+
+    Returns LINUX, PORTABLE or UNSUPPORTED (no POSIX process model: native Windows, or
+    forced). Raises UnknownPlatform for any other value. `linux` forced where /proc is
+    missing is refused the same way (UNSUPPORTED would hide the mistake).
+    """
+    raw = (os.environ.get(ENV_VAR, "") if value is None else value).strip().lower() or AUTO
+    if raw not in CHOICES:
+        raise UnknownPlatform(
+            f"{ENV_VAR}={raw!r} is not one of {', '.join(CHOICES)}; unset it (auto) or "
+            f"name one of them.")
+    if raw == AUTO:
+        return _auto()
+    if raw != UNSUPPORTED and _auto() == UNSUPPORTED:
+        return UNSUPPORTED  # forcing an implementation cannot give this OS a process model
+    if raw == LINUX and not sys.platform.startswith("linux"):
+        raise UnknownPlatform(f"{ENV_VAR}=linux needs Linux (/proc, pidfds); this is "
+                              f"{sys.platform}: use portable or auto.")
+    return raw
+
+
+def load(name: str) -> Platform:
+    """The implementation module `name` (LINUX or PORTABLE)."""
+    if name not in IMPLEMENTATIONS:
+        raise UnknownPlatform(f"no platform implementation named {name!r}")
+    module: Platform = import_module(f"{__name__}.{name}")
+    return module
+
+
+def current() -> Platform:
+    """The implementation this process uses (read from the environment each time: cheap,
+    and a test may force another one between two gateways). Raises UnknownPlatform, and
+    on an unsupported system too: nothing there may run a process of ours."""
+    name = choose()
+    if name == UNSUPPORTED:
+        raise UnknownPlatform(f"this system ({sys.platform}) lacks the POSIX process model "
+                              f"the gateway runs providers with")
+    return load(name)
+
+
+def describe() -> dict[str, str]:
+    """What gateway_status and `doctor --json` report: {"implementation", "os"}."""
+    try:
+        implementation = choose()
+    except UnknownPlatform:
+        implementation = "invalid"
+    return {"implementation": implementation, "os": sys.platform}
+
+
+def supervisor_paths(name: str) -> list[str]:
+    """The directories a run's supervisor (`python -I -S`: no site-packages) appends to
+    sys.path to import implementation `name`: this folder, and for `portable` the one psutil
+    was imported from. Appended after the stdlib, so nothing there can shadow it."""
+    paths = [str(PLATFORM_DIR)]
+    if name == PORTABLE:
+        import psutil  # the gateway has it (a dependency); the supervisor gets its folder
+
+        paths.append(str(Path(psutil.__file__).resolve().parent.parent))
+    return paths
+
+
+def supervisor_spec() -> dict[str, Any]:
+    """The fields of a run's spec (run.json) that tell its supervisor which implementation
+    to use: the gateway's own, so both read the same start times and boot."""
+    name = current().NAME
+    return {"platform": name, "platform_path": supervisor_paths(name)}

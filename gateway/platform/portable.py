@@ -1,0 +1,147 @@
+"""The `portable` platform: POSIX without /proc or pidfds, which is what macOS and the BSDs run.
+
+The same names as linux.py, meaning the same (gateway/platform/__init__.py). Process facts come
+from psutil (on macOS: `create_time` is the kernel's p_starttime, the boot time is
+`kern.boottime`); exit waits use a kqueue `KQ_FILTER_PROC`/`KQ_NOTE_EXIT` filter where
+`select.kqueue` exists, and elsewhere the caller's bounded poll. CI runs the run-lifecycle
+tests under this implementation on Linux, so every line here runs there except the kqueue
+call itself (tests/platform/ gives it a stand-in).
+
+Self-contained like linux.py: a supervisor imports it as a top-level module. It needs psutil,
+which an isolated interpreter (`python -I -S`) does not find by itself: the gateway passes the
+directory psutil was imported from (gateway/platform.supervisor_paths()).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import subprocess
+
+import psutil
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+NAME = "portable"
+NON_DUMPABLE = ("none: POSIX has no portable way to keep a process of the same user out "
+                "(macOS lets it read the arguments and environment through sysctl "
+                "KERN_PROCARGS2); the gateway removes what secrets it can from its "
+                "environment instead")
+MAX_NICE = 19
+# Where psutil has no better witness of a boot than its start time (whole seconds).
+_BOOT_UUID_SYSCTL = ("sysctl", "-n", "kern.bootsessionuuid")
+_BOOT_UUID_TIMEOUT_S = 2.0  # a sysctl answers in milliseconds; bound it anyway
+
+
+def boot_id() -> str:
+    """An id of this boot: macOS's `kern.bootsessionuuid` where it is readable, else the boot
+    time, which stays the same for the life of a boot."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        found = subprocess.run(_BOOT_UUID_SYSCTL, capture_output=True, check=False,
+                               timeout=_BOOT_UUID_TIMEOUT_S, env={"PATH": "/usr/sbin:/sbin"})
+        text = found.stdout.decode("ascii", "replace").strip()
+        if found.returncode == 0 and text:
+            return text
+    return f"boot-{int(psutil.boot_time())}"
+
+
+def process_state(pid: int) -> tuple[float, bool] | None:
+    """(start time in epoch seconds, is a zombie) of `pid`, or None when there is none."""
+    if pid <= 0:
+        return None
+    try:
+        process = psutil.Process(pid)
+        started = float(process.create_time())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+    except psutil.AccessDenied:
+        return None
+    try:
+        zombie = process.status() == psutil.STATUS_ZOMBIE
+    except psutil.ZombieProcess:
+        zombie = True
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.AccessDenied:
+        zombie = False
+    return started, zombie
+
+
+def own_start_time() -> float | None:
+    """This process's start time, as process_state(os.getpid()) gives it to the gateway."""
+    state = process_state(os.getpid())
+    return None if state is None else state[0]
+
+
+def group_members(pgid: int, exclude: int | None = None) -> list[int]:
+    """Pids of the live (non-zombie) processes of group `pgid`, except `exclude`."""
+    members: list[int] = []
+    for pid in psutil.pids():
+        if pid == exclude:
+            continue
+        try:
+            if os.getpgid(pid) != pgid:
+                continue
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                members.append(pid)
+        except (ProcessLookupError, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        except (PermissionError, psutil.AccessDenied):
+            members.append(pid)  # cannot inspect: assume it is running
+    return members
+
+
+class _KqueueExit:
+    """A kqueue holding one KQ_FILTER_PROC/KQ_NOTE_EXIT filter: its descriptor turns readable
+    once the process exits. The filter attaches to the process itself, so a later process
+    that reuses the pid never fires it."""
+
+    def __init__(self, queue: Any) -> None:
+        self._queue = queue
+
+    def fileno(self) -> int:
+        return int(self._queue.fileno())
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._queue.close()
+
+
+def exit_watch(pid: int, selector: Any = select) -> _KqueueExit | None:
+    """A selectable handle that turns readable when `pid` exits, or None where the OS offers
+    none (no kqueue: Linux, when this implementation is forced there); the caller then polls.
+
+    `selector` is the `select` module (a stand-in in the tests). Registering on a process
+    that is already gone fails (ESRCH): None, and the caller's poll sees the exit at once.
+    """
+    kqueue = getattr(selector, "kqueue", None)
+    if kqueue is None:
+        return None
+    queue = kqueue()
+    try:
+        event = selector.kevent(pid, filter=selector.KQ_FILTER_PROC,
+                                flags=selector.KQ_EV_ADD | selector.KQ_EV_ONESHOT,
+                                fflags=selector.KQ_NOTE_EXIT)
+        queue.control([event], 0, 0)
+    except OSError:
+        queue.close()
+        return None
+    return _KqueueExit(queue)
+
+
+def autogroup_nice(pid: int) -> int | None:
+    """No autogroup scheduling outside Linux."""
+    return None
+
+
+def set_autogroup_nice(pid: int, value: int) -> bool:
+    """Nothing to do outside Linux (done: never worth retrying)."""
+    return True
+
+
+def make_non_dumpable() -> bool:
+    """No portable equivalent (see NON_DUMPABLE): False, nothing done."""
+    return False
