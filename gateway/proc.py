@@ -9,9 +9,11 @@ platform implementation in use (gateway/platform).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
+from collections.abc import Iterable
 
 import structlog
 
@@ -155,3 +157,38 @@ def lower_priority(pid: int, increment: int) -> bool:
 def autogroup_nice(pid: int) -> int | None:
     """The nice value of `pid`'s autogroup (Linux with autogroup support), else None."""
     return platform.current().autogroup_nice(pid)
+
+
+def keep_secrets_from_children(read_names: Iterable[str]) -> bool:
+    """Keep this process's secrets from the processes of the same user it starts (issue 23):
+    a provider CLI could otherwise walk up to the gateway and read its environment.
+
+    Two steps. The platform's make_non_dumpable (Linux: nobody of the same uid may read this
+    process's environment or memory, whatever it still holds: PGPASSWORD and API keys are
+    read at each use). Then `read_names`, the variables whose values the gateway has read
+    into its settings and never reads again, leave the environment, their values
+    overwritten where the OS shows them to other processes (the memory the process started
+    with: /proc/<pid>/environ on Linux, sysctl KERN_PROCARGS2 on macOS), which is the only
+    protection where the platform has no non-dumpable mode. Returns what make_non_dumpable
+    returned."""
+    done = platform.current().make_non_dumpable()
+    for name in read_names:
+        _forget_variable(name)
+    return done
+
+
+def _forget_variable(name: str) -> None:
+    value = os.environb.get(name.encode("utf-8", "surrogateescape"))
+    if value is None:
+        return
+    with contextlib.suppress(OSError, AttributeError, ValueError):
+        import ctypes  # here: only a serving gateway needs it, once
+
+        libc = ctypes.CDLL(None)
+        libc.getenv.restype = ctypes.c_void_p
+        libc.getenv.argtypes = [ctypes.c_char_p]
+        address = libc.getenv(name.encode("utf-8", "surrogateescape"))
+        # getenv gives the C string whose length is the value's: nothing past it is touched.
+        if address and ctypes.string_at(address, len(value)) == value:
+            ctypes.memset(address, 0, len(value))
+    os.environ.pop(name, None)

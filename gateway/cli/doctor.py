@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import anyio
 
-from gateway import __version__
+from gateway import __version__, platform
 from gateway.childenv import secret_env_names
 from gateway.cli.common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, PROG
 from gateway.config import (
@@ -70,7 +70,8 @@ class Report:
         return all(check.status != "error" for check in self.checks)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "version": self.version, "checks": [asdict(c) for c in self.checks]}
+        return {"ok": self.ok, "version": self.version, "platform": platform.describe(),
+                "checks": [asdict(c) for c in self.checks]}
 
 
 def run_doctor(config_path: Path | None, client_path: str = MINIMAL_CLIENT_PATH) -> Report:

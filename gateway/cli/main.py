@@ -264,9 +264,23 @@ def main(argv: list[str] | None = None) -> int:
 
 # -- serve ---------------------------------------------------------------------------------
 
+# The secret settings a gateway reads from its environment once, at start (then they leave
+# it: gateway.proc.keep_secrets_from_children). PGPASSWORD and API keys are read at each use.
+SETTINGS_SECRET_ENV = ("AGENT_GATEWAY_HTTP__AUTH_TOKEN", "AGENT_GATEWAY_PERSISTENCE__DSN")
+
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve MCP. Everything this prints goes to stderr: stdout is the protocol channel."""
+    from gateway import platform
+
+    problem = platform.setup_problem()  # no POSIX process model, a bad AGENT_GATEWAY_PLATFORM
+    if problem is not None:
+        if args.transport != "stdio":
+            raise CliError(problem, EXIT_FAILURE)
+        error(problem)
+        from gateway.mcp.serve import serve_setup_error
+
+        return serve_setup_error(problem)
     try:
         settings = load(args, quiet=False)
     except ConfigError as exc:
@@ -278,6 +292,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from gateway.mcp.serve import serve_broken_setup
 
         return serve_broken_setup(exc)
+    from gateway import proc
+
+    # Read into the settings: from here nothing reads them from the environment again.
+    proc.keep_secrets_from_children(SETTINGS_SECRET_ENV)
     host = args.host if args.host is not None else settings.http.host
     port = args.port if args.port is not None else settings.http.port
     if args.no_auth and not is_loopback_host(host):

@@ -51,15 +51,22 @@ def serve(settings: Settings, transport: str = "stdio", host: str | None = None,
 def serve_broken_setup(error: ConfigError) -> int:
     """Serve MCP over stdio with a configuration that could not be loaded: the handshake
     succeeds and every tool answers `setup_error` with the exact problem and its fix."""
-    from gateway.logs import configure_logging
-
-    configure_logging("info", "auto")  # the config's own choice is unreadable
     where = f"the config file {error.path}" if error.path else "the configuration"
     problems = "; ".join(error.problems)
-    message = (f"The gateway cannot start: {where} is invalid: {problems}. Fix it (every key "
-               f"is in config.example.toml; `agent-cli-gateway doctor` checks the file), then "
-               f"restart the gateway (reconnect the MCP server in your client). This will not "
-               f"pass by itself.")
+    return serve_setup_error(
+        f"The gateway cannot start: {where} is invalid: {problems}. Fix it (every key "
+        f"is in config.example.toml; `agent-cli-gateway doctor` checks the file), then "
+        f"restart the gateway (reconnect the MCP server in your client). This will not "
+        f"pass by itself.")
+
+
+def serve_setup_error(message: str) -> int:
+    """Serve MCP over stdio where the gateway cannot run (a broken config, a system without
+    the POSIX process model): the handshake succeeds and every tool answers `message` as
+    `setup_error`. No store is opened and no process is started."""
+    from gateway.logs import configure_logging
+
+    configure_logging("info", "auto")  # the config's own choice is unreadable (or unread)
     server = build_server(Settings.model_construct(), role="stdio", setup_error=message)
     return asyncio.run(_serve_server_stdio(server))
 
@@ -110,15 +117,20 @@ async def _serve_server_stdio(server: GatewayServer) -> int:
         serving.cancel()
 
     loop = asyncio.get_running_loop()
+    handled: list[signal.Signals] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal, signum)
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+        except NotImplementedError:  # a loop without signal handlers (native Windows)
+            continue
+        handled.append(signum)
     try:
         await serving
     except asyncio.CancelledError:
         if not stopped_by:
             raise
     finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in handled:
             loop.remove_signal_handler(signum)
             # Handled until the process has exited: a late SIGTERM (Claude Code sends one
             # 100 ms after its SIGINT) must not cut the interpreter's teardown short.

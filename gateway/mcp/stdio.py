@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
 import threading
 from typing import BinaryIO
@@ -33,7 +32,9 @@ class DaemonStdin:
         self._loop = asyncio.get_running_loop()
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
         # A private descriptor for the wire; fd 0 itself now reads /dev/null.
-        self._private_fd = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+        # os.dup: close-on-exec, and above 0-2 while they are open (no fcntl import: this
+        # module must load where the gateway only says it cannot run, native Windows).
+        self._private_fd = os.dup(0)
         devnull = os.open(os.devnull, os.O_RDONLY)
         try:
             os.dup2(devnull, 0)

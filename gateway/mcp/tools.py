@@ -24,7 +24,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field, ValidationError
 
-from gateway import __version__
+from gateway import __version__, platform
 from gateway.jobs.requests import SubmitRequest
 from gateway.mcp.results import (
     describe_status,
@@ -519,6 +519,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
                  else "in memory")
         data: dict[str, Any] = {
             "version": __version__,
+            "platform": platform.describe(),
             "instance_id": gateway.instance_id if gateway else None,
             "role": state.role,
             "backend": persistence.backend,
@@ -562,7 +563,8 @@ def _when(row: JobRow) -> str:
 
 def _status_text(data: dict[str, Any]) -> str:
     lines = [f"agent-cli-gateway {data['version']} instance {data['instance_id']} "
-             f"({data['role']}), store: {data['backend']} {data['store']}"]
+             f"({data['role']}), store: {data['backend']} {data['store']}, platform: "
+             f"{data['platform']['implementation']} on {data['platform']['os']}"]
     if not data["ready"]:
         state = "BROKEN SETUP" if data["problem_permanent"] else "NOT READY YET"
         lines.append(f"{state}: {data['problem']}")

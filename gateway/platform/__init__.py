@@ -9,7 +9,7 @@ Two implementations define the same names (`Platform` below says what each means
 every other POSIX system), so CI runs the lifecycle tests under both on Linux. A system
 without the POSIX process model (native Windows) gets `unsupported`: the gateway still
 answers the MCP handshake there, and every tool says how to run it through WSL
-(gateway/mcp/unsupported.py). Naming `unsupported` forces that verdict (tests).
+(`setup_problem`, served by gateway/mcp/serve.py). Naming `unsupported` forces that verdict.
 
 This is the only module that looks at the OS; no other module names /proc, a pidfd or an
 OS. The implementations are stdlib only (portable.py: and psutil) and import nothing of the
@@ -140,6 +140,33 @@ def current() -> Platform:
         raise UnknownPlatform(f"this system ({sys.platform}) lacks the POSIX process model "
                               f"the gateway runs providers with")
     return load(name)
+
+
+# The Claude Desktop entry that runs the gateway inside WSL (the user's default distribution),
+# the supported way on Windows. README.md shows the same snippet.
+WSL_SNIPPET = ('{"mcpServers": {"agent-cli-gateway": {"command": "wsl.exe", '
+               '"args": ["uvx", "agent-cli-gateway"]}}}')
+
+
+def unsupported_message() -> str:
+    """What every tool answers (setup_error) where the POSIX process model is missing."""
+    return (f"agent-cli-gateway cannot run provider CLIs natively on this system "
+            f"({sys.platform}): it needs POSIX process groups and signals. Run it inside WSL "
+            f"instead: install uv in your WSL distribution, then in Claude Desktop's "
+            f"claude_desktop_config.json use {WSL_SNIPPET} (for Codex on Windows: command = "
+            f"\"wsl.exe\", args = [\"uvx\", \"agent-cli-gateway\"]), and restart the client. "
+            f"This will not pass by itself.")
+
+
+def setup_problem() -> str | None:
+    """Why the gateway cannot run here (an unknown AGENT_GATEWAY_PLATFORM, or no POSIX
+    process model), or None. Checked before serving: the server then still completes the
+    MCP handshake and every tool answers this as setup_error."""
+    try:
+        name = choose()
+    except UnknownPlatform as exc:
+        return f"The gateway cannot start: {exc}"
+    return unsupported_message() if name == UNSUPPORTED else None
 
 
 def describe() -> dict[str, str]:

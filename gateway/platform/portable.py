@@ -9,7 +9,7 @@ call itself (tests/platform/ gives it a stand-in).
 
 Self-contained like linux.py: a supervisor imports it as a top-level module. It needs psutil,
 which an isolated interpreter (`python -I -S`) does not find by itself: the gateway passes the
-directory psutil was imported from (gateway/platform.supervisor_paths()).
+directory psutil was imported from (`supervisor_paths` in gateway/platform/__init__.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,200 @@
+"""gateway/platform: the choice, and both implementations against real processes.
+
+Both implementations must give the same answers about the same process (start time, zombie
+or not, group members), since a gateway and its supervisors, and two gateways, compare them.
+The kqueue exit watch cannot run on Linux: it gets a stand-in `select` module here, which
+checks what is registered and that a failed registration falls back to the caller's poll.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway import platform, proc
+from gateway.platform import portable
+
+REPO = Path(__file__).resolve().parents[2]
+DEADLINE_S = 10.0
+
+
+@pytest.fixture
+def implementation(platform_impl: str) -> platform.Platform:
+    return platform.load(platform_impl)
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             start_new_session=True)
+    yield child
+    if child.poll() is None:
+        child.kill()
+    child.wait()
+
+
+def wait_until(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def test_the_choice_is_auto_by_default_and_can_be_forced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(platform.ENV_VAR, raising=False)
+    assert platform.choose() in platform.IMPLEMENTATIONS
+    assert platform.choose() == platform.choose("auto") == platform.choose(" AUTO ")
+    monkeypatch.setenv(platform.ENV_VAR, "portable")
+    assert platform.choose() == platform.PORTABLE
+    assert platform.current().NAME == "portable"
+    assert platform.describe() == {"implementation": "portable", "os": sys.platform}
+    monkeypatch.setenv(platform.ENV_VAR, "unsupported")
+    assert platform.choose() == platform.UNSUPPORTED
+    assert platform.setup_problem() is not None and "wsl.exe" in str(platform.setup_problem())
+
+
+def test_an_unknown_platform_name_is_refused_with_the_choices(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(platform.ENV_VAR, "windows")
+    with pytest.raises(platform.UnknownPlatform, match="auto, linux, portable"):
+        platform.choose()
+    assert platform.describe()["implementation"] == "invalid"
+    problem = platform.setup_problem()
+    assert problem is not None and platform.ENV_VAR in problem
+
+
+def test_both_implementations_agree_on_a_process_and_its_group(sleeper: subprocess.Popen[bytes]
+                                                               ) -> None:
+    states = {name: platform.load(name).process_state(sleeper.pid)
+              for name in platform.IMPLEMENTATIONS if _available(name)}
+    starts = [state[0] for state in states.values() if state is not None]
+    assert len(starts) == len(states) and all(not s[1] for s in states.values() if s)
+    assert max(starts) - min(starts) <= proc.START_TIME_TOLERANCE_S
+    for name in states:
+        assert platform.load(name).group_members(sleeper.pid) == [sleeper.pid]
+        assert platform.load(name).group_members(sleeper.pid, exclude=sleeper.pid) == []
+
+
+def _available(name: str) -> bool:
+    try:
+        platform.choose(name)
+    except platform.UnknownPlatform:
+        return False
+    return True
+
+
+def test_a_zombie_is_not_a_member_and_is_known_as_a_zombie(
+        implementation: platform.Platform) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    try:
+        wait_until(lambda: (implementation.process_state(child.pid) or (0, False))[1],
+                   "the child to become a zombie")
+        assert implementation.group_members(child.pid) == []
+        assert not proc.is_process_alive(child.pid, time.time())
+    finally:
+        child.wait()
+    assert implementation.process_state(child.pid) is None  # reaped: no such process
+
+
+def test_a_process_reads_its_own_start_time_as_others_read_it(
+        implementation: platform.Platform, platform_impl: str) -> None:
+    # The supervisor (`python -I -S`, the implementation imported from supervisor_paths)
+    # records own_start_time(); the gateway checks it against process_state.
+    code = ("import sys; sys.path[:0] = sys.argv[1:]; import " + platform_impl + " as p; "
+            "print(p.own_start_time(), flush=True); sys.stdin.read()")
+    paths = platform.supervisor_paths(platform_impl)
+    child = subprocess.Popen([sys.executable, "-I", "-S", "-c", code, *paths],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        own = float(child.stdout.readline())
+        state = implementation.process_state(child.pid)
+        assert state is not None and abs(state[0] - own) <= proc.START_TIME_TOLERANCE_S
+        assert proc.is_process_alive(child.pid, own)
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(DEADLINE_S)
+
+
+class FakeKqueue:
+    def __init__(self, refuse: int | None) -> None:
+        self.refuse = refuse
+        self.registered: list[Any] = []
+        self.closed = False
+
+    def fileno(self) -> int:
+        return 42
+
+    def control(self, changes: list[Any], max_events: int, timeout: float) -> list[Any]:
+        if self.refuse is not None:
+            raise OSError(self.refuse, os.strerror(self.refuse))
+        self.registered.extend(changes)
+        return []
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeSelect:
+    """What `select` offers on macOS and the BSDs, for the parts exit_watch uses."""
+
+    KQ_FILTER_PROC = -5
+    KQ_EV_ADD = 0x1
+    KQ_EV_ONESHOT = 0x10
+    KQ_NOTE_EXIT = 0x80000000
+
+    def __init__(self, refuse: int | None = None) -> None:
+        self.queues: list[FakeKqueue] = []
+        self.refuse = refuse
+
+    def kqueue(self) -> FakeKqueue:
+        queue = FakeKqueue(self.refuse)
+        self.queues.append(queue)
+        return queue
+
+    def kevent(self, ident: int, **fields: int) -> dict[str, int]:
+        return {"ident": ident, **fields}
+
+
+def test_the_kqueue_exit_watch_registers_a_process_exit_filter() -> None:
+    fake = FakeSelect()
+    watch = portable.exit_watch(1234, selector=fake)
+    assert watch is not None and watch.fileno() == 42
+    (queue,) = fake.queues
+    assert queue.registered == [{
+        "ident": 1234, "filter": FakeSelect.KQ_FILTER_PROC,
+        "flags": FakeSelect.KQ_EV_ADD | FakeSelect.KQ_EV_ONESHOT,
+        "fflags": FakeSelect.KQ_NOTE_EXIT}]
+    watch.close()
+    assert queue.closed
+
+
+def test_a_process_gone_before_its_kqueue_filter_leaves_the_poll_to_see_it() -> None:
+    fake = FakeSelect(refuse=errno.ESRCH)
+    assert portable.exit_watch(1234, selector=fake) is None
+    assert fake.queues[0].closed  # nothing leaks
+
+
+def test_without_kqueue_the_portable_exit_watch_is_a_poll() -> None:
+    assert portable.exit_watch(os.getpid(), selector=object()) is None
+
+
+@pytest.mark.usefixtures("platform_impl")
+def test_doctor_json_reports_the_platform(tmp_path: Path, platform_impl: str) -> None:
+    env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
+    env.pop("AGENT_GATEWAY_CONFIG", None)
+    done = subprocess.run([sys.executable, "-m", "gateway", "doctor", "--json"], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    report = json.loads(done.stdout)
+    assert report["platform"] == {"implementation": platform_impl, "os": sys.platform}
