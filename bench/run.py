@@ -110,6 +110,7 @@ OVERHEAD_WARMUP = 3
 
 TARGETS = {
     "sync_overhead": ("<=", 1.10),
+    "sync_overhead_portable": ("<=", 1.10),
     "async_overhead": ("<=", 1.10),
     "admission": (">=", 0.5),
     "status_roundtrip": ("<=", 1.3),
@@ -239,9 +240,10 @@ class Servers:
             **extra,
         }
 
-    def gateway(self, config: Path, python: str = sys.executable) -> StdioServerParameters:
+    def gateway(self, config: Path, python: str = sys.executable,
+                **env: str) -> StdioServerParameters:
         return StdioServerParameters(command=python, args=["-m", "gateway"],
-                                     env=self._env(AGENT_GATEWAY_CONFIG=str(config)),
+                                     env=self._env(AGENT_GATEWAY_CONFIG=str(config), **env),
                                      cwd=str(self.home))
 
     def minimal(self, python: str = sys.executable) -> StdioServerParameters:
@@ -402,6 +404,42 @@ def _direct_argv(config: Path, prompt: str) -> tuple[list[str], bytes | None]:
     target = resolve_target(settings, "claude", SubmitRequest(prompt=prompt, force_refresh=True))
     assert target.invocation is not None
     return list(target.invocation.argv), target.invocation.stdin
+
+
+async def bench_portable_overhead(servers: Servers, sizes: Sizes, workdir: Path) -> list[Row]:
+    """The sync request overhead with the `portable` platform forced (what a Mac runs:
+    psutil instead of procfs, a poll instead of an exit descriptor), over the direct spawn."""
+    config = servers.config()
+    direct: list[float] = []
+    sync: list[float] = []
+    params = servers.gateway(config, AGENT_GATEWAY_PLATFORM="portable")
+    async with servers.connect(params, "overhead-portable") as (client, _):
+        await client.list_tools()
+        status = await call(client, "gateway_status", {})
+        if status["platform"]["implementation"] != "portable":
+            raise RuntimeError(f"the gateway did not use the portable platform: {status}")
+        await asyncio.sleep(sizes.settle_s)
+        for i in range(sizes.overhead_warmup + sizes.overhead_runs):
+            prompt = f"bench {uuid.uuid4().hex[:8]} @sleep={FAKE_WORK_S}"
+            argv, stdin = _direct_argv(config, prompt)
+            d = await runner_bench._direct_once(argv, stdin, workdir / "direct")
+            started = time.perf_counter()
+            answer = await call(client, "claude_request",
+                                {"prompt": f"sync {prompt}", "force_refresh": True})
+            elapsed = time.perf_counter() - started
+            if answer.get("status") != "completed":
+                raise RuntimeError(f"claude_request did not complete: {answer}")
+            if i >= sizes.overhead_warmup:
+                direct.append(d)
+                sync.append(elapsed)
+    floor, median = _median(direct), _median(sync)
+    key = "sync_overhead_portable"
+    return [Row(key, "sync request overhead, portable platform forced", _ms(median),
+                f"{_ms(floor)} (direct spawn)", round(median / floor, 3), _target(key),
+                _met(key, median / floor),
+                {"runs": sizes.overhead_runs, "median_ms": median * 1000,
+                 "floor_median_ms": floor * 1000, "overhead_ms": (median - floor) * 1000,
+                 "p90_ms": _pct(sync, 90) * 1000})]
 
 
 async def bench_overhead_and_roundtrips(servers: Servers, sizes: Sizes,
@@ -830,8 +868,8 @@ def plans_text(store: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-PHASES = ("startup", "tools", "overhead", "tasks", "admission", "memory", "supervision",
-          "store")
+PHASES = ("startup", "tools", "overhead", "portable", "tasks", "admission", "memory",
+          "supervision", "store")
 
 
 async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
@@ -863,12 +901,13 @@ async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
     await phase("startup", bench_startup(servers, sizes, workdir))
     await phase("tools", bench_tool_text(servers))
     await phase("overhead and round trips", bench_overhead_and_roundtrips(servers, sizes, workdir))
+    await phase("portable sync overhead", bench_portable_overhead(servers, sizes, workdir))
     await phase("tasks", bench_tasks(servers, sizes))
     await phase("admission", bench_admission(servers, sizes, workdir))
     await phase("memory", bench_memory(servers, sizes, workdir))
     await phase("supervision", bench_supervision(sizes, workdir))
     await phase("store", store_phase())
-    order = ["sync_overhead", "async_overhead", "admission", "admission_loaded",
+    order = ["sync_overhead", "sync_overhead_portable", "async_overhead", "admission", "admission_loaded",
              "admission_terminal",
              "status_roundtrip", "wait_roundtrip", "tasks_get_roundtrip", "result_roundtrip",
              "tasks_optin", "heartbeat_sqlite", "heartbeat_postgres",

@@ -98,3 +98,8 @@ def test_the_wsl_snippet_is_valid_claude_desktop_json() -> None:
     server = config["mcpServers"]["agent-cli-gateway"]
     assert server["command"] == "wsl.exe"
     assert server["args"][:2] == ["uvx", "agent-cli-gateway"]
+
+
+def test_the_readme_shows_the_same_wsl_snippet() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert platform.WSL_SNIPPET in readme
