@@ -26,6 +26,7 @@ from bench.chaos import (
     run_chaos,
     unimpaired_intervals,
 )
+from gateway import platform
 from tests.conftest import PostgresServer
 
 BOUNDS = Bounds(ttl_s=1.0, heartbeat_s=0.2, sweep_s=0.2)  # the chaos runs' lease knobs
@@ -44,6 +45,11 @@ CI_IMPATIENT_POSTGRES = CI_IMPATIENT
 # (every job not cancelled completes) and adoption, not the clock, is what it proves.
 CI_DETACH_JOBS = 100
 CI_DETACH_DURATION_S = 25.0
+# The same detach scenario, shorter, with every gateway and supervisor on the `portable`
+# platform (what a Mac runs; issue 21): psutil instead of /proc, a poll instead of pidfds.
+CI_PORTABLE_JOBS = 60
+CI_PORTABLE_DURATION_S = 15.0
+PORTABLE_ENV = {platform.ENV_VAR: platform.PORTABLE}
 
 
 # -- the audit's rules ---------------------------------------------------------------------
@@ -213,3 +219,29 @@ async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_postgres(
     assert report.ok, report.text()  # unfinished=0 included
     assert_detached_runs_were_taken_over(report)
     assert "store_outages" not in report.info, report.text()
+
+
+@pytest.mark.chaos
+@pytest.mark.anyio
+async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_the_portable_platform(
+    tmp_path: Path,
+) -> None:
+    report = await run_chaos(ChaosOptions(
+        backend="sqlite", workdir=tmp_path / "chaos", jobs=CI_PORTABLE_JOBS,
+        instances=CI_INSTANCES, duration_s=CI_PORTABLE_DURATION_S,
+        impatient_fraction=CI_IMPATIENT, on_shutdown="detach", extra_env=PORTABLE_ENV))
+    print(report.text())
+    assert report.ok, report.text()
+    assert_detached_runs_were_taken_over(report)
+
+
+@pytest.mark.chaos
+@pytest.mark.anyio
+async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_the_portable_platform_on_postgres(
+    tmp_path: Path, postgres_server: PostgresServer,
+) -> None:
+    report = await run_chaos_on_postgres(
+        tmp_path, postgres_server, jobs=CI_PORTABLE_JOBS, duration_s=CI_PORTABLE_DURATION_S,
+        on_shutdown="detach", extra_env=PORTABLE_ENV)
+    assert report.ok, report.text()
+    assert_detached_runs_were_taken_over(report)
