@@ -65,6 +65,10 @@ class Platform(Protocol):
         """Live (non-zombie) members of process group `pgid`, except pid `exclude`."""
         ...
 
+    def child_exited(self, pid: int) -> bool:
+        """Whether our child `pid` has exited, without reaping it."""
+        ...
+
     def exit_watch(self, pid: int) -> ExitWatch | None:
         """A handle readable once child `pid` exited, or None (then the caller polls)."""
         ...

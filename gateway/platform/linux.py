@@ -113,6 +113,14 @@ def group_members(pgid: int, exclude: int | None = None) -> list[int]:
     return found
 
 
+def child_exited(pid: int) -> bool:
+    """Whether our child `pid` has exited, without reaping it (WNOWAIT: its waiter does)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True  # reaped already
+
+
 class _PidFd:
     """A pidfd: readable once its process has exited."""
 

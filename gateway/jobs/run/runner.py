@@ -460,9 +460,8 @@ class ProcessRun:
         deadline = time.monotonic() + SUPERVISOR_START_TIMEOUT_S
         path = self.spec.spool_dir / sup.START_NAME
         while not path.exists() and time.monotonic() < deadline:
-            # WNOWAIT: learn that it exited without reaping it (its ChildExit reaps it).
-            exited = os.waitid(os.P_PID, popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            if exited is not None:
+            # Without reaping it: its ChildExit reaps it.
+            if platform.current().child_exited(popen.pid):
                 return
             time.sleep(0.002)
 

@@ -295,7 +295,8 @@ class Supervisor:
         write_fd: int | None = None
         try:
             if payload is not None:
-                stdin, write_fd = os.pipe2(os.O_CLOEXEC)
+                # os.pipe: close-on-exec already (PEP 446); macOS has no pipe2.
+                stdin, write_fd = os.pipe()
             # No new session: the CLI joins the supervisor's group, so one pgid holds the run.
             child = subprocess.Popen(self.spec["argv"], stdin=stdin, stdout=out_fd,
                                      stderr=err_fd, cwd=self.spec["cwd"], env=self.env)
