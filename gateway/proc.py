@@ -172,7 +172,8 @@ def keep_secrets_from_children(read_names: Iterable[str]) -> bool:
     protection where the platform has no non-dumpable mode. Returns what make_non_dumpable
     returned."""
     done = platform.current().make_non_dumpable()
-    for name in read_names:
+    wanted = {name.upper() for name in read_names}  # settings' variable names ignore case
+    for name in [key for key in os.environ if key.upper() in wanted]:
         _forget_variable(name)
     return done
 
