@@ -1,4 +1,5 @@
-"""gateway/proc.py against real processes: identity, zombies, pid reuse, group signals."""
+"""gateway/proc.py against real processes: identity, zombies, pid reuse, group signals, on
+both platform implementations."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import pytest
 from gateway import proc
 
 DEADLINE_S = 10.0  # bound on every wait for a process state; never reached when things work
+# proc's rules hold over either platform implementation (gateway/platform).
+pytestmark = pytest.mark.usefixtures("platform_impl")
 
 
 def _wait_until(condition: Callable[[], bool], what: str) -> None:
