@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 
 COMMON_NAMES = frozenset({"prompt", "model", "working_dir", "session_id", "timeout_s",
-                          "force_refresh"})
+                          "force_refresh", "isolation", "base_ref"})
+
+JOB_ID = Annotated[str, Field(description="The job id a request tool returned.")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,11 @@ def cli_common_params(default_timeout_s: float, provider: str) -> list[Param]:
                               f"{default_timeout_s:g}).")), None),
         Param("force_refresh", annotated(bool, Field(
             description="Run anew instead of reusing an identical job's answer.")), False),
+        Param("isolation", annotated(Literal["none", "worktree"] | None, Field(
+            description="worktree: run in a new git worktree of working_dir's repo "
+                        "(see llm_job_changes).")), None),
+        Param("base_ref", annotated(str | None, Field(
+            description="Commit the worktree starts from (default HEAD).")), None),
     ]
 
 

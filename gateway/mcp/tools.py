@@ -26,6 +26,8 @@ from pydantic import Field, ValidationError
 
 from gateway import __version__
 from gateway.jobs.requests import SubmitRequest
+from gateway.jobs.worktrees.finish import worktree_of
+from gateway.mcp.changes import change_tools
 from gateway.mcp.results import (
     describe_status,
     duration_s,
@@ -41,6 +43,7 @@ from gateway.mcp.results import (
     stderr_excerpt,
 )
 from gateway.mcp.signatures import (
+    JOB_ID,
     Param,
     api_common_params,
     cli_common_params,
@@ -73,7 +76,6 @@ MAX_LIST_LIMIT = 200
 STATUS_READY_WAIT_S = 10.0
 PROGRESS_STEP = 0.001  # progress values must strictly increase between notifications
 
-JOB_ID = Annotated[str, Field(description="The job id a request tool returned.")]
 
 
 @dataclass(slots=True)
@@ -187,6 +189,7 @@ class ProviderTools:
             prompt=prompt, model=model, working_dir=values.pop("working_dir", None),
             session_id=values.pop("session_id", None), timeout_s=values.pop("timeout_s", None),
             force_refresh=bool(values.pop("force_refresh", False)),
+            isolation=values.pop("isolation", None), base_ref=values.pop("base_ref", None),
             options=options_given(self.options, values))
 
     def make(self, sync: bool) -> ToolBody:
@@ -280,6 +283,7 @@ async def final_answer(manager: JobManager, row: JobRow,
         "exit_code": row.exit_code, "duration_s": duration_s(row, parsed),
         "error_kind": row.error_kind, "error": row.error, "deduplicated": deduplicated,
         "reuse": reuse, "output_bytes": row.output_bytes, "truncated": row.truncated,
+        "worktree": worktree_of(row.request_json, row.result_json),
     }
     replayed = f"[{reuse['notice']}]\n\n" if reuse is not None else ""
     if row.status != JobStatus.COMPLETED:
@@ -552,6 +556,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         ("llm_job_list", llm_job_list, read_only),
         ("list_models", list_models, read_only),
         ("gateway_status", gateway_status, read_only),
+        *change_tools(state),
     ]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -25,8 +26,10 @@ from typing import Any
 
 import structlog
 
+from gateway import proc
 from gateway.config import Settings
 from gateway.fs import ensure_private_dir
+from gateway.jobs.requests import WORKTREE_KEY
 from gateway.jobs.worktrees import records
 from gateway.jobs.worktrees.git import GitError, git, git_text
 from gateway.model import ErrorKind, GatewayError
@@ -65,6 +68,8 @@ class WorktreePlan:
     common_dir: str
     toplevel: str
     subdir: str
+    job_id: str
+    instance: str  # the gateway instance that admitted the job (named in the git lock)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,8 +128,25 @@ def repo_key(common_dir: str) -> str:
     return hashlib.sha256(os.path.realpath(common_dir).encode()).hexdigest()[:REPO_KEY_CHARS]
 
 
+def plan_of(request_json: str | None) -> WorktreePlan | None:
+    """The worktree an isolated job was planned at admission (None: not isolated)."""
+    if not request_json:
+        return None
+    try:
+        stored = json.loads(request_json)
+    except ValueError:
+        return None
+    return WorktreePlan.from_dict(stored.get(WORKTREE_KEY)) if isinstance(stored, dict) else None
+
+
+def plan_for(settings: Settings, repo: Repository | None, base_ref: str | None,
+             job_id: str, instance: str) -> WorktreePlan | None:
+    """An isolated request's plan (None: the request is not isolated)."""
+    return None if repo is None else plan_worktree(settings, repo, base_ref, job_id, instance)
+
+
 def plan_worktree(settings: Settings, repo: Repository, base_ref: str | None,
-                  job_id: str) -> WorktreePlan:
+                  job_id: str, instance: str) -> WorktreePlan:
     """The job's path and branch, refused when the branch name is not valid or the
     repository has max_per_repo worktrees (GatewayError, nothing stored)."""
     config = settings.worktrees
@@ -149,7 +171,8 @@ def plan_worktree(settings: Settings, repo: Repository, base_ref: str | None,
             f"`agent-cli-gateway jobs discard <id>`), or wait for running jobs to end."))
     return WorktreePlan(path=str(repo_dir / short), branch=branch,
                         base_ref=base_ref or "HEAD", base_sha=repo.base_sha,
-                        common_dir=repo.common_dir, toplevel=repo.toplevel, subdir=repo.subdir)
+                        common_dir=repo.common_dir, toplevel=repo.toplevel, subdir=repo.subdir,
+                        job_id=job_id, instance=instance)
 
 
 @contextlib.contextmanager
@@ -187,9 +210,10 @@ class Owner:
     instance: str
 
 
-def create_worktree(settings: Settings, plan: WorktreePlan, owner: Owner) -> Path:
+def create_worktree(settings: Settings, plan: WorktreePlan, owner: Owner | None = None) -> Path:
     """Make, verify, seed and lock the job's worktree; return the CLI's working dir.
     Raises WorktreeError having removed whatever it made."""
+    owner = owner or Owner(plan.job_id, proc.hostname(), plan.instance)
     path = Path(plan.path)
     try:
         ensure_private_dir(path.parent)
