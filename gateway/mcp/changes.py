@@ -57,7 +57,7 @@ def change_tools(state: _State) -> list[tuple[str, ToolBody, ToolAnnotations]]:
             text = page.text or "(no changes)"
             if page.next_offset is not None:
                 data["next"] = next_call("llm_job_changes", "more diff follows", job_id=row.id,
-                                         action="diff", format=format, offset=page.next_offset)
+                                         action=action, format=format, offset=page.next_offset)
                 text += f"\n\n[More: call again with offset={page.next_offset}.]"
             return ok(text, data)
         if action == "apply":
