@@ -35,16 +35,14 @@ def change_tools(state: _State) -> list[tuple[str, ToolBody, ToolAnnotations]]:
 
     async def llm_job_changes(
         job_id: JOB_ID,
-        action: Annotated[Literal["diff", "apply", "discard"], Field(description=(
-            "diff: changes vs base_sha; apply: into working_dir, uncommitted; discard: "
-            "delete worktree and branch."))] = "diff",
-        format: Annotated[Literal["stat", "patch"], Field(description="For diff.")] = "stat",
-        offset: Annotated[int, Field(ge=0, description="For diff: the previous page's "
-                                     "next_offset.")] = 0,
-        max_bytes: Annotated[int, Field(ge=1, le=MAX_DIFF_PAGE_BYTES)] = DEFAULT_DIFF_PAGE_BYTES,
+        action: Annotated[Literal["diff", "apply", "discard"], Field(
+            description="apply: into working_dir")] = "diff",
+        format: Annotated[Literal["stat", "patch"], Field(description="diff's")] = "stat",
+        offset: Annotated[int, Field(ge=0, description="next_offset")] = 0,
+        max_bytes: Annotated[int, Field(ge=1, le=MAX_DIFF_PAGE_BYTES,
+                                        description="page size")] = DEFAULT_DIFF_PAGE_BYTES,
     ) -> CallToolResult:
-        """An isolated job's (isolation="worktree") changes: diff them, apply them to
-        working_dir, or discard them."""
+        """An isolated job's changes: diff, apply or discard them."""
         manager = await state.manager()
         row = await manager.get(job_id)
         host = manager.hostname

@@ -26,7 +26,7 @@ from gateway.jobs.worktrees import changes, create, records
 from gateway.jobs.worktrees.finish import worktree_of
 from gateway.jobs.worktrees.gc import expire_worktrees, list_worktrees
 from gateway.model import ErrorKind, GatewayError, JobStatus
-from tests.jobs.conftest import FakeLog, wait_for
+from tests.jobs.conftest import FakeLog
 
 pytestmark = pytest.mark.anyio
 
