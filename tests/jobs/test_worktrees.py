@@ -26,7 +26,7 @@ from gateway.jobs.worktrees import changes, create, records
 from gateway.jobs.worktrees.finish import worktree_of
 from gateway.jobs.worktrees.gc import expire_worktrees, list_worktrees
 from gateway.model import ErrorKind, GatewayError, JobStatus
-from tests.jobs.conftest import FakeLog
+from tests.jobs.conftest import FakeLog, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -309,3 +309,45 @@ async def test_the_quota_refuses_a_new_isolated_job_naming_what_can_be_reclaimed
         await manager.submit("claude", isolated(repo, "another"))
     assert caught.value.kind == ErrorKind.WORKTREE_ERROR and sub.job.id in caught.value.message
     assert len(fake_log.spawns()) == 1
+
+
+def start_owner(settings: Any, tmp_path: Path, request: dict[str, Any]) -> tuple[Any, str]:
+    """A gateway in a process of its own (tests/jobs/owner_gateway.py) that admits
+    `request`; returns it and the job id."""
+    import json
+    import pickle
+    import sys
+
+    path = tmp_path / "owner-settings.pickle"
+    path.write_bytes(pickle.dumps(settings))
+    owner = subprocess.Popen([sys.executable, "-m", "tests.jobs.owner_gateway", str(path),
+                              "claude", json.dumps(request)],
+                             cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE,
+                             text=True, stderr=subprocess.DEVNULL)
+    assert owner.stdout is not None
+    for line in owner.stdout:
+        if line.startswith("JOB "):
+            return owner, line.split()[1]
+    raise AssertionError("the owner gateway did not start")
+
+
+async def test_a_sigkilled_gateways_isolated_run_is_adopted_and_its_worktree_committed(
+    make_settings, start_gateway, fake_log: FakeLog, repo: Path, tmp_path: Path
+) -> None:
+    settings = make_settings()
+    peer = await (await start_gateway(settings)).manager()
+    owner, job_id = start_owner(settings, tmp_path, {
+        "prompt": "outlive my owner @sleep=1.5 @write=survived.txt", "working_dir": str(repo),
+        "isolation": "worktree", "force_refresh": True})
+    await wait_for(lambda: len(fake_log.spawns()) == 1, 20)
+    owner.kill()
+    owner.wait()
+    await wait_for(lambda: job_id in peer.local_job_ids(), 20)
+    row = await finished(peer, job_id)
+    assert row.status is JobStatus.COMPLETED and row.owner_instance == peer.instance_id
+    shown = worktree_of(row.request_json, row.result_json)
+    assert shown is not None and shown["changed"] is True and shown["files_changed"] == 1
+    (spawn,) = fake_log.spawns()
+    assert os.path.realpath(spawn["cwd"]) == os.path.realpath(shown["path"])
+    assert git(repo, "show", "--name-only", "--format=", shown["branch"]) == "survived.txt"
+    assert git(repo, "status", "--porcelain") == ""
