@@ -124,8 +124,13 @@ class ProcessExecution:
                 raise GatewayError(ErrorKind.WORKTREE_ERROR, f"The job's git worktree could "
                                    f"not be made, so its CLI was not started: {exc}") from None
             self.spec.working_dir = str(cwd)
-        # The runner creates the spool dir itself, off the event loop.
-        return await self.run.start()
+        try:
+            # The runner creates the spool dir itself, off the event loop.
+            return await self.run.start()
+        except GatewayError:
+            # Nothing ran in the worktree: it and its branch go (nothing changed).
+            await settle_worktree(plan, self.spec.job_id, "not started")
+            raise
 
     async def wait(self) -> ExecutionOutcome:
         outcome = await self.run.wait()
