@@ -82,6 +82,7 @@ import runner_bench  # noqa: E402
 import store_bench  # noqa: E402
 import supervision_bench  # noqa: E402
 import tasks_bench  # noqa: E402
+import worktree_bench  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 
@@ -152,13 +153,15 @@ class Sizes:
     roundtrip_warmup: int = ROUNDTRIP_WARMUP
     settle_s: float = SETTLE_S
     supervision_samples: int = 5
+    worktree_files: int = 10_000  # issue #27: creation p95 <= 2 s on a 10k-file repository
+    worktree_samples: int = 20
 
 
 FULL = Sizes()
 SMOKE = Sizes(startup_runs=1, overhead_runs=2, roundtrip_calls=5, admission_calls=5,
               rss_jobs=3, stream_gib=2 / 1024, heartbeat_sizes=(2, 20), heartbeat_reps=2,
               reaper_total=300, reaper_reps=1, overhead_warmup=0, roundtrip_warmup=1,
-              settle_s=0.0, supervision_samples=1)
+              settle_s=0.0, supervision_samples=1, worktree_files=20, worktree_samples=2)
 
 
 @dataclass
@@ -868,8 +871,21 @@ def plans_text(store: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+async def bench_worktrees(sizes: Sizes, workdir: Path) -> list[Row]:
+    """Creation of a job's worktree on a repository of sizes.worktree_files files (#27)."""
+    data = await asyncio.to_thread(worktree_bench.run_worktree_bench, workdir / "worktrees",
+                                   sizes.worktree_files, sizes.worktree_samples)
+    p95, plain = data["gateway_p95_s"], data["plain_p95_s"]
+    return [Row("worktree_create",
+                f"worktree creation p95, {data['files']:,}-file repository "
+                f"({data['samples']} samples)",
+                f"{_ms(p95)} (p50 {_ms(data['gateway_p50_s'])})",
+                f"{_ms(plain)} (plain `git worktree add` p95)", round(p95 / plain, 3),
+                "<= 2 s (issue #27)", p95 <= 2.0, data)]
+
+
 PHASES = ("startup", "tools", "overhead", "portable", "tasks", "admission", "memory",
-          "supervision", "store")
+          "supervision", "store", "worktrees")
 
 
 async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
@@ -907,14 +923,16 @@ async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
     await phase("memory", bench_memory(servers, sizes, workdir))
     await phase("supervision", bench_supervision(sizes, workdir))
     await phase("store", store_phase())
-    order = ["sync_overhead", "sync_overhead_portable", "async_overhead", "admission", "admission_loaded",
+    await phase("worktrees", bench_worktrees(sizes, workdir))
+    order = ["sync_overhead", "sync_overhead_portable", "async_overhead", "admission",
+             "admission_loaded",
              "admission_terminal",
              "status_roundtrip", "wait_roundtrip", "tasks_get_roundtrip", "result_roundtrip",
              "tasks_optin", "heartbeat_sqlite", "heartbeat_postgres",
              "reaper_sqlite", "reaper_postgres", "stream_runner", "stream_gateway", "rss_idle",
              "rss_after_jobs", "startup", "startup_discover", "tools_none", "tools_three",
              "tools_largest", "supervisor_rss", "adopt_after_kill", "detach_after_signal",
-             "finalize_at_start"]
+             "finalize_at_start", "worktree_create"]
     rows.sort(key=lambda r: order.index(r.key) if r.key in order else len(order))
     return {
         "machine": machine(load_at_start),

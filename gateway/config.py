@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 ENV_PREFIX = "AGENT_GATEWAY_"
 CONFIG_ENV = "AGENT_GATEWAY_CONFIG"
@@ -119,6 +120,37 @@ class LimitsConfig(_Section):
     kill_grace_s: float = Field(default=5, ge=0)
 
 
+class WorktreesConfig(_Section):
+    """`[worktrees]`: isolated runs of CLI jobs in a git worktree of their own (issue #27)."""
+
+    default_isolation: Literal["none", "worktree"] = "none"
+    # Where worktrees are made: `<root>/<repo key>/<job id prefix>`; unset: the state dir's
+    # `worktrees/`, outside every repository, so a `git status` there never shows them.
+    root: Path | None = None
+    branch_prefix: str = "agent-gateway/"
+    retention_h: float = Field(default=72, ge=0)
+    max_per_repo: int = Field(default=20, ge=1)
+    copy_files: list[str] = Field(default_factory=list, alias="copy")
+    lfs: bool = False
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @field_validator("root", mode="after")
+    @classmethod
+    def _expand_root(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
+
+    @field_validator("copy_files", mode="after")
+    @classmethod
+    def _relative_copies(cls, value: list[str]) -> list[str]:
+        for name in value:
+            parts = Path(name).parts
+            if not name or Path(name).is_absolute() or ".." in parts or "\x00" in name:
+                raise ValueError(f"worktrees.copy entry {name!r} must be a relative path "
+                                 f"inside the repository (no '..')")
+        return value
+
+
 class HttpConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=0, le=65535)
@@ -171,6 +203,7 @@ class Settings(_Section):
     lease: LeaseConfig = Field(default_factory=LeaseConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
+    worktrees: WorktreesConfig = Field(default_factory=WorktreesConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     providers: dict[str, ProviderConfig] = Field(default_factory=_default_providers)
     api_providers: dict[str, ApiProviderConfig] = Field(default_factory=dict)
@@ -220,6 +253,15 @@ def _json_shape(annotation: Any) -> str | None:
     return None
 
 
+def field_by_key(model: type[BaseModel], key: str) -> FieldInfo | None:
+    """The field a config key names: its alias when it has one (`[worktrees] copy`, a name
+    BaseModel itself uses), else its own name."""
+    for name, field in model.model_fields.items():
+        if (field.alias or name) == key:
+            return field
+    return None
+
+
 def _env_keys(parts: list[str]) -> tuple[list[str], str | None]:
     """The config keys an env var's name parts stand for, and the JSON its value must be.
 
@@ -232,7 +274,7 @@ def _env_keys(parts: list[str]) -> tuple[list[str], str | None]:
     for part in parts:
         if isinstance(node, type) and issubclass(node, BaseModel):
             key = part.lower()
-            field = node.model_fields.get(key)
+            field = field_by_key(node, key)
             node = field.annotation if field is not None else None
         elif get_origin(node) is dict:
             node = get_args(node)[1]

@@ -65,6 +65,7 @@ class ErrorKind(StrEnum):
     CANCELLED = "cancelled"
     JOB_NOT_FOUND = "job_not_found"  # unknown job id asked of llm_job_*
     SETUP_ERROR = "setup_error"  # invalid config or a store that can never open: fix, restart
+    WORKTREE_ERROR = "worktree_error"  # an isolated job's worktree could not be made (#27)
 
 
 EXIT_CODES: dict[ErrorKind, int] = {

@@ -26,6 +26,7 @@ EVERY_ROW = {
     "reaper_postgres", "stream_runner", "stream_gateway", "rss_idle", "rss_after_jobs",
     "startup", "startup_discover", "tools_none", "tools_three", "tools_largest",
     "supervisor_rss", "adopt_after_kill", "detach_after_signal", "finalize_at_start",
+    "worktree_create",
 }
 
 

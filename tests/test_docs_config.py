@@ -16,7 +16,7 @@ import pytest
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from gateway.config import ENV_PREFIX, Settings
+from gateway.config import ENV_PREFIX, Settings, field_by_key
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs" / "configuration.md"
@@ -41,7 +41,9 @@ def model_sections() -> dict[str, type[BaseModel]]:
 
 
 def model_keys() -> dict[str, set[str]]:
-    return {section: set(model.model_fields) for section, model in model_sections().items()}
+    """Each section's keys as a file spells them: a field's alias when it has one."""
+    return {section: {field.alias or name for name, field in model.model_fields.items()}
+            for section, model in model_sections().items()}
 
 
 def env_name(section: str, key: str) -> str:
@@ -127,7 +129,8 @@ def example_keys() -> dict[str, set[str]]:
 
 
 def test_the_model_walk_finds_every_section() -> None:
-    assert set(model_sections()) == {"persistence", "lease", "limits", "http", "logging",
+    assert set(model_sections()) == {"persistence", "lease", "limits", "http", "worktrees",
+                                     "logging",
                                      "providers.<name>", "api_providers.<name>"}
 
 
@@ -148,7 +151,9 @@ def test_the_docs_list_exactly_the_keys_of_each_section(section: str) -> None:
 def test_the_docs_give_each_key_its_real_default_and_env_var(section: str) -> None:
     model = model_sections()[section]
     for key, (default, env) in docs_rows()[section].items():
-        assert default == documented_default(model.model_fields[key]), f"{section}.{key}"
+        field = field_by_key(model, key)
+        assert field is not None, f"{section}.{key}"
+        assert default == documented_default(field), f"{section}.{key}"
         assert env == env_name(section, key), f"{section}.{key}"
 
 

@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 
 from gateway import __version__
+from gateway.cli import worktrees
 from gateway.cli.common import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -226,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = jobs_commands.add_parser("cancel", parents=[common], help="request a cancel")
     cancel.add_argument("id")
     cancel.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_cancel"))
+    worktrees.add_parsers(commands, jobs_commands, common)  # jobs diff|apply|discard, worktrees
     return parser
 
 

@@ -38,6 +38,7 @@ from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.runner import ProcessIdentity, spec_from_spool
 from gateway.jobs.run.spool import job_dir, run_dir
 from gateway.jobs.targets import parsing_target, request_of_row, resolve_target
+from gateway.jobs.worktrees.create import plan_of
 from gateway.model import Completion, ErrorKind, GatewayError, InstanceRow, JobRow, JobStatus
 from gateway.store.base import TakeOver
 
@@ -161,6 +162,7 @@ class Adopter:
         _, request = request_of_row(job.request_json)  # read once: the target and the run
         try:
             target = resolve_target(manager.settings, job.provider, request)
+            target.worktree = plan_of(job.request_json)  # the one planned at admission
         except GatewayError as err:
             log.warning("job not re-queued: its request cannot run here", action="requeue",
                         job_id=job.id, error=err.message)

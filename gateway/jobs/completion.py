@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from gateway.jobs.execution import ExecutionOutcome
@@ -42,6 +43,9 @@ def completion_of(outcome: ExecutionOutcome, login_hint: str) -> Completion:
             "is_error": result.is_error, "extra": result.extra,
             "duration_s": round(outcome.duration_s, 3),
         })
+    if outcome.worktree is not None:  # an isolated run: its worktree beside the answer
+        parsed = json.loads(result_json) if result_json else {}
+        result_json = canonical_json({**parsed, "worktree": outcome.worktree})
     return Completion(status=status, exit_code=outcome.exit_code, error=error,
                       error_kind=kind, output=outcome.output, stderr_tail=outcome.stderr_tail,
                       output_bytes=outcome.output_bytes, truncated=outcome.truncated,

@@ -12,13 +12,15 @@ import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from gateway.childenv import secret_env_names
 from gateway.config import Settings
 from gateway.jobs.run.runner import ProcessIdentity, ProcessRun, RunSpec
 from gateway.jobs.run.spool import clean_stdout_path, read_tail, stderr_path, stdout_path
 from gateway.jobs.targets import Target
+from gateway.jobs.worktrees.create import WorktreeError, create_worktree
+from gateway.jobs.worktrees.finish import settle_worktree
 from gateway.model import (
     EXIT_CODES,
     OUTPUT_CHUNK_BYTES,
@@ -47,6 +49,7 @@ class ExecutionOutcome:
     # The parsed answer is the output's bytes [start, end): stored as this range instead of
     # a second copy of the text (result.text is then empty).
     answer_span: tuple[int, int] | None = None
+    worktree: dict[str, Any] | None = None  # an isolated run's committed worktree (#27)
 
 
 class Execution(Protocol):
@@ -80,6 +83,7 @@ class ProcessExecution:
                  settings: Settings, run: ProcessRun | None = None) -> None:
         assert target.adapter is not None
         self.target = target
+        self.settings = settings
         if run is not None:  # adopted: the spec is the one its first gateway wrote
             self.spec = run.spec
             self.run = run
@@ -110,11 +114,28 @@ class ProcessExecution:
         self.run.detach()
 
     async def start(self) -> ProcessIdentity:
-        # The runner creates the spool dir itself, off the event loop.
-        return await self.run.start()
+        plan = self.target.worktree
+        if plan is not None:
+            # The isolated job's worktree, made and verified first; the CLI runs there and
+            # nowhere else: a failure ends the job (worktree_error) with nothing started.
+            try:
+                cwd = await asyncio.to_thread(create_worktree, self.settings, plan)
+            except WorktreeError as exc:
+                raise GatewayError(ErrorKind.WORKTREE_ERROR, f"The job's git worktree could "
+                                   f"not be made, so its CLI was not started: {exc}") from None
+            self.spec.working_dir = str(cwd)
+        try:
+            # The runner creates the spool dir itself, off the event loop.
+            return await self.run.start()
+        except GatewayError:
+            # Nothing ran in the worktree: it and its branch go (nothing changed).
+            await settle_worktree(plan, self.spec.job_id, "not started")
+            raise
 
     async def wait(self) -> ExecutionOutcome:
         outcome = await self.run.wait()
+        ended = outcome.error_kind or f"exit {outcome.exit_code}"
+        worktree = await settle_worktree(self.target.worktree, self.spec.job_id, ended)
         adapter = self.target.adapter
         assert adapter is not None
         options = self.target.provider_request.options if self.target.provider_request else None
@@ -143,6 +164,7 @@ class ProcessExecution:
             output_bytes=outcome.stdout_bytes, truncated=outcome.truncated,
             duration_s=outcome.duration_s, result=result, answer_span=final.answer_span,
             auth_error=auth and outcome.error_kind in (None, ErrorKind.PROVIDER_ERROR),
+            worktree=worktree,
         )
 
     def cancel(self, reason: ErrorKind, grace_s: float | None = None) -> None:

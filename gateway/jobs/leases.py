@@ -48,6 +48,7 @@ from gateway import proc
 from gateway.config import LeaseConfig, Settings
 from gateway.jobs.adoption import Adopter
 from gateway.jobs.manager import JobManager
+from gateway.jobs.worktrees.gc import expire_worktrees
 from gateway.model import ErrorKind, InstanceRow, JobRow
 from gateway.store.base import REAPER_BATCH_ROWS, JobStore, StoreReplaced
 
@@ -267,6 +268,7 @@ class LeaseKeeper:
             self._last_purge = now
             purged = await self.store.purge_terminal(self.settings.persistence.retention_days * 86400)
             self.manager.remove_spool(purged)
+            await asyncio.to_thread(expire_worktrees, self.settings, self.manager.hostname)
         return orphaned
 
     # -- cross-instance cancel --------------------------------------------------------------

@@ -24,17 +24,14 @@ import structlog
 from gateway.config import Settings
 from gateway.fs import ensure_private_dir
 from gateway.jobs.completion import completion_of
-from gateway.jobs.execution import (
-    STDERR_TAIL_BYTES,
-    Execution,
-    build_execution,
-)
+from gateway.jobs.execution import STDERR_TAIL_BYTES, Execution, build_execution
 from gateway.jobs.full_store import fitted_completion
 from gateway.jobs.limiter import Limiter, Ticket
 from gateway.jobs.requests import SubmitRequest, request_key, stored_request
 from gateway.jobs.run import spool
 from gateway.jobs.run.runner import RunClaimedElsewhere, directories_error, stop_supervised_run
 from gateway.jobs.targets import Target, resolve_target
+from gateway.jobs.worktrees.create import plan_for
 from gateway.model import (
     EXIT_CODES,
     Completion,
@@ -175,14 +172,17 @@ class JobManager:
                                f"Durable admission is off for {provider}: this gateway instance "
                                f"could not register or lost its heartbeat lease (job store "
                                f"unreachable). Running jobs continue. Retry in a few seconds.")
-        ticket = self.limiter.acquire(provider)  # raises SATURATED, holding nothing
         job_id = str(uuid.uuid4())
+        target.worktree = plan_for(self.settings, target.repository,  # quota: raises first
+                                   target.normalized.get("base_ref"), job_id, self.instance_id)
+        ticket = self.limiter.acquire(provider)  # raises SATURATED, holding nothing
         new = NewJob(
             id=job_id, provider=provider, request_key=key, owner_instance=self.instance_id,
             transport=target.transport, correlation_id=request.correlation_id or job_id,
             hostname=self.hostname, boot_id=self.boot_id, working_dir=target.working_dir,
             model=target.model, session_id=request.session_id,
-            request_json=stored_request(target.normalized, request.timeout_s),
+            request_json=stored_request(target.normalized, request.timeout_s,
+                                        target.worktree.as_dict() if target.worktree else None),
             forced=request.force_refresh,
         )
         return await self._insert_and_start(new, target, ticket, request)

@@ -24,6 +24,10 @@ class SubmitRequest:
     force_refresh: bool = False
     options: dict[str, Any] = field(default_factory=dict)
     correlation_id: str | None = None
+    # A CLI job's isolation (issue #27): None takes [worktrees] default_isolation;
+    # "worktree" runs it in a git worktree of its own made from base_ref (None: HEAD).
+    isolation: str | None = None
+    base_ref: str | None = None
 
 
 def canonical_json(value: Any) -> str:
@@ -36,12 +40,22 @@ def canonical_json(value: Any) -> str:
 TIMEOUT_KEY = "timeout_s"
 
 
-def stored_request(normalized: dict[str, Any], timeout_s: float | None) -> str:
+# The key in request_json of an isolated job's planned worktree (its path and branch are
+# named after the job id the gateway minted, so it is not in the request key either).
+WORKTREE_KEY = "worktree"
+
+
+def stored_request(normalized: dict[str, Any], timeout_s: float | None,
+                   worktree: dict[str, Any] | None = None) -> str:
     """The job's request_json: the normalized request, plus the caller's timeout_s (when it
-    gave one), which is all a re-queue has to run the job again with."""
-    if timeout_s is None:
-        return canonical_json(normalized)
-    return canonical_json({**normalized, TIMEOUT_KEY: timeout_s})
+    gave one), which is all a re-queue has to run the job again with, and an isolated job's
+    worktree plan."""
+    stored = dict(normalized)
+    if timeout_s is not None:
+        stored[TIMEOUT_KEY] = timeout_s
+    if worktree is not None:
+        stored[WORKTREE_KEY] = worktree
+    return canonical_json(stored)
 
 
 def request_key(normalized: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from gateway.config import MAX_TIMEOUT_S, ApiProviderConfig, Settings
 from gateway.jobs.requests import TIMEOUT_KEY, SubmitRequest
+from gateway.jobs.worktrees.create import Repository, WorktreePlan, inspect_repository, plan_of
 from gateway.model import ErrorKind, GatewayError
 from providers.base import (
     CliProvider,
@@ -41,6 +42,9 @@ class Target:
     invocation: Invocation | None = None
     provider_request: ProviderRequest | None = None
     idle_timeout: bool = True
+    # isolation = "worktree": the repository working_dir is in, and base_ref's commit
+    repository: Repository | None = None
+    worktree: WorktreePlan | None = None  # set once the job has an id (its plan)
     # http transport
     api_config: ApiProviderConfig | None = None
     api_request: Any = None
@@ -121,6 +125,25 @@ def _check_working_dir(working_dir: str | None) -> str | None:
                        f"accessible directory.") from None
 
 
+def _check_isolation(settings: Settings, request: SubmitRequest,
+                     working_dir: str | None) -> Repository | None:
+    """The repository an isolated request runs a worktree of (None: not isolated). Runs
+    `git rev-parse` in working_dir: a request that cannot be isolated is refused here,
+    before anything is stored or run."""
+    isolation = request.isolation or settings.worktrees.default_isolation
+    if isolation not in ("none", "worktree"):
+        raise _invalid(f"isolation must be \"none\" or \"worktree\"; got {isolation!r}.")
+    if isolation == "none":
+        if request.base_ref is not None:
+            raise _invalid("base_ref is for isolation = \"worktree\" (the commit its worktree "
+                           "starts from); pass isolation = \"worktree\" or omit base_ref.")
+        return None
+    if working_dir is None:
+        raise _invalid("isolation = \"worktree\" needs working_dir: a directory inside the "
+                       "git repository to make the job's worktree of.")
+    return inspect_repository(working_dir, request.base_ref)
+
+
 def resolve_target(settings: Settings, provider: str, request: SubmitRequest) -> Target:
     """Validate the request for `provider` and build what will run. No I/O beyond stat()."""
     _check_timeout(request.timeout_s)
@@ -143,6 +166,7 @@ def resolve_target(settings: Settings, provider: str, request: SubmitRequest) ->
                        f"([providers.{provider}] enabled = false).")
     prompt = _check_prompt(request.prompt, settings)
     working_dir = _check_working_dir(request.working_dir)
+    repository = _check_isolation(settings, request, working_dir)
     try:
         options = adapter.options_model.model_validate(dict(request.options or {}))
     except ValidationError as exc:
@@ -168,11 +192,14 @@ def resolve_target(settings: Settings, provider: str, request: SubmitRequest) ->
         "session_id": request.session_id,
         "options": options.model_dump(mode="json", exclude_none=True),
     }
+    if repository is not None:  # only then: the request keys of other jobs stay as they were
+        normalized.update(isolation="worktree", base_ref=request.base_ref or "HEAD",
+                          base_sha=repository.base_sha)
     _check_request_size(normalized, settings)
     return Target(provider=provider, transport="process", normalized=normalized, model=model,
                   working_dir=working_dir, login_hint=adapter.login_hint,
                   install_hint=adapter.install_hint, adapter=adapter, invocation=invocation,
-                  provider_request=preq,
+                  provider_request=preq, repository=repository,
                   idle_timeout=adapter.output_discipline(options) == OutputDiscipline.STREAMS)
 
 
@@ -221,7 +248,10 @@ def request_of_row(request_json: str) -> tuple[str | None, SubmitRequest]:
     return normalized.get("provider"), SubmitRequest(
         prompt=normalized.get("prompt"), model=normalized.get("model"),
         working_dir=normalized.get("working_dir"), session_id=normalized.get("session_id"),
-        options=dict(normalized.get("options") or {}), timeout_s=timeout_s)
+        options=dict(normalized.get("options") or {}), timeout_s=timeout_s,
+        isolation=normalized.get("isolation") or "none",
+        # the commit it was admitted with, not the ref: a re-queued run starts from it too
+        base_ref=normalized.get("base_sha") if normalized.get("isolation") else None)
 
 
 def target_for_row(settings: Settings, provider: str, request_json: str) -> Target:
@@ -229,7 +259,9 @@ def target_for_row(settings: Settings, provider: str, request_json: str) -> Targ
     run wrote. Raises GatewayError when it cannot be rebuilt (provider gone from the config,
     CLI uninstalled, working_dir removed)."""
     _, request = request_of_row(request_json)
-    return resolve_target(settings, provider, request)
+    target = resolve_target(settings, provider, request)
+    target.worktree = plan_of(request_json)
+    return target
 
 
 def parsing_target(settings: Settings, provider: str, request_json: str) -> Target:
@@ -255,4 +287,5 @@ def parsing_target(settings: Settings, provider: str, request_json: str) -> Targ
                            options=options)
     return Target(provider=provider, transport="process", normalized={}, model=request.model,
                   working_dir=request.working_dir, login_hint=adapter.login_hint,
-                  install_hint=adapter.install_hint, adapter=adapter, provider_request=preq)
+                  install_hint=adapter.install_hint, adapter=adapter, provider_request=preq,
+                  worktree=plan_of(request_json))

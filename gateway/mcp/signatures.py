@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 
 COMMON_NAMES = frozenset({"prompt", "model", "working_dir", "session_id", "timeout_s",
-                          "force_refresh"})
+                          "force_refresh", "isolation", "base_ref"})
+
+JOB_ID = Annotated[str, Field(description="The job's id.")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,18 +42,22 @@ def cli_common_params(default_timeout_s: float, provider: str) -> list[Param]:
     the rest)."""
     return [
         Param("prompt", annotated(str, Field(
-            description="The task for the agent (passed as data, never as flags)."))),
+            description="The task (data, never flags)."))),
         Param("model", annotated(str | None, Field(
-            description="Model name or alias (see list_models).")), None),
+            description="Model or alias (see list_models).")), None),
         Param("working_dir", annotated(str | None, Field(
-            description="Absolute path of the directory to work in.")), None),
+            description="Absolute path to work in.")), None),
         Param("session_id", annotated(str | None, Field(
-            description=f"An earlier {provider} answer's session_id, to continue it.")), None),
+            description="An earlier answer's session_id to resume.")), None),
         Param("timeout_s", annotated(float | None, Field(
-            gt=0, description=f"Seconds before the run is killed (default "
+            gt=0, description=f"Seconds until it is killed (default "
                               f"{default_timeout_s:g}).")), None),
         Param("force_refresh", annotated(bool, Field(
-            description="Run anew instead of reusing an identical job's answer.")), False),
+            description="Never reuse an identical job's answer.")), False),
+        Param("isolation", annotated(Literal["none", "worktree"] | None, Field(
+            description="worktree: own git worktree")), None),
+        Param("base_ref", annotated(str | None, Field(
+            description="Its start (HEAD)")), None),
     ]
 
 
@@ -119,10 +125,11 @@ def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The input schema as listed, without what only repeats the names and types.
 
     Every listed tool's schema goes into the calling model's context on every turn, so
-    pydantic's generated `title`s (the argument name again) go, and an optional argument
+    pydantic's generated `title`s (the argument name again) go, an optional argument
     `anyOf: [T, null], default: null` is listed as plain `T` (omitting it is how a model
-    says "none"). Validation is unaffected: the SDK validates calls with the argument
-    model, not with this schema.
+    says "none"), and so is a boolean defaulting to false or a list defaulting to empty.
+    Validation is unaffected: the SDK validates calls with the argument model, not with
+    this schema.
     """
     out = {k: v for k, v in schema.items() if k != "title"}
     properties = {}
@@ -133,6 +140,8 @@ def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
                 and {"type": "null"} in variants and len(variants) == 2):
             (kept,) = [v for v in variants if v != {"type": "null"}]
             prop = {**{k: v for k, v in prop.items() if k not in ("anyOf", "default")}, **kept}
+        if prop.get("default", True) in (False, []) and prop.get("type") in ("boolean", "array"):
+            prop = {k: v for k, v in prop.items() if k != "default"}  # omitted means that
         properties[name] = prop
     if properties:
         out["properties"] = properties

@@ -26,6 +26,8 @@ from pydantic import Field, ValidationError
 
 from gateway import __version__, platform
 from gateway.jobs.requests import SubmitRequest
+from gateway.jobs.worktrees.finish import worktree_of
+from gateway.mcp.changes import change_tools
 from gateway.mcp.results import (
     describe_status,
     duration_s,
@@ -41,6 +43,7 @@ from gateway.mcp.results import (
     stderr_excerpt,
 )
 from gateway.mcp.signatures import (
+    JOB_ID,
     Param,
     api_common_params,
     cli_common_params,
@@ -73,7 +76,6 @@ MAX_LIST_LIMIT = 200
 STATUS_READY_WAIT_S = 10.0
 PROGRESS_STEP = 0.001  # progress values must strictly increase between notifications
 
-JOB_ID = Annotated[str, Field(description="The job id a request tool returned.")]
 
 
 @dataclass(slots=True)
@@ -187,6 +189,7 @@ class ProviderTools:
             prompt=prompt, model=model, working_dir=values.pop("working_dir", None),
             session_id=values.pop("session_id", None), timeout_s=values.pop("timeout_s", None),
             force_refresh=bool(values.pop("force_refresh", False)),
+            isolation=values.pop("isolation", None), base_ref=values.pop("base_ref", None),
             options=options_given(self.options, values))
 
     def make(self, sync: bool) -> ToolBody:
@@ -210,10 +213,9 @@ class ProviderTools:
         every listed tool's text is in the model's context on every turn."""
         if sync:
             defer = self.state.settings.limits.sync_defer_after_s
-            return (f"Run a task on {self.label}: returns the answer and session_id, or "
-                    f"after {defer:g} s a job_id (follow `next`).")
-        return (f"Start a task on {self.label} as a background job: returns its job_id at "
-                f"once (follow `next`).")
+            return (f"Run a task on {self.label}: the answer and session_id, or after "
+                    f"{defer:g} s a job_id (follow `next`).")
+        return f"Start a task on {self.label} in the background: its job_id now (follow `next`)."
 
     async def run_async(self, request: SubmitRequest, ctx: Context) -> CallToolResult:
         manager = await self.state.manager()
@@ -280,6 +282,7 @@ async def final_answer(manager: JobManager, row: JobRow,
         "exit_code": row.exit_code, "duration_s": duration_s(row, parsed),
         "error_kind": row.error_kind, "error": row.error, "deduplicated": deduplicated,
         "reuse": reuse, "output_bytes": row.output_bytes, "truncated": row.truncated,
+        "worktree": worktree_of(row.request_json, row.result_json),
     }
     replayed = f"[{reuse['notice']}]\n\n" if reuse is not None else ""
     if row.status != JobStatus.COMPLETED:
@@ -347,7 +350,7 @@ def provider_tools(state: ServerState, name: str) -> ProviderTools:
     command = adapter.commands[0] if adapter.commands else name
     return ProviderTools(state, name, "cli", option_params(adapter.options_model),
                          cli_common_params(default_timeout, name),
-                         f"{name} (the `{command}` CLI)")
+                         name if command == name else f"{name} (the `{command}` CLI)")
 
 
 # -- job tools ------------------------------------------------------------------------------
@@ -358,8 +361,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     async def llm_job_status(job_id: JOB_ID) -> CallToolResult:
-        """Where a job stands: status, exit code, error, output bytes so far. Any
-        gateway instance's jobs, across restarts."""
+        """A job's status, exit code, error and output bytes so far (any gateway's job)."""
         manager = await state.manager()
         row = await manager.get(job_id)
         text = describe_status(row)
@@ -367,15 +369,14 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
 
     async def llm_job_result(
         job_id: JOB_ID,
-        offset: Annotated[int, Field(ge=0, description="UTF-8 byte offset: the previous "
-                                     "page's next_offset.")] = 0,
+        offset: Annotated[int, Field(ge=0, description="The previous page's "
+                                     "next_offset.")] = 0,
         max_bytes: Annotated[int, Field(ge=1, le=MAX_RESULT_PAGE_BYTES, description=(
-            "Largest page to return, in bytes."))] = DEFAULT_RESULT_PAGE_BYTES,
-        raw: Annotated[bool, Field(description="The CLI's raw stdout instead of the "
-                                   "answer.")] = False,
+            "Page size in bytes."))] = DEFAULT_RESULT_PAGE_BYTES,
+        raw: Annotated[bool, Field(description="Stdout instead of the answer.")] = False,
     ) -> CallToolResult:
-        """A page of a job's output (the parsed answer; raw stdout with raw=true),
-        also while it runs. Repeat with offset=next_offset until next_offset is null."""
+        """A page of a job's answer (raw=true: its stdout), also while it runs; repeat
+        with offset=next_offset until that is null."""
         manager = await state.manager()
         page = await manager.read_result(job_id, offset, max_bytes, raw)
         row = page.job
@@ -400,8 +401,8 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         return ok(text, data)
 
     async def llm_job_cancel(job_id: JOB_ID) -> CallToolResult:
-        """Stop a job wherever it runs (another instance's job stops within seconds:
-        outcome cancel_requested). A finished job is left as it is."""
+        """Stop a job wherever it runs (another gateway's within seconds:
+        cancel_requested)."""
         manager = await state.manager()
         outcome = await manager.cancel(job_id)
         row = outcome.job
@@ -425,10 +426,9 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         job_id: JOB_ID,
         ctx: Context,
         timeout_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S, description=(
-            "Seconds to wait at most; returns as soon as the job ends."))] = DEFAULT_WAIT_S,
+            "Seconds at most (returns when it ends)."))] = DEFAULT_WAIT_S,
     ) -> CallToolResult:
-        """Wait up to timeout_s for a job to finish (progress: output bytes so far).
-        Call again while done is false."""
+        """Wait up to timeout_s for a job to end; call again while done is false."""
         progress = _progress_state()
         manager = await state.manager()
 
@@ -451,12 +451,11 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         status: Annotated[Literal["queued", "running", "completed", "failed", "cancelled",
                                   "timed_out", "orphaned"] | None,
                           Field(description="Only jobs with this status.")] = None,
-        provider: Annotated[str | None, Field(description="Only jobs of this provider "
-                                              "(e.g. 'claude').")] = None,
+        provider: Annotated[str | None, Field(description="Only this provider's.")] = None,
         limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="At most this many "
                                     "jobs, newest first.")] = DEFAULT_LIST_LIMIT,
     ) -> CallToolResult:
-        """Recent jobs, newest first, optionally filtered by status and provider."""
+        """Recent jobs, newest first."""
         manager = await state.manager()
         rows = await manager.list_jobs(status=status, provider=provider, limit=limit)
         jobs = [job_fields(r) for r in rows]
@@ -465,10 +464,9 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         return ok(text, {"jobs": jobs, "count": len(jobs)})
 
     async def list_models(
-        provider: Annotated[str | None, Field(description="Only this provider (a CLI "
-                                              "provider or a configured API provider).")] = None,
+        provider: Annotated[str | None, Field(description="Only this provider.")] = None,
     ) -> CallToolResult:
-        """The model names each provider knows and its configured default model."""
+        """Each provider's known model names and its default."""
         from providers.registry import CLI_PROVIDERS
 
         settings = state.settings
@@ -496,8 +494,8 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         return ok("\n".join(lines), {"providers": catalog})
 
     async def gateway_status() -> CallToolResult:
-        """Readiness (or what is broken and how to fix it), jobs running and queued,
-        limits, the store, and which provider CLIs are installed where."""
+        """Readiness (or what is broken and how to fix it), jobs, limits, the store, and
+        where each CLI is installed."""
         from providers.http.request import redact_url
 
         settings = state.settings
@@ -553,6 +551,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         ("llm_job_list", llm_job_list, read_only),
         ("list_models", list_models, read_only),
         ("gateway_status", gateway_status, read_only),
+        *change_tools(state),
     ]
 
 

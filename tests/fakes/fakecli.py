@@ -391,6 +391,16 @@ def write_filler(count: int, retry_enospc: bool = False) -> None:
         remaining -= n
 
 
+def write_files(run: Run) -> None:
+    """`@write=a.txt,sub/b.txt`: write each file (relative to the cwd) like an agent editing
+    its checkout: one line naming the fake and its pid, appended."""
+    for name in run.d["write"].split(","):
+        path = os.path.join(os.getcwd(), name)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "a") as fh:
+            fh.write(f"written by fake-{run.provider} pid {os.getpid()}\n")
+
+
 def stream_settings(run: Run) -> tuple[int, float]:
     count, _, interval = run.d.get("stream", "").partition(":")
     return (int(count or 0), float(interval) if interval else DEFAULT_STREAM_INTERVAL_S)
@@ -417,6 +427,8 @@ def main(binary: str) -> None:
         spawn_grandchild(run)
     if run.d.get("sleep"):
         time.sleep(float(run.d["sleep"]))
+    if run.d.get("write"):
+        write_files(run)
     try:
         if "auth" in run.d:
             code = AUTH[run.binary](run)

@@ -1,7 +1,8 @@
 """A gateway in a process of its own, for tests that SIGKILL the owner of a job.
 
 Usage: python -m tests.jobs.owner_gateway SETTINGS_PICKLE PROVIDER PROMPT [HOSTNAME]
-Starts a gateway with those settings, submits PROMPT to PROVIDER (unless PROMPT is "-"),
+Starts a gateway with those settings, submits PROMPT to PROVIDER (unless PROMPT is "-"; a
+JSON object is the whole SubmitRequest),
 prints `JOB <id>` (or `READY`) on stdout and waits to be killed. With HOSTNAME (root, in a
 UTS namespace of its own: `unshare -u`) it first renames its host: a gateway on another host.
 """
@@ -9,6 +10,7 @@ UTS namespace of its own: `unshare -u`) it first renames its host: a gateway on 
 from __future__ import annotations
 
 import asyncio
+import json
 import pickle
 import socket
 import sys
@@ -26,7 +28,10 @@ async def main(settings_path: str, provider: str, prompt: str) -> None:
     if prompt == "-":
         sys.stdout.write("READY\n")
     else:
-        submission = await manager.submit(provider, SubmitRequest(prompt=prompt))
+        # A JSON object is a whole request (an isolated one, say); anything else the prompt.
+        request = (SubmitRequest(**json.loads(prompt)) if prompt.startswith("{")
+                   else SubmitRequest(prompt=prompt))
+        submission = await manager.submit(provider, request)
         sys.stdout.write(f"JOB {submission.job.id}\n")  # after any log lines structlog printed
     sys.stdout.flush()
     await asyncio.Event().wait()

@@ -1,0 +1,149 @@
+"""`jobs diff|apply|discard ID` and `worktrees [list|gc]`: an isolated job's changes and the
+worktrees of this host, from the shell (the same code as `llm_job_changes`).
+
+The parsers are added by `add_parsers` (one call in main.py); the work is imported only when
+a command runs, so `serve` never pays for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from gateway.cli.common import EXIT_OK, CliError, on_job, run, store_settings, with_store
+from gateway.config import Settings
+from gateway.model import GatewayError, JobRow
+from gateway.store.base import JobStore
+
+DIFF_PAGE_BYTES = 1_000_000
+
+
+def add_parsers(commands: Any, jobs_commands: Any, common: argparse.ArgumentParser) -> None:
+    diff = jobs_commands.add_parser("diff", parents=[common],
+                                    help="an isolated job's changes against its base")
+    diff.add_argument("id")
+    diff.add_argument("--stat", action="store_true", help="a diffstat instead of the patch")
+    diff.set_defaults(handler=cmd_jobs_diff)
+    apply = jobs_commands.add_parser(
+        "apply", parents=[common], help="bring an isolated job's changes into its checkout",
+        description="Apply the job's changes to its working_dir's checkout as uncommitted "
+                    "edits, or change nothing when they touch files with changes there or "
+                    "do not apply; then remove its worktree and branch.")
+    apply.add_argument("id")
+    apply.set_defaults(handler=cmd_jobs_apply)
+    discard = jobs_commands.add_parser("discard", parents=[common],
+                                       help="remove an isolated job's worktree and branch")
+    discard.add_argument("id")
+    discard.set_defaults(handler=cmd_jobs_discard)
+    worktrees = commands.add_parser(
+        "worktrees", parents=[common], help="the job worktrees of this host",
+        description="list (the default): path, branch, job, state, size on disk, age. gc: "
+                    "remove the directories past [worktrees] retention_h (branches stay).")
+    worktrees.add_argument("worktrees_command", nargs="?", choices=["list", "gc"],
+                           default="list")
+    worktrees.add_argument("--json", action="store_true", help="print JSON")
+    worktrees.set_defaults(handler=cmd_worktrees)
+
+
+def _on_own_job(args: argparse.Namespace, action: Any) -> Any:
+    from gateway import proc
+
+    async def act(_settings: Settings, _store: JobStore, job: JobRow) -> Any:
+        import anyio
+
+        try:
+            return await anyio.to_thread.run_sync(action, job, proc.hostname())
+        except GatewayError as err:
+            raise CliError(err.message) from None
+
+    return on_job(args, act)
+
+
+def cmd_jobs_diff(args: argparse.Namespace) -> int:
+    from gateway.jobs.worktrees import changes
+
+    def whole(job: JobRow, host: str) -> str:
+        parts, offset = [], 0
+        while True:
+            page = changes.diff(job, host, "stat" if args.stat else "patch", offset,
+                                DIFF_PAGE_BYTES)
+            parts.append(page.text)
+            if page.next_offset is None:
+                return "".join(parts)
+            offset = page.next_offset
+
+    text = _on_own_job(args, whole)
+    print(text, end="" if text.endswith("\n") or not text else "\n")
+    return EXIT_OK
+
+
+def cmd_jobs_apply(args: argparse.Namespace) -> int:
+    from gateway.jobs.worktrees import changes
+
+    done = _on_own_job(args, changes.apply)
+    print(f"Applied {len(done['files'])} changed files to {done['checkout']} (uncommitted); "
+          f"branch {done['branch_removed']} and its worktree removed.")
+    return EXIT_OK
+
+
+def cmd_jobs_discard(args: argparse.Namespace) -> int:
+    from gateway.jobs.worktrees import changes
+
+    done = _on_own_job(args, changes.discard)
+    print(f"Discarded branch {done['branch']} and its worktree.")
+    return EXIT_OK
+
+
+def _statuses(args: argparse.Namespace, job_ids: list[str]) -> dict[str, str]:
+    """Each job's status in the store, when there is a store to read."""
+    settings = store_settings(args)
+    if settings is None or not job_ids:
+        return {}
+
+    async def read(store: JobStore) -> dict[str, str]:
+        found = {}
+        for job_id in job_ids:
+            row = await store.get_job(job_id, with_output=False)
+            if row is not None:
+                found[job_id] = str(row.status)
+        return found
+
+    async def session() -> dict[str, str]:
+        return await with_store(settings, read)
+
+    return run(session)
+
+
+def cmd_worktrees(args: argparse.Namespace) -> int:
+    from gateway import proc
+    from gateway.cli.common import load
+    from gateway.jobs.worktrees.gc import expire_worktrees, list_worktrees
+
+    settings = load(args, quiet=True)
+    host = proc.hostname()
+    if args.worktrees_command == "gc":
+        removed = expire_worktrees(settings, host)
+        if args.json:
+            print(json.dumps({"removed": removed}))
+        else:
+            print(f"Removed {len(removed)} worktree directories past retention "
+                  f"({settings.worktrees.retention_h:g} h); their branches stay.")
+            for path in removed:
+                print(f"  {path}")
+        return EXIT_OK
+    entries = list_worktrees(settings, host, now=time.time())
+    statuses = _statuses(args, [e.record.job_id for e in entries])
+    rows = [{**e.as_dict(), "job_status": statuses.get(e.record.job_id)} for e in entries]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    if not rows:
+        print("No job worktrees on this host.")
+    for row in rows:
+        size = "-" if row["size_bytes"] is None else f"{row['size_bytes'] / 1e6:.1f} MB"
+        print(f"{row['path']}  {row['branch']}  job {row['job_id'][:8]} "
+              f"({row['job_status'] or 'not in the store'})  {row['state']}  {size}  "
+              f"{row['age_s'] / 3600:.1f} h")
+    return EXIT_OK

@@ -1,0 +1,71 @@
+"""The `llm_job_changes` tool: what an isolated job changed, and applying or discarding it.
+
+Its own module so the tool list's one new entry costs tools.py two lines; the work itself is
+gateway.jobs.worktrees.changes, which the command line (`jobs diff|apply|discard`) shares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
+
+from mcp.types import CallToolResult, ToolAnnotations
+from pydantic import Field
+
+from gateway.jobs.worktrees import changes
+from gateway.mcp.results import job_fields, next_call, ok
+from gateway.mcp.signatures import JOB_ID
+
+if TYPE_CHECKING:
+    from gateway.jobs.manager import JobManager
+
+ToolBody = Callable[..., Awaitable[CallToolResult]]
+
+
+class _State(Protocol):
+    async def manager(self) -> JobManager: ...
+
+DEFAULT_DIFF_PAGE_BYTES = 100_000
+MAX_DIFF_PAGE_BYTES = 400_000  # like llm_job_result: the page travels twice in one message
+
+
+def change_tools(state: _State) -> list[tuple[str, ToolBody, ToolAnnotations]]:
+    """[(name, body, annotations)] like tools.job_tools."""
+
+    async def llm_job_changes(
+        job_id: JOB_ID,
+        action: Annotated[Literal["diff", "apply", "discard"], Field(
+            description="apply: into working_dir")] = "diff",
+        format: Annotated[Literal["stat", "patch"], Field(description="diff's")] = "stat",
+        offset: Annotated[int, Field(ge=0, description="next_offset")] = 0,
+        max_bytes: Annotated[int, Field(ge=1, le=MAX_DIFF_PAGE_BYTES,
+                                        description="page size")] = DEFAULT_DIFF_PAGE_BYTES,
+    ) -> CallToolResult:
+        """An isolated job's changes: diff, apply or discard them."""
+        manager = await state.manager()
+        row = await manager.get(job_id)
+        host = manager.hostname
+        fields = job_fields(row)
+        if action == "diff":
+            page = await asyncio.to_thread(changes.diff, row, host, format, offset, max_bytes)
+            data = {**fields, "action": action, "format": format, "diff": page.text,
+                    "offset": page.offset, "next_offset": page.next_offset,
+                    "total_bytes": page.total_bytes, "tip": page.tip}
+            text = page.text or "(no changes)"
+            if page.next_offset is not None:
+                data["next"] = next_call("llm_job_changes", "more diff follows", job_id=row.id,
+                                         action=action, format=format, offset=page.next_offset)
+                text += f"\n\n[More: call again with offset={page.next_offset}.]"
+            return ok(text, data)
+        if action == "apply":
+            done: dict[str, Any] = await asyncio.to_thread(changes.apply, row, host)
+            text = (f"Applied job {row.id}'s changes to {done['checkout']} as uncommitted "
+                    f"edits ({len(done['files'])} files); its worktree and branch are removed.")
+        else:
+            done = await asyncio.to_thread(changes.discard, row, host)
+            text = f"Discarded job {row.id}'s worktree and branch {done['branch']}."
+        return ok(text, {**fields, "action": action, **done, "message": text})
+
+    return [("llm_job_changes", llm_job_changes,
+             ToolAnnotations(destructive_hint=True, open_world_hint=False))]
