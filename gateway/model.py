@@ -65,6 +65,7 @@ class ErrorKind(StrEnum):
     CANCELLED = "cancelled"
     JOB_NOT_FOUND = "job_not_found"  # unknown job id asked of llm_job_*
     SETUP_ERROR = "setup_error"  # invalid config or a store that can never open: fix, restart
+    BUDGET_EXCEEDED = "budget_exceeded"  # a [budgets] limit would be passed; not retryable
 
 
 EXIT_CODES: dict[ErrorKind, int] = {
@@ -225,6 +226,36 @@ class OutputFile:
         return "".join(self.text_chunks())
 
 
+MICRO_USD = 1_000_000  # money is summed in whole micro-dollars: sums of cents stay exact
+
+
+def to_micro_usd(usd: float) -> int:
+    return round(usd * MICRO_USD)
+
+
+def from_micro_usd(micro: int) -> float:
+    return round(micro / MICRO_USD, 6)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageFigures:
+    """What a terminal write adds to the usage totals (issue 28): the figures reported (None:
+    not reported, never 0), where the cost came from, and the model to group it under
+    (None: the job's own `model` column)."""
+
+    cost_source: str  # "reported" | "estimated" | "absent"
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_creation_tokens: int | None = None
+    cost_usd: float | None = None
+
+    @property
+    def cost_micro_usd(self) -> int | None:
+        return None if self.cost_usd is None else to_micro_usd(self.cost_usd)
+
+
 @dataclass(slots=True)
 class Completion:
     """The terminal write of a run (guarded complete)."""
@@ -238,6 +269,9 @@ class Completion:
     output_bytes: int = 0
     truncated: bool = False
     result_json: str | None = None
+    # Added to the usage totals with the write (None: a job that reported no usage; it is
+    # still counted, apart) and settles the job's budget reservations (gateway/jobs/budgets.py).
+    usage: UsageFigures | None = None
 
 
 @dataclass(slots=True)

@@ -384,7 +384,7 @@ class JobManager:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
-        completion = completion_of(outcome, job.target.login_hint)
+        completion = completion_of(outcome, job.target.login_hint, job.target.model)
         # The parsed answer is in completion.result_json now; its text can be as large as
         # the output, so the outcome must not stay alive through the terminal write.
         del outcome
