@@ -150,6 +150,18 @@ class JobRow:
         return cls(**data)
 
 
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """What admitting one job holds of one budget (issue 28): `amount` (micro-USD, or 1 for a
+    job-count budget) of the current UTC `period` window, never past `limit`."""
+
+    budget: str  # the limit's config path: "daily_usd", "providers.claude.max_jobs_per_day"
+    period: str  # "day" | "month"
+    unit: str  # "usd" (micro-dollars) | "jobs"
+    amount: int
+    limit: int
+
+
 @dataclass(slots=True)
 class NewJob:
     """What admission inserts. The store stamps created_at/updated_at and lease_deadline."""
@@ -167,6 +179,9 @@ class NewJob:
     session_id: str | None = None
     request_json: str = "{}"
     forced: bool = False
+    # Held in the insert's own transaction, in this order (budgets.py sorts them): the job
+    # is admitted with all of them or not at all (BudgetExceeded).
+    reservations: tuple[Reservation, ...] = ()
 
 
 class OutputFileError(RuntimeError):
