@@ -183,7 +183,7 @@ class JobManager:
             hostname=self.hostname, boot_id=self.boot_id, working_dir=target.working_dir,
             model=target.model, session_id=request.session_id,
             request_json=stored_request(target.normalized, request.timeout_s),
-            forced=request.force_refresh,
+            forced=request.force_refresh, reservations=target.reservations,
         )
         return await self._insert_and_start(new, target, ticket, request)
 

@@ -24,6 +24,9 @@ class SubmitRequest:
     force_refresh: bool = False
     options: dict[str, Any] = field(default_factory=dict)
     correlation_id: str | None = None
+    # The most this job may cost (USD): reserved against [budgets] and passed to a CLI that
+    # can stop itself at it (claude, vibe). None: job_reservation_usd when a budget applies.
+    max_cost_usd: float | None = None
 
 
 def canonical_json(value: Any) -> str:

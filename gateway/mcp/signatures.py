@@ -15,8 +15,10 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 
+from providers.usage import REPORTS_COST
+
 COMMON_NAMES = frozenset({"prompt", "model", "working_dir", "session_id", "timeout_s",
-                          "force_refresh"})
+                          "force_refresh", "max_cost_usd"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,9 @@ def cli_common_params(default_timeout_s: float, provider: str) -> list[Param]:
                               f"{default_timeout_s:g}).")), None),
         Param("force_refresh", annotated(bool, Field(
             description="Run anew instead of reusing an identical job's answer.")), False),
+        *([Param("max_cost_usd", annotated(float | None, Field(
+            gt=0, description="Most this run may cost (USD); the CLI stops there.")), None)]
+          if provider in REPORTS_COST else []),
     ]
 
 

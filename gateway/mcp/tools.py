@@ -25,6 +25,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from gateway import __version__
+from gateway.jobs.budgets import budget_status
 from gateway.jobs.requests import SubmitRequest
 from gateway.mcp.results import (
     describe_status,
@@ -187,6 +188,7 @@ class ProviderTools:
             prompt=prompt, model=model, working_dir=values.pop("working_dir", None),
             session_id=values.pop("session_id", None), timeout_s=values.pop("timeout_s", None),
             force_refresh=bool(values.pop("force_refresh", False)),
+            max_cost_usd=values.pop("max_cost_usd", None),
             options=options_given(self.options, values))
 
     def make(self, sync: bool) -> ToolBody:
@@ -532,6 +534,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
             "listed_providers": list(state.listed_providers),
             "store_problem": manager.store_problem if manager else None,
             "jobs": manager.snapshot() if manager else None,
+            "budgets": await budget_status(settings, manager.store) if manager else None,
             "limits": settings.limits.model_dump(mode="json"),
             "lease": settings.lease.model_dump(mode="json"),
             "providers": state.versions.snapshot(),
@@ -585,6 +588,10 @@ def _status_text(data: dict[str, Any]) -> str:
             lines.append(f"  {name}: {info['path']} ({version})")
     for name, api in data["api_providers"].items():
         lines.append(f"  {name}: {api['kind']} API at {api['base_url']}")
+    for budget in data.get("budgets") or []:
+        lines.append(f"  budget {budget['budget']}: spent {budget['spent']}, reserved "
+                     f"{budget['reserved']}, left {budget['left']} of {budget['limit']} "
+                     f"{budget['unit']} (resets {budget['resets_at']})")
     return "\n".join(lines)
 
 
@@ -615,7 +622,9 @@ def request_tools(state: ServerState, name: str) -> list[Tool]:
 def build_job_tools(state: ServerState) -> list[Tool]:
     """The llm_job_* tools, list_models and gateway_status, always listed."""
     tools = []
-    for name, body, hints in job_tools(state):
+    from gateway.mcp.usage_tools import usage_tools
+
+    for name, body, hints in [*job_tools(state), *usage_tools(state)]:
         # One line: a docstring's indentation is bytes in every model's context.
         description = " ".join((body.__doc__ or "").split())
         tool = Tool.from_function(guarded(name, body), name=name, description=description,

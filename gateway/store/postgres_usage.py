@@ -9,8 +9,7 @@ from a gateway's wall clock.
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import asyncpg
+from typing import TYPE_CHECKING
 
 from gateway.model import Reservation, UsageFigures
 from gateway.store.usage import (
@@ -20,6 +19,9 @@ from gateway.store.usage import (
     GroupBy,
     UsageRow,
 )
+
+if TYPE_CHECKING:  # asyncpg is imported only by postgres.py (the postgres extra)
+    import asyncpg
 
 # to_char formats of each period's window key (the same keys as usage.WINDOW_FORMATS).
 PG_WINDOW_FORMATS = {"day": "YYYY-MM-DD", "month": "YYYY-MM"}

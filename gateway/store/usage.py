@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from gateway.model import Reservation
+from gateway.model import MICRO_USD, ErrorKind, GatewayError, Reservation
 
 __all__ = ["BudgetExceeded", "BudgetWindow", "Reservation", "UsageRow"]
 
@@ -57,15 +57,37 @@ class BudgetWindow:
     reserved: int = 0
 
 
-class BudgetExceeded(Exception):
+class BudgetExceeded(GatewayError):
     """insert_job refused the job: admitting it would pass `reservation`'s limit. Nothing was
     written (the job row and any reservation of the same transaction are rolled back).
-    `window` is the budget's window as the refusing transaction read it."""
+    `window` is the budget's window as the refusing transaction read it.
+
+    A GatewayError (`budget_exceeded`, not retryable) whose message names the budget, what
+    is left and when its window resets, so admission passes it to the caller as it is."""
 
     def __init__(self, reservation: Reservation, window: BudgetWindow) -> None:
-        super().__init__(f"budget {reservation.budget} would be exceeded")
+        super().__init__(ErrorKind.BUDGET_EXCEEDED, refusal_text(reservation, window))
         self.reservation = reservation
         self.window = window
+
+
+def _amount(unit: str, amount: int) -> str:
+    return f"${amount / MICRO_USD:.2f}" if unit == "usd" else f"{amount} job(s)"
+
+
+def refusal_text(held: Reservation, window: BudgetWindow) -> str:
+    """What a refused caller reads: which budget, what is left, when it resets (UTC)."""
+    section, _, key = held.budget.rpartition(".")
+    where = f"[budgets.{section}] {key}" if section else f"[budgets] {key}"
+    left = max(held.limit - window.spent - window.reserved, 0)
+    resets = window_resets_at(held.period, window.window_start).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (f"Budget {where} would be exceeded: this job needs {_amount(held.unit, held.amount)}"
+            f" but {_amount(held.unit, left)} is left of {_amount(held.unit, held.limit)} for "
+            f"the UTC {held.period} {window.window_start} (spent "
+            f"{_amount(held.unit, window.spent)}, reserved by running jobs "
+            f"{_amount(held.unit, window.reserved)}). It resets at {resets}. Not retryable "
+            f"before then: lower max_cost_usd, wait for running jobs to settle, or raise the "
+            f"limit in the gateway config.")
 
 
 # strftime formats of each period's window key (Python and SQLite; PostgreSQL's to_char
