@@ -54,8 +54,8 @@ def cli_common_params(default_timeout_s: float, provider: str) -> list[Param]:
                               f"{default_timeout_s:g}).")), None),
         Param("force_refresh", annotated(bool, Field(
             description="Run anew instead of reusing an identical job's answer.")), False),
-        *([Param("max_cost_usd", annotated(float | None, Field(
-            gt=0, description="Most this run may cost (USD); the CLI stops there.")), None)]
+        # Lean: every byte is in each model's context (docs/tools.md has the rest).
+        *([Param("max_cost_usd", annotated(float | None, Field(description="USD cap")), None)]
           if provider in REPORTS_COST else []),
     ]
 

@@ -74,7 +74,7 @@ MAX_LIST_LIMIT = 200
 STATUS_READY_WAIT_S = 10.0
 PROGRESS_STEP = 0.001  # progress values must strictly increase between notifications
 
-JOB_ID = Annotated[str, Field(description="The job id a request tool returned.")]
+JOB_ID = Annotated[str, Field(description="A request tool's job_id.")]
 
 
 @dataclass(slots=True)
@@ -453,10 +453,9 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         status: Annotated[Literal["queued", "running", "completed", "failed", "cancelled",
                                   "timed_out", "orphaned"] | None,
                           Field(description="Only jobs with this status.")] = None,
-        provider: Annotated[str | None, Field(description="Only jobs of this provider "
-                                              "(e.g. 'claude').")] = None,
+        provider: Annotated[str | None, Field(description="Only jobs of this provider.")] = None,
         limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="At most this many "
-                                    "jobs, newest first.")] = DEFAULT_LIST_LIMIT,
+                                    "jobs.")] = DEFAULT_LIST_LIMIT,
     ) -> CallToolResult:
         """Recent jobs, newest first, optionally filtered by status and provider."""
         manager = await state.manager()
@@ -467,8 +466,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         return ok(text, {"jobs": jobs, "count": len(jobs)})
 
     async def list_models(
-        provider: Annotated[str | None, Field(description="Only this provider (a CLI "
-                                              "provider or a configured API provider).")] = None,
+        provider: Annotated[str | None, Field(description="Only this provider.")] = None,
     ) -> CallToolResult:
         """The model names each provider knows and its configured default model."""
         from providers.registry import CLI_PROVIDERS

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
@@ -23,20 +23,19 @@ class ManagerSource(Protocol):
 
     async def manager(self) -> JobManager: ...
 
-DAY = "UTC day: YYYY-MM-DD, 'today' or 'Nd' (last N days)."
-
 
 def usage_tools(state: ManagerSource) -> list[tuple[str, ToolBody, ToolAnnotations]]:
     async def llm_usage(
-        group_by: Annotated[Literal["provider", "model", "day"],
-                            Field(description="How to group the totals.")] = "provider",
-        since: Annotated[str | None, Field(description=f"First {DAY}")] = None,
-        until: Annotated[str | None, Field(description=f"Last {DAY}")] = None,
+        group_by: Annotated[str | None, Field(
+            description="provider, model or day")] = None,
+        since: Annotated[str | None, Field(description="First UTC day")] = None,
+        until: Annotated[str | None, Field(description="Last UTC day")] = None,
     ) -> CallToolResult:
-        """Tokens and cost of all jobs in the store (every gateway sharing it), per
-        provider, model or day; cost_source says reported, estimated, absent or mixed."""
+        """Usage totals of all jobs."""
+        # Lean on purpose: every byte of the listing is in each model's context
+        # (tests/server/test_listing.py); docs/tools.md and the invalid_input message say more.
         manager = await state.manager()
-        report = await usage_report(manager.store, group_by, since, until)
+        report = await usage_report(manager.store, group_by or "provider", since, until)
         return ok(usage_table(report), report)
 
     return [("llm_usage", llm_usage, ToolAnnotations(read_only_hint=True,

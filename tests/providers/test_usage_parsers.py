@@ -133,3 +133,22 @@ def test_usage_figures_are_none_for_a_job_that_reported_nothing() -> None:
     figures = usage_figures({"input_tokens": 3, "cost_source": "absent"}, "m")
     assert figures is not None
     assert (figures.input_tokens, figures.cost_usd, figures.cost_micro_usd) == (3, None, None)
+
+
+def test_a_cost_cap_reaches_claude_and_vibe_as_their_own_flags() -> None:
+    from argv_cases import load_fakecli
+
+    from providers.base import ProviderRequest
+    from providers.common import usd_arg
+
+    flags = load_fakecli().FLAGS
+    capped = ProviderRequest(prompt="x", max_cost_usd=0.25)
+    argv = CLI_PROVIDERS["claude"].build_invocation(capped, "claude").argv
+    assert argv[argv.index("--max-budget-usd") + 1] == "0.25"
+    assert flags["claude"]["--max-budget-usd"] == 1  # the real CLI's flag, taking a value
+    argv = CLI_PROVIDERS["mistral"].build_invocation(capped, "vibe").argv
+    assert argv[argv.index("--max-price") + 1] == "0.25" and flags["vibe"]["--max-price"] == 1
+    uncapped = ProviderRequest(prompt="x")
+    assert "--max-budget-usd" not in CLI_PROVIDERS["claude"].build_invocation(
+        uncapped, "claude").argv
+    assert usd_arg(1.5) == "1.5" and usd_arg(0.0000012) == "0.000001" and usd_arg(3) == "3"
