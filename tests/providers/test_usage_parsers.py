@@ -58,6 +58,10 @@ CASES: list[tuple[str, str, dict[str, Any], str | None, dict[str, Any]]] = [
     ("gemini-0.61.0.json", "gemini", {"output_format": "json"}, "unpriced-model", {
         "input_tokens": 9130, "output_tokens": 257, "cache_read_tokens": 4096,
         "cost_source": "absent", "billing": "unknown"}),
+    ("agy-1.1.12.json", "gemini", {"output_format": "json"}, "gemini-2.5-flash", {
+        "input_tokens": 5120, "output_tokens": 88, "cost_usd": 0.001756,
+        "cost_source": "estimated", "billing": "unknown",
+        "price_table_version": PRICE_TABLE_VERSION}),
     ("vibe-2.24.1.json", "mistral", {"output": "json"}, None,
      {"cost_source": "absent", "billing": "unknown"}),
     ("grok-1.0.3.json", "grok", {"output_format": "json"}, None,
