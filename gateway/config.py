@@ -192,6 +192,24 @@ class ApiProviderConfig(_Section):
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
 
 
+class ProviderBudgetConfig(_Section):
+    """`[budgets.providers.<name>]`: one provider's limits (unset: none)."""
+
+    daily_usd: float | None = Field(default=None, ge=0)
+    monthly_usd: float | None = Field(default=None, ge=0)
+    max_jobs_per_day: int | None = Field(default=None, ge=0)
+
+
+class BudgetsConfig(_Section):
+    """`[budgets]`: spend limits over UTC days and months (issue 28; gateway/jobs/budgets.py).
+    All unset: no limit, and admission reserves nothing."""
+
+    daily_usd: float | None = Field(default=None, ge=0)
+    monthly_usd: float | None = Field(default=None, ge=0)
+    job_reservation_usd: float | None = Field(default=None, gt=0)
+    providers: dict[str, ProviderBudgetConfig] = Field(default_factory=dict)
+
+
 def _default_providers() -> dict[str, ProviderConfig]:
     return {name: ProviderConfig() for name in PROVIDER_NAMES}
 
@@ -207,6 +225,7 @@ class Settings(_Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     providers: dict[str, ProviderConfig] = Field(default_factory=_default_providers)
     api_providers: dict[str, ApiProviderConfig] = Field(default_factory=dict)
+    budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
 
     @model_validator(mode="after")
     def _known_providers(self) -> Settings:
@@ -222,6 +241,10 @@ class Settings(_Section):
         clash = sorted(set(self.api_providers) & set(PROVIDER_NAMES))
         if clash:
             raise ValueError(f"api_providers {clash} clash with CLI provider names; rename them")
+        stray = sorted(set(self.budgets.providers) - set(PROVIDER_NAMES) - set(self.api_providers))
+        if stray:
+            raise ValueError(f"[budgets.providers.<name>] names no provider: {stray}; use one of "
+                             f"{[*PROVIDER_NAMES, *self.api_providers]}")
         return self
 
     @property

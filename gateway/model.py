@@ -66,6 +66,7 @@ class ErrorKind(StrEnum):
     JOB_NOT_FOUND = "job_not_found"  # unknown job id asked of llm_job_*
     SETUP_ERROR = "setup_error"  # invalid config or a store that can never open: fix, restart
     WORKTREE_ERROR = "worktree_error"  # an isolated job's worktree could not be made (#27)
+    BUDGET_EXCEEDED = "budget_exceeded"  # a [budgets] limit would be passed; not retryable
 
 
 EXIT_CODES: dict[ErrorKind, int] = {
@@ -150,6 +151,18 @@ class JobRow:
         return cls(**data)
 
 
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """What admitting one job holds of one budget (issue 28): `amount` (micro-USD, or 1 for a
+    job-count budget) of the current UTC `period` window, never past `limit`."""
+
+    budget: str  # the limit's config path: "daily_usd", "providers.claude.max_jobs_per_day"
+    period: str  # "day" | "month"
+    unit: str  # "usd" (micro-dollars) | "jobs"
+    amount: int
+    limit: int
+
+
 @dataclass(slots=True)
 class NewJob:
     """What admission inserts. The store stamps created_at/updated_at and lease_deadline."""
@@ -167,6 +180,9 @@ class NewJob:
     session_id: str | None = None
     request_json: str = "{}"
     forced: bool = False
+    # Held in the insert's own transaction, in this order (budgets.py sorts them): the job
+    # is admitted with all of them or not at all (BudgetExceeded).
+    reservations: tuple[Reservation, ...] = ()
 
 
 class OutputFileError(RuntimeError):
@@ -226,6 +242,36 @@ class OutputFile:
         return "".join(self.text_chunks())
 
 
+MICRO_USD = 1_000_000  # money is summed in whole micro-dollars: sums of cents stay exact
+
+
+def to_micro_usd(usd: float) -> int:
+    return round(usd * MICRO_USD)
+
+
+def from_micro_usd(micro: int) -> float:
+    return round(micro / MICRO_USD, 6)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageFigures:
+    """What a terminal write adds to the usage totals (issue 28): the figures reported (None:
+    not reported, never 0), where the cost came from, and the model to group it under
+    (None: the job's own `model` column)."""
+
+    cost_source: str  # "reported" | "estimated" | "absent"
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_creation_tokens: int | None = None
+    cost_usd: float | None = None
+
+    @property
+    def cost_micro_usd(self) -> int | None:
+        return None if self.cost_usd is None else to_micro_usd(self.cost_usd)
+
+
 @dataclass(slots=True)
 class Completion:
     """The terminal write of a run (guarded complete)."""
@@ -239,6 +285,9 @@ class Completion:
     output_bytes: int = 0
     truncated: bool = False
     result_json: str | None = None
+    # Added to the usage totals with the write (None: a job that reported no usage; it is
+    # still counted, apart) and settles the job's budget reservations (gateway/jobs/budgets.py).
+    usage: UsageFigures | None = None
 
 
 @dataclass(slots=True)

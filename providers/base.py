@@ -44,6 +44,9 @@ class ProviderRequest:
     working_dir: str | None = None
     session_id: str | None = None  # the native session to resume (None: a fresh one)
     options: ProviderOptions | None = None
+    # The most this run may cost (USD): the caller's max_cost_usd or a budget's reservation,
+    # passed to a CLI that can stop itself at it (claude --max-budget-usd, vibe --max-price).
+    max_cost_usd: float | None = None
 
 
 @dataclass(slots=True)
@@ -62,8 +65,13 @@ class Usage:
     cache_read_tokens: int | None = None
     cache_creation_tokens: int | None = None
     cost_usd: float | None = None
+    # Who pays, where the CLI says so ("api" | "subscription"); None: it did not say.
+    billing: str | None = None
+    # Per-model figures where the CLI breaks them down (claude's modelUsage), as it named them.
+    models: dict[str, dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        """The figures the CLI reported (absent ones left out, never 0)."""
         names = ("input_tokens", "output_tokens", "cache_read_tokens",
                  "cache_creation_tokens", "cost_usd")
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}

@@ -32,6 +32,7 @@ from providers.common import (
     finish,
     options_as,
     start_checks,
+    usd_arg,
 )
 from providers.parsing import Stdout
 from providers.result_events import has_auth_error_event, parse_claude_style
@@ -95,6 +96,9 @@ class ClaudeProvider(CliProvider):
             argv += ["--permission-mode", options.permission_mode]
         for directory in options.add_dirs:
             argv += ["--add-dir", directory]
+        if request.max_cost_usd is not None:
+            # The CLI stops itself at this figure (its estimate on a subscription login too).
+            argv += ["--max-budget-usd", usd_arg(request.max_cost_usd)]
         if request.session_id:
             argv += ["--resume", request.session_id]
         argv += extra

@@ -79,3 +79,8 @@ def finish(argv: list[str], env: dict[str, str] | None = None,
 def stdout_answer(exit_code: int | None) -> ProviderResult:
     """A run whose answer is its stdout as plain text (see ProviderResult.answer_is_stdout)."""
     return ProviderResult(text="", is_error=failed(exit_code), answer_is_stdout=True)
+
+
+def usd_arg(amount: float) -> str:
+    """A dollar amount as a CLI flag value: plain decimal, never an exponent ("1e-07")."""
+    return f"{amount:.6f}".rstrip("0").rstrip(".") or "0"

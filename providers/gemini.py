@@ -181,7 +181,14 @@ def _usage(document: Mapping[str, Any]) -> Usage | None:
                     setattr(usage, field, (getattr(usage, field) or 0) + value)
     raw = document.get("usage")
     if isinstance(raw, Mapping):
-        usage.input_tokens = as_int(raw.get("input_tokens")) or as_int(raw.get("prompt_tokens"))
-        usage.output_tokens = (as_int(raw.get("output_tokens"))
-                               or as_int(raw.get("completion_tokens")))
+        # A reported 0 is a figure: only a missing one falls through to the other name.
+        usage.input_tokens = _first_int(raw, "input_tokens", "prompt_tokens")
+        usage.output_tokens = _first_int(raw, "output_tokens", "completion_tokens")
     return usage if usage.as_dict() else None
+
+
+def _first_int(raw: Mapping[str, Any], *names: str) -> int | None:
+    for name in names:
+        if (value := as_int(raw.get(name))) is not None:
+            return value
+    return None

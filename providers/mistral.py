@@ -8,8 +8,11 @@ one `--prompt=<prompt>` element.
 Output: `text` is the last assistant message; `json` is the whole history as a JSON array
 printed at the end; `streaming` prints one JSON history entry per line. Entries are
 `{"type": "message", "role": ..., "content": [{"type": "text", "text": ...}]}`. No
-session id is printed. Vibe prints nothing until it exits (AT_EXIT). Without an API key it
-exits 1 with "Missing MISTRAL_API_KEY environment variable ... run `vibe --setup`".
+session id is printed. Usage is vibe's session `stats` (`session_prompt_tokens`,
+`session_completion_tokens`, `session_cost`, as in its session `meta.json`), read wherever
+a printed object carries it; a run that printed none has no usage. Vibe prints nothing
+until it exits (AT_EXIT). Without an API key it exits 1 with
+"Missing MISTRAL_API_KEY environment variable ... run `vibe --setup`".
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from providers.base import (
     ProviderOptions,
     ProviderRequest,
     ProviderResult,
+    Usage,
     failed,
 )
 from providers.common import (
@@ -35,8 +39,9 @@ from providers.common import (
     options_as,
     start_checks,
     stdout_answer,
+    usd_arg,
 )
-from providers.parsing import Stdout, as_str
+from providers.parsing import Stdout, as_float, as_int, as_str
 
 MODEL_ENV = "VIBE_ACTIVE_MODEL"  # vibe reads any config field from VIBE_<FIELD>
 AUTH_FAILURE = re.compile(
@@ -95,6 +100,8 @@ class MistralProvider(CliProvider):
             argv += ["--agent", options.agent]
         if options.trust_workspace:
             argv.append("--trust")
+        if request.max_cost_usd is not None:
+            argv += ["--max-price", usd_arg(request.max_cost_usd)]
         if request.session_id:
             argv += ["--resume", request.session_id]
         argv += extra
@@ -104,17 +111,23 @@ class MistralProvider(CliProvider):
 
     def parse_stream(self, stdout: Stdout, stderr: bytes, exit_code: int | None,
                      options: ProviderOptions | None = None) -> ProviderResult:
-        entries = (e for e in stdout.json_objects() if "role" in e or "content" in e)
+        stats: list[Usage] = []
+        entries = (e for e in _noting_stats(stdout.json_objects(), stats)
+                   if "role" in e or "content" in e)
         seen, answer = _last_assistant_text(entries)
         if not seen:
             document = stdout.json_document()
             if isinstance(document, Mapping):
+                stats += [u for u in (session_usage(document),) if u is not None]
                 document = document.get("history")
             if isinstance(document, list):
                 answer = _last_assistant_text(document)[1]
+        usage = stats[-1] if stats else None
         if answer is None:
-            return stdout_answer(exit_code)
-        return ProviderResult(text=answer, is_error=failed(exit_code))
+            result = stdout_answer(exit_code)
+            result.usage = usage
+            return result
+        return ProviderResult(text=answer, is_error=failed(exit_code), usage=usage)
 
 
 def _entry_text(entry: Mapping[str, Any]) -> str:
@@ -137,3 +150,24 @@ def _last_assistant_text(entries: Iterable[Any]) -> tuple[bool, str | None]:
         if isinstance(entry, Mapping) and entry.get("role") == "assistant":
             answer = _entry_text(entry) or answer
     return seen, answer
+
+
+def session_usage(meta: Mapping[str, Any]) -> Usage | None:
+    """Usage from vibe's session stats (a `meta.json`, or a printed object with `stats`):
+    `session_prompt_tokens`, `session_completion_tokens`, `session_cost`. None without any."""
+    stats = meta.get("stats")
+    if not isinstance(stats, Mapping):
+        return None
+    usage = Usage(input_tokens=as_int(stats.get("session_prompt_tokens")),
+                  output_tokens=as_int(stats.get("session_completion_tokens")),
+                  cost_usd=as_float(stats.get("session_cost")))
+    return usage if usage.as_dict() else None
+
+
+def _noting_stats(objects: Iterable[Mapping[str, Any]],
+                  found: list[Usage]) -> Iterable[Mapping[str, Any]]:
+    """`objects` unchanged, appending the usage of each that carries session stats."""
+    for item in objects:
+        if (usage := session_usage(item)) is not None:
+            found.append(usage)
+        yield item

@@ -40,6 +40,33 @@ def usage_from(raw: Any, cost: Any = None) -> Usage | None:
     return usage if usage.as_dict() else None
 
 
+# claude's `apiKeySource` in its `system/init` event: "none" is a claude.ai login (a Pro or
+# Max subscription), any key source is API billing.
+SUBSCRIPTION_KEY_SOURCE = "none"
+
+
+def billing_of(init: Mapping[str, Any]) -> str | None:
+    """"subscription" | "api" from a claude init event; None when it does not say."""
+    source = as_str(init.get("apiKeySource"))
+    if source is None:
+        return None
+    return "subscription" if source == SUBSCRIPTION_KEY_SOURCE else "api"
+
+
+def models_from(raw: Any) -> dict[str, dict[str, Any]] | None:
+    """claude's per-model `modelUsage` as usage objects of our names (figures it reported
+    only); None when there is none."""
+    if not isinstance(raw, Mapping):
+        return None
+    models: dict[str, dict[str, Any]] = {}
+    for name, figures in raw.items():
+        usage = usage_from(figures, figures.get("costUSD") if isinstance(figures, Mapping)
+                           else None)
+        if usage is not None:
+            models[str(name)] = usage.as_dict()
+    return models or None
+
+
 def _message_text(event: Mapping[str, Any]) -> str:
     message = event.get("message")
     content = message.get("content") if isinstance(message, Mapping) else None
@@ -69,6 +96,7 @@ class ClaudeStyleRun:
         self.session_id: str | None = None
         self.model: str | None = None  # from the first `system` event that names one
         self.result: Mapping[str, Any] | None = None  # the last `result` event
+        self.billing: str | None = None  # from the init event's apiKeySource
         self.messages: list[str] = []  # whole assistant messages
         self.deltas: list[str] = []  # streamed text deltas, while there is no whole message
 
@@ -87,8 +115,10 @@ class ClaudeStyleRun:
                            or self.session_id)
         if kind == "result":
             self.result = event
-        elif kind == "system" and self.model is None and as_str(event.get("model")):
-            self.model = str(event["model"])
+        elif kind == "system":
+            self.billing = billing_of(event) or self.billing
+            if self.model is None and as_str(event.get("model")):
+                self.model = str(event["model"])
         elif kind == "assistant" and (text := _message_text(event)):
             self.messages.append(text)
             self.deltas.clear()  # whole messages are the answer: the deltas are not needed
@@ -134,10 +164,13 @@ class ClaudeStyleRun:
             model = str(next(iter(model_usage)))
         if model:
             extra["model"] = model
+        usage = usage_from(result.get("usage"), result.get("total_cost_usd"))
+        if usage is not None:
+            usage.billing = self.billing
+            usage.models = models_from(model_usage)
         return ProviderResult(
             text=text, session_id=as_str(result.get("session_id")) or self.session_id,
-            usage=usage_from(result.get("usage"), result.get("total_cost_usd")),
-            is_error=is_error, extra=extra,
+            usage=usage, is_error=is_error, extra=extra,
         )
 
 

@@ -86,3 +86,12 @@ def test_store_bench_runs_on_postgres_and_shows_the_reapers_index(
         assert reaper["rows"] == 300
         assert reaper["orphaned_per_sweep"] == [3]
         assert reaper["index_used"] is True, reaper["plans"]
+
+
+def test_usage_bench_runs_over_a_seeded_rollup(tmp_path: Path) -> None:
+    usage_bench = _load("usage_bench")
+    results = asyncio.run(usage_bench.bench_usage("sqlite", tmp_path, None, jobs=200,
+                                                  floor_jobs=20, reps=1))
+    assert results["provider_groups"] == 7 and results["model_groups"] == 6
+    assert results["worst_ms"] > 0 and "met" in results
+    json.dumps(results)

@@ -24,25 +24,38 @@ EXAMPLE = REPO / "config.example.toml"
 TEMPLATE = "<name>"  # how docs and tests spell the variable part of [providers.<name>]
 
 
+def _table_of_sections(annotation: Any) -> type[BaseModel] | None:
+    """The section type of a `dict[str, Section]` field, else None."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is dict and isinstance(args[1], type) and issubclass(args[1], BaseModel):
+        return args[1]
+    return None
+
+
 def model_sections() -> dict[str, type[BaseModel]]:
-    """'persistence' -> PersistenceConfig ..., 'providers.<name>' -> ProviderConfig ..."""
+    """'persistence' -> PersistenceConfig ..., 'providers.<name>' -> ProviderConfig ...,
+    and a section's own table of sections: 'budgets.providers.<name>'."""
     sections: dict[str, type[BaseModel]] = {}
     for name, field in Settings.model_fields.items():
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             sections[name] = annotation
+            for inner, inner_field in annotation.model_fields.items():
+                if (table := _table_of_sections(inner_field.annotation)) is not None:
+                    sections[f"{name}.{inner}.{TEMPLATE}"] = table
             continue
-        origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-        if origin is dict and isinstance(args[1], type) and issubclass(args[1], BaseModel):
-            sections[f"{name}.{TEMPLATE}"] = args[1]
+        if (table := _table_of_sections(annotation)) is not None:
+            sections[f"{name}.{TEMPLATE}"] = table
             continue
         raise AssertionError(f"Settings.{name} is neither a section nor a table of sections")
     return sections
 
 
 def model_keys() -> dict[str, set[str]]:
-    """Each section's keys as a file spells them: a field's alias when it has one."""
-    return {section: {field.alias or name for name, field in model.model_fields.items()}
+    """Each section's keys as a file spells them (a field's alias when it has one; a table of
+    sections inside one is a section of its own)."""
+    return {section: {field.alias or key for key, field in model.model_fields.items()
+                      if _table_of_sections(field.annotation) is None}
             for section, model in model_sections().items()}
 
 
@@ -79,7 +92,7 @@ def documented_default(field: FieldInfo) -> str:
 
 # -- parsing the docs and the example ---------------------------------------------------
 
-_HEADING = re.compile(r"^## `\[(?P<section>[a-z_]+(?:\.<name>)?)\]`")
+_HEADING = re.compile(r"^## `\[(?P<section>[a-z_]+(?:\.providers)?(?:\.<name>)?)\]`")
 _ROW = re.compile(r"^\| `(?P<key>[a-z_]+)` \| (?P<default>[^|]+?) \| `(?P<env>[A-Z_<>]+)` \|")
 
 
@@ -102,7 +115,8 @@ def docs_rows() -> dict[str, dict[str, tuple[str, str]]]:
     return rows
 
 
-_EXAMPLE_SECTION = re.compile(r"^(?:# )?\[(?P<section>[a-z_]+)(?:\.(?P<name>[a-z_]+))?\]\s*$")
+_EXAMPLE_SECTION = re.compile(
+    r"^(?:# )?\[(?P<section>[a-z_]+(?:\.providers)?)(?:\.(?P<name>[a-z_]+))?\]\s*$")
 _EXAMPLE_KEY = re.compile(r"^(?:# )?(?P<key>[a-z_]+) = \S")
 
 
@@ -131,7 +145,8 @@ def example_keys() -> dict[str, set[str]]:
 def test_the_model_walk_finds_every_section() -> None:
     assert set(model_sections()) == {"persistence", "lease", "limits", "http", "worktrees",
                                      "logging",
-                                     "providers.<name>", "api_providers.<name>"}
+                                     "providers.<name>", "api_providers.<name>", "budgets",
+                                     "budgets.providers.<name>"}
 
 
 def test_the_docs_document_exactly_the_sections_of_the_model() -> None:

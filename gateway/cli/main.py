@@ -179,6 +179,18 @@ def build_parser() -> argparse.ArgumentParser:
     instances.add_argument("--json", action="store_true", help="print them as JSON")
     instances.set_defaults(handler=_lazy("gateway.cli.instances", "cmd_instances"))
 
+    usage = commands.add_parser(
+        "usage", parents=[common], help="tokens and cost of every job in the store",
+        description="Usage totals of every job in the store (any gateway sharing it), "
+                    "per provider, model or UTC day; --by day draws a bar per day.")
+    usage.add_argument("--by", choices=("provider", "model", "day"), default="provider",
+                       help="how to group (default: provider)")
+    usage.add_argument("--since", metavar="DAY",
+                       help="first UTC day: YYYY-MM-DD, 'today' or Nd (the last N days)")
+    usage.add_argument("--until", metavar="DAY", help="last UTC day (default: today)")
+    usage.add_argument("--json", action="store_true", help="print the totals as JSON")
+    usage.set_defaults(handler=_lazy("gateway.cli.usage", "cmd_usage"))
+
     jobs = commands.add_parser("jobs", parents=[common], help="inspect, follow and cancel jobs",
                                description="A job id may be given as any unique prefix.")
     jobs_commands = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)

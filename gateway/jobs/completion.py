@@ -7,14 +7,17 @@ from typing import Any
 
 from gateway.jobs.execution import ExecutionOutcome
 from gateway.jobs.requests import canonical_json
-from gateway.model import Completion, ErrorKind, JobStatus
+from gateway.model import Completion, ErrorKind, JobStatus, UsageFigures
+from providers.usage import has_figures, usage_record
 
 
-def completion_of(outcome: ExecutionOutcome, login_hint: str) -> Completion:
+def completion_of(outcome: ExecutionOutcome, login_hint: str,
+                  model: str | None = None) -> Completion:
     """The terminal write a finished run asks for: its status and error kind from how it
     ended (and what the provider said), and the answer stored once, as a range of the
     output when it is one. `login_hint` becomes the error of a run the CLI refused as not
-    logged in."""
+    logged in. `model` is what the job asked for: the one an estimate prices when the CLI
+    did not name the model it ran."""
     result = outcome.result
     kind = outcome.error_kind
     error = outcome.error
@@ -32,14 +35,19 @@ def completion_of(outcome: ExecutionOutcome, login_hint: str) -> Completion:
         kind = ErrorKind.AUTH
         error = f"{login_hint} ({error})" if error else login_hint
     result_json = None
+    usage: UsageFigures | None = None
     if result is not None:
+        ran = result.extra.get("model")
+        ran_model = ran if isinstance(ran, str) and ran else model
+        record = usage_record(result.usage, ran_model)
+        usage = usage_figures(record, ran_model)
         # An answer that is (a range of) the output is stored as that range, not as a
         # second copy: read_output resolves `text_span` against `output`.
         answer: dict[str, Any] = ({"text": result.text} if outcome.answer_span is None
                                   else {"text_span": list(outcome.answer_span)})
         result_json = canonical_json({
             **answer, "session_id": result.session_id,
-            "usage": result.usage.as_dict() if result.usage else None,
+            "usage": record,
             "is_error": result.is_error, "extra": result.extra,
             "duration_s": round(outcome.duration_s, 3),
         })
@@ -49,4 +57,16 @@ def completion_of(outcome: ExecutionOutcome, login_hint: str) -> Completion:
     return Completion(status=status, exit_code=outcome.exit_code, error=error,
                       error_kind=kind, output=outcome.output, stderr_tail=outcome.stderr_tail,
                       output_bytes=outcome.output_bytes, truncated=outcome.truncated,
-                      result_json=result_json)
+                      result_json=result_json, usage=usage)
+
+
+def usage_figures(record: dict[str, Any], model: str | None) -> UsageFigures | None:
+    """The totals' share of a stored usage object; None when it holds no figure at all."""
+    if not has_figures(record):
+        return None
+    return UsageFigures(
+        cost_source=str(record.get("cost_source", "absent")), model=model,
+        input_tokens=record.get("input_tokens"), output_tokens=record.get("output_tokens"),
+        cache_read_tokens=record.get("cache_read_tokens"),
+        cache_creation_tokens=record.get("cache_creation_tokens"),
+        cost_usd=record.get("cost_usd"))

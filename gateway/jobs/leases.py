@@ -239,7 +239,7 @@ class LeaseKeeper:
 
     async def sweep_once(self) -> list[JobRow]:
         """One reaper pass: orphan jobs whose lease (their own and their owner's) lapsed,
-        then GC and purge."""
+        then GC, release the budget reservations of ended jobs, and purge."""
         if self.skip_next_sweep:
             self.skip_next_sweep = False
             log.info("sweep skipped after a late heartbeat", action="sweep")
@@ -263,6 +263,8 @@ class LeaseKeeper:
             log.warning("job orphaned: its owner's lease expired", action="recover_expired_leases",
                         job_id=row.id, owner_instance=row.owner_instance, provider=row.provider)
         await self.store.gc_instances(self.lease.instance_gc_s)
+        # What orphaned jobs still hold of a budget goes back (each reservation exactly once).
+        await self.store.release_reservations()
         now = time.monotonic()
         if now - self._last_purge >= PURGE_INTERVAL_S:
             self._last_purge = now

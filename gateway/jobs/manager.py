@@ -183,7 +183,7 @@ class JobManager:
             model=target.model, session_id=request.session_id,
             request_json=stored_request(target.normalized, request.timeout_s,
                                         target.worktree.as_dict() if target.worktree else None),
-            forced=request.force_refresh,
+            forced=request.force_refresh, reservations=target.reservations,
         )
         return await self._insert_and_start(new, target, ticket, request)
 
@@ -384,7 +384,7 @@ class JobManager:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
-        completion = completion_of(outcome, job.target.login_hint)
+        completion = completion_of(outcome, job.target.login_hint, job.target.model)
         # The parsed answer is in completion.result_json now; its text can be as large as
         # the output, so the outcome must not stay alive through the terminal write.
         del outcome

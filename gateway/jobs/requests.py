@@ -28,6 +28,9 @@ class SubmitRequest:
     # "worktree" runs it in a git worktree of its own made from base_ref (None: HEAD).
     isolation: str | None = None
     base_ref: str | None = None
+    # The most this job may cost (USD): reserved against [budgets] and passed to a CLI that
+    # can stop itself at it (claude, vibe). None: job_reservation_usd when a budget applies.
+    max_cost_usd: float | None = None
 
 
 def canonical_json(value: Any) -> str:

@@ -14,9 +14,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from gateway.config import MAX_TIMEOUT_S, ApiProviderConfig, Settings
+from gateway.jobs.budgets import plan
 from gateway.jobs.requests import TIMEOUT_KEY, SubmitRequest
 from gateway.jobs.worktrees.create import Repository, WorktreePlan, inspect_repository, plan_of
-from gateway.model import ErrorKind, GatewayError
+from gateway.model import ErrorKind, GatewayError, Reservation
 from providers.base import (
     CliProvider,
     InvalidRequest,
@@ -48,6 +49,8 @@ class Target:
     # http transport
     api_config: ApiProviderConfig | None = None
     api_request: Any = None
+    # what admitting it reserves of [budgets], in their fixed order (budgets.plan)
+    reservations: tuple[Reservation, ...] = ()
 
 
 def _invalid(message: str) -> GatewayError:
@@ -102,6 +105,14 @@ def _check_timeout(timeout_s: float | None) -> None:
         raise _invalid(f"timeout_s must be a positive number of seconds, at most "
                        f"{MAX_TIMEOUT_S} (one week); got {timeout_s!r}. Omit it for the "
                        f"default (limits.default_timeout_s).")
+
+
+def _check_cost(max_cost_usd: float | None) -> float | None:
+    # `not (x > 0)` also refuses NaN; infinity is no cap at all.
+    if max_cost_usd is not None and not 0 < max_cost_usd < float("inf"):
+        raise _invalid(f"max_cost_usd must be a positive number of US dollars; got "
+                       f"{max_cost_usd!r}. Omit it for the configured reservation.")
+    return max_cost_usd
 
 
 def _check_working_dir(working_dir: str | None) -> str | None:
@@ -172,8 +183,10 @@ def resolve_target(settings: Settings, provider: str, request: SubmitRequest) ->
     except ValidationError as exc:
         raise _invalid(f"invalid {provider} options: {_pydantic_problem(exc)}") from None
     model = request.model or config.default_model
+    budget = plan(settings, provider, _check_cost(request.max_cost_usd))
     preq = ProviderRequest(prompt=prompt, model=model, working_dir=working_dir,
-                           session_id=request.session_id, options=options)
+                           session_id=request.session_id, options=options,
+                           max_cost_usd=budget.cap_usd)
     command = resolve_command(provider, config.command, os.environ.get("PATH", ""))
     if command is None:
         raise GatewayError(ErrorKind.NOT_FOUND,
@@ -184,7 +197,7 @@ def resolve_target(settings: Settings, provider: str, request: SubmitRequest) ->
     except InvalidRequest as exc:
         raise _invalid(str(exc)) from None
     invocation.env = {**config.env, **invocation.env}
-    normalized = {
+    normalized: dict[str, Any] = {
         "provider": provider,
         "prompt": prompt,
         "model": model,
@@ -195,11 +208,14 @@ def resolve_target(settings: Settings, provider: str, request: SubmitRequest) ->
     if repository is not None:  # only then: the request keys of other jobs stay as they were
         normalized.update(isolation="worktree", base_ref=request.base_ref or "HEAD",
                           base_sha=repository.base_sha)
+    if request.max_cost_usd is not None:  # a different cap is a different request
+        normalized["max_cost_usd"] = request.max_cost_usd
     _check_request_size(normalized, settings)
     return Target(provider=provider, transport="process", normalized=normalized, model=model,
                   working_dir=working_dir, login_hint=adapter.login_hint,
                   install_hint=adapter.install_hint, adapter=adapter, invocation=invocation,
                   provider_request=preq, repository=repository,
+                  reservations=budget.reservations,
                   idle_timeout=adapter.output_discipline(options) == OutputDiscipline.STREAMS)
 
 
@@ -224,6 +240,7 @@ def _http_target(settings: Settings, provider: str, request: SubmitRequest) -> T
         raise _invalid(str(exc)) from None
     _check_request_size(normalized, settings)
     return Target(provider=provider, transport="http", normalized=normalized,
+                  reservations=plan(settings, provider, None).reservations,
                   model=normalized.get("model"), working_dir=None,
                   login_hint=f"Check the API key in the environment variable "
                              f"{config.api_key_env} and retry." if config.api_key_env else "",
@@ -245,13 +262,15 @@ def request_of_row(request_json: str) -> tuple[str | None, SubmitRequest]:
         options["messages"] = normalized.get("messages")
         return normalized.get("provider"), SubmitRequest(
             model=normalized.get("model"), options=options, timeout_s=timeout_s)
+    cap = normalized.get("max_cost_usd")
     return normalized.get("provider"), SubmitRequest(
         prompt=normalized.get("prompt"), model=normalized.get("model"),
         working_dir=normalized.get("working_dir"), session_id=normalized.get("session_id"),
         options=dict(normalized.get("options") or {}), timeout_s=timeout_s,
         isolation=normalized.get("isolation") or "none",
         # the commit it was admitted with, not the ref: a re-queued run starts from it too
-        base_ref=normalized.get("base_sha") if normalized.get("isolation") else None)
+        base_ref=normalized.get("base_sha") if normalized.get("isolation") else None,
+        max_cost_usd=float(cap) if isinstance(cap, (int, float)) else None)
 
 
 def target_for_row(settings: Settings, provider: str, request_json: str) -> Target:

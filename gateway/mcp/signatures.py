@@ -15,8 +15,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 
+from providers.usage import REPORTS_COST
+
 COMMON_NAMES = frozenset({"prompt", "model", "working_dir", "session_id", "timeout_s",
-                          "force_refresh", "isolation", "base_ref"})
+                          "force_refresh", "isolation", "base_ref", "max_cost_usd"})
 
 JOB_ID = Annotated[str, Field(description="The job's id.")]
 
@@ -58,6 +60,9 @@ def cli_common_params(default_timeout_s: float, provider: str) -> list[Param]:
             description="worktree: own git worktree")), None),
         Param("base_ref", annotated(str | None, Field(
             description="Its start (HEAD)")), None),
+        # Lean: every byte is in each model's context (docs/tools.md has the rest).
+        *([Param("max_cost_usd", annotated(float | None, Field(description="USD cap")), None)]
+          if provider in REPORTS_COST else []),
     ]
 
 

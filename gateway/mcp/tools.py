@@ -25,6 +25,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from gateway import __version__, platform
+from gateway.jobs.budgets import budget_status
 from gateway.jobs.requests import SubmitRequest
 from gateway.jobs.worktrees.finish import worktree_of
 from gateway.mcp.changes import change_tools
@@ -190,6 +191,7 @@ class ProviderTools:
             session_id=values.pop("session_id", None), timeout_s=values.pop("timeout_s", None),
             force_refresh=bool(values.pop("force_refresh", False)),
             isolation=values.pop("isolation", None), base_ref=values.pop("base_ref", None),
+            max_cost_usd=values.pop("max_cost_usd", None),
             options=options_given(self.options, values))
 
     def make(self, sync: bool) -> ToolBody:
@@ -453,7 +455,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
                           Field(description="Only jobs with this status.")] = None,
         provider: Annotated[str | None, Field(description="Only this provider's.")] = None,
         limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="At most this many "
-                                    "jobs, newest first.")] = DEFAULT_LIST_LIMIT,
+                                    "jobs.")] = DEFAULT_LIST_LIMIT,
     ) -> CallToolResult:
         """Recent jobs, newest first."""
         manager = await state.manager()
@@ -531,6 +533,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
             "listed_providers": list(state.listed_providers),
             "store_problem": manager.store_problem if manager else None,
             "jobs": manager.snapshot() if manager else None,
+            "budgets": await budget_status(settings, manager.store) if manager else None,
             "limits": settings.limits.model_dump(mode="json"),
             "lease": settings.lease.model_dump(mode="json"),
             "providers": state.versions.snapshot(),
@@ -586,6 +589,10 @@ def _status_text(data: dict[str, Any]) -> str:
             lines.append(f"  {name}: {info['path']} ({version})")
     for name, api in data["api_providers"].items():
         lines.append(f"  {name}: {api['kind']} API at {api['base_url']}")
+    for budget in data.get("budgets") or []:
+        lines.append(f"  budget {budget['budget']}: spent {budget['spent']}, reserved "
+                     f"{budget['reserved']}, left {budget['left']} of {budget['limit']} "
+                     f"{budget['unit']} (resets {budget['resets_at']})")
     return "\n".join(lines)
 
 
@@ -616,7 +623,9 @@ def request_tools(state: ServerState, name: str) -> list[Tool]:
 def build_job_tools(state: ServerState) -> list[Tool]:
     """The llm_job_* tools, list_models and gateway_status, always listed."""
     tools = []
-    for name, body, hints in job_tools(state):
+    from gateway.mcp.usage_tools import usage_tools
+
+    for name, body, hints in [*job_tools(state), *usage_tools(state)]:
         # One line: a docstring's indentation is bytes in every model's context.
         description = " ".join((body.__doc__ or "").split())
         tool = Tool.from_function(guarded(name, body), name=name, description=description,

@@ -26,8 +26,10 @@ from gateway.model import (
     OutputFile,
     Progress,
 )
+from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 
-SCHEMA_VERSION = 3  # 2: SQLite keeps `output` last in the row; 3: `requeued_at`
+SCHEMA_VERSION = 5  # 2: SQLite keeps `output` last in the row; 3: `requeued_at`;
+# 4: `principal` (a no-op step in this branch); 5: usage totals and budgets (store/usage.py)
 
 # The reaper reads at most this many candidates per sweep (oldest lease first; the rest are
 # read by the next sweep): a sweep's cost is bounded whatever happened to the table.
@@ -230,6 +232,10 @@ class JobStore(Protocol):
 
         Raises DuplicateActiveJob when a non-forced active row has the same request_key (a
         partial unique index enforces it, so two instances racing get exactly one job).
+        In the same transaction holds `job.reservations` in their order, each one
+        conditional write against spent + reserved + amount <= limit of its budget's current
+        window; BudgetExceeded (store/usage.py) when one does not fit, and then nothing of
+        the admission is written.
         """
 
     async def mark_running(self, job_id: str, owner_instance: str, ttl_s: float) -> bool:
@@ -255,6 +261,11 @@ class JobStore(Protocol):
         no longer its first owner's to end. A cancel request on the row makes the final
         status `cancelled` whatever the completion says (cancelled wins). Terminal rows never
         change. Returns whether it applied.
+
+        When it applies, the same transaction settles the job's budget reservations
+        (reserved -> spent: the reported cost, a job-count budget its one job) and adds the
+        job once to the usage totals (`completion.usage`; None counts it apart, as a job
+        that reported no usage).
 
         The status and the whole output commit together: a reader sees the row active, or
         terminal with all of its output, never between. An OutputFile larger than one piece
@@ -360,3 +371,19 @@ class JobStore(Protocol):
         answer_in: result_json's `text`, or the range of the output its `text_span` names),
         else the output. The cut is at bytes: the caller trims the page to whole
         characters. None: no such job."""
+
+    # -- usage and budgets (issue 28; store/usage.py) -------------------------------------
+    async def usage_totals(self, group_by: GroupBy, since_day: str | None = None,
+                           until_day: str | None = None) -> list[UsageRow]:
+        """The usage totals of every job that ended from UTC day `since_day` through
+        `until_day` (YYYY-MM-DD, inclusive; None: open), per group and cost source, read
+        from the rollup (a few rows per day, never a scan of the jobs)."""
+
+    async def budget_windows(self, budgets: Sequence[tuple[str, str]]) -> list[BudgetWindow]:
+        """The current window (store clock, UTC) of each (budget, period), in the given
+        order; a window nobody reserved in yet reads as zero."""
+
+    async def release_reservations(self) -> int:
+        """The sweeper: release the reservations of jobs that ended without settling them
+        (orphaned by the reaper) or whose row is gone; each exactly once, whoever races.
+        Returns how many were released."""

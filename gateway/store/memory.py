@@ -42,6 +42,8 @@ from gateway.store.base import (
     reaper_row,
     without_output,
 )
+from gateway.store.memory_usage import MemoryLedger
+from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 
 
 def _utc(epoch_s: float) -> datetime:
@@ -57,6 +59,7 @@ class MemoryJobStore:
         self.clock = clock  # the store's clock, injectable as SqliteJobStore's
         self._jobs: dict[str, JobRow] = {}
         self._instances: dict[str, InstanceRow] = {}
+        self._ledger = MemoryLedger()  # usage totals and budgets (memory_usage.py)
         # One lock for everything: each method is one "transaction".
         self._lock = anyio.Lock()
 
@@ -168,6 +171,7 @@ class MemoryJobStore:
                         and other.status in ACTIVE_STATUSES
                     ):
                         raise DuplicateActiveJob(other.id)
+            self._ledger.reserve(job.id, job.reservations, self.clock())  # first: may refuse
             now = self._now()
             row = JobRow(
                 id=job.id,
@@ -235,10 +239,27 @@ class MemoryJobStore:
                 return False
             now = self._now()
             _apply_completion(job, completion)
+            self._ledger.account(job_id, job.provider, job.model, completion.usage,
+                                 now.timestamp())
             job.finished_at = now
             job.updated_at = now
             job.lease_deadline = None
             return True
+
+    # -- usage and budgets ------------------------------------------------------------------
+    async def usage_totals(self, group_by: GroupBy, since_day: str | None = None,
+                           until_day: str | None = None) -> list[UsageRow]:
+        async with self._lock:
+            return self._ledger.totals(group_by, since_day, until_day)
+
+    async def budget_windows(self, budgets: Sequence[tuple[str, str]]) -> list[BudgetWindow]:
+        async with self._lock:
+            return self._ledger.current(budgets, self.clock())
+
+    async def release_reservations(self) -> int:
+        async with self._lock:
+            active = {i for i, job in self._jobs.items() if job.status in ACTIVE_STATUSES}
+            return self._ledger.release_ended(active)
 
     async def request_cancel(self, job_id: str) -> JobRow | None:
         async with self._lock:

@@ -43,6 +43,7 @@ from gateway.model import (
     OutputFile,
     Progress,
 )
+from gateway.store import postgres_usage
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
@@ -102,6 +103,7 @@ from gateway.store.postgres_sql import (
     SAVE_PROGRESS,
     UPSERT_INSTANCE,
 )
+from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 
 log = structlog.get_logger(__name__)
 
@@ -412,19 +414,24 @@ class PostgresJobStore:
     async def insert_job(self, job: NewJob, ttl_s: float) -> JobRow:
         """Insert a queued row; DuplicateActiveJob if an active twin exists, ValueError if
         the id is taken."""
-        async with self._connection("insert job") as conn:
-            try:
+        try:
+            # Invariant: the job and its budget reservations commit together or not at all
+            # (BudgetExceeded rolls the insert back): postgres_usage.RESERVE_BUDGET.
+            scope = self._transaction if job.reservations else self._connection
+            async with scope("insert job") as conn:
                 row = await conn.fetchrow(
                     INSERT_JOB,
                     job.id, job.provider, job.request_key, job.transport, job.correlation_id,
                     job.owner_instance, float(ttl_s), job.hostname, job.working_dir,
                     job.model, job.session_id, job.request_json, job.forced, job.boot_id,
                 )
-            except asyncpg.UniqueViolationError as exc:
-                if exc.constraint_name != ACTIVE_INDEX_NAME:
-                    raise ValueError(f"job id {job.id} already exists") from None
+                await postgres_usage.reserve(conn, job.id, job.reservations)
+        except asyncpg.UniqueViolationError as exc:
+            if exc.constraint_name != ACTIVE_INDEX_NAME:
+                raise ValueError(f"job id {job.id} already exists") from None
+            async with self._connection("insert job") as conn:
                 existing = await conn.fetchval(FIND_ACTIVE_BY_KEY, job.request_key)
-                raise DuplicateActiveJob(existing) from None
+            raise DuplicateActiveJob(existing) from None
         assert row is not None  # INSERT ... RETURNING always returns the row it inserted
         return _job(row)
 
@@ -454,9 +461,11 @@ class PostgresJobStore:
                   completion.output_bytes, completion.truncated, completion.result_json,
                   CANCELLED_ERROR)
         if pieces is None:
-            async with self._connection("complete job") as conn:
-                status = await conn.execute(COMPLETE_JOB, *params)
-            return _status_count(status) == 1
+            async with self._transaction("complete job") as conn:
+                applied = _status_count(await conn.execute(COMPLETE_JOB, *params)) == 1
+                if applied:  # counted and settled once: with the write that ends the job
+                    await postgres_usage.account(conn, job_id, completion.usage)
+            return applied
         # Invariant: the pieces go into a table only this transaction sees; the status and
         # the output are then set by ONE guarded UPDATE, so the compare-and-set is still a
         # single statement and a reader sees the row active, or terminal with its whole
@@ -465,8 +474,24 @@ class PostgresJobStore:
             await conn.execute(CREATE_OUTPUT_PIECES)
             await conn.copy_records_to_table(
                 OUTPUT_PIECES_TABLE, records=_output_pieces(pieces), columns=("seq", "piece"))
-            status = await conn.execute(COMPLETE_JOB_FROM_PIECES, *params)
-        return _status_count(status) == 1
+            applied = _status_count(await conn.execute(COMPLETE_JOB_FROM_PIECES, *params)) == 1
+            if applied:
+                await postgres_usage.account(conn, job_id, completion.usage)
+        return applied
+
+    # -- usage and budgets (postgres_usage.py) --------------------------------------------
+    async def usage_totals(self, group_by: GroupBy, since_day: str | None = None,
+                           until_day: str | None = None) -> list[UsageRow]:
+        async with self._connection("usage totals") as conn:
+            return await postgres_usage.usage_totals(conn, group_by, since_day, until_day)
+
+    async def budget_windows(self, budgets: Sequence[tuple[str, str]]) -> list[BudgetWindow]:
+        async with self._connection("budget windows") as conn:
+            return await postgres_usage.budget_windows(conn, budgets)
+
+    async def release_reservations(self) -> int:
+        async with self._transaction("release reservations") as conn:
+            return await postgres_usage.release_ended(conn)
 
     async def request_cancel(self, job_id: str) -> JobRow | None:
         async with self._connection("request cancel") as conn:

@@ -15,6 +15,7 @@ from gateway.store.base import (
     REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
+from gateway.store.postgres_usage import SCHEMA_V5
 
 ACTIVE_INDEX_NAME = "jobs_active_request_key"
 
@@ -128,7 +129,9 @@ _SCHEMA_V1 = (
 # v3: `requeued_at` (a job queued again after its owner left it unstarted: at most once).
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _SCHEMA_V1), (2, ()),
-    (3, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeued_at timestamptz",)))
+    (3, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeued_at timestamptz",)),
+    (4, ()),  # placeholder in this branch: version 4 (jobs.principal) lands from another
+    (5, SCHEMA_V5))  # usage totals and budgets (postgres_usage.py)
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------

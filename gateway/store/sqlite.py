@@ -43,6 +43,7 @@ from gateway.model import (
     OutputFile,
     Progress,
 )
+from gateway.store import sqlite_usage
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
@@ -97,6 +98,7 @@ from gateway.store.sqlite_sql import (
     SAVE_PROGRESS,
     UPSERT_INSTANCE,
 )
+from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 
 log = structlog.get_logger(__name__)
 
@@ -469,6 +471,9 @@ class SqliteJobStore:
             except sqlite3.IntegrityError as exc:
                 raise ValueError(f"job id {job.id} already exists") from exc
             if rows:
+                # Invariant: the job and its budget reservations commit together or not at
+                # all (BudgetExceeded rolls the insert back): sqlite_usage.RESERVE_BUDGET.
+                sqlite_usage.reserve(db, job.id, job.reservations, now)
                 return _job(rows[0])
             # The winner of the race, read in the same transaction (rolled back: no change).
             existing = db.execute(FIND_ACTIVE_BY_KEY, {"request_key": job.request_key}).fetchall()
@@ -505,6 +510,8 @@ class SqliteJobStore:
 
         def complete(db: sqlite3.Connection, now: float) -> bool:
             applied = _changed(db, COMPLETE_JOB, {**params, "now": now}) == 1
+            if applied:  # counted and settled once: with the write that ends the job
+                sqlite_usage.account(db, job_id, completion.usage, now)
             if applied and pieces is not None:
                 # Invariant: the CAS above and the output's bytes commit in one IMMEDIATE
                 # transaction, so a reader (any process) sees the row active, or terminal
@@ -640,6 +647,23 @@ class SqliteJobStore:
 
     async def adopt_job(self, take: TakeOver) -> JobRow | None:
         return await self._take_over("adopt_job", ADOPT_JOB, take)
+
+    # -- usage and budgets (sqlite_usage.py) --------------------------------------------
+    async def usage_totals(self, group_by: GroupBy, since_day: str | None = None,
+                           until_day: str | None = None) -> list[UsageRow]:
+        async with self._read("usage_totals") as conn:
+            return await _on_connection_thread(conn, lambda db: sqlite_usage.usage_totals(
+                db, group_by, since_day, until_day))
+
+    async def budget_windows(self, budgets: Sequence[tuple[str, str]]) -> list[BudgetWindow]:
+        now = self.clock()
+        async with self._read("budget_windows") as conn:
+            return await _on_connection_thread(
+                conn, lambda db: sqlite_usage.budget_windows(db, budgets, now))
+
+    async def release_reservations(self) -> int:
+        return await self._transaction("release_reservations",
+                                       lambda db, now: sqlite_usage.release_ended(db))
 
     async def requeue_job(self, take: TakeOver) -> JobRow | None:
         return await self._take_over("requeue_job", REQUEUE_JOB, take)

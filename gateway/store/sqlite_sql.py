@@ -15,6 +15,7 @@ from gateway.store.base import (
     REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
+from gateway.store.sqlite_usage import SCHEMA_V5
 
 _JOB_COLUMNS = ", ".join(JobRow.column_names())
 _REAPER_COLUMNS = ", ".join(REAPER_COLUMNS)
@@ -147,7 +148,9 @@ _SCHEMA_V3 = (
 # (version, statements) in order, each version in one transaction; re-running a version's
 # statements in order changes nothing.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
-    (1, _SCHEMA_V1), (2, _SCHEMA_V2), (3, _SCHEMA_V3))
+    (1, _SCHEMA_V1), (2, _SCHEMA_V2), (3, _SCHEMA_V3),
+    (4, ()),  # placeholder in this branch: version 4 (jobs.principal) lands from another
+    (5, SCHEMA_V5))  # usage totals and budgets (sqlite_usage.py)
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------

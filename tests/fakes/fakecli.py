@@ -6,7 +6,7 @@ snapshots; tests/fakes/test_fakes.py checks they still match), which of them tak
 and the allowed values where the real help names them. An unknown flag exits 2 with
 "error: unknown option '<flag>'". It reads the prompt from where the real CLI does, prints
 the real CLI's output format and obeys directives found in the prompt (@sleep, @stream,
-@bytes, @enospc-retry, @exit, @auth, @stderr, @ignore-term, @grandchild, @late).
+@bytes, @tokens, @cost, @enospc-retry, @exit, @auth, @stderr, @ignore-term, @grandchild, @late).
 
 Stdlib only and few imports: the job tests spawn these hundreds of times.
 """
@@ -335,7 +335,13 @@ class Run:
         self.started = False  # the stream's opening events (init, thread.started) are out
 
     def usage(self) -> tuple[int, int]:
+        if "tokens" in self.d:  # @tokens=IN:OUT
+            tokens_in, _, tokens_out = self.d["tokens"].partition(":")
+            return int(tokens_in), int(tokens_out)
         return len(self.prompt.split()) + 3, len(self.answer.split())
+
+    def cost(self, default: float) -> float:
+        return float(self.d["cost"]) if "cost" in self.d else default
 
 
 def setup_signals(run: Run) -> None:
@@ -575,7 +581,7 @@ def _claude_result(run: Run, text: str, *, is_error: bool = False) -> dict:
     return {
         "type": "result", "subtype": "success", "is_error": is_error, "duration_ms": 12,
         "duration_api_ms": 10, "num_turns": 1, "result": text, "stop_reason": "end_turn",
-        "session_id": run.session_id, "total_cost_usd": 0 if is_error else 0.0042,
+        "session_id": run.session_id, "total_cost_usd": 0 if is_error else run.cost(0.0042),
         "usage": {"input_tokens": 0 if is_error else tokens_in,
                   "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0 if is_error else 7,
                   "output_tokens": 0 if is_error else tokens_out},

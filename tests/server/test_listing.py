@@ -30,7 +30,8 @@ PROVIDERS = ("claude", "codex", "gemini", "grok", "mistral", "devin", "cursor")
 FAKE_COMMAND = {"claude": "claude", "codex": "codex", "gemini": "agy", "grok": "grok",
                 "mistral": "vibe", "devin": "devin", "cursor": "cursor-agent"}
 JOB_TOOLS = {"llm_job_status", "llm_job_result", "llm_job_cancel", "llm_job_wait",
-             "llm_job_list", "list_models", "gateway_status", "llm_job_changes"}
+             "llm_job_list", "list_models", "gateway_status", "llm_job_changes",
+             "llm_usage"}
 NO_CLI_BUDGET = 5_000
 THREE_CLI_BUDGET = 12_000
 ONE_TOOL_BUDGET = 2_000

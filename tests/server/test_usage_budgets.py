@@ -1,0 +1,142 @@
+"""Usage across jobs and budgets that hold under concurrency (issue 28), over real MCP client
+sessions to gateways sharing one store (a SQLite file, then a PostgreSQL database), with the
+fake claude reporting what each run cost (`@cost`, `@tokens`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.types import CallToolResult
+
+from tests.server.conftest import CLIENT_TIMEOUT_S, Harness, own_harness, server_env
+from tests.server.test_tools import tag
+
+pytestmark = pytest.mark.anyio
+
+TEST_TIMEOUT_S = 120.0
+CLI_TIMEOUT_S = 60.0
+RACERS = 10  # concurrent claude_request calls against a $1.00 daily budget
+QUARTER = 0.25
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_config(request: pytest.FixtureRequest) -> dict[str, Any]:
+    if request.param == "postgres":
+        dsn = request.getfixturevalue("postgres_dsn")
+        return {"persistence": {"backend": "postgres", "dsn": dsn}}
+    return {}  # the harness's own SQLite file, shared by every gateway of the config
+
+
+@pytest.fixture
+def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    with own_harness("inproc", tmp_path, monkeypatch) as harness:
+        yield harness
+
+
+def gateway(harness: Harness, config: Path) -> Client:
+    """A gateway of its own (own instance, own store connection) on `config`'s store."""
+    from gateway.config import load_settings
+    from gateway.mcp.server import build_server
+
+    harness.monkeypatch.setenv("HOME", str(harness.home))
+    harness.monkeypatch.setenv("PATH", server_env(harness.home, config)["PATH"])
+    return Client(build_server(load_settings(config)), read_timeout_seconds=CLIENT_TIMEOUT_S)
+
+
+async def data_of(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    result = await client.call_tool(tool, args)
+    assert not result.is_error, result.content[0].text  # type: ignore[union-attr]
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+def group(report: dict[str, Any], provider: str) -> dict[str, Any]:
+    (found,) = [g for g in report["groups"] if g["provider"] == provider]
+    return found
+
+
+def cli_usage(harness: Harness, config: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "usage", "--json", "--config", str(config)],
+        env=server_env(harness.home, config), cwd=harness.home, capture_output=True,
+        timeout=CLI_TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+async def test_three_claude_jobs_on_two_gateways_sum_exactly_also_after_a_restart(
+        harness: Harness, store_config: dict[str, Any]) -> None:
+    config = harness.write_config(store_config)
+    marker = tag()
+    claude_ask = {"prompt": f"@cost=0.25 @tokens=100:50 {marker}"}
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway(harness, config) as one, gateway(harness, config) as two:
+            for n, client in enumerate((one, two, one)):
+                answer = await data_of(client, "claude_request",
+                                       {"prompt": f"{claude_ask['prompt']} {n}"})
+                assert answer["usage"]["cost_source"] == "reported"
+            await data_of(two, "codex_request", {"prompt": f"@tokens=1000:10 {marker}"})
+            seen = [await data_of(c, "llm_usage", {}) for c in (one, two)]
+        async with gateway(harness, config) as restarted:
+            seen.append(await data_of(restarted, "llm_usage", {"since": "today"}))
+    seen.append(cli_usage(harness, config))
+    for report in seen:
+        claude = group(report, "claude")
+        assert (claude["jobs"], claude["input_tokens"], claude["output_tokens"]) == (3, 300, 150)
+        assert claude["cost_usd"] == 0.75 and claude["cost_source"] == "reported"
+        codex = group(report, "codex")
+        assert (codex["jobs"], codex["input_tokens"], codex["output_tokens"]) == (1, 1000, 10)
+        # codex prints no cost: it is absent, never a reported 0
+        assert codex["cost_usd"] is None and codex["cost_source"] == "absent"
+        assert report["totals"]["cost_usd"] == 0.75
+
+
+async def test_concurrent_claude_requests_never_spend_past_the_daily_budget(
+        harness: Harness, store_config: dict[str, Any]) -> None:
+    config = harness.write_config({**store_config,
+                                   "budgets": {"providers": {"claude": {"daily_usd": 1.0}}}})
+    marker = tag()
+    results: list[CallToolResult] = []
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway(harness, config) as one, gateway(harness, config) as two:
+
+            async def ask(client: Client, n: int) -> None:
+                results.append(await client.call_tool(
+                    "claude_request", {"prompt": f"@cost=0.25 @sleep=0.3 {marker} {n}"}))
+
+            async with anyio.create_task_group() as tg:
+                for n in range(RACERS):
+                    tg.start_soon(ask, (one, two)[n % 2], n)
+            # codex has no budget: it still runs
+            await data_of(one, "codex_request", {"prompt": f"no budget {marker}"})
+            usage = await data_of(two, "llm_usage", {})
+            status = await data_of(one, "gateway_status", {})
+
+    ran = [r for r in results if not r.is_error]
+    refused = [r.structured_content or {} for r in results if r.is_error]
+    assert len(ran) + len(refused) == RACERS and refused, "every call was admitted"
+    for failure in refused:
+        assert failure["error_kind"] == "budget_exceeded" and not failure["retryable"]
+        assert "[budgets.providers.claude] daily_usd" in failure["error"]
+        assert "resets at" in failure["error"] and "T00:00:00Z" in failure["error"]
+    spent = group(usage, "claude")["cost_usd"]
+    assert spent == pytest.approx(QUARTER * len(ran))
+    assert spent <= 1.0 + QUARTER  # the limit plus at most one job's reservation
+    (budget,) = status["budgets"]
+    assert budget["budget"] == "providers.claude.daily_usd" and budget["reserved"] == 0
+    assert budget["spent"] == pytest.approx(spent) and budget["left"] == pytest.approx(
+        max(1.0 - spent, 0))
+    # the reservation was the CLI's own cap too
+    spawns = [json.loads(line) for line in harness.fake_log.read_text().splitlines()]
+    claude_argv = [s["argv"] for s in spawns if s.get("provider") == "claude"]
+    assert claude_argv and all("--max-budget-usd" in argv for argv in claude_argv)
+    assert all(argv[argv.index("--max-budget-usd") + 1] == "0.25" for argv in claude_argv)
