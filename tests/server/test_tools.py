@@ -26,7 +26,8 @@ pytestmark = pytest.mark.anyio
 TEST_TIMEOUT_S = 60.0  # whole-test bound: startup, runs and shutdown included
 PROVIDERS = ("claude", "codex", "gemini", "grok", "mistral", "devin", "cursor")
 JOB_TOOLS = {"llm_job_status", "llm_job_result", "llm_job_cancel", "llm_job_wait",
-             "llm_job_list", "list_models", "gateway_status", "llm_usage"}
+             "llm_job_list", "list_models", "gateway_status", "llm_job_changes",
+             "llm_usage"}
 ACTIVE = {"queued", "running"}
 STARTUP_ANSWER_S = 10.0  # tools/list on a started client: no store, no CLI is awaited
 
