@@ -168,7 +168,7 @@ def keep_secrets_from_children(read_names: Iterable[str]) -> bool:
     read at each use). Then `read_names`, the variables whose values the gateway has read
     into its settings and never reads again, leave the environment, their values
     overwritten where the OS shows them to other processes (the memory the process started
-    with: /proc/<pid>/environ on Linux, sysctl KERN_PROCARGS2 on macOS), which is the only
+    with: the environ file in procfs on Linux, sysctl KERN_PROCARGS2 on macOS), which is the only
     protection where the platform has no non-dumpable mode. Returns what make_non_dumpable
     returned."""
     done = platform.current().make_non_dumpable()

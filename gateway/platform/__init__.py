@@ -1,7 +1,7 @@
 """The platform facts in one home: what differs by OS behind one small interface.
 
 Two implementations define the same names (`Platform` below says what each means):
-- `linux` (linux.py): /proc and pidfds, what Linux runs;
+- `linux` (linux.py): procfs and process file descriptors, what Linux runs;
 - `portable` (portable.py): POSIX without either (psutil, kqueue where it exists, a bounded
   poll elsewhere), what macOS and the BSDs run.
 
@@ -11,7 +11,7 @@ without the POSIX process model (native Windows) gets `unsupported`: the gateway
 answers the MCP handshake there, and every tool says how to run it through WSL
 (`setup_problem`, served by gateway/mcp/serve.py). Naming `unsupported` forces that verdict.
 
-This is the only module that looks at the OS; no other module names /proc, a pidfd or an
+This is the only module that looks at the OS; no other module names procfs, a process fd or an
 OS. The implementations are stdlib only (portable.py: and psutil) and import nothing of the
 gateway, because a run's supervisor imports them as top-level modules from this folder.
 """
@@ -122,7 +122,7 @@ def choose(value: str | None = None) -> str:
     if raw != UNSUPPORTED and _auto() == UNSUPPORTED:
         return UNSUPPORTED  # forcing an implementation cannot give this OS a process model
     if raw == LINUX and not sys.platform.startswith("linux"):
-        raise UnknownPlatform(f"{ENV_VAR}=linux needs Linux (/proc, pidfds); this is "
+        raise UnknownPlatform(f"{ENV_VAR}=linux needs Linux (procfs, process fds); this is "
                               f"{sys.platform}: use portable or auto.")
     return raw
 

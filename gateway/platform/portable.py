@@ -1,4 +1,4 @@
-"""The `portable` platform: POSIX without /proc or pidfds, which is what macOS and the BSDs run.
+"""The `portable` platform: POSIX without procfs or process fds, which is what macOS and the BSDs run.
 
 The same names as linux.py, meaning the same (gateway/platform/__init__.py). Process facts come
 from psutil (on macOS: `create_time` is the kernel's p_starttime, the boot time is

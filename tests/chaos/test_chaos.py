@@ -46,7 +46,7 @@ CI_IMPATIENT_POSTGRES = CI_IMPATIENT
 CI_DETACH_JOBS = 100
 CI_DETACH_DURATION_S = 25.0
 # The same detach scenario, shorter, with every gateway and supervisor on the `portable`
-# platform (what a Mac runs; issue 21): psutil instead of /proc, a poll instead of pidfds.
+# platform (what a Mac runs; issue 21): psutil instead of procfs, a poll instead of process fds.
 CI_PORTABLE_JOBS = 60
 CI_PORTABLE_DURATION_S = 15.0
 PORTABLE_ENV = {platform.ENV_VAR: platform.PORTABLE}

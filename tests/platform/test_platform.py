@@ -216,3 +216,13 @@ def test_a_child_s_exit_is_seen_without_reaping_it(
         assert state is not None and state[1]  # still a zombie: nothing reaped it
     finally:
         assert child.wait(DEADLINE_S) == 0  # and its status is still there to collect
+
+
+def test_the_linux_implementation_imports_nothing_but_the_stdlib() -> None:
+    # A supervisor imports it under `python -I -S` from the platform folder alone.
+    code = ("import sys; sys.path.append(sys.argv[1]); import linux; "
+            "print([m for m in sys.modules if m.split('.')[0] in "
+            "('gateway', 'providers', 'psutil', 'structlog', 'pydantic')])")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(platform.PLATFORM_DIR)],
+                         capture_output=True, text=True, check=True, timeout=DEADLINE_S)
+    assert out.stdout.strip() == "[]"
