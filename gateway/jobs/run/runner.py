@@ -42,7 +42,7 @@ from gateway.childenv import child_env
 from gateway.jobs.run import spool
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.child_exit import ChildExit, open_pidfd
-from gateway.jobs.run.outcome import Limits, RunOutcome, outcome_from_record, stop_message
+from gateway.jobs.run.outcome import Limits, RunOutcome, outcome_from_record, stop_message, unstarted_outcome
 from gateway.jobs.run.spare import Spares, hand_over
 from gateway.jobs.run.spool import read_tail
 from gateway.model import ErrorKind, GatewayError
@@ -555,7 +555,8 @@ class ProcessRun:
                 while self._supervisor_running() and time.monotonic() < deadline:
                     await asyncio.sleep(WATCH_INTERVAL_S / 2)
             await self._reap_group(pgid)
-            outcome = await asyncio.to_thread(self._conclude)
+            status = child.exited.result() if child is not None else None
+            outcome = await asyncio.to_thread(self._conclude, status)
             log.info("provider process finished", action="run_end", job_id=self.spec.job_id,
                      exit_code=outcome.exit_code, error_kind=outcome.error_kind,
                      duration_s=round(outcome.duration_s, 3))
@@ -588,17 +589,42 @@ class ProcessRun:
         while proc.group_alive(pgid) and time.monotonic() < deadline:
             await asyncio.sleep(WATCH_INTERVAL_S / 2)
 
-    def _conclude(self) -> RunOutcome:
+    def _claim_unstarted(self) -> bool:
+        """No end record and no claim of our supervisor: when nobody claimed the run either,
+        our supervisor died between its hand-over and its claim (an OOM kill at start) and
+        nothing ran. Claim the run here (as a re-queue would), so that no supervisor can
+        start it any more, and say True: the job is still ours to end. False: the claim is
+        another gateway's (it re-queued the job), or the spool went with that re-queue."""
+        spool_dir = self.spec.spool_dir
+        if self._identity is None or sup.read_record(spool_dir, sup.START_NAME) is not None:
+            return False
+        try:  # claim_record, not claim_for_requeue: a removed spool must stay removed
+            return sup.claim_record(spool_dir, sup.START_NAME, {
+                "version": sup.RECORD_VERSION, "kind": "unstarted", "at": time.time(),
+                "supervisor_pid": self._identity.pid})
+        except FileNotFoundError:
+            return False
+
+    def _conclude(self, supervisor_status: int | None = None) -> RunOutcome:
         """The outcome from the end record, once the group is gone (file reads: a thread).
+        `supervisor_status`: the supervisor's wait status when it was our child.
 
         Raises RunClaimedElsewhere when there is no end record because the supervisor never
-        held the claim (start.json is not its own: claimed for a re-queue, or gone with the
-        spool the re-queue replaced)."""
+        held the claim and another gateway does (claimed for a re-queue, or gone with the
+        spool the re-queue replaced). A supervisor that died before anyone claimed the run
+        ends it as never started (`_claim_unstarted`), never as someone else's: that left
+        the job running for good while its gateway lived (issue 23, item 1)."""
         record = sup.read_record(self.spec.spool_dir, sup.END_NAME)
         if record is None and not self._claim_is_ours():
             self._remove_temp_dir()
-            raise RunClaimedElsewhere(self.spec.job_id)
-        outcome = outcome_from_record(self.spec.spool_dir, record, self.spec.limits, self._stop)
+            if not self._claim_unstarted():
+                raise RunClaimedElsewhere(self.spec.job_id)
+            log.warning("the run's supervisor died before it claimed the run; nothing ran",
+                        action="run_unstarted", job_id=self.spec.job_id,
+                        supervisor_status=supervisor_status)
+            return unstarted_outcome(self.spec.spool_dir, self._stop, supervisor_status)
+        outcome = outcome_from_record(self.spec.spool_dir, record, self.spec.limits, self._stop,
+                                      supervisor_status)
         self._stdout_bytes, self._stderr_bytes = outcome.stdout_bytes, outcome.stderr_bytes
         self._remove_temp_dir()  # the supervisor removes it; not if it was killed first
         if record is None:
