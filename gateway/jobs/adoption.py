@@ -61,7 +61,10 @@ class Adopter:
         self.identity = identity
 
     def owner_gone(self, owner: InstanceRow | None) -> bool:
-        """Proven gone: no row (collected), a stopped row, or a dead pid on this host+boot."""
+        """Proven gone: no row (collected), a stopped row, or a dead pid on this host+boot.
+
+        A collected row is proof because only a gateway of its host collects a lapsed row,
+        and only once its pid is dead (LeaseKeeper._gc_instances, issue 23 item 5)."""
         if owner is None or owner.stopped_at is not None:
             return True
         if owner.hostname != self.identity.hostname or owner.boot_id != self.identity.boot_id:
