@@ -108,3 +108,23 @@ async def test_a_supervisor_killed_from_outside_while_its_run_ran_reads_failed_w
     assert "supervisor was killed by SIGKILL" in (row.error or "")
     assert not alive(cli_pid)  # its group went with it
     assert len(fake_log.spawns()) == 1
+
+
+async def test_a_stopped_supervisor_s_run_is_stopped_by_the_gateway_past_its_wall_clock(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    # Issue 23, item 6: a SIGSTOPped supervisor of a timeout_s=3 job enforced nothing; at
+    # 15 s the job was still running and its CLI alive.
+    settings = make_settings()
+    manager = await (await start_gateway(settings)).manager()
+    sub = await manager.submit("claude", SubmitRequest(prompt="too slow @sleep=60", timeout_s=3))
+    await wait_for(lambda: fake_log.spawns(), DONE_S)
+    cli_pid = fake_log.spawns()[0]["pid"]
+    claim = sup.read_record(spool_of(settings, sub.job.id), sup.START_NAME)
+    assert claim is not None
+    os.kill(int(claim["pid"]), signal.SIGSTOP)
+    bound = 3 + settings.limits.kill_grace_s + runner.WALL_BACKSTOP_MARGIN_S + DONE_S
+    row = await wait_for(lambda: terminal(manager, sub.job.id), bound)
+    assert (row.status, row.error_kind, row.exit_code) == (JobStatus.TIMED_OUT,
+                                                           ErrorKind.TIMEOUT, 124)
+    assert not alive(cli_pid) and not alive(int(claim["pid"]))

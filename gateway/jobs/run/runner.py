@@ -12,7 +12,9 @@ supervisor has recorded the run's end and the whole group is gone; `cancel()` as
 The run's rules (wall clock, idle timeout, output cap, the SIGTERM-then-SIGKILL escalation
 over the whole group) are the supervisor's alone: they must hold while no gateway lives. The
 gateway asks it to stop (a stop request file, then SIGTERM) and only steps in itself when the
-supervisor is gone and members of its group are not: then it SIGKILLs the group.
+supervisor is gone and members of its group are not, or when a stop or the wall clock is
+overdue by more than the supervisor's worst case (it may be stopped): then it SIGKILLs the
+group.
 
 A gateway that leaves (crash, `detach()`) kills nothing: the supervisor runs on and the next
 gateway on the host adopts the run. Cancelling the watching task inside a live gateway that
@@ -60,6 +62,10 @@ WATCH_INTERVAL_S = 0.1
 # supervisor escalates at the grace and polls every 50 ms, so only a supervisor that is
 # stopped or dead lets this pass.
 STOP_BACKSTOP_S = 1.0
+# Past timeout_s + kill_grace_s + this, the gateway stops a run's group itself (a supervisor
+# that is stopped enforces nothing, issue 23 item 6). Longer than the supervisor's own worst
+# case after its grace (it waits up to REAP_TIMEOUT_S for members to vanish) plus a late tick.
+WALL_BACKSTOP_MARGIN_S = sup.REAP_TIMEOUT_S + 2.0
 # An adopted supervisor exits right after writing its end record (a temp dir to remove at
 # most): how long to let it before its group counts as left behind.
 SUPERVISOR_EXIT_WAIT_S = 2.0
@@ -213,6 +219,7 @@ class ProcessRun:
         self._watcher: asyncio.Task[RunOutcome] | None = None
         self._stop: tuple[ErrorKind, str] | None = None
         self._stop_at: float | None = None  # monotonic deadline of the stop's grace
+        self._backstop_at: float | None = None  # monotonic: past it the gateway kills the run
         self._finished = False
         self._detached = False
         self._temp_dir: Path | None = None
@@ -232,6 +239,10 @@ class ProcessRun:
         so its end is learned by polling its end record and its liveness."""
         run = cls(spec)
         run._identity = identity
+        claim = sup.read_record(spec.spool_dir, sup.START_NAME) or {}
+        # The run began at its claim (a spare's process may have waited long before it).
+        began = float(claim.get("at") or identity.started_at)
+        run._backstop_at = time.monotonic() + run._wall_backstop_s() - (time.time() - began)
         run._watcher = asyncio.create_task(run._watch(None), name=f"run-watch:{spec.job_id}")
         return run
 
@@ -276,6 +287,7 @@ class ProcessRun:
         # start_new_session=True made the supervisor's pid the pgid; asking getpgid() instead
         # would fail once it is reaped.
         self._identity = ProcessIdentity(pid=pid, pgid=pid, started_at=spawned.started_at)
+        self._backstop_at = time.monotonic() + self._wall_backstop_s()
         self._watcher = asyncio.create_task(self._watch(self._exit),
                                             name=f"run-watch:{self.spec.job_id}")
         log.info("provider process started", action="run_start", job_id=self.spec.job_id,
@@ -509,6 +521,22 @@ class ProcessRun:
             with contextlib.suppress(OSError):
                 os.kill(self._identity.pid, signal.SIGTERM)
 
+    def _wall_backstop_s(self) -> float:
+        return self.spec.timeout_s + self.spec.kill_grace_s + WALL_BACKSTOP_MARGIN_S
+
+    def _enforce_wall_backstop(self, pgid: int) -> None:
+        """The supervisor enforces the wall clock; a stopped one (SIGSTOP) enforces nothing,
+        so past its worst case the gateway kills the group itself, as a timeout (a SIGKILL
+        ends a stopped supervisor too)."""
+        if self._backstop_at is None or time.monotonic() < self._backstop_at:
+            return
+        self._backstop_at = None
+        if self._stop is None:
+            self._stop = (ErrorKind.TIMEOUT, stop_message(ErrorKind.TIMEOUT, self.spec.limits))
+        log.warning("the run outlived its wall clock and its supervisor did not stop it; "
+                    "killing its group", action="run_kill", job_id=self.spec.job_id, pgid=pgid)
+        proc.signal_group(pgid, signal.SIGKILL)
+
     def _supervisor_running(self) -> bool:
         identity = self._identity
         if identity is None:
@@ -548,6 +576,7 @@ class ProcessRun:
                                 action="run_kill", job_id=self.spec.job_id, pgid=pgid)
                     proc.signal_group(pgid, signal.SIGKILL)
                     self._stop_at = None
+                self._enforce_wall_backstop(pgid)
             if child is not None:
                 await child.exited
             else:  # the end record is written just before the supervisor exits
