@@ -25,7 +25,6 @@ have reached the API and been billed).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ from gateway.jobs.execution import ProcessExecution
 from gateway.jobs.manager import JobManager
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.runner import ProcessIdentity, spec_from_spool
-from gateway.jobs.run.spool import job_dir, run_dir
+from gateway.jobs.run.spool import remove_job_dir, run_dir
 from gateway.jobs.targets import parsing_target, request_of_row, resolve_target
 from gateway.model import Completion, ErrorKind, GatewayError, InstanceRow, JobRow, JobStatus
 from gateway.store.base import TakeOver
@@ -178,7 +177,7 @@ class Adopter:
             return 0
         # The old attempt's spool (its re-queue claim) goes: the new run has a dir of its own
         # (run_dir), and a late launcher of the old attempt finds its dir gone.
-        shutil.rmtree(job_dir(manager.spool_root, job.id), ignore_errors=True)
+        remove_job_dir(manager.spool_root, job.id)  # and its temp cwds (issue 23, item 12)
         request.correlation_id = job.correlation_id
         manager.start_local(row, target, ticket, request)
         log.info("job re-queued: its owner left it unstarted", action="requeue", job_id=job.id,

@@ -30,7 +30,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -80,7 +79,7 @@ FULL_DISK_STOP_MESSAGE = (
     "The state filesystem is full (no space left for the provider's output under {spool}): "
     "the run was stopped and its output truncated to what was written. Free disk space and "
     "rerun the request.")
-TEMP_DIR_PREFIX = "agent-cli-gateway-run-"
+TEMP_DIR_PREFIX = spool.TEMP_DIR_PREFIX
 # Provider CLIs run this many nice levels below the gateway, and so does each one's autogroup
 # (the supervisor applies it before starting the CLI). The gateway's heartbeat and MCP
 # answers must not be starved by its own providers: with 32 CPU-bound ones, each in a session
@@ -384,9 +383,11 @@ class ProcessRun:
             raise RunClaimedElsewhere(spec.job_id)
         cwd = spec.working_dir
         try:  # EACCES, ENOSPC, EROFS on the temp dir: a clear failure
-            if cwd is None:  # mkdtemp: 0700, outside any repository (no project instructions)
-                self._temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_DIR_PREFIX))
+            if cwd is None:
+                self._temp_dir = spool.make_temp_cwd(spec.spool_dir)
                 cwd = str(self._temp_dir)
+        except FileNotFoundError:
+            raise RunClaimedElsewhere(spec.job_id) from None  # removed since the check above
         except OSError as exc:
             raise GatewayError(ErrorKind.LAUNCH_FAILED, directories_error(exc)) from None
         try:
@@ -657,10 +658,7 @@ class ProcessRun:
         self._stdout_bytes, self._stderr_bytes = outcome.stdout_bytes, outcome.stderr_bytes
         self._remove_temp_dir()  # the supervisor removes it; not if it was killed first
         if record is None:
-            run = sup.read_record(self.spec.spool_dir, sup.RUN_NAME) or {}
-            if run.get("temp_cwd") and str(run.get("cwd", "")).startswith(
-                    os.path.join(tempfile.gettempdir(), TEMP_DIR_PREFIX)):
-                shutil.rmtree(str(run["cwd"]), ignore_errors=True)
+            spool.remove_temp_cwd(self.spec.spool_dir)  # an adopted run's, by its record
         return outcome
 
 
