@@ -75,6 +75,19 @@ def is_process_alive(pid: int, started_at: float) -> bool:
         return False
 
 
+def process_owner(pid: int) -> tuple[int, list[str]] | None:
+    """The real uid and the command line of `pid`; None when it is gone, a zombie, or may
+    not be inspected. What an adopter checks before it trusts a spool's claim that `pid` is
+    a supervisor of this user (a forged claim can name any process)."""
+    if pid <= 0:
+        return None
+    try:
+        process = psutil.Process(pid)
+        return int(process.uids().real), list(process.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+
+
 def _refuse_own_group(pgid: int) -> bool:
     # killpg(0, ...) means "my own group" and pgid 1 is init's: a bad row must never make the
     # gateway signal itself or the whole machine.

@@ -36,6 +36,7 @@ from gateway.jobs.manager import JobManager
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.runner import ProcessIdentity, spec_from_spool
 from gateway.jobs.run.spool import remove_job_dir, run_dir
+from gateway.jobs.run.trust import adoption_problem
 from gateway.jobs.targets import parsing_target, request_of_row, resolve_target
 from gateway.model import Completion, ErrorKind, GatewayError, InstanceRow, JobRow, JobStatus
 from gateway.store.base import TakeOver
@@ -121,6 +122,11 @@ class Adopter:
 
     async def _adopt_run(self, job: JobRow, spool: Path, start: dict[str, Any]) -> int:
         manager = self.manager
+        problem = adoption_problem(spool, start)
+        if problem is not None:  # a forged or tampered spool (issue 23, item 2)
+            log.warning("run not adopted: its spool is not trustworthy", action="adopt",
+                        job_id=job.id, problem=problem)
+            return 0
         spec = spec_from_spool(job.id, spool)
         if spec is None:
             log.warning("run not adoptable: its spec is gone", action="adopt", job_id=job.id)
