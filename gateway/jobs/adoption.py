@@ -158,7 +158,8 @@ class Adopter:
             return 0
         if await self.manager.store.adopt_job(self._take(job)) is None:
             return 0
-        await self.manager.store.complete(job.id, self.identity.instance_id, completion)
+        if await self.manager.store.complete(job.id, self.identity.instance_id, completion):
+            remove_job_dir(self.manager.spool_root, job.id)  # no leftovers (issue 23, item 12)
         return 1
 
     async def _requeue(self, job: JobRow) -> int:
