@@ -130,6 +130,7 @@ import tomli_w  # noqa: E402
 from mcp import Client  # noqa: E402
 
 from gateway.config import Settings, load_settings  # noqa: E402
+from gateway.jobs.run.spool import TEMP_DIR_PREFIX, spool_root  # noqa: E402
 from gateway.model import JobRow, JobStatus  # noqa: E402
 from gateway.store import open_store  # noqa: E402
 from tests.jobs.conftest import FAKE_COMMANDS, FAKES_BIN, FAST_LEASE, FakeLog  # noqa: E402
@@ -220,6 +221,9 @@ class ChaosOptions:
     actions: bool = True  # False: no kills/stops/outages (client-side trouble only)
     on_shutdown: str = "detach"  # the gateways' [lease] on_shutdown: see ON_SHUTDOWN_MODES
     extra_env: dict[str, str] = field(default_factory=dict)  # e.g. PYTHONPATH for a mutant
+    # The load scenario (issue 23): no random chaos, one SIGKILL of one instance at this
+    # share of the duration (it is restarted, like any killed slot). None: the chaos monkey.
+    kill_once_at: float | None = None
 
 
 # -- the timeline ----------------------------------------------------------------------------
@@ -379,6 +383,11 @@ class ChaosReport:
     late_orphans: int = 0
     duplicate_runs: int = 0
     leftover_processes: int = 0
+    # What launches that never happened or runs that ended may leave (issue 23, item 12):
+    # temp cwds of the gateways (their TMPDIR is the run's own) and attempt dirs of jobs
+    # whose row is terminal. Part of `ok` in the detach scenario (every job is finalized).
+    leftover_temp_cwds: int = 0
+    leftover_attempt_dirs: int = 0
     # Jobs neither cancelled nor completed (orphaned, failed: a run that did not survive its
     # gateway). Part of `ok` in the detach scenario; with on_shutdown = "stop" a SIGTERM's
     # drain fails running jobs by design, so it is only reported there.
@@ -392,7 +401,9 @@ class ChaosReport:
                 f"cancelled={self.cancelled} orphaned={self.orphaned} lost={self.lost} "
                 f"false_orphans={self.false_orphans} late_orphans={self.late_orphans} "
                 f"duplicate_runs={self.duplicate_runs} "
-                f"leftover_processes={self.leftover_processes} unfinished={self.unfinished}")
+                f"leftover_processes={self.leftover_processes} unfinished={self.unfinished} "
+                f"leftover_temp_cwds={self.leftover_temp_cwds} "
+                f"leftover_attempt_dirs={self.leftover_attempt_dirs}")
 
     def info_line(self) -> str:
         return "chaos-info: " + " ".join(f"{k}={v}" for k, v in self.info.items())
@@ -402,6 +413,8 @@ class ChaosReport:
         return (self.lost == 0 and self.false_orphans == 0 and self.late_orphans == 0
                 and self.duplicate_runs == 0 and self.leftover_processes == 0
                 and not (self.require_finished and self.unfinished)
+                and not (self.require_finished
+                         and self.leftover_temp_cwds + self.leftover_attempt_dirs)
                 and not self.info.get("stuck_gateways") and not self.info.get("bad_results")
                 and not self.info.get("unknown_rows"))
 
@@ -674,6 +687,7 @@ class ChaosRun:
         self.watcher = ProcessWatcher(self.fake_log.path, self.tag)
         self.config_path = self.workdir / "config.toml"
         self.db_path = self.workdir / "state" / "jobs.db"
+        self.tmp_dir = self.workdir / "tmp"
         self.lives: list[InstanceLife] = []
         self.slots: list[InstanceLife | None] = [None] * options.instances
         self.generations = [0] * options.instances
@@ -698,6 +712,7 @@ class ChaosRun:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(exist_ok=True)
         (self.workdir / "home").mkdir(exist_ok=True)
+        self.tmp_dir.mkdir(mode=0o700, exist_ok=True)
         persistence: dict[str, Any] = {"backend": self.o.backend}
         if self.o.backend == "postgres":
             persistence["dsn"] = self.o.dsn
@@ -722,6 +737,12 @@ class ChaosRun:
         self.settings = settings
         return settings
 
+    def gateway_state_dir(self) -> Path:
+        """The gateways' state dir (settings.state_dir as their HOME makes it)."""
+        if self.o.backend == "sqlite":
+            return self.db_path.parent
+        return self.workdir / "home" / ".agent-cli-gateway"
+
     def gateway_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_GATEWAY_")}
         env["AGENT_GATEWAY_CONFIG"] = str(self.config_path)
@@ -730,6 +751,7 @@ class ChaosRun:
         # that fast (tests/fakes/README.md).
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         env["PYTHONUNBUFFERED"] = "1"
+        env["TMPDIR"] = str(self.tmp_dir)  # the runs' temp cwds, counted by the audit
         env.update(self.o.extra_env)
         return env
 
@@ -1035,6 +1057,15 @@ class ChaosRun:
                 target.busy = True
                 tg.start_soon(self.act, kind, target)
 
+    async def kill_once(self, at: float) -> None:
+        """The load scenario's one fault: SIGKILL a random instance mid-way, then restart it."""
+        await anyio.sleep(max(0.0, self.t0 + self.o.duration_s * at - time.time()))
+        healthy = [s for s in self.slots if s is not None and s.healthy]
+        if healthy:
+            target = self.rng.choice(healthy)
+            target.busy = True
+            await self.act("kill", target)
+
     async def act(self, kind: str, life: InstanceLife) -> None:
         self.actions[kind] += 1
         if kind in ("stop", "stop_kill"):
@@ -1149,7 +1180,9 @@ class ChaosRun:
             outer.start_soon(self.watcher.run)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self.submitter)
-                if self.o.actions:
+                if self.o.kill_once_at is not None:
+                    tg.start_soon(self.kill_once, self.o.kill_once_at)
+                elif self.o.actions:
                     tg.start_soon(self.chaos_monkey)
             # Every act has finished: stopped instances got SIGCONT, dead slots run again.
             chaos_end = time.time()
@@ -1348,6 +1381,14 @@ class ChaosRun:
 
         # leftovers
         report.leftover_processes = len(leftovers)
+        temp_cwds = sorted(self.tmp_dir.glob(f"{TEMP_DIR_PREFIX}*"))
+        report.leftover_temp_cwds = len(temp_cwds)
+        report.details.extend(f"LEFTOVER TEMP CWD {path}" for path in temp_cwds)
+        attempts = [attempt for job_dir in sorted(spool_root(self.gateway_state_dir()).glob("*"))
+                    if job_dir.name in by_id and by_id[job_dir.name].status.is_terminal
+                    for attempt in job_dir.iterdir()]
+        report.leftover_attempt_dirs = len(attempts)
+        report.details.extend(f"LEFTOVER ATTEMPT DIR {path}" for path in attempts)
         for spawn in leftovers:
             report.details.append(f"LEFTOVER PROCESS pid {spawn.pid} prompt {spawn.prompt!r}")
         stuck = [life for life in self.lives if life.stuck]
@@ -1443,6 +1484,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="fraction of requests whose first try gives up within ~60 ms")
     parser.add_argument("--on-shutdown", choices=ON_SHUTDOWN_MODES, default="detach",
                         help="the gateways' [lease] on_shutdown (stop: drains, PG outage)")
+    parser.add_argument("--kill-once-at", type=float, default=None,
+                        help="the load scenario: no random chaos, one SIGKILL of one instance "
+                             "at this share of --duration (e.g. 0.5)")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, db)")
     args = parser.parse_args(argv)
 
@@ -1467,7 +1511,8 @@ def main(argv: list[str] | None = None) -> int:
     options = ChaosOptions(backend=args.backend, workdir=workdir, jobs=args.jobs,
                            instances=args.instances, duration_s=args.duration, seed=seed,
                            dsn=dsn, store_control=server, outage_s=args.outage,
-                           impatient_fraction=args.impatient, on_shutdown=args.on_shutdown)
+                           impatient_fraction=args.impatient, on_shutdown=args.on_shutdown,
+                           kill_once_at=args.kill_once_at)
     ok = False
     try:
         report = anyio.run(run_chaos, options)

@@ -21,6 +21,27 @@ log = structlog.get_logger(__name__)
 PRIVATE_DIR_MODE = 0o700
 
 
+def shared_dir_problem(directory: Path) -> str | None:
+    """Why `directory` (if it exists) is unsafe to keep the gateway's state in: writable by
+    group or others, or owned by another user. Such a dir let another user plant a forged
+    spool that the next gateway adopted (issue 23, item 2): the gateway refuses to start
+    (setup_error) rather than warn. None: safe, or not made yet (it is made 0700)."""
+    try:
+        info = directory.stat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{directory} cannot be checked ({exc.strerror or exc})"
+    mode = stat.S_IMODE(info.st_mode)
+    if info.st_uid != os.geteuid():
+        return (f"{directory} is owned by uid {info.st_uid}, not by the gateway's user "
+                f"(uid {os.geteuid()}): use a directory of your own")
+    if mode & 0o022:
+        return (f"{directory} is writable by other users (mode {oct(mode)}): "
+                f"run `chmod 700 {directory}`")
+    return None
+
+
 def ensure_private_dir(directory: Path) -> None:
     """Create `directory` and its missing parents 0700; tighten the gateway's own home if
     it is looser. A looser directory the user chose is left alone, with a warning."""

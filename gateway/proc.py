@@ -15,6 +15,7 @@ import signal
 import socket
 from collections.abc import Iterable
 
+import psutil
 import structlog
 
 from gateway import platform
@@ -60,6 +61,19 @@ def is_process_alive(pid: int, started_at: float) -> bool:
     start, zombie = state
     # A zombie has finished; only its exit status waits to be collected.
     return not zombie and abs(start - started_at) <= START_TIME_TOLERANCE_S
+
+
+def process_owner(pid: int) -> tuple[int, list[str]] | None:
+    """The real uid and the command line of `pid`; None when it is gone, a zombie, or may
+    not be inspected. What an adopter checks before it trusts a spool's claim that `pid` is
+    a supervisor of this user (a forged claim can name any process)."""
+    if pid <= 0:
+        return None
+    try:
+        process = psutil.Process(pid)
+        return int(process.uids().real), list(process.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
 
 
 def _refuse_own_group(pgid: int) -> bool:

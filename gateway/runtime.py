@@ -87,6 +87,8 @@ class Gateway:
         from gateway.jobs.manager import JobManager
         from gateway.store import open_store
 
+        if self._refuse_shared_state_dir():
+            return
         while True:
             # Shielded: a stop() during startup must not abandon a half-open connection
             # (aiosqlite's thread would later call into a closed loop); stop() finishes it.
@@ -120,6 +122,25 @@ class Gateway:
         self._attempted.set()
         log.info("gateway ready", action="start", instance_id=self.instance_id,
                  backend=self.settings.persistence.backend, role=self.role)
+
+    def _refuse_shared_state_dir(self) -> bool:
+        """A state or spool dir other users can write (or do not own) is refused for good:
+        its spool is what adoption trusts (issue 23, item 2). True if refused."""
+        from gateway.fs import shared_dir_problem
+        from gateway.jobs.run.spool import spool_root
+
+        state_dir = self.settings.state_dir
+        for directory in (state_dir, spool_root(state_dir)):
+            problem = shared_dir_problem(directory)
+            if problem is not None:
+                self._start_error = (f"the state directory is not private ({problem}); the "
+                                     f"gateway does not start on it")
+                self._failed.set()
+                self._attempted.set()
+                log.error("state directory not private; not starting", action="start",
+                          error=self._start_error)
+                return True
+        return False
 
     async def manager(self, wait_s: float = READY_WAIT_S) -> JobManager:
         """The job manager once the store is open (a deferred start begins at once);

@@ -5,6 +5,7 @@ sign that the start ran."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import anyio
 import pytest
 
 from gateway.config import Settings, load_settings
+from gateway.model import ErrorKind, GatewayError
 from gateway.runtime import Gateway
 
 pytestmark = pytest.mark.anyio
@@ -78,3 +80,28 @@ async def test_a_gateway_stopped_before_its_deferred_start_never_opens_the_store
     with anyio.fail_after(READY_BOUND_S):
         await gateway.stop()
     assert not db.exists() and not gateway.ready
+
+
+@pytest.mark.parametrize("flaw", ["writable by others", "owned by another user"])
+@pytest.mark.parametrize("which", ["state", "spool"])
+async def test_a_state_or_spool_dir_other_users_can_write_is_refused_with_setup_error(
+    settings: Settings, gateway: Gateway, db: Path, flaw: str, which: str
+) -> None:
+    # Issue 23, item 2: the gateway only warned, and another user planted a forged spool in
+    # such a dir that the next gateway adopted. Now it does not start at all.
+    directory = settings.state_dir if which == "state" else settings.state_dir / "spool"
+    directory.mkdir(parents=True, mode=0o700)
+    if flaw == "writable by others":
+        directory.chmod(0o777)
+    elif os.geteuid() == 0:
+        os.chown(directory, 65534, 65534)
+    else:
+        pytest.skip("only root can give a directory to another user")
+    gateway.start_in_background(defer_s=0)
+    with pytest.raises(GatewayError) as refused, anyio.fail_after(READY_BOUND_S):
+        await gateway.manager(wait_s=READY_BOUND_S)
+    assert refused.value.kind is ErrorKind.SETUP_ERROR
+    assert str(directory) in refused.value.message
+    assert ("writable by other users" if flaw == "writable by others"
+            else "owned by uid 65534") in refused.value.message
+    assert not db.exists()  # no store was opened

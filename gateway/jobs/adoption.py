@@ -25,7 +25,6 @@ have reached the API and been billed).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,8 @@ from gateway.jobs.execution import ProcessExecution
 from gateway.jobs.manager import JobManager
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.runner import ProcessIdentity, spec_from_spool
-from gateway.jobs.run.spool import job_dir, run_dir
+from gateway.jobs.run.spool import remove_job_dir, run_dir
+from gateway.jobs.run.trust import adoption_problem
 from gateway.jobs.targets import parsing_target, request_of_row, resolve_target
 from gateway.jobs.worktrees.create import plan_of
 from gateway.model import Completion, ErrorKind, GatewayError, InstanceRow, JobRow, JobStatus
@@ -62,7 +62,10 @@ class Adopter:
         self.identity = identity
 
     def owner_gone(self, owner: InstanceRow | None) -> bool:
-        """Proven gone: no row (collected), a stopped row, or a dead pid on this host+boot."""
+        """Proven gone: no row (collected), a stopped row, or a dead pid on this host+boot.
+
+        A collected row is proof because only a gateway of its host collects a lapsed row,
+        and only once its pid is dead (LeaseKeeper._gc_instances, issue 23 item 5)."""
         if owner is None or owner.stopped_at is not None:
             return True
         if owner.hostname != self.identity.hostname or owner.boot_id != self.identity.boot_id:
@@ -120,6 +123,11 @@ class Adopter:
 
     async def _adopt_run(self, job: JobRow, spool: Path, start: dict[str, Any]) -> int:
         manager = self.manager
+        problem = adoption_problem(spool, start)
+        if problem is not None:  # a forged or tampered spool (issue 23, item 2)
+            log.warning("run not adopted: its spool is not trustworthy", action="adopt",
+                        job_id=job.id, problem=problem)
+            return 0
         spec = spec_from_spool(job.id, spool)
         if spec is None:
             log.warning("run not adoptable: its spec is gone", action="adopt", job_id=job.id)
@@ -151,7 +159,8 @@ class Adopter:
             return 0
         if await self.manager.store.adopt_job(self._take(job)) is None:
             return 0
-        await self.manager.store.complete(job.id, self.identity.instance_id, completion)
+        if await self.manager.store.complete(job.id, self.identity.instance_id, completion):
+            remove_job_dir(self.manager.spool_root, job.id)  # no leftovers (issue 23, item 12)
         return 1
 
     async def _requeue(self, job: JobRow) -> int:
@@ -177,7 +186,7 @@ class Adopter:
             return 0
         # The old attempt's spool (its re-queue claim) goes: the new run has a dir of its own
         # (run_dir), and a late launcher of the old attempt finds its dir gone.
-        shutil.rmtree(job_dir(manager.spool_root, job.id), ignore_errors=True)
+        remove_job_dir(manager.spool_root, job.id)  # and its temp cwds (issue 23, item 12)
         request.correlation_id = job.correlation_id
         manager.start_local(row, target, ticket, request)
         log.info("job re-queued: its owner left it unstarted", action="requeue", job_id=job.id,

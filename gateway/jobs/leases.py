@@ -262,7 +262,7 @@ class LeaseKeeper:
         for row in orphaned:
             log.warning("job orphaned: its owner's lease expired", action="recover_expired_leases",
                         job_id=row.id, owner_instance=row.owner_instance, provider=row.provider)
-        await self.store.gc_instances(self.lease.instance_gc_s)
+        await self._gc_instances()
         # What orphaned jobs still hold of a budget goes back (each reservation exactly once).
         await self.store.release_reservations()
         now = time.monotonic()
@@ -272,6 +272,16 @@ class LeaseKeeper:
             self.manager.remove_spool(purged)
             await asyncio.to_thread(expire_worktrees, self.settings, self.manager.hostname)
         return orphaned
+
+    async def _gc_instances(self) -> None:
+        """Collect the instance rows gone for instance_gc_s: of this host only, and never one
+        whose owner is alive by pid and start time (SIGSTOPped past ttl_s + instance_gc_s).
+        Adoption reads a collected owner as proven gone, so a live owner's collected row
+        re-ran its in-flight API call (issue 23, item 5); another host's rows are left to
+        the gateways of that host, which can check their pids."""
+        alive = [row.instance_id for row in await self.store.list_instances()
+                 if not self.adopter.owner_gone(row)]
+        await self.store.gc_instances(self.lease.instance_gc_s, self.identity.hostname, alive)
 
     # -- cross-instance cancel --------------------------------------------------------------
     async def poll_cancels_once(self) -> None:

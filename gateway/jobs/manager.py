@@ -22,7 +22,6 @@ from typing import Any
 import structlog
 
 from gateway.config import Settings
-from gateway.fs import ensure_private_dir
 from gateway.jobs.completion import completion_of
 from gateway.jobs.execution import STDERR_TAIL_BYTES, Execution, build_execution
 from gateway.jobs.full_store import fitted_completion
@@ -320,12 +319,12 @@ class JobManager:
             return
         if self.closing:
             return  # shutting down: a queued job stays queued (detach releases it) or is failed
+        made = False  # whether this launch made its attempt's spool dir (spool.run_dir)
         if job.target.transport == "process":
-            # Its spool dir exists before the row says running: an adopter that finds it
-            # without a start record may re-queue it (SIGKILLed between the two steps);
-            # without it nothing proves it never ran. Made here only (spool.run_dir).
+            # Made before the row says running: an adopter that finds it with no start record
+            # may re-queue it (SIGKILLed in between); without it nothing proves it never ran.
             try:
-                await asyncio.to_thread(ensure_private_dir, job.spool_dir)
+                made = await asyncio.to_thread(spool.make_run_dir, job.spool_dir)
             except OSError as exc:
                 await self._fail(job, GatewayError(ErrorKind.LAUNCH_FAILED,
                                                    directories_error(exc)))
@@ -336,6 +335,8 @@ class JobManager:
                                              self.settings.lease.ttl_s):
             log.warning("job not launched: row no longer queued", action="mark_running",
                         job_id=job.row.id)
+            if made:  # nothing runs in it: a woken owner's old attempt (issue 23, item 12)
+                await asyncio.to_thread(spool.discard_run_dir, job.spool_dir)
             return
         job.row.status = JobStatus.RUNNING
         job.execution = build_execution(job.target, job.row.id, job.spool_dir, job.timeout_s,
@@ -376,9 +377,8 @@ class JobManager:
         try:
             outcome = await job.execution.wait()  # returns when the group is gone
         except RunClaimedElsewhere:
-            log.warning("run not started here: a gateway that judged this one gone claimed "
-                        "it to re-queue the job", action="run_claimed_elsewhere",
-                        job_id=job.row.id)
+            log.warning("run not started here: a gateway that judged this one gone claimed it "
+                        "to re-queue the job", action="run_claimed_elsewhere", job_id=job.row.id)
             return
         finally:
             flusher.cancel()

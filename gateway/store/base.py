@@ -215,8 +215,13 @@ class JobStore(Protocol):
         Returns the number of instance rows renewed (0 means the row is gone: re-register).
         """
 
-    async def gc_instances(self, older_than_s: float) -> int:
-        """Delete instance rows stopped, or whose lease expired, more than older_than_s ago."""
+    async def gc_instances(self, older_than_s: float, hostname: str | None = None,
+                           keep: Sequence[str] = ()) -> int:
+        """Delete instance rows stopped, or whose lease expired, more than older_than_s ago.
+
+        With `hostname`, a row whose lease expired is deleted only if it is of that host and
+        not in `keep` (the caller's host's rows whose pid is alive: a SIGSTOPped owner is
+        not gone). A stopped row is deleted whatever its host: its owner said it left."""
 
     async def list_instances(self) -> list[InstanceRow]: ...
 

@@ -114,14 +114,16 @@ class MemoryJobStore:
             # The instance lease covers all of its jobs (the reaper reads it): one row.
             return renewed
 
-    async def gc_instances(self, older_than_s: float) -> int:
+    async def gc_instances(self, older_than_s: float, hostname: str | None = None,
+                           keep: Sequence[str] = ()) -> int:
         async with self._lock:
             cutoff = self._now() - timedelta(seconds=older_than_s)
             doomed = [
                 key
                 for key, row in self._instances.items()
                 if (row.stopped_at is not None and row.stopped_at < cutoff)
-                or (row.lease_expires_at is not None and row.lease_expires_at < cutoff)
+                or (row.lease_expires_at is not None and row.lease_expires_at < cutoff
+                    and hostname in (None, row.hostname) and key not in keep)
             ]
             for key in doomed:
                 del self._instances[key]

@@ -397,9 +397,11 @@ class PostgresJobStore:
             renewed = await conn.execute(RENEW_INSTANCE_LEASE, instance_id, float(ttl_s))
         return _status_count(renewed)
 
-    async def gc_instances(self, older_than_s: float) -> int:
+    async def gc_instances(self, older_than_s: float, hostname: str | None = None,
+                           keep: Sequence[str] = ()) -> int:
         async with self._connection("gc instances") as conn:
-            return _status_count(await conn.execute(GC_INSTANCES, float(older_than_s)))
+            return _status_count(await conn.execute(GC_INSTANCES, float(older_than_s),
+                                                    hostname, list(keep)))
 
     async def list_instances(self) -> list[InstanceRow]:
         async with self._connection("list instances") as conn:

@@ -163,10 +163,14 @@ WHERE instance_id = $1"""
 
 # Only rows stopped, or whose lease expired, more than the threshold ago: a live instance's
 # row (lease in the future) is never collected.
+# A lapsed row is collected only by a gateway of its host that found its pid dead ($3
+# lists the live ones): a collected row is then proof that its owner is gone (issue 23).
 GC_INSTANCES = """
 DELETE FROM gateway_instances
 WHERE (stopped_at IS NOT NULL AND stopped_at < now() - make_interval(secs => $1))
-   OR lease_expires_at < now() - make_interval(secs => $1)"""
+   OR (lease_expires_at < now() - make_interval(secs => $1)
+       AND ($2::text IS NULL OR hostname = $2::text)
+       AND NOT (instance_id = ANY($3::text[])))"""
 
 LIST_INSTANCES = f"""
 SELECT {_INSTANCE_COLUMNS} FROM gateway_instances ORDER BY started_at, instance_id"""

@@ -440,9 +440,11 @@ class SqliteJobStore:
         return await self._transaction("heartbeat", lambda db, now: _changed(
             db, RENEW_INSTANCE_LEASE, {"instance_id": instance_id, "now": now, "ttl_s": ttl_s}))
 
-    async def gc_instances(self, older_than_s: float) -> int:
+    async def gc_instances(self, older_than_s: float, hostname: str | None = None,
+                           keep: Sequence[str] = ()) -> int:
         return await self._transaction("gc_instances", lambda db, now: _changed(
-            db, GC_INSTANCES, {"now": now, "older_than_s": older_than_s}))
+            db, GC_INSTANCES, {"now": now, "older_than_s": older_than_s,
+                               "hostname": hostname, "keep": json.dumps(list(keep))}))
 
     async def list_instances(self) -> list[InstanceRow]:
         async with self._read("list_instances") as conn:

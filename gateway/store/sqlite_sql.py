@@ -181,10 +181,14 @@ WHERE instance_id = :instance_id"""
 
 # Only rows stopped, or whose lease expired, more than the threshold ago: a live instance's
 # row (lease in the future) is never collected.
+# A lapsed row is collected only by a gateway of its host that found its pid dead (:keep
+# lists the live ones): a collected row is then proof that its owner is gone (issue 23).
 GC_INSTANCES = """
 DELETE FROM gateway_instances
 WHERE (stopped_at IS NOT NULL AND stopped_at < :now - :older_than_s)
-   OR lease_expires_at < :now - :older_than_s"""
+   OR (lease_expires_at < :now - :older_than_s
+       AND (:hostname IS NULL OR hostname = :hostname)
+       AND instance_id NOT IN (SELECT value FROM json_each(:keep)))"""
 
 LIST_INSTANCES = f"""
 SELECT {_INSTANCE_COLUMNS} FROM gateway_instances ORDER BY started_at, instance_id"""

@@ -51,6 +51,16 @@ CI_PORTABLE_JOBS = 60
 CI_PORTABLE_DURATION_S = 15.0
 PORTABLE_ENV = {platform.ENV_VAR: platform.PORTABLE}
 
+# The load scenario (issue 23): 200 jobs on 2 gateways, one SIGKILLed mid-way; lost,
+# duplicate runs, false orphans, unfinished and leftovers (processes, temp cwds, attempt
+# dirs) all 0.
+CI_LOAD_JOBS = 200
+CI_LOAD_INSTANCES = 2
+CI_LOAD_DURATION_S = 30.0
+# Short runs: the point is the load and the kill, not long jobs (a loaded 2-core box runs a
+# 1 s fake in 3-4 s, and 200 of them on 8 run slots would outlast the settle budget).
+CI_LOAD_SLEEP_S = (0.05, 0.5)
+
 
 # -- the audit's rules ---------------------------------------------------------------------
 
@@ -147,7 +157,7 @@ async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_with_stop_on_sqlit
 
 
 async def run_chaos_on_postgres(tmp_path: Path, postgres_server: PostgresServer,
-                                **options: Any) -> ChaosReport:
+                                instances: int = CI_INSTANCES, **options: Any) -> ChaosReport:
     """A CI chaos run on a database of its own on the session's PostgreSQL server (which
     the run may stop for its outage: it is running again, and the database gone, after)."""
     name = f"chaos_{tmp_path.name[-8:].lower().replace('-', '_')}"
@@ -155,7 +165,7 @@ async def run_chaos_on_postgres(tmp_path: Path, postgres_server: PostgresServer,
     postgres_server.create_database(name)
     try:
         report = await run_chaos(ChaosOptions(
-            backend="postgres", workdir=tmp_path / "chaos", instances=CI_INSTANCES,
+            backend="postgres", workdir=tmp_path / "chaos", instances=instances,
             dsn=postgres_server.dsn_for(name), store_control=postgres_server,
             impatient_fraction=CI_IMPATIENT_POSTGRES, **options))
     finally:
@@ -235,6 +245,28 @@ async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_the_portab
     assert_detached_runs_were_taken_over(report)
 
 
+def assert_the_load_run_lost_a_gateway_mid_way(report: ChaosReport) -> None:
+    info = report.info
+    assert info.get("kills") == 1 and info["instances_started"] == CI_LOAD_INSTANCES + 1, \
+        report.text()
+    assert report.jobs > CI_LOAD_JOBS // 2 and report.completed > 0, report.text()
+    assert (report.leftover_temp_cwds, report.leftover_attempt_dirs) == (0, 0), report.text()
+
+
+@pytest.mark.chaos
+@pytest.mark.anyio
+async def test_no_job_is_lost_run_twice_or_left_behind_when_a_loaded_gateway_is_killed_on_sqlite(
+    tmp_path: Path,
+) -> None:
+    report = await run_chaos(ChaosOptions(
+        backend="sqlite", workdir=tmp_path / "chaos", jobs=CI_LOAD_JOBS,
+        instances=CI_LOAD_INSTANCES, duration_s=CI_LOAD_DURATION_S, kill_once_at=0.5,
+        sleep_s=CI_LOAD_SLEEP_S, on_shutdown="detach"))
+    print(report.text())
+    assert report.ok, report.text()  # unfinished=0 and no leftovers included
+    assert_the_load_run_lost_a_gateway_mid_way(report)
+
+
 @pytest.mark.chaos
 @pytest.mark.anyio
 async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_the_portable_platform_on_postgres(
@@ -245,3 +277,16 @@ async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_the_portab
         on_shutdown="detach", extra_env=PORTABLE_ENV)
     assert report.ok, report.text()
     assert_detached_runs_were_taken_over(report)
+
+
+@pytest.mark.chaos
+@pytest.mark.anyio
+async def test_no_job_is_lost_run_twice_or_left_behind_when_a_loaded_gateway_is_killed_on_postgres(
+    tmp_path: Path, postgres_server: PostgresServer,
+) -> None:
+    report = await run_chaos_on_postgres(
+        tmp_path, postgres_server, instances=CI_LOAD_INSTANCES, jobs=CI_LOAD_JOBS,
+        duration_s=CI_LOAD_DURATION_S, kill_once_at=0.5, sleep_s=CI_LOAD_SLEEP_S,
+        on_shutdown="detach")
+    assert report.ok, report.text()
+    assert_the_load_run_lost_a_gateway_mid_way(report)

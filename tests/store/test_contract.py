@@ -307,6 +307,24 @@ async def test_gc_instances_removes_only_stopped_or_expired_rows_past_the_thresh
     assert {r.instance_id for r in await store.list_instances()} == {"live", "fresh-stop"}
 
 
+async def test_gc_instances_with_a_host_collects_only_its_lapsed_rows_not_kept_alive(
+    store: JobStore,
+) -> None:
+    # Issue 23, item 5: a lapsed row is collected only by a gateway of its host, and never
+    # one it found alive (a SIGSTOPped owner); a stopped row goes whatever its host.
+    await store.register_instance(instance("dead-here"), EXPIRED_TTL_S)
+    await store.register_instance(instance("stopped-alive-here"), EXPIRED_TTL_S)
+    await store.register_instance(instance("elsewhere", hostname="host-2"), EXPIRED_TTL_S)
+    await store.register_instance(instance("left-elsewhere", hostname="host-2"), TTL_S)
+    await store.mark_instance_stopped("left-elsewhere")
+    rows = {r.instance_id: r for r in await store.list_instances()}
+    await wait_for_store_time(store, epoch(rows["left-elsewhere"].stopped_at) + PAST_S)
+
+    assert await store.gc_instances(WINDOW_S, "host-1", ["stopped-alive-here"]) == 2
+    assert {r.instance_id for r in await store.list_instances()} == {
+        "stopped-alive-here", "elsewhere"}
+
+
 # -- admission: insert and dedup ----------------------------------------------------------
 
 async def test_insert_job_stores_a_queued_row_with_a_lease_from_the_store_clock(

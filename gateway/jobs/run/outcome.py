@@ -84,11 +84,48 @@ def _size(path: Path) -> int:
         return 0
 
 
+def supervisor_end(status: int | None) -> str:
+    """How a supervisor that wrote no end record ended, from its wait status (negative: the
+    signal; None: not our child, so unknown), for an error message."""
+    if status is None:
+        return "died (killed from outside the gateway)"
+    if status < 0:
+        return (f"was killed by {proc.signal_name(-status)} from outside the gateway (the OOM "
+                "killer, or a kill by hand)")
+    return f"exited with code {status} without recording the run's end (see {sup.LOG_NAME})"
+
+
+def _killed_exit_code(status: int | None) -> int | None:
+    """128 + the signal, the shell's convention, when the signal is known."""
+    return 128 - status if status is not None and status < 0 else None
+
+
+def unstarted_outcome(spool_dir: Path, stop: tuple[ErrorKind, str] | None,
+                      supervisor_status: int | None) -> RunOutcome:
+    """The outcome of a run whose supervisor died after it was handed the run and before it
+    claimed it (issue 23, item 1): nothing ran, and the launcher has claimed the run so that
+    nothing ever will. A stop this gateway asked for (a cancel) names it; else it failed to
+    launch."""
+    if stop is not None:
+        kind, error = stop
+    else:
+        kind = ErrorKind.LAUNCH_FAILED
+        error = (f"The run's supervisor {supervisor_end(supervisor_status)} before it started "
+                 "the provider: nothing ran. Resubmit the request.")
+    return RunOutcome(
+        exit_code=EXIT_CODES.get(kind), error_kind=kind, error=error,
+        stdout_path=spool_dir / sup.STDOUT_NAME, stderr_path=spool_dir / sup.STDERR_NAME,
+        stdout_bytes=0, stderr_bytes=0, truncated=False, duration_s=0.0,
+        extra={"supervisor_lost": True, "never_started": True})
+
+
 def outcome_from_record(spool_dir: Path, record: dict[str, Any] | None, limits: Limits,
-                        stop: tuple[ErrorKind, str] | None) -> RunOutcome:
+                        stop: tuple[ErrorKind, str] | None,
+                        supervisor_status: int | None = None) -> RunOutcome:
     """The outcome of a run whose supervisor is gone. `record` is its end record (None: the
-    supervisor died without writing one); `stop` is the stop this gateway asked for, if any
-    (it names the outcome when the record cannot)."""
+    supervisor died without writing one, after its claim); `stop` is the stop this gateway
+    asked for, if any (it names the outcome when the record cannot); `supervisor_status` is
+    the supervisor's wait status when it was our child (None: unknown)."""
     stdout_path, stderr_path = spool_dir / sup.STDOUT_NAME, spool_dir / sup.STDERR_NAME
     extra: dict[str, object] = {}
     kind: ErrorKind | None
@@ -98,14 +135,17 @@ def outcome_from_record(spool_dir: Path, record: dict[str, Any] | None, limits: 
     truncated = False
     duration = 0.0
     if record is None:
+        # The supervisor claimed the run and died before its end record: the run ran.
         if stop is not None:
             kind, error = stop
+            exit_code = EXIT_CODES.get(kind, 1)
         else:
-            kind = ErrorKind.LAUNCH_FAILED
-            error = ("The run's supervisor ended without recording how the run ended (it was "
-                     "killed); the output so far is kept.")
-        exit_code = EXIT_CODES.get(kind, 1)
+            kind, exit_code = ErrorKind.PROVIDER_ERROR, _killed_exit_code(supervisor_status)
+            error = (f"The run's supervisor {supervisor_end(supervisor_status)} while the run "
+                     "went on, so the run was stopped; the output so far is kept.")
         extra["supervisor_lost"] = True
+        if supervisor_status is not None and supervisor_status < 0:
+            extra["supervisor_signal"] = proc.signal_name(-supervisor_status)
     else:
         why = record.get("why")
         returncode = record.get("returncode")

@@ -12,7 +12,9 @@ supervisor has recorded the run's end and the whole group is gone; `cancel()` as
 The run's rules (wall clock, idle timeout, output cap, the SIGTERM-then-SIGKILL escalation
 over the whole group) are the supervisor's alone: they must hold while no gateway lives. The
 gateway asks it to stop (a stop request file, then SIGTERM) and only steps in itself when the
-supervisor is gone and members of its group are not: then it SIGKILLs the group.
+supervisor is gone and members of its group are not, or when a stop or the wall clock is
+overdue by more than the supervisor's worst case (it may be stopped): then it SIGKILLs the
+group.
 
 A gateway that leaves (crash, `detach()`) kills nothing: the supervisor runs on and the next
 gateway on the host adopts the run. Cancelling the watching task inside a live gateway that
@@ -28,7 +30,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -42,7 +43,13 @@ from gateway.childenv import child_env
 from gateway.jobs.run import spool
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.child_exit import ChildExit, open_exit_watch
-from gateway.jobs.run.outcome import Limits, RunOutcome, outcome_from_record, stop_message
+from gateway.jobs.run.outcome import (
+    Limits,
+    RunOutcome,
+    outcome_from_record,
+    stop_message,
+    unstarted_outcome,
+)
 from gateway.jobs.run.spare import Spares, hand_over
 from gateway.jobs.run.spool import read_tail
 from gateway.model import ErrorKind, GatewayError
@@ -61,6 +68,10 @@ WATCH_INTERVAL_S = 0.1
 # supervisor escalates at the grace and polls every 50 ms, so only a supervisor that is
 # stopped or dead lets this pass.
 STOP_BACKSTOP_S = 1.0
+# Past timeout_s + kill_grace_s + this, the gateway stops a run's group itself (a supervisor
+# that is stopped enforces nothing, issue 23 item 6). Longer than the supervisor's own worst
+# case after its grace (it waits up to REAP_TIMEOUT_S for members to vanish) plus a late tick.
+WALL_BACKSTOP_MARGIN_S = sup.REAP_TIMEOUT_S + 2.0
 # An adopted supervisor exits right after writing its end record (a temp dir to remove at
 # most): how long to let it before its group counts as left behind.
 SUPERVISOR_EXIT_WAIT_S = 2.0
@@ -75,7 +86,7 @@ FULL_DISK_STOP_MESSAGE = (
     "The state filesystem is full (no space left for the provider's output under {spool}): "
     "the run was stopped and its output truncated to what was written. Free disk space and "
     "rerun the request.")
-TEMP_DIR_PREFIX = "agent-cli-gateway-run-"
+TEMP_DIR_PREFIX = spool.TEMP_DIR_PREFIX
 # Provider CLIs run this many nice levels below the gateway, and so does each one's autogroup
 # (the supervisor applies it before starting the CLI). The gateway's heartbeat and MCP
 # answers must not be starved by its own providers: with 32 CPU-bound ones, each in a session
@@ -213,6 +224,7 @@ class ProcessRun:
         self._watcher: asyncio.Task[RunOutcome] | None = None
         self._stop: tuple[ErrorKind, str] | None = None
         self._stop_at: float | None = None  # monotonic deadline of the stop's grace
+        self._backstop_at: float | None = None  # monotonic: past it the gateway kills the run
         self._finished = False
         self._detached = False
         self._temp_dir: Path | None = None
@@ -232,6 +244,10 @@ class ProcessRun:
         so its end is learned by polling its end record and its liveness."""
         run = cls(spec)
         run._identity = identity
+        claim = sup.read_record(spec.spool_dir, sup.START_NAME) or {}
+        # The run began at its claim (a spare's process may have waited long before it).
+        began = float(claim.get("at") or identity.started_at)
+        run._backstop_at = time.monotonic() + run._wall_backstop_s() - (time.time() - began)
         run._watcher = asyncio.create_task(run._watch(None), name=f"run-watch:{spec.job_id}")
         return run
 
@@ -276,6 +292,7 @@ class ProcessRun:
         # start_new_session=True made the supervisor's pid the pgid; asking getpgid() instead
         # would fail once it is reaped.
         self._identity = ProcessIdentity(pid=pid, pgid=pid, started_at=spawned.started_at)
+        self._backstop_at = time.monotonic() + self._wall_backstop_s()
         self._watcher = asyncio.create_task(self._watch(self._exit),
                                             name=f"run-watch:{self.spec.job_id}")
         log.info("provider process started", action="run_start", job_id=self.spec.job_id,
@@ -372,9 +389,11 @@ class ProcessRun:
             raise RunClaimedElsewhere(spec.job_id)
         cwd = spec.working_dir
         try:  # EACCES, ENOSPC, EROFS on the temp dir: a clear failure
-            if cwd is None:  # mkdtemp: 0700, outside any repository (no project instructions)
-                self._temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_DIR_PREFIX))
+            if cwd is None:
+                self._temp_dir = spool.make_temp_cwd(spec.spool_dir)
                 cwd = str(self._temp_dir)
+        except FileNotFoundError:
+            raise RunClaimedElsewhere(spec.job_id) from None  # removed since the check above
         except OSError as exc:
             raise GatewayError(ErrorKind.LAUNCH_FAILED, directories_error(exc)) from None
         try:
@@ -509,6 +528,22 @@ class ProcessRun:
             with contextlib.suppress(OSError):
                 os.kill(self._identity.pid, signal.SIGTERM)
 
+    def _wall_backstop_s(self) -> float:
+        return self.spec.timeout_s + self.spec.kill_grace_s + WALL_BACKSTOP_MARGIN_S
+
+    def _enforce_wall_backstop(self, pgid: int) -> None:
+        """The supervisor enforces the wall clock; a stopped one (SIGSTOP) enforces nothing,
+        so past its worst case the gateway kills the group itself, as a timeout (a SIGKILL
+        ends a stopped supervisor too)."""
+        if self._backstop_at is None or time.monotonic() < self._backstop_at:
+            return
+        self._backstop_at = None
+        if self._stop is None:
+            self._stop = (ErrorKind.TIMEOUT, stop_message(ErrorKind.TIMEOUT, self.spec.limits))
+        log.warning("the run outlived its wall clock and its supervisor did not stop it; "
+                    "killing its group", action="run_kill", job_id=self.spec.job_id, pgid=pgid)
+        proc.signal_group(pgid, signal.SIGKILL)
+
     def _supervisor_running(self) -> bool:
         identity = self._identity
         if identity is None:
@@ -548,6 +583,7 @@ class ProcessRun:
                                 action="run_kill", job_id=self.spec.job_id, pgid=pgid)
                     proc.signal_group(pgid, signal.SIGKILL)
                     self._stop_at = None
+                self._enforce_wall_backstop(pgid)
             if child is not None:
                 await child.exited
             else:  # the end record is written just before the supervisor exits
@@ -555,7 +591,8 @@ class ProcessRun:
                 while self._supervisor_running() and time.monotonic() < deadline:
                     await asyncio.sleep(WATCH_INTERVAL_S / 2)
             await self._reap_group(pgid)
-            outcome = await asyncio.to_thread(self._conclude)
+            status = child.exited.result() if child is not None else None
+            outcome = await asyncio.to_thread(self._conclude, status)
             log.info("provider process finished", action="run_end", job_id=self.spec.job_id,
                      exit_code=outcome.exit_code, error_kind=outcome.error_kind,
                      duration_s=round(outcome.duration_s, 3))
@@ -588,24 +625,46 @@ class ProcessRun:
         while proc.group_alive(pgid) and time.monotonic() < deadline:
             await asyncio.sleep(WATCH_INTERVAL_S / 2)
 
-    def _conclude(self) -> RunOutcome:
+    def _claim_unstarted(self) -> bool:
+        """No end record and no claim of our supervisor: when nobody claimed the run either,
+        our supervisor died between its hand-over and its claim (an OOM kill at start) and
+        nothing ran. Claim the run here (as a re-queue would), so that no supervisor can
+        start it any more, and say True: the job is still ours to end. False: the claim is
+        another gateway's (it re-queued the job), or the spool went with that re-queue."""
+        spool_dir = self.spec.spool_dir
+        if self._identity is None or sup.read_record(spool_dir, sup.START_NAME) is not None:
+            return False
+        try:  # claim_record, not claim_for_requeue: a removed spool must stay removed
+            return sup.claim_record(spool_dir, sup.START_NAME, {
+                "version": sup.RECORD_VERSION, "kind": "unstarted", "at": time.time(),
+                "supervisor_pid": self._identity.pid})
+        except FileNotFoundError:
+            return False
+
+    def _conclude(self, supervisor_status: int | None = None) -> RunOutcome:
         """The outcome from the end record, once the group is gone (file reads: a thread).
+        `supervisor_status`: the supervisor's wait status when it was our child.
 
         Raises RunClaimedElsewhere when there is no end record because the supervisor never
-        held the claim (start.json is not its own: claimed for a re-queue, or gone with the
-        spool the re-queue replaced)."""
+        held the claim and another gateway does (claimed for a re-queue, or gone with the
+        spool the re-queue replaced). A supervisor that died before anyone claimed the run
+        ends it as never started (`_claim_unstarted`), never as someone else's: that left
+        the job running for good while its gateway lived (issue 23, item 1)."""
         record = sup.read_record(self.spec.spool_dir, sup.END_NAME)
         if record is None and not self._claim_is_ours():
             self._remove_temp_dir()
-            raise RunClaimedElsewhere(self.spec.job_id)
-        outcome = outcome_from_record(self.spec.spool_dir, record, self.spec.limits, self._stop)
+            if not self._claim_unstarted():
+                raise RunClaimedElsewhere(self.spec.job_id)
+            log.warning("the run's supervisor died before it claimed the run; nothing ran",
+                        action="run_unstarted", job_id=self.spec.job_id,
+                        supervisor_status=supervisor_status)
+            return unstarted_outcome(self.spec.spool_dir, self._stop, supervisor_status)
+        outcome = outcome_from_record(self.spec.spool_dir, record, self.spec.limits, self._stop,
+                                      supervisor_status)
         self._stdout_bytes, self._stderr_bytes = outcome.stdout_bytes, outcome.stderr_bytes
         self._remove_temp_dir()  # the supervisor removes it; not if it was killed first
         if record is None:
-            run = sup.read_record(self.spec.spool_dir, sup.RUN_NAME) or {}
-            if run.get("temp_cwd") and str(run.get("cwd", "")).startswith(
-                    os.path.join(tempfile.gettempdir(), TEMP_DIR_PREFIX)):
-                shutil.rmtree(str(run["cwd"]), ignore_errors=True)
+            spool.remove_temp_cwd(self.spec.spool_dir)  # an adopted run's, by its record
         return outcome
 
 

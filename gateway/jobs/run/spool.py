@@ -14,9 +14,14 @@ Directories are 0700, files 0600 (the runner creates them).
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
+import secrets
+import shutil
+import tempfile
 from pathlib import Path
 
+from gateway.fs import ensure_private_dir
 from gateway.jobs.run import supervisor
 from gateway.model import JobRow
 from providers.parsing import char_boundary
@@ -30,6 +35,10 @@ SPOOL_DIR_NAME = "spool"
 STDOUT_NAME = supervisor.STDOUT_NAME
 STDERR_NAME = supervisor.STDERR_NAME
 CLEAN_STDOUT_NAME = "stdout.utf8"  # the copy of a stdout that is not valid UTF-8
+# Where a run without a working_dir runs: a fresh 0700 dir outside any repository (no
+# project instructions), named in its attempt's `temp_cwd.json` before it is made.
+TEMP_DIR_PREFIX = "agent-cli-gateway-run-"
+TEMP_CWD_NAME = "temp_cwd.json"
 
 
 def spool_root(state_dir: Path) -> Path:
@@ -54,6 +63,60 @@ def run_dir(root: Path, row: JobRow) -> Path:
     if row.requeued_at is None:
         return job_dir(root, row.id) / "0"
     return job_dir(root, row.id) / f"r{round(row.requeued_at.timestamp() * 1_000_000)}"
+
+
+def make_run_dir(path: Path) -> bool:
+    """Make a launch attempt's dir (0700) before its queued -> running CAS; True if this call
+    made it, so that a refused CAS removes only what it made (issue 23, item 12: a woken
+    owner re-made its old attempt's dir and left it)."""
+    existed = path.is_dir()
+    ensure_private_dir(path)
+    return not existed
+
+
+def discard_run_dir(path: Path) -> None:
+    """Remove an attempt's dir that `make_run_dir` made for a launch refused by its CAS, and
+    its job's dir if nothing else is in it."""
+    shutil.rmtree(path, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        path.parent.rmdir()
+
+
+def make_temp_cwd(attempt_dir: Path) -> Path:
+    """A fresh private temp dir for a run, its path recorded in the attempt dir *before* it
+    is made: a re-queue that finds the run unstarted removes it (`remove_job_dir`); the
+    record is the only trace of it (issue 23, item 12). mkdir, like mkdtemp, refuses a name
+    that exists, so nobody can hand the run a dir of their choosing. Raises OSError
+    (FileNotFoundError: the attempt dir is gone)."""
+    while True:
+        path = Path(tempfile.gettempdir()) / f"{TEMP_DIR_PREFIX}{secrets.token_hex(8)}"
+        supervisor.write_record(attempt_dir, TEMP_CWD_NAME, {"path": str(path)})
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
+
+
+def remove_temp_cwd(attempt_dir: Path) -> None:
+    """Remove the temp dir an attempt recorded, if any (only one of ours: the prefix)."""
+    record = supervisor.read_record(attempt_dir, TEMP_CWD_NAME) or {}
+    path = Path(str(record.get("path", "")))
+    if path.parent == Path(tempfile.gettempdir()) and path.name.startswith(TEMP_DIR_PREFIX):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_job_dir(root: Path, job_id: str) -> None:
+    """Remove a job's spool, and the temp dirs its attempts made: for a re-queue of a job no
+    attempt of which started (a started run's supervisor removes its own)."""
+    directory = job_dir(root, job_id)
+    try:
+        attempts = list(directory.iterdir())
+    except OSError:
+        attempts = []
+    for attempt in attempts:
+        remove_temp_cwd(attempt)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def stdout_path(job_dir: Path) -> Path:

@@ -255,7 +255,8 @@ class Supervisor:
             signal.signal(ignored, signal.SIG_IGN)
         self._lower_priority()  # before the claim: a gateway that sees the claim sees it done
         claim = {"version": RECORD_VERSION, "kind": "supervisor", "pid": os.getpid(),
-                 "pgid": self.pgid, "started_at": self.started_at, "at": time.time()}
+                 "pgid": self.pgid, "started_at": self.started_at, "at": time.time(),
+                 "token": spec.get("token")}  # an adopter matches it with run.json's
         if not claim_record(self.dir, START_NAME, claim):
             return CLAIMED_ELSEWHERE_EXIT  # re-queued (or another supervisor): never run twice
         payload: bytes | None = None

@@ -1,0 +1,108 @@
+"""Nothing is left behind by a launch that never happened (issue 23, item 12): no temp cwd
+of a run re-queued before its supervisor's claim, no attempt dir of a woken owner whose
+queued -> running CAS was refused.
+
+Real gateways on a real store (SQLite file and PostgreSQL), real supervisors and fake CLIs;
+the peer and the dead owner are written into the store as their gateways would have.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from anyio.from_thread import BlockingPortal
+
+from gateway import proc
+from gateway.jobs.requests import SubmitRequest
+from gateway.jobs.run import spool
+from gateway.model import Completion, InstanceRow, JobStatus, NewJob
+from gateway.store import open_store
+from gateway.store.base import TakeOver
+from tests.jobs.conftest import FakeLog, wait_for
+
+pytestmark = pytest.mark.anyio
+
+DONE_S = 20.0
+
+
+def here() -> dict[str, str]:
+    return {"hostname": proc.hostname(), "boot_id": proc.boot_id()}
+
+
+async def test_a_run_requeued_after_its_temp_cwd_was_made_leaves_no_temp_cwd(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    # Its owner was SIGKILLed after it made the run's temp cwd and before the supervisor's
+    # claim; the re-queue removed the spool, the only record of that dir, and it stayed.
+    settings = make_settings()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = proc.process_start_time(dead.pid)
+    dead.wait()
+    request = {"provider": "claude", "prompt": "re-queued before its claim", "model": None,
+               "working_dir": None, "session_id": None, "options": {}}
+    job = NewJob(id="00000000-0000-4000-8000-000000000023", provider="claude",
+                 request_key="leftover-temp-cwd", owner_instance="killed-owner",
+                 request_json=json.dumps(request), **here())
+    store = await open_store(settings)
+    try:
+        await store.register_instance(InstanceRow(
+            instance_id="killed-owner", pid=dead.pid, pid_started_at=started, role="stdio",
+            version="test", **here()), 0.05)
+        await store.insert_job(job, 0.05)
+        assert await store.mark_running(job.id, "killed-owner", 0.05)
+        row = await store.get_job(job.id)
+        assert row is not None
+        attempt = spool.run_dir(spool.spool_root(settings.state_dir), row)
+        spool.make_run_dir(attempt)
+        temp_cwd = spool.make_temp_cwd(attempt)  # what the runner does, then it was killed
+    finally:
+        await store.close()
+    assert temp_cwd.is_dir()
+    manager = await (await start_gateway(settings)).manager()
+
+    async def completed() -> bool:
+        return (await manager.get(job.id)).status is JobStatus.COMPLETED
+
+    await wait_for(completed, DONE_S)
+    assert fake_log.prompts() == ["re-queued before its claim"]
+    assert not temp_cwd.exists()
+
+
+async def test_a_woken_owner_whose_cas_is_refused_leaves_no_attempt_dir(
+    make_settings, start_gateway, fake_log: FakeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An owner stopped while its job waited: a peer re-queued it, ran it and removed its
+    # spool; the owner woke, made its old attempt's dir, had its CAS refused and kept it.
+    settings = make_settings()
+    manager = await (await start_gateway(settings)).manager()
+    store = manager.store
+    real = spool.make_run_dir
+
+    def peer_ran_it_meanwhile(path: Path) -> bool:  # in the launch's worker thread
+        portal.call(peer, path.parent.name)
+        return real(path)
+
+    async def peer(job_id: str) -> None:
+        row = await store.requeue_job(TakeOver(
+            job_id=job_id, expected_owner=manager.instance_id,
+            expected_status=JobStatus.QUEUED, instance_id="peer",
+            ttl_s=settings.lease.ttl_s, **here()))
+        assert row is not None
+        assert await store.mark_running(job_id, "peer", settings.lease.ttl_s)
+        assert await store.complete(job_id, "peer", Completion(
+            status=JobStatus.COMPLETED, exit_code=0, output="the peer's answer"))
+        shutil.rmtree(spool.job_dir(manager.spool_root, job_id), ignore_errors=True)
+
+    async with BlockingPortal() as portal:
+        monkeypatch.setattr(spool, "make_run_dir", peer_ran_it_meanwhile)
+        sub = await manager.submit("claude", SubmitRequest(prompt="run by the peer"))
+        await wait_for(lambda: sub.job.id not in manager.local_job_ids(), DONE_S)
+    row = await store.get_job(sub.job.id)
+    assert (row.status, row.owner_instance) == (JobStatus.COMPLETED, "peer")
+    assert fake_log.spawns() == []
+    assert not spool.job_dir(manager.spool_root, sub.job.id).exists()
