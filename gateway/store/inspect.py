@@ -63,7 +63,7 @@ async def inspect_schema(settings: Settings) -> SchemaState:
             raise StoreUnavailable("persistence.dsn is required for the postgres backend")
         from gateway.store.postgres import read_schema_version  # asyncpg: only when used
 
-        version = await read_schema_version(persistence.dsn)
+        version = await read_schema_version(persistence.dsn, persistence.pooler)
         return SchemaState(version)
     return SchemaState(SCHEMA_VERSION)
 
