@@ -104,6 +104,7 @@ from gateway.store.postgres_sql import (
     MIGRATIONS,
     OUTPUT_PIECES_TABLE,
     PURGE_TERMINAL,
+    READ_CONNECTION_USAGE,
     READ_NOW,
     READ_OUTPUT,
     READ_RESULT_JSON,
@@ -180,11 +181,14 @@ def redact_dsn(dsn: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
-async def read_schema_version(dsn: str, pooler: Pooler = "none") -> int | None:
-    """The database's schema version, or None when no gateway has created one, read in a
-    read-only transaction that creates nothing (gateway/store/inspect.py: doctor and the
-    CLI's reading commands must never create or migrate a shared schema). Behind PgBouncer
-    no startup parameter but application_name, and no named prepared statement.
+async def read_schema_version(dsn: str, pooler: Pooler = "none",
+                              ) -> tuple[int | None, dict[str, int]]:
+    """The database's schema version (None when no gateway has created one) and how many
+    server connections the gateways hold of how many (`doctor`: is the budget near the
+    server's max_connections?), read in a read-only transaction that creates nothing
+    (gateway/store/inspect.py: doctor and the CLI's reading commands must never create or
+    migrate a shared schema). Behind PgBouncer no startup parameter but application_name,
+    and no named prepared statement; the counts are then of PgBouncer's server side.
 
     Raises StoreUnavailable (its text free of the DSN's password)."""
     secrets = _secrets_of(dsn)
@@ -204,9 +208,11 @@ async def read_schema_version(dsn: str, pooler: Pooler = "none") -> int | None:
         raise unavailable("connect", exc) from None
     try:
         async with conn.transaction(readonly=True):
+            usage = await conn.fetchrow(READ_CONNECTION_USAGE, APPLICATION_NAME)
+            connections = {key: int(value) for key, value in usage.items()}
             if not await conn.fetchval(HAS_SCHEMA_VERSION_TABLE):
-                return None
-            return int(await conn.fetchval(READ_SCHEMA_VERSION))
+                return None, connections
+            return int(await conn.fetchval(READ_SCHEMA_VERSION)), connections
     except (*_UNAVAILABLE_ERRORS, asyncpg.PostgresError) as exc:
         raise unavailable("read-only inspection", exc) from None
     finally:

@@ -611,3 +611,40 @@ async def test_gateway_sessions_carry_server_side_statement_and_idle_transaction
         async with pg_store._connection("probe", lease=lease) as conn:
             seen = {name: await conn.fetchval(f"SHOW {name}") for name in expected}
         assert seen == expected, (lease, seen)
+
+
+# -- PgBouncer in transaction pooling mode (issue #29) ------------------------------------
+
+
+async def test_through_pgbouncer_a_direct_mode_store_is_refused_and_a_pooler_one_opens(
+    pgbouncer_dsn: str,
+) -> None:
+    """The fixture really is PgBouncer in transaction mode: it refuses the startup
+    parameters a direct connection carries (what main did: no request was ever admitted).
+    With `pooler = "pgbouncer"` the store opens, and every call's transaction carries the
+    timeouts a direct session gets at startup."""
+    direct = PostgresJobStore(pgbouncer_dsn, max_size=1)
+    with pytest.raises(StoreUnavailable, match="unsupported startup parameter"):
+        await direct.open()
+    store = PostgresJobStore(pgbouncer_dsn, max_size=2, pooler="pgbouncer")
+    await store.open()
+    try:
+        expected = {"statement_timeout": f"{STATEMENT_TIMEOUT_MS // 1000}s",
+                    "lock_timeout": f"{LOCK_TIMEOUT_MS // 1000}s",
+                    "idle_in_transaction_session_timeout":
+                        f"{IDLE_IN_TRANSACTION_TIMEOUT_MS // 1000}s"}
+        for lease in (False, True):
+            async with store._connection("probe", lease=lease) as conn:
+                assert conn.is_in_transaction()
+                seen = {name: await conn.fetchval(f"SHOW {name}") for name in expected}
+            assert seen == expected, (lease, seen)
+        await store.register_instance(instance("pgb"), ttl_s=60)
+        job = await store.insert_job(new_job("pgb", key="twin"), ttl_s=60)
+        with pytest.raises(DuplicateActiveJob):  # a failed statement under a savepoint
+            await store.insert_job(new_job("pgb", key="twin"), ttl_s=60)
+        assert await store.heartbeat("pgb", ttl_s=60) == 1
+        assert (await store.get_job(job.id)) is not None
+        stats = store.pool_stats()
+        assert stats["pooler"] == "pgbouncer"
+    finally:
+        await store.close()
