@@ -131,3 +131,62 @@ async def test_forty_windows_on_a_server_with_22_slots_all_run_and_idle_on_few_c
             async with anyio.create_task_group() as tg:
                 for gateway in gateways:
                     tg.start_soon(gateway.stop)
+
+
+# -- renewals never wait behind work (issue #22) ------------------------------------------
+
+BLOCKED_LEASE = {"heartbeat_s": 0.5, "ttl_s": 2.0, "http_job_grace_s": 2.0,
+                 "sweep_interval_s": 0.2, "instance_gc_s": 2.0, "cancel_poll_s": 0.2}
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+async def test_a_pool_blocked_on_row_locks_for_twice_the_ttl_costs_a_live_gateway_nothing(
+    make_settings: Callable[..., Any], start_gateway: Callable[..., Any], postgres_dsn: str,
+) -> None:
+    """An outside session holds FOR UPDATE on the owner's job row for 2 x ttl_s, and every
+    connection of the owner's work pool waits on that lock. Its heartbeat has a slot of its
+    own, so its lease stays fresh; a peer sweeping all along orphans nothing; the renewal
+    waits are measured and reported."""
+    settings = make_settings(lease=BLOCKED_LEASE)
+    owner = await start_gateway(settings)
+    peer = await start_gateway(settings)
+    hold_s = 2 * settings.lease.ttl_s
+    manager = await owner.manager()
+    job = (await manager.submit("claude", SubmitRequest(prompt="long @sleep=8"))).job
+    outside = await asyncpg.connect(postgres_dsn)
+    try:
+        async with anyio.create_task_group() as tg:
+            transaction = outside.transaction()
+            await transaction.start()
+            await outside.execute("SELECT id FROM jobs WHERE id = $1 FOR UPDATE", job.id)
+            renewed_before = await outside.fetchval(
+                "SELECT heartbeat_at FROM gateway_instances WHERE instance_id = $1",
+                owner.instance_id)
+
+            async def blocked_call() -> None:  # takes one work connection until the lock goes
+                async with owner.store._connection("blocked") as conn:  # type: ignore[union-attr]
+                    await conn.execute("SELECT id FROM jobs WHERE id = $1 FOR UPDATE", job.id)
+
+            for _ in range(settings.persistence.pool_max_for("stdio")):
+                tg.start_soon(blocked_call)
+            with anyio.fail_after(hold_s + 10):
+                deadline = anyio.current_time() + hold_s
+                while anyio.current_time() < deadline:
+                    assert await peer.leases.sweep_once() == []
+                    await anyio.sleep(settings.lease.sweep_interval_s)
+            pool = owner.connection_report()["pool"]["work"]  # type: ignore[index]
+            assert pool["size"] == pool["max"] and pool["idle"] == 0  # every one is blocked
+            renewed_during = await outside.fetchval(
+                "SELECT heartbeat_at FROM gateway_instances WHERE instance_id = $1",
+                owner.instance_id)
+            await transaction.rollback()
+        assert renewed_during > renewed_before  # the lease was renewed while blocked
+        for _ in range(5):  # and once the lock is gone, still nothing is orphaned
+            assert await peer.leases.sweep_once() == []
+            await anyio.sleep(settings.lease.sweep_interval_s)
+        worst = owner.connection_report()["renewal_pending_ms_max_1h"]
+        assert worst is not None and worst < settings.lease.ttl_s * 1000
+        row = await manager.wait(job.id, 30)
+        assert row.status == JobStatus.COMPLETED, (row.status, row.error)
+    finally:
+        await outside.close()
