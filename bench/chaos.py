@@ -210,6 +210,7 @@ class ChaosOptions:
     duration_s: float = DEFAULT_DURATION_S
     seed: int | None = None
     dsn: str | None = None  # postgres
+    pooler: str = "none"  # postgres: "pgbouncer" when dsn points at PgBouncer (issue #29)
     store_control: StoreControl | None = None  # postgres: stop/start for the outage
     outage_s: float = 3.0
     sleep_s: tuple[float, float] = (0.1, 2.0)  # each fake job's @sleep range
@@ -716,6 +717,7 @@ class ChaosRun:
         persistence: dict[str, Any] = {"backend": self.o.backend}
         if self.o.backend == "postgres":
             persistence["dsn"] = self.o.dsn
+            persistence["pooler"] = self.o.pooler
         else:
             self.db_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             persistence["path"] = str(self.db_path)

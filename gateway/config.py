@@ -28,6 +28,10 @@ CONFIG_ENV = "AGENT_GATEWAY_CONFIG"
 # The longest a run may be given (timeout_s, default_timeout_s): a bound, so that 1e308 or
 # infinity is refused rather than taken as "no limit".
 MAX_TIMEOUT_S = 7 * 24 * 3600
+# The default PostgreSQL work pool of a stdio gateway (one per client window) and of an HTTP
+# gateway (shared by a team): [persistence] pool_max.
+POOL_MAX_STDIO = 2
+POOL_MAX_HTTP = 10
 PROVIDER_NAMES = ("claude", "codex", "gemini", "grok", "mistral", "devin", "cursor")
 
 
@@ -53,6 +57,19 @@ class PersistenceConfig(_Section):
     # Long enough for a client's retry after a timeout, short enough that a repeated
     # instruction to an agent ("run the tests and fix what fails") is new work.
     dedup_window_s: float = Field(default=120, ge=0)
+    # PostgreSQL connections this gateway may hold for its work (the heartbeat has one slot
+    # of its own besides). Unset: 2 for a stdio gateway (one per client window: 100 windows
+    # must fit a server's default max_connections), 10 for a shared HTTP gateway.
+    pool_max: int | None = Field(default=None, ge=1, le=1000)
+    # "pgbouncer": the DSN points at PgBouncer in transaction pooling mode, so a connection
+    # keeps no session state (no startup parameters, no named prepared statements).
+    pooler: Literal["none", "pgbouncer"] = "none"
+
+    def pool_max_for(self, role: str) -> int:
+        """The work pool's size for a gateway of this role ("stdio", "http", ...)."""
+        if self.pool_max is not None:
+            return self.pool_max
+        return POOL_MAX_HTTP if role == "http" else POOL_MAX_STDIO
 
     @model_validator(mode="after")
     def _postgres_needs_dsn(self) -> PersistenceConfig:

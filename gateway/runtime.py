@@ -92,7 +92,8 @@ class Gateway:
         while True:
             # Shielded: a stop() during startup must not abandon a half-open connection
             # (aiosqlite's thread would later call into a closed loop); stop() finishes it.
-            self._open_task = asyncio.create_task(open_store(self.settings), name="open_store")
+            self._open_task = asyncio.create_task(open_store(self.settings, self.role),
+                                                  name="open_store")
             try:
                 self.store = await asyncio.shield(self._open_task)
                 break
@@ -194,6 +195,14 @@ class Gateway:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._attempted.wait(), wait_s)
         return self._ready.is_set()
+
+    def connection_report(self) -> dict[str, object]:
+        """The store's connection pools (PostgreSQL: size, waits, refused connects) and the
+        worst renewal wait of the last hour, for `gateway_status` (issues #22, #29)."""
+        pool_stats = getattr(self.store, "pool_stats", None)
+        worst = self.leases.renewal_pending_ms.worst() if self.leases is not None else None
+        return {"pool": pool_stats() if callable(pool_stats) else None,
+                "renewal_pending_ms_max_1h": round(worst, 1) if worst is not None else None}
 
     @property
     def ready(self) -> bool:

@@ -127,8 +127,10 @@ class PostgresServer:
     before it drops its database.
     """
 
-    def __init__(self, bindir: Path, base_dir: Path | None = None) -> None:
+    def __init__(self, bindir: Path, base_dir: Path | None = None,
+                 settings: dict[str, str] | None = None) -> None:
         self.bindir = bindir
+        self.extra_settings = dict(settings or {})  # over PG_SERVER_SETTINGS (max_connections...)
         self.as_root = os.geteuid() == 0
         if base_dir is None:
             base_dir = Path(tempfile.mkdtemp(prefix=PG_DIR_PREFIX))
@@ -144,7 +146,8 @@ class PostgresServer:
         self._version_num = 0
 
     # -- DSNs -------------------------------------------------------------------------------
-    def dsn_for(self, dbname: str, *, password: str | None = None) -> str:
+    def dsn_for(self, dbname: str, *, password: str | None = None,
+                user: str = PG_SUPERUSER) -> str:
         """A DSN to `dbname`; trust auth ignores `password`, so tests can check redaction.
 
         `sslmode=disable`: this server has no TLS, and asyncpg's default (prefer) first
@@ -152,7 +155,7 @@ class PostgresServer:
         that exchange leaves a future whose ConnectionError nobody retrieves, which the
         test runner reports as the test's error (seen once in CI)."""
         secret = f":{password}" if password else ""
-        return (f"postgresql://{PG_SUPERUSER}{secret}@127.0.0.1:{self.port}/{dbname}"
+        return (f"postgresql://{user}{secret}@127.0.0.1:{self.port}/{dbname}"
                 f"?sslmode=disable")
 
     @property
@@ -223,7 +226,7 @@ class PostgresServer:
         self._version_num = int(version.split(".")[0]) * 10000
 
     def _write_settings(self) -> None:
-        settings = dict(PG_SERVER_SETTINGS)
+        settings = {**PG_SERVER_SETTINGS, **self.extra_settings}
         settings["port"] = str(self.port)
         settings["unix_socket_directories"] = f"'{self.socket_dir}'"
         # postgresql.auto.conf is read last, so it overrides postgresql.conf. Rewriting the
@@ -298,6 +301,10 @@ class PostgresServer:
 
         _run_in_fresh_loop(run, timeout=PG_ADMIN_TIMEOUT_S * (len(statements) + 1))
 
+    def admin(self, statements: list[str]) -> None:
+        """Run statements as the superuser (roles, databases: what a test sets up)."""
+        self._admin(statements)
+
     def create_database(self, name: str) -> None:
         self._admin([f'CREATE DATABASE "{name}"'])
 
@@ -339,7 +346,7 @@ def reap_abandoned_servers(bindir: Path) -> None:
         PostgresServer(bindir, base_dir).destroy()
 
 
-def _start_or_give_up() -> PostgresServer:
+def _start_or_give_up(settings: dict[str, str] | None = None) -> PostgresServer:
     bindir = find_pg_bindir()
     if bindir is None:
         raise PostgresUnavailable(
@@ -347,7 +354,7 @@ def _start_or_give_up() -> PostgresServer:
             "/usr/lib/postgresql/*/bin or PATH; install the postgresql package"
         )
     reap_abandoned_servers(bindir)
-    server = PostgresServer(bindir)
+    server = PostgresServer(bindir, settings=settings)
     try:
         server.init()
         server.start()
@@ -381,6 +388,31 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture
+def make_postgres_server() -> Iterator[Callable[[dict[str, str]], PostgresServer]]:
+    """Start a throwaway server of the test's own with these server settings (for example a
+    low `max_connections`); every one is stopped and deleted after the test. Like
+    `postgres_server`, a skip locally and a failure in CI when none can be started."""
+    servers: list[PostgresServer] = []
+
+    def make(settings: dict[str, str]) -> PostgresServer:
+        try:
+            server = _start_or_give_up(settings)
+        except (PostgresUnavailable, OSError, subprocess.SubprocessError) as exc:
+            message = f"throwaway PostgreSQL could not be started: {exc}"
+            if in_ci():
+                pytest.fail(message, pytrace=False)
+            pytest.skip(message)
+        servers.append(server)
+        return server
+
+    try:
+        yield make
+    finally:
+        for server in servers:
+            server.destroy()
+
+
+@pytest.fixture
 def postgres_dsn(postgres_server: PostgresServer) -> Iterator[str]:
     """A DSN to a fresh, empty database (`t_<hex>`), dropped after the test."""
     name = f"t_{uuid.uuid4().hex[:16]}"
@@ -394,7 +426,37 @@ def postgres_dsn(postgres_server: PostgresServer) -> Iterator[str]:
         postgres_server.drop_database(name)
 
 
-_POSTGRES_FIXTURES = frozenset({"postgres_server", "postgres_dsn"})
+@pytest.fixture(scope="session")
+def pgbouncer(postgres_server: PostgresServer) -> Iterator[Any]:
+    """A throwaway PgBouncer (transaction pooling) in front of the session's server
+    (tests/pgbouncer.py). A skip locally without the binary; a failure in CI."""
+    from tests.pgbouncer import PgBouncer, PgBouncerUnavailable
+
+    bouncer = PgBouncer(postgres_server.port, PG_SUPERUSER)
+    try:
+        bouncer.start()
+    except (PgBouncerUnavailable, OSError, subprocess.SubprocessError, KeyError) as exc:
+        bouncer.stop()
+        message = f"throwaway PgBouncer could not be started: {exc}"
+        if in_ci():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    atexit.register(bouncer.stop)
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
+        atexit.unregister(bouncer.stop)
+
+
+@pytest.fixture
+def pgbouncer_dsn(pgbouncer: Any, postgres_dsn: str) -> str:
+    """The test's fresh database (postgres_dsn), reached through the PgBouncer."""
+    return str(pgbouncer.dsn_for(postgres_dsn.rsplit("/", 1)[1].split("?", 1)[0]))
+
+
+_POSTGRES_FIXTURES = frozenset({"postgres_server", "postgres_dsn", "make_postgres_server",
+                                "pgbouncer", "pgbouncer_dsn"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -407,7 +469,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         names: Any = getattr(item, "fixturenames", ())
         callspec = getattr(item, "callspec", None)
         param_ids = callspec.id.split("-") if callspec is not None else []
-        if _POSTGRES_FIXTURES & set(names) or "postgres" in param_ids:
+        if _POSTGRES_FIXTURES & set(names) or {"postgres", "pgbouncer"} & set(param_ids):
             item.add_marker(pytest.mark.postgres)
 
 

@@ -154,6 +154,11 @@ def test_doctor_never_migrates_an_older_postgres_schema(home: Path, postgres_dsn
     assert check.status == "warning"
     assert check.details["schema_version"] == 1
     assert f"migrates it from version 1 to {SCHEMA_VERSION}" in check.summary
+    # The connection budget against the server's (#29): counted, never written.
+    connections = check.details["connections"]
+    assert connections["max_connections"] >= connections["client_connections"] >= 1
+    assert "gateways hold 0 of the server's" in check.summary
+    assert "pool_max 2 (stdio) / 10 (http) + 1 for its heartbeat" in check.summary
     assert anyio.run(_pg_tables, postgres_dsn) == ["schema_version"]
 
 

@@ -166,6 +166,8 @@ def check_store(settings: Settings) -> Check:
         return Check("store", "error", f"{backend} {where} is unreachable: {reason}", details)
     details["schema_version"] = state.version
     details["serve_would"] = state.what_serve_does()
+    if state.connections is not None:
+        details["connections"] = state.connections
     if not state.exists:
         details["exists"] = False
         problem = _uncreatable(settings.persistence.path)
@@ -182,9 +184,21 @@ def check_store(settings: Settings) -> Check:
         return Check("store", "error", f"{backend} {where}, schema version {state.version}: "
                                        f"{state.what_serve_does()}", details)
     summary = f"{backend} {where}, schema version {state.version}"
+    if state.connections is not None:
+        summary += connections_summary(settings, state.connections)
     if not state.current:
         return Check("store", "warning", f"{summary} ({state.what_serve_does()})", details)
     return Check("store", "ok", summary, details)
+
+
+def connections_summary(settings: Settings, connections: dict[str, int]) -> str:
+    """PostgreSQL: the server's connections against the gateways' budget (#29)."""
+    persistence = settings.persistence
+    return (f"; gateways hold {connections['gateway_connections']} of the server's "
+            f"{connections['client_connections']} client connections (max_connections "
+            f"{connections['max_connections']}); each gateway's budget: pool_max "
+            f"{persistence.pool_max_for('stdio')} (stdio) / {persistence.pool_max_for('http')} "
+            f"(http) + 1 for its heartbeat, pooler {persistence.pooler}")
 
 
 def _uncreatable(path: Path) -> str | None:

@@ -51,6 +51,7 @@ from gateway.jobs.manager import JobManager
 from gateway.jobs.worktrees.gc import expire_worktrees
 from gateway.model import ErrorKind, InstanceRow, JobRow
 from gateway.store.base import REAPER_BATCH_ROWS, JobStore, StoreReplaced
+from gateway.store.gauges import WorstOfLastHour
 
 log = structlog.get_logger(__name__)
 
@@ -89,6 +90,10 @@ class LeaseKeeper:
         self._tasks: list[asyncio.Task[None]] = []
         self._last_purge = 0.0
         self.adopter = Adopter(manager, identity)
+        # How long each renewal was pending, from its tick to the store's answer (Paperclip's
+        # renewalPendingMs): a saturated pool or a slow database shows here long before a
+        # lease lapses (`gateway_status`).
+        self.renewal_pending_ms = WorstOfLastHour()
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -165,10 +170,12 @@ class LeaseKeeper:
         if not self.registered:
             await self.register()
             return
+        pending_since = time.monotonic()
         try:
             before = await self._read_clock()
             renewed = await self.store.heartbeat(self.identity.instance_id, self.lease.ttl_s)
         except Exception as exc:
+            self.renewal_pending_ms.record((time.monotonic() - pending_since) * 1000)
             self._note_replaced(exc)
             self.heartbeat_failures += 1
             log.warning("heartbeat failed", action="heartbeat", failures=self.heartbeat_failures,
@@ -179,6 +186,7 @@ class LeaseKeeper:
                           action="heartbeat", failures=self.heartbeat_failures)
             return
         self.last_heartbeat_ok = time.monotonic()
+        self.renewal_pending_ms.record((self.last_heartbeat_ok - pending_since) * 1000)
         if renewed:
             self.renewed_at = before
         if renewed == 0 or not self.manager.admitting:

@@ -536,6 +536,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
             "budgets": await budget_status(settings, manager.store) if manager else None,
             "limits": settings.limits.model_dump(mode="json"),
             "lease": settings.lease.model_dump(mode="json"),
+            "connections": gateway.connection_report() if gateway else None,
             "providers": state.versions.snapshot(),
             "versions_probed": state.versions.finished.is_set(),
             "api_providers": {
@@ -578,6 +579,7 @@ def _status_text(data: dict[str, Any]) -> str:
                      f"{jobs.get('running_by_provider')}, queued {jobs.get('queued_by_provider')}")
     if data["store_problem"]:
         lines.append(f"STORE PROBLEM: {data['store_problem']}")
+    lines.extend(_connections_text(data.get("connections")))
     for name, info in data["providers"].items():
         if not info["enabled"]:
             lines.append(f"  {name}: disabled")
@@ -594,6 +596,24 @@ def _status_text(data: dict[str, Any]) -> str:
                      f"{budget['reserved']}, left {budget['left']} of {budget['limit']} "
                      f"{budget['unit']} (resets {budget['resets_at']})")
     return "\n".join(lines)
+
+
+def _connections_text(connections: dict[str, Any] | None) -> list[str]:
+    """The PostgreSQL pools and the worst renewal wait: a full pool or server shows here."""
+    if not connections:
+        return []
+    lines = []
+    pools = connections.get("pool") or {}
+    for name in ("work", "heartbeat"):
+        if stats := pools.get(name):
+            lines.append(f"  postgres {name} pool: {stats['size']}/{stats['max']} connections "
+                         f"({stats['idle']} idle), {stats['waited']} waits, "
+                         f"{stats['refused_connects']} refused connects, worst wait "
+                         f"{stats['worst_wait_ms_1h']} ms in the last hour")
+    if connections.get("renewal_pending_ms_max_1h") is not None:
+        lines.append(f"  worst lease renewal wait in the last hour: "
+                     f"{connections['renewal_pending_ms_max_1h']} ms")
+    return lines
 
 
 REQUEST_ANNOTATIONS = ToolAnnotations(open_world_hint=True, read_only_hint=False)

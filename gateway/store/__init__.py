@@ -18,8 +18,9 @@ POSTGRES_DRIVER_MISSING = (
     "`uv sync --extra postgres`.")
 
 
-async def open_store(settings: Settings) -> JobStore:
-    """Build the configured backend, connect it and migrate its schema.
+async def open_store(settings: Settings, role: str = "stdio") -> JobStore:
+    """Build the configured backend, connect it and migrate its schema. `role` ("stdio",
+    "http", a CLI command) sizes a PostgreSQL pool (`[persistence] pool_max`).
 
     PostgreSQL's module (and asyncpg) is imported only when it is the chosen backend, so a
     SQLite user never pays for it. Raises StoreUnavailable when the store cannot be opened.
@@ -44,7 +45,8 @@ async def open_store(settings: Settings) -> JobStore:
 
         if not persistence.dsn:  # load_settings refuses this; Settings built by hand may not
             raise StoreUnavailable("persistence.dsn is required for the postgres backend")
-        store = PostgresJobStore(persistence.dsn)
+        store = PostgresJobStore(persistence.dsn, max_size=persistence.pool_max_for(role),
+                                 pooler=persistence.pooler)
     else:
         assert_never(persistence.backend)  # the checker proves every backend is handled
     await store.open()

@@ -31,6 +31,8 @@ class SchemaState:
 
     version: int | None
     exists: bool = True  # False: a SQLite file that is not there
+    # PostgreSQL: gateway_connections, client_connections, max_connections (doctor, #29)
+    connections: dict[str, int] | None = None
 
     @property
     def current(self) -> bool:
@@ -63,8 +65,8 @@ async def inspect_schema(settings: Settings) -> SchemaState:
             raise StoreUnavailable("persistence.dsn is required for the postgres backend")
         from gateway.store.postgres import read_schema_version  # asyncpg: only when used
 
-        version = await read_schema_version(persistence.dsn)
-        return SchemaState(version)
+        version, connections = await read_schema_version(persistence.dsn, persistence.pooler)
+        return SchemaState(version, connections=connections)
     return SchemaState(SCHEMA_VERSION)
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext, suppress
 from urllib.parse import unquote, urlsplit
 
 import asyncpg
@@ -60,6 +60,21 @@ from gateway.store.base import (
     page_of,
     without_output,
 )
+from gateway.store.postgres_pool import (
+    APPLICATION_NAME,
+    CLOSE_TIMEOUT_S,
+    COMMAND_TIMEOUT_S,
+    CONNECT_TIMEOUT_S,
+    IDLE_RELEASE_S,
+    LEASE_COMMAND_TIMEOUT_S,
+    LEASE_IDLE_RELEASE_S,
+    LEASE_PATIENCE_S,
+    READ_PATIENCE_S,
+    WORK_PATIENCE_S,
+    ConnectionPool,
+    FullServer,
+    Pooler,
+)
 from gateway.store.postgres_sql import (
     _JSON_ERRORS,
     ACTIVE_INDEX_NAME,
@@ -90,6 +105,7 @@ from gateway.store.postgres_sql import (
     MIGRATIONS,
     OUTPUT_PIECES_TABLE,
     PURGE_TERMINAL,
+    READ_CONNECTION_USAGE,
     READ_NOW,
     READ_OUTPUT,
     READ_RESULT_JSON,
@@ -107,22 +123,6 @@ from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 
 log = structlog.get_logger(__name__)
 
-CONNECT_TIMEOUT_S = 10.0  # an unreachable host must fail a call, not hang the heartbeat
-COMMAND_TIMEOUT_S = 25.0  # a statement stuck behind a lock or a dying server gives up
-ACQUIRE_TIMEOUT_S = 30.0  # a pool exhausted by stuck calls fails the next call, not forever
-CLOSE_TIMEOUT_S = 5.0  # close() waits this long for borrowed connections, then terminates
-LOCK_TIMEOUT_MS = 5000  # a row lock held longer than this is a stuck peer: fail the call
-# The server ends a statement that runs longer than the client would wait for it (so its
-# locks go when the client gives up), and a session that sits idle inside a transaction
-# this long: a gateway stopped (SIGSTOP, a stalled loop) in its reaper or completion
-# transaction would otherwise hold its row locks, and stall its peers, until it resumes.
-STATEMENT_TIMEOUT_MS = int(COMMAND_TIMEOUT_S * 1000)
-IDLE_IN_TRANSACTION_TIMEOUT_MS = 10_000
-# The heartbeat, registration and the clock read go through a pool of their own of this
-# size: result reads and COPYs of large outputs can hold every connection of the main pool
-# for long, and a heartbeat that waits for one lets its own lease lapse.
-LEASE_POOL_SIZE = 1
-APPLICATION_NAME = "agent-cli-gateway"  # so operators can find our sessions in pg_stat_activity
 MAX_SQL_POSITION = 2**31 - 2  # substring(... FROM start + 1 FOR n) with int4 arguments
 
 
@@ -183,10 +183,14 @@ def redact_dsn(dsn: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
-async def read_schema_version(dsn: str) -> int | None:
-    """The database's schema version, or None when no gateway has created one, read in a
-    read-only session that creates nothing (gateway/store/inspect.py: doctor and the CLI's
-    reading commands must never create or migrate a shared schema).
+async def read_schema_version(dsn: str, pooler: Pooler = "none",
+                              ) -> tuple[int | None, dict[str, int]]:
+    """The database's schema version (None when no gateway has created one) and how many
+    server connections the gateways hold of how many (`doctor`: is the budget near the
+    server's max_connections?), read in a read-only transaction that creates nothing
+    (gateway/store/inspect.py: doctor and the CLI's reading commands must never create or
+    migrate a shared schema). Behind PgBouncer no startup parameter but application_name,
+    and no named prepared statement; the counts are then of PgBouncer's server side.
 
     Raises StoreUnavailable (its text free of the DSN's password)."""
     secrets = _secrets_of(dsn)
@@ -200,15 +204,17 @@ async def read_schema_version(dsn: str) -> int | None:
 
     try:
         conn = await asyncpg.connect(
-            dsn, timeout=CONNECT_TIMEOUT_S,
-            server_settings={"default_transaction_read_only": "on",
-                             "application_name": APPLICATION_NAME})
+            dsn, timeout=CONNECT_TIMEOUT_S, statement_cache_size=0,
+            server_settings={"application_name": APPLICATION_NAME})
     except (*_UNAVAILABLE_ERRORS, ValueError, asyncpg.ClientConfigurationError) as exc:
         raise unavailable("connect", exc) from None
     try:
-        if not await conn.fetchval(HAS_SCHEMA_VERSION_TABLE):
-            return None
-        return int(await conn.fetchval(READ_SCHEMA_VERSION))
+        async with conn.transaction(readonly=True):
+            usage = await conn.fetchrow(READ_CONNECTION_USAGE, APPLICATION_NAME)
+            connections = {key: int(value) for key, value in usage.items()}
+            if not await conn.fetchval(HAS_SCHEMA_VERSION_TABLE):
+                return None, connections
+            return int(await conn.fetchval(READ_SCHEMA_VERSION)), connections
     except (*_UNAVAILABLE_ERRORS, asyncpg.PostgresError) as exc:
         raise unavailable("read-only inspection", exc) from None
     finally:
@@ -222,6 +228,13 @@ def _status_count(status: str) -> int:
         return int(status.rsplit(" ", 1)[-1])
     except ValueError:
         return 0
+
+
+def _savepoint(conn: asyncpg.Connection) -> AbstractAsyncContextManager[object]:
+    """Around a statement whose failure the caller handles by running another: inside a
+    transaction (always, behind PgBouncer) a savepoint, so the failure does not abort the
+    rest; outside one, nothing (the statement is its own transaction)."""
+    return conn.transaction() if conn.is_in_transaction() else nullcontext()
 
 
 def _job(row: asyncpg.Record) -> JobRow:
@@ -250,13 +263,16 @@ class PostgresJobStore:
 
     backend = "postgres"
 
-    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 10) -> None:
+    def __init__(self, dsn: str, *, max_size: int = 10, pooler: Pooler = "none") -> None:
         self._dsn = dsn
-        self._min_size = min_size
         self._max_size = max_size
+        self._pooler: Pooler = pooler
         self._secrets = _secrets_of(dsn)
-        self._pool: asyncpg.Pool | None = None
-        self._lease_pool: asyncpg.Pool | None = None  # heartbeat, register, now()
+        self._pool: ConnectionPool | None = None
+        # The heartbeat, registration and the clock read go through a pool of one of their
+        # own: result reads and COPYs of large outputs can hold every connection of the work
+        # pool for long, and a heartbeat that waits for one lets its own lease lapse.
+        self._lease_pool: ConnectionPool | None = None
 
     def __repr__(self) -> str:
         return f"PostgresJobStore({redact_dsn(self._dsn)!r})"
@@ -275,11 +291,13 @@ class PostgresJobStore:
             permanent=isinstance(exc, PERMANENT_ERRORS))
 
     @asynccontextmanager
-    async def _connection(self, action: str, *,
-                          lease: bool = False) -> AsyncIterator[asyncpg.Connection]:
-        """A pooled connection (lease=True: from the lease pool, which nothing else can
-        exhaust); connection-level failures become StoreUnavailable. A broken connection
-        is dropped by its pool and a fresh one opened by the next call.
+    async def _connection(self, action: str, *, lease: bool = False,
+                          patience_s: float | None = None,
+                          ) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection within `patience_s` (lease=True: from the heartbeat's pool,
+        which nothing else can exhaust; its calls are patient for LEASE_PATIENCE_S unless
+        told otherwise); connection-level failures become StoreUnavailable.
+        A broken connection is dropped by its pool and a fresh one opened by the next call.
 
         The cause is not chained (`from None`): asyncpg's exception objects can carry the
         connection parameters, and a traceback must not show them.
@@ -288,57 +306,65 @@ class PostgresJobStore:
         if pool is None:
             raise StoreUnavailable(f"postgres store: {action} failed (store is not open)")
         try:
-            async with pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
+            if patience_s is None:
+                patience_s = LEASE_PATIENCE_S if lease else READ_PATIENCE_S
+            async with pool.connection(patience_s) as conn:
                 yield conn
         except _UNAVAILABLE_ERRORS as exc:
             raise self._unavailable(action, exc) from None
 
     @asynccontextmanager
-    async def _transaction(self, action: str) -> AsyncIterator[asyncpg.Connection]:
-        async with self._connection(action) as conn, conn.transaction():
-            yield conn
+    async def _transaction(self, action: str, *, patience_s: float = READ_PATIENCE_S,
+                           ) -> AsyncIterator[asyncpg.Connection]:
+        async with self._connection(action, patience_s=patience_s) as conn:
+            if conn.is_in_transaction():  # behind PgBouncer every call is one already
+                yield conn
+                return
+            async with conn.transaction():
+                yield conn
+
+    def pool_stats(self) -> dict[str, object]:
+        """The pools' sizes and waits (`gateway_status`, `doctor`): how close this gateway is
+        to its connection budget, and whether the server turned connections away."""
+        return {"pooler": self._pooler,
+                "work": self._pool.stats() if self._pool is not None else None,
+                "heartbeat": self._lease_pool.stats() if self._lease_pool is not None else None}
 
     # -- lifecycle ------------------------------------------------------------------------
     async def open(self) -> None:
-        """Create the pool and create/migrate the schema under an advisory lock.
+        """Create the pools and create/migrate the schema under an advisory lock.
 
         Raises StoreUnavailable when the server cannot be reached, refuses the credentials,
         or holds a schema written by a newer gateway.
         """
         if self._pool is not None:
             return
+        full_server = FullServer()
         try:
-            pool = await self._create_pool(self._min_size, self._max_size)
+            pool = await ConnectionPool.create(
+                "work", self._dsn, max_size=self._max_size, idle_s=IDLE_RELEASE_S,
+                command_timeout_s=COMMAND_TIMEOUT_S, pooler=self._pooler,
+                full_server=full_server)
+            lease_pool = await ConnectionPool.create(
+                "heartbeat", self._dsn, max_size=1, idle_s=LEASE_IDLE_RELEASE_S,
+                command_timeout_s=LEASE_COMMAND_TIMEOUT_S, pooler=self._pooler,
+                full_server=full_server)
         except (*_UNAVAILABLE_ERRORS, ValueError, asyncpg.ClientConfigurationError) as exc:
             raise self._unavailable("open", exc) from None
         self._pool = pool
         try:
             await self._migrate()
-            self._lease_pool = await self._create_pool(LEASE_POOL_SIZE, LEASE_POOL_SIZE)
+            self._lease_pool = lease_pool
         except BaseException as exc:
             self._pool = None
             pool.terminate()
+            lease_pool.terminate()
             if isinstance(exc, _UNAVAILABLE_ERRORS):
                 raise self._unavailable("open", exc) from None
             raise
 
-    async def _create_pool(self, min_size: int, max_size: int) -> asyncpg.Pool:
-        return await asyncpg.create_pool(
-            self._dsn,
-            min_size=min_size,
-            max_size=max_size,
-            timeout=CONNECT_TIMEOUT_S,
-            command_timeout=COMMAND_TIMEOUT_S,
-            server_settings={
-                "application_name": APPLICATION_NAME,
-                "lock_timeout": str(LOCK_TIMEOUT_MS),
-                "statement_timeout": str(STATEMENT_TIMEOUT_MS),
-                "idle_in_transaction_session_timeout": str(IDLE_IN_TRANSACTION_TIMEOUT_MS),
-            },
-        )
-
     async def _migrate(self) -> None:
-        async with self._transaction("migrate schema") as conn:
+        async with self._transaction("migrate schema", patience_s=WORK_PATIENCE_S) as conn:
             await conn.execute(LOCK_SCHEMA)
             await conn.execute(CREATE_SCHEMA_VERSION_TABLE)
             current = int(await conn.fetchval(READ_SCHEMA_VERSION))
@@ -359,14 +385,7 @@ class PostgresJobStore:
         pools = [p for p in (self._pool, self._lease_pool) if p is not None]
         self._pool = self._lease_pool = None
         for pool in pools:
-            try:
-                await asyncio.wait_for(pool.close(), CLOSE_TIMEOUT_S)
-            except _UNAVAILABLE_ERRORS as exc:  # dead server or stuck borrower: do not hang
-                log.warning(
-                    "postgres pool did not close cleanly; terminating",
-                    action="close_store", error=type(exc).__name__,
-                )
-                pool.terminate()
+            await pool.close()  # a dead server or a stuck borrower: terminated, no hang
 
     async def schema_version(self) -> int:
         async with self._connection("read schema version") as conn:
@@ -380,7 +399,8 @@ class PostgresJobStore:
     async def register_instance(self, instance: InstanceRow, ttl_s: float) -> None:
         """Upsert the instance row. started_at, heartbeat_at and the lease come from the
         database clock (the row's own started_at is ignored: no client time is stored)."""
-        async with self._connection("register instance", lease=True) as conn:
+        async with self._connection("register instance", lease=True,
+                                    patience_s=WORK_PATIENCE_S) as conn:
             await conn.execute(
                 UPSERT_INSTANCE,
                 instance.instance_id, instance.hostname, instance.boot_id, instance.pid,
@@ -388,7 +408,7 @@ class PostgresJobStore:
             )
 
     async def mark_instance_stopped(self, instance_id: str) -> None:
-        async with self._connection("mark instance stopped") as conn:
+        async with self._connection("mark instance stopped", patience_s=WORK_PATIENCE_S) as conn:
             await conn.execute(MARK_INSTANCE_STOPPED, instance_id)
 
     async def heartbeat(self, instance_id: str, ttl_s: float) -> int:
@@ -416,29 +436,30 @@ class PostgresJobStore:
     async def insert_job(self, job: NewJob, ttl_s: float) -> JobRow:
         """Insert a queued row; DuplicateActiveJob if an active twin exists, ValueError if
         the id is taken."""
-        try:
-            # Invariant: the job and its budget reservations commit together or not at all
-            # (BudgetExceeded rolls the insert back): postgres_usage.RESERVE_BUDGET.
-            scope = self._transaction if job.reservations else self._connection
-            async with scope("insert job") as conn:
-                row = await conn.fetchrow(
-                    INSERT_JOB,
-                    job.id, job.provider, job.request_key, job.transport, job.correlation_id,
-                    job.owner_instance, float(ttl_s), job.hostname, job.working_dir,
-                    job.model, job.session_id, job.request_json, job.forced, job.boot_id,
-                )
-                await postgres_usage.reserve(conn, job.id, job.reservations)
-        except asyncpg.UniqueViolationError as exc:
-            if exc.constraint_name != ACTIVE_INDEX_NAME:
-                raise ValueError(f"job id {job.id} already exists") from None
-            async with self._connection("insert job") as conn:
+        # Invariant: the job and its budget reservations commit together or not at all
+        # (BudgetExceeded rolls the insert back): postgres_usage.RESERVE_BUDGET.
+        scope = self._transaction if job.reservations else self._connection
+        async with scope("insert job") as conn:
+            try:
+                async with _savepoint(conn):
+                    row = await conn.fetchrow(
+                        INSERT_JOB,
+                        job.id, job.provider, job.request_key, job.transport,
+                        job.correlation_id, job.owner_instance, float(ttl_s), job.hostname,
+                        job.working_dir, job.model, job.session_id, job.request_json,
+                        job.forced, job.boot_id,
+                    )
+                    await postgres_usage.reserve(conn, job.id, job.reservations)
+            except asyncpg.UniqueViolationError as exc:
+                if exc.constraint_name != ACTIVE_INDEX_NAME:
+                    raise ValueError(f"job id {job.id} already exists") from None
                 existing = await conn.fetchval(FIND_ACTIVE_BY_KEY, job.request_key)
-            raise DuplicateActiveJob(existing) from None
+                raise DuplicateActiveJob(existing) from None
         assert row is not None  # INSERT ... RETURNING always returns the row it inserted
         return _job(row)
 
     async def mark_running(self, job_id: str, owner_instance: str, ttl_s: float) -> bool:
-        async with self._connection("mark running") as conn:
+        async with self._connection("mark running", patience_s=WORK_PATIENCE_S) as conn:
             status = await conn.execute(
                 MARK_RUNNING, job_id, owner_instance, float(ttl_s)
             )
@@ -447,7 +468,7 @@ class PostgresJobStore:
     async def record_process(
         self, job_id: str, owner_instance: str, pid: int, pgid: int, pid_started_at: float
     ) -> bool:
-        async with self._connection("record process") as conn:
+        async with self._connection("record process", patience_s=WORK_PATIENCE_S) as conn:
             status = await conn.execute(
                 RECORD_PROCESS, job_id, owner_instance, pid, pgid, pid_started_at
             )
@@ -463,7 +484,7 @@ class PostgresJobStore:
                   completion.output_bytes, completion.truncated, completion.result_json,
                   CANCELLED_ERROR)
         if pieces is None:
-            async with self._transaction("complete job") as conn:
+            async with self._transaction("complete job", patience_s=WORK_PATIENCE_S) as conn:
                 applied = _status_count(await conn.execute(COMPLETE_JOB, *params)) == 1
                 if applied:  # counted and settled once: with the write that ends the job
                     await postgres_usage.account(conn, job_id, completion.usage)
@@ -472,7 +493,7 @@ class PostgresJobStore:
         # the output are then set by ONE guarded UPDATE, so the compare-and-set is still a
         # single statement and a reader sees the row active, or terminal with its whole
         # output. A write that lost the CAS leaves nothing (the table is dropped at commit).
-        async with self._transaction("complete job") as conn:
+        async with self._transaction("complete job", patience_s=WORK_PATIENCE_S) as conn:
             await conn.execute(CREATE_OUTPUT_PIECES)
             await conn.copy_records_to_table(
                 OUTPUT_PIECES_TABLE, records=_output_pieces(pieces), columns=("seq", "piece"))
@@ -508,7 +529,7 @@ class PostgresJobStore:
         return [row["id"] for row in rows]
 
     async def save_progress(self, job_id: str, owner_instance: str, progress: Progress) -> bool:
-        async with self._connection("save progress") as conn:
+        async with self._connection("save progress", patience_s=WORK_PATIENCE_S) as conn:
             status = await conn.execute(
                 SAVE_PROGRESS, job_id, owner_instance, progress.output_bytes, progress.output,
                 progress.stderr_tail,
@@ -553,7 +574,8 @@ class PostgresJobStore:
                 row = await conn.fetchrow(GET_JOB, job_id)
                 return _job(row) if row is not None else None
             try:
-                row = await conn.fetchrow(GET_JOB_LIGHT, job_id)
+                async with _savepoint(conn):
+                    row = await conn.fetchrow(GET_JOB_LIGHT, job_id)
             except _JSON_ERRORS:
                 row = await conn.fetchrow(GET_JOB, job_id)
                 return without_output(_job(row)) if row is not None else None
@@ -567,7 +589,8 @@ class PostgresJobStore:
         length = min(max(length, 0), MAX_SQL_POSITION)
         async with self._connection("read output") as conn:
             try:
-                row = await conn.fetchrow(READ_OUTPUT, job_id, start + 1, length, answer)
+                async with _savepoint(conn):
+                    row = await conn.fetchrow(READ_OUTPUT, job_id, start + 1, length, answer)
             except _JSON_ERRORS:
                 where = answer_in(await conn.fetchval(READ_RESULT_JSON, job_id)) if answer else None
                 if isinstance(where, str):
@@ -595,7 +618,8 @@ class PostgresJobStore:
             if with_output:
                 return [_job(row) for row in await conn.fetch(LIST_JOBS, *params)]
             try:
-                rows = await conn.fetch(LIST_JOBS_LIGHT, *params)
+                async with _savepoint(conn):
+                    rows = await conn.fetch(LIST_JOBS_LIGHT, *params)
             except _JSON_ERRORS:
                 return [without_output(_job(row)) for row in await conn.fetch(LIST_JOBS, *params)]
         return [_job(row) for row in rows]
@@ -605,7 +629,7 @@ class PostgresJobStore:
         if not seconds:
             return 0
         ids = list(seconds)
-        async with self._connection("extend leases") as conn:
+        async with self._connection("extend leases", patience_s=WORK_PATIENCE_S) as conn:
             return _status_count(await conn.execute(
                 EXTEND_LEASES, instance_id, ids, [float(seconds[i]) for i in ids]))
 

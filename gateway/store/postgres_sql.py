@@ -414,6 +414,15 @@ _JSON_ERRORS = (asyncpg.InvalidTextRepresentationError, asyncpg.UntranslatableCh
 # The database clock as epoch seconds: the one clock every instance agrees on.
 READ_NOW = "SELECT EXTRACT(EPOCH FROM now())::float8"
 
+# doctor: the gateways' server connections ($1: their application_name; not this one),
+# all client connections, and the server's limit (a read of pg_stat_activity; no write).
+READ_CONNECTION_USAGE = """
+SELECT count(*) FILTER (WHERE application_name = $1
+                        AND pid <> pg_backend_pid()) AS gateway_connections,
+       count(*) FILTER (WHERE backend_type = 'client backend') AS client_connections,
+       current_setting('max_connections')::int AS max_connections
+FROM pg_stat_activity"""
+
 
 
 # -- detach, adoption, re-queue (DESIGN.md section 4) --------------------------------------

@@ -188,6 +188,33 @@ async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_with_stop_on_postg
     assert report.info.get("store_outages") == 1, report.text()
 
 
+@pytest.mark.chaos
+@pytest.mark.anyio
+async def test_no_job_is_lost_or_run_twice_under_chaos_through_pgbouncer(
+    tmp_path: Path, postgres_server: PostgresServer, pgbouncer: Any,
+) -> None:
+    """The same gateways behind PgBouncer in transaction pooling mode (`pooler =
+    "pgbouncer"`, issue #29): kills, stops and cancels with no session state and no named
+    prepared statement. No outage: stopping the server behind PgBouncer tests PgBouncer."""
+    name = f"chaos_{tmp_path.name[-8:].lower().replace('-', '_')}_pgb"
+    postgres_server.ensure_running()
+    postgres_server.create_database(name)
+    try:
+        report = await run_chaos(ChaosOptions(
+            backend="postgres", workdir=tmp_path / "chaos", instances=CI_INSTANCES,
+            dsn=pgbouncer.dsn_for(name), pooler="pgbouncer",
+            impatient_fraction=CI_IMPATIENT_POSTGRES, jobs=CI_DETACH_JOBS,
+            duration_s=CI_DETACH_DURATION_S, on_shutdown="detach"))
+    finally:
+        postgres_server.ensure_running()
+        postgres_server.drop_database(name)
+    print(report.text())
+    assert report.ok, report.text()  # unfinished=0 included
+    assert_detached_runs_were_taken_over(report)
+    for problem in ("unsupported startup parameter", "prepared statement", "ProtocolViolation"):
+        assert problem not in pgbouncer.log_text() + report.text(), problem
+
+
 def test_an_unfinished_job_fails_the_detach_verdict_but_not_the_stop_one() -> None:
     assert not ChaosReport(backend="sqlite", unfinished=1, require_finished=True).ok
     assert ChaosReport(backend="sqlite", unfinished=1, require_finished=False).ok

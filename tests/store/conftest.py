@@ -18,7 +18,9 @@ from gateway.config import Settings, load_settings
 from gateway.store import open_store
 from gateway.store.base import JobStore
 
-BACKENDS = ("memory", "sqlite", "postgres")
+# "pgbouncer": the PostgreSQL store through PgBouncer in transaction pooling mode
+# (`pooler = "pgbouncer"`): the same contract with no session state.
+BACKENDS = ("memory", "sqlite", "postgres", "pgbouncer")
 
 
 class StoreTarget:
@@ -57,6 +59,10 @@ def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> StoreTarget:
         persistence["path"] = str(tmp_path / "state" / "jobs.db")
     elif backend == "postgres":
         persistence["dsn"] = request.getfixturevalue("postgres_dsn")
+    elif backend == "pgbouncer":
+        persistence.update(backend="postgres", pooler="pgbouncer",
+                           dsn=request.getfixturevalue("pgbouncer_dsn"))
+        backend = "postgres"
     return StoreTarget(backend, load_settings(config, persistence=persistence))
 
 

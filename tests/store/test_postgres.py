@@ -26,12 +26,12 @@ from gateway.store.base import (
     DuplicateActiveJob,
     StoreUnavailable,
 )
-from gateway.store.postgres import (
+from gateway.store.postgres import PostgresJobStore
+from gateway.store.postgres_pool import (
     APPLICATION_NAME,
     IDLE_IN_TRANSACTION_TIMEOUT_MS,
     LOCK_TIMEOUT_MS,
     STATEMENT_TIMEOUT_MS,
-    PostgresJobStore,
 )
 from gateway.store.postgres_sql import (
     LIST_EXPIRED_CANDIDATES,
@@ -275,7 +275,7 @@ async def test_ten_instances_opening_at_once_migrate_the_schema_exactly_once(
 ) -> None:
     """Without the advisory lock, concurrent `CREATE TABLE IF NOT EXISTS` races on the
     catalog and two openers insert the same schema_version row; with it, all succeed."""
-    stores = [PostgresJobStore(postgres_dsn, min_size=1, max_size=1) for _ in range(10)]
+    stores = [PostgresJobStore(postgres_dsn, max_size=1) for _ in range(10)]
     try:
         async with anyio.create_task_group() as tg:
             for store in stores:
@@ -338,7 +338,7 @@ async def test_store_works_again_after_the_server_restarts(
     and broken connections do not linger in the pool."""
     server = postgres_server  # tests/conftest.py PostgresServer
     dsn = server.dsn_for(dbname_of(postgres_dsn), password=SECRET)
-    store = PostgresJobStore(dsn, min_size=2, max_size=2)
+    store = PostgresJobStore(dsn, max_size=2)
     await store.open()
     try:
         await store.register_instance(instance("i-1"), ttl_s=90)
@@ -577,7 +577,7 @@ async def test_a_heartbeat_succeeds_while_slow_reads_hold_every_pooled_connectio
 ) -> None:
     """Regression: the heartbeat borrowed from the pool that result reads and COPYs use,
     and could wait about 55 s for it. It has a connection of its own."""
-    store = PostgresJobStore(postgres_dsn, min_size=1, max_size=2)
+    store = PostgresJobStore(postgres_dsn, max_size=2)
     await store.open()
     try:
         await store.register_instance(instance("busy"), ttl_s=60)
@@ -611,3 +611,40 @@ async def test_gateway_sessions_carry_server_side_statement_and_idle_transaction
         async with pg_store._connection("probe", lease=lease) as conn:
             seen = {name: await conn.fetchval(f"SHOW {name}") for name in expected}
         assert seen == expected, (lease, seen)
+
+
+# -- PgBouncer in transaction pooling mode (issue #29) ------------------------------------
+
+
+async def test_through_pgbouncer_a_direct_mode_store_is_refused_and_a_pooler_one_opens(
+    pgbouncer_dsn: str,
+) -> None:
+    """The fixture really is PgBouncer in transaction mode: it refuses the startup
+    parameters a direct connection carries (what main did: no request was ever admitted).
+    With `pooler = "pgbouncer"` the store opens, and every call's transaction carries the
+    timeouts a direct session gets at startup."""
+    direct = PostgresJobStore(pgbouncer_dsn, max_size=1)
+    with pytest.raises(StoreUnavailable, match="unsupported startup parameter"):
+        await direct.open()
+    store = PostgresJobStore(pgbouncer_dsn, max_size=2, pooler="pgbouncer")
+    await store.open()
+    try:
+        expected = {"statement_timeout": f"{STATEMENT_TIMEOUT_MS // 1000}s",
+                    "lock_timeout": f"{LOCK_TIMEOUT_MS // 1000}s",
+                    "idle_in_transaction_session_timeout":
+                        f"{IDLE_IN_TRANSACTION_TIMEOUT_MS // 1000}s"}
+        for lease in (False, True):
+            async with store._connection("probe", lease=lease) as conn:
+                assert conn.is_in_transaction()
+                seen = {name: await conn.fetchval(f"SHOW {name}") for name in expected}
+            assert seen == expected, (lease, seen)
+        await store.register_instance(instance("pgb"), ttl_s=60)
+        job = await store.insert_job(new_job("pgb", key="twin"), ttl_s=60)
+        with pytest.raises(DuplicateActiveJob):  # a failed statement under a savepoint
+            await store.insert_job(new_job("pgb", key="twin"), ttl_s=60)
+        assert await store.heartbeat("pgb", ttl_s=60) == 1
+        assert (await store.get_job(job.id)) is not None
+        stats = store.pool_stats()
+        assert stats["pooler"] == "pgbouncer"
+    finally:
+        await store.close()
