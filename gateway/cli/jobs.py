@@ -44,6 +44,9 @@ from gateway.logs import redact_value
 from gateway.model import InstanceRow, JobRow, JobStatus
 from gateway.store.base import JobStore
 
+# `jobs result` copies the answer in pieces this big: a 50 MB answer (the output cap) never
+# sits whole in memory, and each piece is one store read.
+RESULT_CHUNK_BYTES = 1 << 20
 WAIT_POLL_S = 0.5  # `jobs wait` re-reads the row this often: a person notices no delay
 
 
@@ -251,31 +254,41 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_result(args: argparse.Namespace) -> int:
-    async def page(_settings: Settings, store: JobStore,
-                   job: JobRow) -> tuple[JobRow, bytes, int]:
-        if job.status.is_active:
-            return job, b"", 0
-        found = await store.read_output(job.id, args.offset, args.max_bytes,
-                                        answer=not args.raw)
-        data, total = found if found is not None else (b"", 0)
-        return job, data, total
+    """The whole answer by default (`> file` gets all of it, as `docker logs` does), read
+    from the store in bounded chunks so memory stays flat; --max-bytes asks for one page."""
+    paged = args.max_bytes is not None
+    out = sys.stdout.buffer
 
-    job, data, total = on_job(args, page)
+    async def copy(_settings: Settings, store: JobStore,
+                   job: JobRow) -> tuple[JobRow, int, int, bytes]:
+        """Write the answer from `args.offset`: (job, end offset, total, last byte)."""
+        if job.status.is_active:
+            return job, args.offset, 0, b""
+        offset, total, last = args.offset, 0, b""
+        while True:
+            want = args.max_bytes if paged else RESULT_CHUNK_BYTES
+            found = await store.read_output(job.id, offset, want, answer=not args.raw)
+            data, total = found if found is not None else (b"", 0)
+            # Raw bytes, not text: pages split mid-character still concatenate exactly.
+            out.write(data)
+            offset += len(data)
+            last = data[-1:] or last
+            if paged or not data or offset >= total:
+                return job, offset, total, last
+
+    job, end, total, last = on_job(args, copy)
     if job.status.is_active:
         print(f"{PROG}: job {job.id} is still {job.status.value}; follow it with "
               f"`{PROG} jobs tail -f {job.id[:8]}` or wait with `{PROG} jobs wait "
               f"{job.id[:8]}`", file=sys.stderr)
         return job_exit_code(job)
-    end = args.offset + len(data)
-    # Raw bytes, not text: pages split mid-character still concatenate to the exact output.
-    sys.stdout.buffer.write(data)
-    whole = args.offset == 0 and end >= total
-    if whole and data and not data.endswith(b"\n"):
-        sys.stdout.buffer.write(b"\n")  # a whole answer ends its line; pages stay exact
+    if not paged and args.offset == 0 and last and last != b"\n":
+        out.write(b"\n")  # a whole answer ends its line; pages stay exact
     sys.stdout.flush()
-    if end < total:
+    if paged and end < total:
         print(f"{PROG}: bytes {args.offset}-{end} of {total}; next page: "
-              f"{PROG} jobs result {job.id[:8]} --offset {end}", file=sys.stderr)
+              f"{PROG} jobs result {job.id[:8]} --offset {end} --max-bytes {args.max_bytes}",
+              file=sys.stderr)
     if job.status is not JobStatus.COMPLETED:
         _say_outcome(job)
     return job_exit_code(job)

@@ -39,7 +39,6 @@ from gateway.store.base import StoreUnavailable
 from providers.loopback import is_loopback_host
 
 DEFAULT_LIST_LIMIT = 20  # a screenful of jobs
-DEFAULT_RESULT_BYTES = 65_536  # one page of `jobs result`, like llm_job_result's default page
 CONFIG_FILE_MODE = 0o600
 TOKEN_HOWTO = (
     "set [http] auth_token in the config file or the AGENT_GATEWAY_HTTP__AUTH_TOKEN environment "
@@ -195,14 +194,16 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_show"))
     result = jobs_commands.add_parser(
         "result", parents=[common], help="a finished job's answer",
-        description="Print the job's answer (its parsed text; --raw: the CLI's stdout), "
-                    "ending with a newline. Paged with --offset/--max-bytes, pages are exact "
-                    "byte ranges: concatenated they are the whole output.")
+        description="Print the job's whole answer (its parsed text; --raw: the CLI's "
+                    "stdout), ending with a newline. With --max-bytes it prints one page "
+                    "from --offset; pages are exact byte ranges: concatenated they are the "
+                    "whole output, and the next page's command is on stderr.")
     result.add_argument("id")
     result.add_argument("--offset", type=_non_negative_int, default=0,
                         help="first byte to print (default 0)")
-    result.add_argument("--max-bytes", type=_positive_int, default=DEFAULT_RESULT_BYTES,
-                        help=f"page size in bytes (default {DEFAULT_RESULT_BYTES})")
+    result.add_argument("--max-bytes", type=_positive_int, default=None,
+                        help="print one page of at most this many bytes (default: the rest "
+                             "of the answer)")
     result.add_argument("--raw", action="store_true",
                         help="the CLI's raw stdout instead of the parsed answer")
     result.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_result"))
