@@ -84,6 +84,14 @@ def ran_for(job: JobRow, now: float) -> float | None:
     return max(0.0, end - job.started_at.timestamp())
 
 
+def _reported_session(job: JobRow) -> str | None:
+    """The native session the CLI reported (result_json), which the caller resumes with;
+    `session_id` is only the one the caller asked to resume, NULL for a fresh one."""
+    result = _result_without_text(job)
+    session = result.get("session_id") if isinstance(result, dict) else None
+    return session if isinstance(session, str) and session else None
+
+
 def _result_without_text(job: JobRow) -> Any:
     try:
         data = json.loads(job.result_json) if job.result_json else None
@@ -171,7 +179,8 @@ async def _details(_settings: Settings, store: JobStore, job: JobRow) -> dict[st
         "lease_deadline": iso(job.lease_deadline),
         "cancel_requested_at": iso(job.cancel_requested_at),
         "correlation_id": job.correlation_id, "working_dir": job.working_dir,
-        "session_id": job.session_id, "forced": job.forced, "truncated": job.truncated,
+        "session_id": job.session_id, "reported_session_id": _reported_session(job),
+        "forced": job.forced, "truncated": job.truncated,
         "answer_bytes": answer[1] if answer else 0,
         "run": {"hostname": job.hostname, "this_host": on_this_host, "pid": job.pid,
                 "pgid": job.pgid, "pid_started_at": iso(_utc(job.pid_started_at)),
@@ -239,7 +248,11 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
     line("answer", f"{size(info['answer_bytes'])} (print it with `{PROG} jobs result "
                    f"{info['id'][:8]}`)")
     line("cancel", info["cancel_requested_at"] and f"requested {info['cancel_requested_at']}")
-    line("session", info["session_id"])
+    asked, reported = info["session_id"], info["reported_session_id"]
+    if asked and reported and asked != reported:
+        line("session", f"{reported} (resumed from {asked})")
+    else:
+        line("session", reported or asked)
     line("working dir", info["working_dir"])
     line("request", json.dumps(info["request"], sort_keys=True, ensure_ascii=False))
     if info["result"]:

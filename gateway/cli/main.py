@@ -14,12 +14,15 @@ commands talk to a human on stdout and put errors on stderr.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from typing import NoReturn
 
 from gateway import __version__
 from gateway.cli.common import (
@@ -105,18 +108,43 @@ def _port(text: str) -> int:
     return value
 
 
+INVALID_CHOICE = re.compile(r"invalid choice: '(?P<typed>[^']*)' \(choose from (?P<choices>.*)\)")
+
+
+COMMAND_PREFIXES = ("argument COMMAND: ", "argument ACTION: ")  # the metavars below
+SUGGEST_CUTOFF = 0.5  # difflib ratio: 'lsit' -> 'list' (0.5), 'claud' -> 'claude'
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a "did you mean" for a mistyped command (`jobs lst`), as git and gh
+    have; subparsers are built from the same class, so every level gets it."""
+
+    def error(self, message: str) -> NoReturn:
+        found = INVALID_CHOICE.search(message)
+        if found:
+            typed = found.group("typed")
+            choices = re.findall(r"'([^']*)'", found.group("choices"))
+            close = difflib.get_close_matches(typed, choices, n=1, cutoff=SUGGEST_CUTOFF)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            prefix = message[:found.start()]
+            what = ("unknown command" if prefix in COMMAND_PREFIXES
+                    else f"{prefix}invalid choice")
+            message = f"{what} '{typed}'{hint}; choose from {', '.join(choices)}"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree. `--config` and `--debug` work before or after the command."""
     # On subcommands these default to SUPPRESS so they never overwrite a value given before
     # the subcommand name (`agent-cli-gateway --config X doctor`).
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--config", type=Path, default=argparse.SUPPRESS, metavar="PATH",
                         help="config file (default: $AGENT_GATEWAY_CONFIG or "
                              "~/.agent-cli-gateway/config.toml)")
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="debug logging and full tracebacks")
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=PROG,
         description="MCP server that runs coding-agent CLIs and model APIs as durable jobs. "
                     "Without a command it serves MCP over stdio.",
@@ -174,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     instances = commands.add_parser("instances", parents=[common],
                                     help="the gateway instances that share the store")
+    instances.add_argument("--all", action="store_true",
+                           help="also the stopped and lapsed instances that own no job")
     instances.add_argument("--json", action="store_true", help="print them as JSON")
     instances.set_defaults(handler=_lazy("gateway.cli.instances", "cmd_instances"))
 

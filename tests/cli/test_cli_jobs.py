@@ -187,6 +187,10 @@ def test_jobs_show_json_has_iso_times_the_request_the_run_and_the_answer_size(cl
     assert info["answer_bytes"] == len(ANSWER.encode())
     assert info["output_bytes"] == 17
     assert info["result"] == {"session_id": "s-1"}  # the answer is for `jobs result`
+    # The session the CLI reported (what a caller resumes), not only the one it asked for.
+    assert info["session_id"] is None and info["reported_session_id"] == "s-1"
+    shown = cli.run("jobs", "show", ids["done"]).stdout.splitlines()
+    assert "session      s-1" in shown
     assert info["owner"]["instance_id"] == LIVE_OWNER and info["owner"]["lease_held"] is True
 
     running = json.loads(cli.run("jobs", "show", ids["running"], "--json").stdout)
