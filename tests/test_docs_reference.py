@@ -188,10 +188,15 @@ def test_every_cli_flag_in_a_documented_command_exists() -> None:
     used: set[str] = set()
     for text in texts:
         for line in text.splitlines():
-            if "agent-cli-gateway " in line:
-                command = line[line.index("agent-cli-gateway "):]
-                command = re.split(r"`|#", command)[0]
-                used |= set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", command))
+            # Each mention up to the next one; in `claude mcp add agent-cli-gateway -- uv run
+            # --directory ... agent-cli-gateway` the name is a server's, and what follows
+            # ` -- ` is another program's command line.
+            starts = [m.start() for m in re.finditer(r"(?<![\w/.-])agent-cli-gateway\b", line)]
+            ends = [*starts[1:], len(line)] if starts else []
+            for start, end in zip(starts, ends, strict=True):
+                command = re.split(r"`|#", line[start:end])[0]
+                if " -- " not in command:
+                    used |= set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", command))
     assert used, "no documented command line found"
     assert used <= flags, sorted(used - flags)
 

@@ -246,6 +246,36 @@ def test_a_cli_only_the_shells_path_finds_is_a_warning_naming_the_dir(home: Path
     assert f'command = "{FAKE_BIN / "claude"}"' in check.summary
 
 
+def test_doctor_on_a_shell_only_path_exits_0_with_a_verdict_per_context(home: Path) -> None:
+    """`run` works from this shell, so doctor must not say "Not ready" (#25): it says which
+    providers each context can use and what a desktop client's server entry needs."""
+    done = doctor_cli(home, "--config", str(config(home, "")))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.strip().splitlines()
+    # The fakes of devin and grok need no login that doctor could miss.
+    assert "From this shell: devin, grok." in lines
+    assert any(line.startswith("From a desktop client (PATH /usr/bin:/bin:/usr/sbin:/sbin")
+               and line.endswith("no provider is usable.") for line in lines), lines
+    env_path = os.pathsep.join([str(FAKE_BIN), "/usr/bin", "/bin", "/usr/sbin", "/sbin"])
+    assert f'    "env": {{"PATH": "{env_path}"}}' in done.stdout
+    assert lines[-1].startswith("Ready from this shell, not from a desktop client")
+
+    as_json = json.loads(doctor_cli(home, "--config", str(config(home, "")), "--json").stdout)
+    verdict = next(c for c in as_json["checks"] if c["name"] == "providers")
+    assert verdict["status"] == "warning"
+    assert verdict["details"]["usable_from_shell"] == ["devin", "grok"]
+    assert verdict["details"]["usable_from_client"] == []
+    assert verdict["details"]["client_env_path"] == env_path
+
+
+def test_a_cli_on_the_clients_path_too_is_usable_from_both_contexts(home: Path) -> None:
+    verdict = by_name(run_doctor(fakes(home), client_path=str(FAKE_BIN)))["providers"]
+    assert verdict.status == "ok"
+    assert verdict.details["usable_from_client"] == verdict.details["usable_from_shell"]
+    assert {"devin", "grok"} <= set(verdict.details["usable_from_client"])
+    assert "client_env_path" not in verdict.details
+
+
 def test_codex_login_is_read_from_its_offline_status_command(home: Path) -> None:
     check = by_name(run_doctor(fakes(home)))["codex"]
     assert check.details["logged_in"] == "no"

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tomllib
 import zipfile
 from importlib.metadata import packages_distributions
@@ -110,6 +111,42 @@ def test_asyncpg_is_only_in_the_postgres_extra(wheel: Path) -> None:
     assert asyncpg and all("extra == 'postgres'" in r or 'extra == "postgres"' in r
                            for r in asyncpg), asyncpg
     assert any(r.startswith("mcp") and "extra" not in r for r in requires)
+
+
+def test_the_wheel_metadata_has_the_license_classifiers_and_project_urls(wheel: Path) -> None:
+    """What a package index page shows: the license (and its text), the classifiers and
+    the links back to the repository, docs, issues and changelog."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = next(archive.read(n).decode() for n in names
+                        if n.endswith(".dist-info/METADATA"))
+        license_text = next(archive.read(n).decode() for n in names
+                            if n.endswith(".dist-info/licenses/LICENSE"))
+    fields = [line.partition(": ") for line in metadata.splitlines() if ": " in line]
+    assert ("License-Expression", ": ", "MIT") in fields
+    assert license_text.startswith("MIT License")
+    classifiers = [value for key, _, value in fields if key == "Classifier"]
+    assert "Programming Language :: Python :: 3 :: Only" in classifiers
+    assert any(c.startswith("Development Status ::") for c in classifiers)
+    urls = {value.partition(", ")[0] for key, _, value in fields if key == "Project-URL"}
+    assert {"Homepage", "Repository", "Documentation", "Issues", "Changelog"} <= urls
+
+
+def test_the_sdist_holds_the_source_and_no_tests_benchmarks_ci_or_caches(
+        uv_tools: tuple[str, str], tmp_path: Path) -> None:
+    uv, _ = uv_tools
+    # A test cache in the checkout, as any hypothesis run leaves one: it must stay out.
+    (REPO / ".hypothesis").mkdir(exist_ok=True)
+    build = subprocess.run([uv, "build", "--sdist", "-o", str(tmp_path)], cwd=REPO,
+                           capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)
+    assert build.returncode == 0, build.stderr
+    (sdist,) = tmp_path.glob("agent_cli_gateway-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        tops = {name.split("/")[1] for name in archive.getnames() if name.count("/") >= 1}
+    assert {"gateway", "providers", "docs", "README.md", "LICENSE", "pyproject.toml",
+            "config.example.toml"} <= tops
+    assert not tops & {".hypothesis", "tests", "bench", ".ci", ".pytest_cache", ".venv",
+                       "scripts", "dist"}, sorted(tops)
 
 
 def test_the_postgres_backend_without_asyncpg_says_exactly_what_to_install(

@@ -85,7 +85,14 @@ def store_settings(args: argparse.Namespace) -> Settings | None:
     if settings.persistence.backend == "memory":
         raise CliError("persistence.backend is 'memory': jobs live only inside the gateway "
                        "process that runs them; the jobs commands need sqlite or postgres")
-    state = run(inspect_schema, settings)
+    try:
+        state = run(inspect_schema, settings)
+    except ImportError as exc:  # the postgres extra is not installed: say what to install
+        if exc.name != "asyncpg":
+            raise
+        from gateway.store import POSTGRES_DRIVER_MISSING
+
+        raise CliError(POSTGRES_DRIVER_MISSING) from None
     if state.version is None:
         return None
     if state.version != SCHEMA_VERSION:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import stat
 import sys
 import tempfile
@@ -89,19 +90,52 @@ def run_doctor(config_path: Path | None, client_path: str = MINIMAL_CLIENT_PATH)
     checks += check_cli_providers(providers, secret_env, client_path)
     if settings is not None:
         checks += [check_api_provider(name, settings) for name in sorted(settings.api_providers)]
-        checks.append(check_readiness(settings, checks))
+        checks.append(check_readiness(settings, checks, client_path))
     return Report(version=__version__, checks=checks)
 
 
-def check_readiness(settings: Settings, checks: list[Check]) -> Check:
-    """An error when not one provider could take a request: "Ready" would be a lie."""
-    names = set(PROVIDER_NAMES) | set(settings.api_providers)
-    usable = sorted(c.name for c in checks if c.name in names and c.status == "ok")
-    if usable:
-        return Check("providers", "ok", f"usable: {', '.join(usable)}", {"usable": usable})
-    return Check("providers", "error",
-                 "no provider is usable: install and log in to one of the CLIs above, or "
-                 "configure an [api_providers.<name>] with its key", {"usable": []})
+def check_readiness(settings: Settings, checks: list[Check],
+                    client_path: str = MINIMAL_CLIENT_PATH) -> Check:
+    """The verdict per context: usable from this shell, and from a desktop client that
+    starts the gateway with `client_path`. An error only when neither can take a request
+    ("Ready" would be a lie); a warning, with what to put in the client's config, when only
+    this shell can (`run` works here, a desktop client would find no CLI)."""
+    api = [c.name for c in checks if c.name in settings.api_providers and c.status == "ok"]
+    cli = [c for c in checks if c.name in PROVIDER_NAMES]
+    shell = sorted([c.name for c in cli if "shell" in c.details.get("usable_from", ())] + api)
+    client = sorted([c.name for c in cli if "client" in c.details.get("usable_from", ())] + api)
+    details: dict[str, Any] = {"usable": shell, "usable_from_shell": shell,
+                               "usable_from_client": client, "client_path": client_path}
+    if not shell and not client:
+        return Check("providers", "error",
+                     "no provider is usable: install and log in to one of the CLIs above, or "
+                     "configure an [api_providers.<name>] with its key", details)
+    if set(shell) <= set(client):
+        return Check("providers", "ok", f"usable: {', '.join(client)}", details)
+    details.update(client_config(cli, client_path))
+    only_here = [name for name in shell if name not in client]
+    return Check("providers", "warning" if not client else "ok",
+                 f"usable from this shell: {', '.join(shell)}; from a desktop client: "
+                 f"{', '.join(client) or 'none'} ({', '.join(only_here)}: this shell's PATH "
+                 f"only)", details)
+
+
+def client_config(cli_checks: list[Check], client_path: str) -> dict[str, Any]:
+    """What a desktop client's server entry needs so that the CLIs only this shell finds
+    are found there too: `env.PATH` with their directories first, and the absolute path of
+    the launcher (`uv`/`uvx`) as `command` when the minimal PATH lacks it too."""
+    client_dirs = client_path.split(os.pathsep)
+    missed: list[str] = []
+    for check in cli_checks:
+        directory = check.details.get("missed_by_client_path")
+        if directory and directory not in missed:
+            missed.append(directory)
+    advice: dict[str, Any] = {"client_env_path": os.pathsep.join([*missed, *client_dirs])}
+    for launcher in ("uv", "uvx"):
+        found = shutil.which(launcher)
+        if found and os.path.dirname(found) not in client_dirs:
+            advice[f"client_{launcher}_command"] = found
+    return advice
 
 
 # -- config ------------------------------------------------------------------------------
@@ -247,27 +281,17 @@ def check_cli_providers(providers: dict[str, ProviderConfig],
             continue
         resolved = resolve_command(name, config.command, client_path)
         in_shell = resolve_command(name, config.command, os.environ.get("PATH", ""))
-        if resolved is None and in_shell is not None:
-            directory = os.path.dirname(in_shell)
-            details["path"] = in_shell
-            details["missed_by_client_path"] = directory
-            checks[name] = Check(
-                name, "warning",
-                f"{in_shell} is found on this shell's PATH, but {directory} is neither on the "
-                f"minimal PATH an MCP client gives the gateway ({client_path}) nor a "
-                f"user bin dir: set [providers.{name}].command = \"{in_shell}\" (or PATH in "
-                f"the client's server `env`)", details)
-            continue
-        if resolved is None:
+        if resolved is None and in_shell is None:
             checks[name] = Check(
                 name, "warning",
                 f"'{wanted}' not found on PATH or in the user bin dirs; install: "
                 f"{adapter.install_hint} (or set [providers.{name}].command to its path)",
                 details)
             continue
-        details["path"] = resolved
-        found[name] = resolved
-        checks[name] = Check(name, "ok", resolved, details)
+        details["path"] = found[name] = resolved or str(in_shell)
+        details["found_from"] = [context for context, path in
+                                 (("shell", in_shell), ("client", resolved)) if path]
+        checks[name] = Check(name, "ok", found[name], details)
 
     for name, (version, problem) in anyio.run(_probe_versions, found, secret_env).items():
         check = checks[name]
@@ -286,7 +310,26 @@ def check_cli_providers(providers: dict[str, ProviderConfig],
         if finding.logged_in == "no" and check.status == "ok":
             check.status = "warning"
             check.summary += f"; log in: {CLI_PROVIDERS[name].login_hint}"
+    for name in found:
+        check = checks[name]
+        works = check.status == "ok"
+        check.details["usable_from"] = check.details["found_from"] if works else []
+        if "client" not in check.details["found_from"]:
+            _only_on_this_shells_path(check, client_path)
     return [checks[name] for name in PROVIDER_NAMES if name in checks]
+
+
+def _only_on_this_shells_path(check: Check, client_path: str) -> None:
+    """A CLI that `run` finds here but a desktop client would not: a warning that says
+    where it is and what the gateway's config (or the client's `env`) needs."""
+    path = check.details["path"]
+    directory = os.path.dirname(path)
+    check.details["missed_by_client_path"] = directory
+    check.status = "warning"
+    check.details["client_path"] = client_path
+    check.summary += (f"; on this shell's PATH only, not a desktop client's: set "
+                      f"[providers.{check.name}].command = \"{path}\" or the client's "
+                      f"env PATH below")
 
 
 async def _check_logins(found: dict[str, str], providers: dict[str, ProviderConfig],
@@ -344,6 +387,26 @@ def check_api_provider(name: str, settings: Settings) -> Check:
         f"vars: set it in the client's server `env` block)", details)
 
 
+def _print_contexts(details: dict[str, Any]) -> None:
+    """One line per context a gateway is started from, and the client-config lines that
+    make the second one work like the first."""
+    shell, client = details["usable_from_shell"], details["usable_from_client"]
+    print(f"From this shell: {', '.join(shell) if shell else 'no provider is usable'}.")
+    print(f"From a desktop client (PATH {details['client_path']} and the user bin dirs): "
+          f"{', '.join(client) if client else 'no provider is usable'}.")
+    if "client_env_path" not in details:
+        return
+    print("  In the client's server entry for the gateway, set:")
+    for launcher in ("uv", "uvx"):
+        if f"client_{launcher}_command" in details:
+            print(f'    "command": "{details[f"client_{launcher}_command"]}"   '
+                  f"(if it starts `{launcher}`)")
+    print(f'    "env": {{"PATH": "{details["client_env_path"]}"}}   '
+          f'(Codex: env = {{ PATH = "{details["client_env_path"]}" }})')
+    print("  or give each CLI's absolute path as [providers.<name>] command in the gateway's "
+          "config.")
+
+
 def summarize(checks: Iterable[Check]) -> tuple[int, int]:
     """(errors, warnings)."""
     checks = list(checks)
@@ -371,8 +434,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         for problem in check.details.get("problems", []):
             print(f"        {'':<{width}}  - {problem}")
     errors, warnings = summarize(report.checks)
+    verdict = next((c for c in report.checks if c.name == "providers"), None)
+    if verdict is not None and verdict.status != "error":
+        _print_contexts(verdict.details)
     if errors:
         print(f"Not ready: {errors} problem(s) to fix, {warnings} warning(s).")
+    elif verdict is not None and not verdict.details.get("usable_from_client"):
+        print(f"Ready from this shell, not from a desktop client ({warnings} warning(s)).")
     else:
         print(f"Ready ({warnings} warning(s)).")
     sys.stdout.flush()

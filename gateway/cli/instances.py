@@ -1,4 +1,5 @@
-"""`instances`: every gateway instance that shares this store, and the jobs each owns.
+"""`instances`: the gateway instances that share this store, and the jobs each owns (the
+live ones and any that still own jobs; `--all`: every row until the instances GC).
 
 Lease state uses the reaper's one rule (gateway.jobs.leases.instance_lease_held): `live`
 (lease held, not stopped), `stopping` (stopped, lease not yet lapsed: its jobs are still
@@ -11,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from gateway.cli.common import EXIT_OK, run, store_settings, with_store
+from gateway.cli.common import EXIT_OK, PROG, run, store_settings, with_store
 from gateway.cli.format import ago, iso, table, terminal_columns, use_colour
 from gateway.model import ACTIVE_STATUSES, InstanceRow
 from gateway.store.base import JobStore
@@ -41,9 +42,20 @@ async def _gather(store: JobStore) -> tuple[list[tuple[InstanceRow, int]], float
     return found, now
 
 
+def worth_showing(instance: InstanceRow, owned: int, now: float) -> bool:
+    """Shown without --all: a live instance, one whose lease still covers its jobs, and any
+    that still owns active jobs (a lapsed one with jobs is what an operator looks for).
+    Stopped rows stay until the instances GC (an hour): after a day of client restarts
+    they would be most of the table."""
+    return owned > 0 or lease_state(instance, now) in ("live", "stopping")
+
+
 def cmd_instances(args: argparse.Namespace) -> int:
     settings = store_settings(args)
-    found, now = run(with_store, settings, _gather) if settings else ([], 0.0)
+    everything, now = run(with_store, settings, _gather) if settings else ([], 0.0)
+    found = everything if args.all else [
+        (instance, owned) for instance, owned in everything if worth_showing(instance, owned, now)]
+    hidden = len(everything) - len(found)
     if args.json:
         print(json.dumps([{
             "instance_id": i.instance_id, "hostname": i.hostname, "boot_id": i.boot_id,
@@ -54,8 +66,12 @@ def cmd_instances(args: argparse.Namespace) -> int:
         } for i, owned in found], indent=2))
         return EXIT_OK
     if not found:
-        print("No gateway instances (none has started on this store yet, or all were "
-              "collected after they stopped).")
+        if hidden:
+            print(f"No live gateway instance; {hidden} stopped or lapsed (show them with "
+                  f"`{PROG} instances --all`).")
+        else:
+            print("No gateway instances (none has started on this store yet, or all were "
+                  "collected after they stopped).")
         return EXIT_OK
     colour = use_colour()
     header = ("INSTANCE", "HOST", "PID", "ROLE", "VERSION", "HEARTBEAT", "LEASE", "JOBS")
@@ -67,4 +83,6 @@ def cmd_instances(args: argparse.Namespace) -> int:
         colours.append(("", "", "", "", "", "", STATE_COLOURS[state] if colour else "", ""))
     for line in table(header, rows, width=terminal_columns(), colours=colours):
         print(line)
+    if hidden:
+        print(f"({hidden} stopped or lapsed without jobs not shown: `{PROG} instances --all`)")
     return EXIT_OK

@@ -44,6 +44,9 @@ from gateway.logs import redact_value
 from gateway.model import InstanceRow, JobRow, JobStatus
 from gateway.store.base import JobStore
 
+# `jobs result` copies the answer in pieces this big: a 50 MB answer (the output cap) never
+# sits whole in memory, and each piece is one store read.
+RESULT_CHUNK_BYTES = 1 << 20
 WAIT_POLL_S = 0.5  # `jobs wait` re-reads the row this often: a person notices no delay
 
 
@@ -79,6 +82,14 @@ def ran_for(job: JobRow, now: float) -> float | None:
         return None
     end = job.finished_at.timestamp() if job.finished_at else now
     return max(0.0, end - job.started_at.timestamp())
+
+
+def _reported_session(job: JobRow) -> str | None:
+    """The native session the CLI reported (result_json), which the caller resumes with;
+    `session_id` is only the one the caller asked to resume, NULL for a fresh one."""
+    result = _result_without_text(job)
+    session = result.get("session_id") if isinstance(result, dict) else None
+    return session if isinstance(session, str) and session else None
 
 
 def _result_without_text(job: JobRow) -> Any:
@@ -168,7 +179,8 @@ async def _details(_settings: Settings, store: JobStore, job: JobRow) -> dict[st
         "lease_deadline": iso(job.lease_deadline),
         "cancel_requested_at": iso(job.cancel_requested_at),
         "correlation_id": job.correlation_id, "working_dir": job.working_dir,
-        "session_id": job.session_id, "forced": job.forced, "truncated": job.truncated,
+        "session_id": job.session_id, "reported_session_id": _reported_session(job),
+        "forced": job.forced, "truncated": job.truncated,
         "answer_bytes": answer[1] if answer else 0,
         "run": {"hostname": job.hostname, "this_host": on_this_host, "pid": job.pid,
                 "pgid": job.pgid, "pid_started_at": iso(_utc(job.pid_started_at)),
@@ -236,7 +248,11 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
     line("answer", f"{size(info['answer_bytes'])} (print it with `{PROG} jobs result "
                    f"{info['id'][:8]}`)")
     line("cancel", info["cancel_requested_at"] and f"requested {info['cancel_requested_at']}")
-    line("session", info["session_id"])
+    asked, reported = info["session_id"], info["reported_session_id"]
+    if asked and reported and asked != reported:
+        line("session", f"{reported} (resumed from {asked})")
+    else:
+        line("session", reported or asked)
     line("working dir", info["working_dir"])
     line("request", json.dumps(info["request"], sort_keys=True, ensure_ascii=False))
     if info["result"]:
@@ -251,31 +267,41 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_result(args: argparse.Namespace) -> int:
-    async def page(_settings: Settings, store: JobStore,
-                   job: JobRow) -> tuple[JobRow, bytes, int]:
-        if job.status.is_active:
-            return job, b"", 0
-        found = await store.read_output(job.id, args.offset, args.max_bytes,
-                                        answer=not args.raw)
-        data, total = found if found is not None else (b"", 0)
-        return job, data, total
+    """The whole answer by default (`> file` gets all of it, as `docker logs` does), read
+    from the store in bounded chunks so memory stays flat; --max-bytes asks for one page."""
+    paged = args.max_bytes is not None
+    out = sys.stdout.buffer
 
-    job, data, total = on_job(args, page)
+    async def copy(_settings: Settings, store: JobStore,
+                   job: JobRow) -> tuple[JobRow, int, int, bytes]:
+        """Write the answer from `args.offset`: (job, end offset, total, last byte)."""
+        if job.status.is_active:
+            return job, args.offset, 0, b""
+        offset, total, last = args.offset, 0, b""
+        while True:
+            want = args.max_bytes if paged else RESULT_CHUNK_BYTES
+            found = await store.read_output(job.id, offset, want, answer=not args.raw)
+            data, total = found if found is not None else (b"", 0)
+            # Raw bytes, not text: pages split mid-character still concatenate exactly.
+            out.write(data)
+            offset += len(data)
+            last = data[-1:] or last
+            if paged or not data or offset >= total:
+                return job, offset, total, last
+
+    job, end, total, last = on_job(args, copy)
     if job.status.is_active:
         print(f"{PROG}: job {job.id} is still {job.status.value}; follow it with "
               f"`{PROG} jobs tail -f {job.id[:8]}` or wait with `{PROG} jobs wait "
               f"{job.id[:8]}`", file=sys.stderr)
         return job_exit_code(job)
-    end = args.offset + len(data)
-    # Raw bytes, not text: pages split mid-character still concatenate to the exact output.
-    sys.stdout.buffer.write(data)
-    whole = args.offset == 0 and end >= total
-    if whole and data and not data.endswith(b"\n"):
-        sys.stdout.buffer.write(b"\n")  # a whole answer ends its line; pages stay exact
+    if not paged and args.offset == 0 and last and last != b"\n":
+        out.write(b"\n")  # a whole answer ends its line; pages stay exact
     sys.stdout.flush()
-    if end < total:
+    if paged and end < total:
         print(f"{PROG}: bytes {args.offset}-{end} of {total}; next page: "
-              f"{PROG} jobs result {job.id[:8]} --offset {end}", file=sys.stderr)
+              f"{PROG} jobs result {job.id[:8]} --offset {end} --max-bytes {args.max_bytes}",
+              file=sys.stderr)
     if job.status is not JobStatus.COMPLETED:
         _say_outcome(job)
     return job_exit_code(job)

@@ -14,12 +14,15 @@ commands talk to a human on stdout and put errors on stderr.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from typing import NoReturn
 
 from gateway import __version__
 from gateway.cli import worktrees
@@ -40,7 +43,6 @@ from gateway.store.base import StoreUnavailable
 from providers.loopback import is_loopback_host
 
 DEFAULT_LIST_LIMIT = 20  # a screenful of jobs
-DEFAULT_RESULT_BYTES = 65_536  # one page of `jobs result`, like llm_job_result's default page
 CONFIG_FILE_MODE = 0o600
 TOKEN_HOWTO = (
     "set [http] auth_token in the config file or the AGENT_GATEWAY_HTTP__AUTH_TOKEN environment "
@@ -107,18 +109,43 @@ def _port(text: str) -> int:
     return value
 
 
+INVALID_CHOICE = re.compile(r"invalid choice: '(?P<typed>[^']*)' \(choose from (?P<choices>.*)\)")
+
+
+COMMAND_PREFIXES = ("argument COMMAND: ", "argument ACTION: ")  # the metavars below
+SUGGEST_CUTOFF = 0.5  # difflib ratio: 'lsit' -> 'list' (0.5), 'claud' -> 'claude'
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a "did you mean" for a mistyped command (`jobs lst`), as git and gh
+    have; subparsers are built from the same class, so every level gets it."""
+
+    def error(self, message: str) -> NoReturn:
+        found = INVALID_CHOICE.search(message)
+        if found:
+            typed = found.group("typed")
+            choices = re.findall(r"'([^']*)'", found.group("choices"))
+            close = difflib.get_close_matches(typed, choices, n=1, cutoff=SUGGEST_CUTOFF)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            prefix = message[:found.start()]
+            what = ("unknown command" if prefix in COMMAND_PREFIXES
+                    else f"{prefix}invalid choice")
+            message = f"{what} '{typed}'{hint}; choose from {', '.join(choices)}"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree. `--config` and `--debug` work before or after the command."""
     # On subcommands these default to SUPPRESS so they never overwrite a value given before
     # the subcommand name (`agent-cli-gateway --config X doctor`).
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--config", type=Path, default=argparse.SUPPRESS, metavar="PATH",
                         help="config file (default: $AGENT_GATEWAY_CONFIG or "
                              "~/.agent-cli-gateway/config.toml)")
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="debug logging and full tracebacks")
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=PROG,
         description="MCP server that runs coding-agent CLIs and model APIs as durable jobs. "
                     "Without a command it serves MCP over stdio.",
@@ -176,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     instances = commands.add_parser("instances", parents=[common],
                                     help="the gateway instances that share the store")
+    instances.add_argument("--all", action="store_true",
+                           help="also the stopped and lapsed instances that own no job")
     instances.add_argument("--json", action="store_true", help="print them as JSON")
     instances.set_defaults(handler=_lazy("gateway.cli.instances", "cmd_instances"))
 
@@ -208,14 +237,16 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_show"))
     result = jobs_commands.add_parser(
         "result", parents=[common], help="a finished job's answer",
-        description="Print the job's answer (its parsed text; --raw: the CLI's stdout), "
-                    "ending with a newline. Paged with --offset/--max-bytes, pages are exact "
-                    "byte ranges: concatenated they are the whole output.")
+        description="Print the job's whole answer (its parsed text; --raw: the CLI's "
+                    "stdout), ending with a newline. With --max-bytes it prints one page "
+                    "from --offset; pages are exact byte ranges: concatenated they are the "
+                    "whole output, and the next page's command is on stderr.")
     result.add_argument("id")
     result.add_argument("--offset", type=_non_negative_int, default=0,
                         help="first byte to print (default 0)")
-    result.add_argument("--max-bytes", type=_positive_int, default=DEFAULT_RESULT_BYTES,
-                        help=f"page size in bytes (default {DEFAULT_RESULT_BYTES})")
+    result.add_argument("--max-bytes", type=_positive_int, default=None,
+                        help="print one page of at most this many bytes (default: the rest "
+                             "of the answer)")
     result.add_argument("--raw", action="store_true",
                         help="the CLI's raw stdout instead of the parsed answer")
     result.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_result"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import json
 import os
 import signal
@@ -28,6 +29,7 @@ from typing import Any
 from gateway.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
+    EXIT_USAGE,
     PROG,
     CliError,
     job_exit_code,
@@ -35,13 +37,21 @@ from gateway.cli.common import (
 )
 from gateway.cli.format import duration, size
 from gateway.config import Settings
-from gateway.model import GatewayError, JobRow, JobStatus
+from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 
 START_TIMEOUT_S = 30.0  # store open + registration; a store that does not open is an error
+STORE_RETRY_NOTE_S = 2.0  # one line per store-open retry on a terminal (runtime retries every 2 s)
 DETACH_HANDSHAKE_S = 60.0  # how long `--async` waits for its detached copy to admit the job
 PROGRESS_EVERY_S = 1.0  # the progress line's refresh rate
 ANSWER_PAGE_BYTES = 256 * 1024  # the answer is copied from the store to stdout in pages
 DETACHED_FLAG = "--detached-child"  # internal: this process is the copy `--async` started
+
+
+def refused(kind: str, message: str) -> CliError:
+    """A request the gateway refused, worded alike with and without --async (`not_found:
+    The 'grok' command ...`); a request the user must change exits 2, like a usage error."""
+    code = EXIT_USAGE if kind == ErrorKind.INVALID_INPUT.value else EXIT_FAILURE
+    return CliError(f"{kind}: {message}", code)
 
 
 def _request(args: argparse.Namespace) -> dict[str, Any]:
@@ -59,10 +69,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                        "(persistence.backend sqlite or postgres), not 'memory'")
     if args.detached_child:
         request = json.loads(sys.stdin.buffer.read() or b"{}")
-        return asyncio.run(_drive(settings, request, detached=True))
+        return asyncio.run(_drive(settings, request, detached=True, debug=args.debug))
     if args.async_:
         return _start_detached(_request(args))
-    return asyncio.run(_drive(settings, _request(args), detached=False))
+    return asyncio.run(_drive(settings, _request(args), detached=False, debug=args.debug))
 
 
 def _start_detached(request: dict[str, Any]) -> int:
@@ -83,9 +93,10 @@ def _start_detached(request: dict[str, Any]) -> int:
     except ValueError:
         answer = {}
     if "job_id" not in answer:
+        if "error" in answer:
+            raise refused(str(answer.get("error_kind") or "error"), str(answer["error"]))
         code = child.poll()
-        reason = answer.get("error") or (
-            f"it exited with status {code}" if code is not None else "no answer in time")
+        reason = f"it exited with status {code}" if code is not None else "no answer in time"
         raise CliError(f"the job was not started: {reason}")
     print(answer["job_id"])
     print(f"{PROG}: job {answer['job_id']} {answer['status']}; follow it with `{PROG} jobs "
@@ -115,7 +126,8 @@ def _read_line(child: subprocess.Popen[bytes], timeout_s: float) -> bytes:
     return child.stdout.readline()
 
 
-async def _drive(settings: Settings, request: dict[str, Any], *, detached: bool) -> int:
+async def _drive(settings: Settings, request: dict[str, Any], *, detached: bool,
+                 debug: bool = False) -> int:
     from gateway.jobs.requests import SubmitRequest
     from gateway.runtime import Gateway
 
@@ -132,11 +144,7 @@ async def _drive(settings: Settings, request: dict[str, Any], *, detached: bool)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, task.cancel)
     try:
-        try:
-            await asyncio.wait_for(gateway.start(), START_TIMEOUT_S)
-        except TimeoutError:
-            raise CliError(f"the job store did not open within {START_TIMEOUT_S:g} s: "
-                           f"{gateway.start_error or 'no reason given'}") from None
+        await _start(gateway, tell=not detached and sys.stderr.isatty(), debug=debug)
         manager = await gateway.manager()
         submit = SubmitRequest(prompt=request.get("prompt"), model=request.get("model"),
                                working_dir=request.get("working_dir"),
@@ -146,9 +154,9 @@ async def _drive(settings: Settings, request: dict[str, Any], *, detached: bool)
             submission = await manager.submit(request["provider"], submit)
         except GatewayError as exc:
             if detached:
-                _answer_parent({"error": exc.message})
+                _answer_parent({"error": exc.message, "error_kind": exc.kind.value})
                 return EXIT_FAILURE
-            raise CliError(f"{exc.kind.value}: {exc.message}") from None
+            raise refused(exc.kind.value, exc.message) from None
         job = submission.job
         if detached:
             _answer_parent({"job_id": job.id, "status": job.status.value})
@@ -165,6 +173,41 @@ async def _drive(settings: Settings, request: dict[str, Any], *, detached: bool)
             loop.remove_signal_handler(sig)
         with contextlib.suppress(Exception):
             await asyncio.shield(gateway.stop())
+
+
+async def _start(gateway: Any, *, tell: bool, debug: bool) -> None:
+    """Start the gateway, waiting up to START_TIMEOUT_S for a store that is down. While it
+    retries, a person at a terminal gets one plain line per retry (`tell`) instead of a
+    JSON log record each; a script gets only the final error. A cause that no retry fixes
+    (credentials refused, a path that can never exist) is the final error at once."""
+    from gateway.logs import configure_logging
+
+    settings = gateway.settings
+    if not debug:  # the retries are told below, and the final error by the caller
+        configure_logging("error", settings.logging.format, stream=io.StringIO())
+    task = asyncio.create_task(gateway.start(), name="cli_gateway_start")
+    deadline = time.monotonic() + START_TIMEOUT_S
+    try:
+        while not task.done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                raise CliError(f"the job store did not open within {START_TIMEOUT_S:g} s: "
+                               f"{gateway.start_error or 'no reason given'}")
+            await asyncio.wait({task}, timeout=min(STORE_RETRY_NOTE_S, left))
+            if tell and not task.done() and gateway.start_error:
+                print(f"{PROG}: the job store is not reachable ({gateway.start_error}); "
+                      f"retrying, {duration(max(0.0, deadline - time.monotonic()))} left",
+                      file=sys.stderr, flush=True)
+        task.result()
+    finally:
+        if not debug:  # as `load(quiet=True)` set it up
+            configure_logging("error" if settings.logging.level == "error" else "warning",
+                              settings.logging.format)
+    if gateway.failed:
+        raise CliError(f"setup_error: the job store cannot be opened: {gateway.start_error}")
 
 
 def _answer_parent(message: dict[str, Any]) -> None:

@@ -17,11 +17,14 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from gateway import proc
+from gateway.cli.common import PROG
+from gateway.cli.format import duration
 from gateway.config import Settings
 from gateway.jobs.run.spool import run_dir, spool_root, stdout_path
 from gateway.model import JobRow
@@ -67,14 +70,29 @@ class Follower:
     live_parse: bool = True
     parser: tuple[Any, Any] | None = None
     from_spool: bool = False  # once read from the spool, never from the row (other offsets)
+    waiting_shown: bool = False  # a "waiting for output" line is on the terminal (stderr)
 
     def emit(self, data: bytes) -> None:
         if not data:
             return
+        self.clear_waiting()
         self.out.write(data)
         self.out.flush()
         self.printed_any = True
         self.ended_with_newline = data.endswith(b"\n")
+
+    def show_waiting(self, row: JobRow, waited_s: float) -> None:
+        """Until the first output, a line on a terminal's stderr that says the job is
+        there and running (as `jobs wait` shows), rewritten in place, cleared before any
+        output; nothing of it reaches stdout, a pipe or a file."""
+        print(f"\r{PROG}: job {row.id[:8]} {row.status.value}, waiting for its first output "
+              f"({duration(waited_s)})\033[K", end="", file=sys.stderr, flush=True)
+        self.waiting_shown = True
+
+    def clear_waiting(self) -> None:
+        if self.waiting_shown:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
+            self.waiting_shown = False
 
     # -- running -----------------------------------------------------------------------
     async def poll_running(self, row: JobRow) -> None:
@@ -193,11 +211,16 @@ async def follow_job(settings: Settings, store: JobStore, job_id: str, *, follow
     row = await store.get_job(job_id, with_output=False)
     assert row is not None
     follower = Follower(settings, store, job_id, raw, out, parser=_parser(row))
+    waiting_line = follow and sys.stderr.isatty()
+    started = time.monotonic()
     while True:
         if row.status.is_terminal:
+            follower.clear_waiting()
             await follower.finish(row)
             return row
         await follower.poll_running(row)
+        if waiting_line and not follower.printed_any:
+            follower.show_waiting(row, time.monotonic() - started)
         if not follow:
             if follower.printed_any and not follower.ended_with_newline:
                 follower.emit(b"\n")
@@ -205,5 +228,6 @@ async def follow_job(settings: Settings, store: JobStore, job_id: str, *, follow
         await asyncio.sleep(TAIL_POLL_S)
         fresh = await store.get_job(job_id, with_output=False)
         if fresh is None:  # purged under us
+            follower.clear_waiting()
             return row
         row = fresh

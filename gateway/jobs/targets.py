@@ -6,6 +6,7 @@ is spawned, and reported as GatewayError(invalid_input | not_found) with what to
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,7 +172,10 @@ def resolve_target(settings: Settings, provider: str, request: SubmitRequest) ->
     config = settings.providers.get(provider)
     if adapter is None or config is None:
         known = sorted([*CLI_PROVIDERS, *settings.api_providers])
-        raise _invalid(f"unknown provider {provider!r}; known providers: {known}.")
+        close = difflib.get_close_matches(provider, known, n=1, cutoff=0.5)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise _invalid(f"unknown provider {provider!r}{hint}; known providers: "
+                       f"{', '.join(known)}.")
     if not config.enabled:
         raise _invalid(f"provider {provider!r} is disabled in the gateway config "
                        f"([providers.{provider}] enabled = false).")

@@ -98,8 +98,9 @@ class ToolListing:
         from gateway.mcp.tools import build_job_tools
 
         self._job_tools = build_job_tools(self.state)
-        if self.state.setup_error is None:  # else every call answers the setup problem
-            self.listed = self.state.listed_providers = listed_providers(self.state.settings)
+        # Listed with a broken setup too (every call then answers setup_error): a model told
+        # to "use codex" must find codex_request, and its answer says what is wrong.
+        self.listed = self.state.listed_providers = listed_providers(self.state.settings)
         return self.tools_for(self.listed)
 
     def managed(self, name: str) -> bool:
@@ -119,8 +120,6 @@ class ToolListing:
 
     def recheck(self) -> list[Tool] | None:
         """The new tool list if the set of listed providers changed, else None."""
-        if self.state.setup_error is not None:
-            return None
         try:
             now = listed_providers(self.state.settings)
         except Exception as exc:  # a racing filesystem: keep the list, try again later

@@ -27,7 +27,13 @@ from pydantic import ValidationError
 
 from gateway import __version__
 from gateway.config import Settings
-from gateway.mcp.listing import RECHECK_S, ToolListing, provider_of, unlisted_answer
+from gateway.mcp.listing import (
+    RECHECK_S,
+    ToolListing,
+    listed_providers,
+    provider_of,
+    unlisted_answer,
+)
 from gateway.mcp.results import failure, invalid_arguments
 from gateway.mcp.task_state import TASK_TOOLS
 from gateway.mcp.tasks import TasksExtension
@@ -48,14 +54,37 @@ VERSION_PROBE_START_WAIT_S = 15.0  # probe CLI versions once the store is up (or
 START_AFTER_LISTING_S = 0.1
 START_DEFER_MAX_S = 1.0  # a stdio client that never lists tools: start anyway after this
 LIST_CHANGED = NotificationOptions(tools_changed=True)  # the provider tools follow the machine
-INSTRUCTIONS = (
-    "Runs the coding-agent CLIs installed here (claude, codex, gemini, grok, mistral, devin, "
-    "cursor) and configured model APIs as durable jobs: <provider>_request waits for the "
-    "answer (or defers a long job), <provider>_request_async returns a job_id at once. Every "
-    "result's `next` names the call to make next, with its arguments; `reuse` says when an "
-    "answer was replayed from an earlier identical request. gateway_status shows what is "
-    "installed and whether the gateway is ready."
+USAGE = (
+    "<provider>_request waits for the answer (or defers a long job), "
+    "<provider>_request_async returns a job_id at once. Every result's `next` names the call "
+    "to make next, with its arguments; `reuse` says when an answer was replayed from an "
+    "earlier identical request. gateway_status shows what is installed and whether the "
+    "gateway is ready."
 )
+
+
+def instructions_for(listed: tuple[str, ...], setup_error: str | None) -> str:
+    """The server's `instructions`, from what is listed on this machine and whether the
+    setup is broken: a model reads them before any tool, so they must not promise CLIs
+    that are not installed, nor hide that every call will fail."""
+    from gateway.config import PROVIDER_NAMES
+
+    clis = [name for name in listed if name in PROVIDER_NAMES]
+    apis = [name for name in listed if name not in PROVIDER_NAMES]
+    if clis or apis:
+        what = " and ".join(part for part in (
+            f"the coding-agent CLIs installed here ({', '.join(clis)})" if clis else "",
+            f"the configured model APIs ({', '.join(apis)})" if apis else "") if part)
+        text = f"Runs {what} as durable jobs: {USAGE}"
+    else:
+        text = (f"No coding-agent CLI is installed here yet (supported: "
+                f"{', '.join(PROVIDER_NAMES)}), so only the job tools are listed; a CLI "
+                f"installed later is listed within {RECHECK_S:g} s. {USAGE}")
+    if setup_error is not None:
+        text = (f"THE GATEWAY'S SETUP IS BROKEN: every tool except gateway_status answers "
+                f"error_kind setup_error until the user fixes it and restarts the gateway; "
+                f"retrying does not help, tell the user. The problem: {setup_error} {text}")
+    return text
 
 
 # Handlers the SDK registers that this server does not serve: advertising `prompts` and
@@ -98,6 +127,7 @@ class GatewayServer(MCPServer[ServerState]):
             return
         self._tools_built = True
         tools = self.listing.initial()
+        self._describe_listing()
         for tool in tools:
             self._refuse_unknown_arguments(tool)
         others = self._tool_manager.list_tools()  # added by add_tool meanwhile
@@ -133,8 +163,14 @@ class GatewayServer(MCPServer[ServerState]):
         for tool in tools:
             self._refuse_unknown_arguments(tool)
         self._tool_manager = ToolManager(tools=[*tools, *others], warn_on_duplicate_tools=False)
+        self._describe_listing()
         await self.listing.announce()
         return True
+
+    def _describe_listing(self) -> None:
+        """Keep the `instructions` (read at each handshake) in step with the tool list."""
+        self._lowlevel_server.instructions = instructions_for(
+            self.listing.listed, self.state.setup_error)
 
     async def list_tools(self) -> list[MCPTool]:
         self._ensure_tools()
@@ -238,8 +274,11 @@ def build_server(settings: Settings, role: str = "stdio",
             state.gateway = None
             log.info("MCP server stopped", action="serve_stop", instance_id=gateway.instance_id)
 
+    # The tools are built at the first request that needs them; the instructions are sent
+    # with the handshake before that, so they look at the machine now (a PATH scan, < 1 ms).
+    instructions = instructions_for(listed_providers(settings), setup_error)
     return GatewayServer(state, name=SERVER_NAME, version=__version__,
-                         instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING",
+                         instructions=instructions, lifespan=lifespan, log_level="WARNING",
                          extensions=[TasksExtension(state, TASK_TOOLS)],
                          middleware=[LegacyTasksMiddleware(state, TASK_TOOLS)])
 

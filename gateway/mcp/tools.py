@@ -382,25 +382,34 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         manager = await state.manager()
         page = await manager.read_result(job_id, offset, max_bytes, raw)
         row = page.job
-        data = {
+        # A job still running has no parsed answer yet: what it has is the CLI's stdout
+        # so far (stream-json, JSONL), and the answer says so rather than `raw: false`.
+        is_raw = raw or row.status.is_active
+        data: dict[str, Any] = {
             **job_fields(row), "output": page.output, "offset": page.offset,
             "next_offset": page.next_offset, "complete": page.complete,
-            "total_bytes": page.total_bytes, "raw": raw,
+            "total_bytes": page.total_bytes, "raw": is_raw,
         }
-        text = page.output
+        message: str | None = None
+        still = (f"The job is still {row.status}; this is the CLI's raw output so far, not "
+                 f"the answer." if row.status.is_active else "")
         if page.next_offset is not None:
             data["next"] = next_call("llm_job_result", "more output follows", job_id=row.id,
                                      offset=page.next_offset, raw=raw)
-            text += (f"\n\n[More output: bytes {page.offset}-{page.next_offset} of "
-                     f"{page.total_bytes} shown. Call llm_job_result(job_id=\"{row.id}\", "
-                     f"offset={page.next_offset}) for the next page.]")
+            message = (f"More output: bytes {page.offset}-{page.next_offset} of "
+                       f"{page.total_bytes} shown. Call llm_job_result(job_id=\"{row.id}\", "
+                       f"offset={page.next_offset}) for the next page. {still}").rstrip()
         elif row.status.is_active:
             data["next"] = follow_up(row)
-            text += (f"\n\n[The job is still {row.status}; this is the output so far. Call "
-                     f"llm_job_wait(job_id=\"{row.id}\") and read again.]")
-        elif not text:
-            text = f"(no output) {describe_status(row)}"
-        return ok(text, data)
+            message = (f"{still} Call llm_job_wait(job_id=\"{row.id}\") and read again once "
+                       f"it is done.")
+        elif not page.output:
+            message = f"(no output) {describe_status(row)}"
+        # The model of some clients sees only the structured content: the note is there too.
+        data["message"] = message
+        if message is None:
+            return ok(page.output, data)
+        return ok(f"{page.output}\n\n[{message}]" if page.output else message, data)
 
     async def llm_job_cancel(job_id: JOB_ID) -> CallToolResult:
         """Stop a job wherever it runs (another gateway's within seconds:

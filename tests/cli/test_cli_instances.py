@@ -27,12 +27,22 @@ def test_instances_shows_each_instance_its_lease_state_and_its_active_jobs(cli: 
             await store.insert_job(NewJob(id=f"job-{n}", provider="claude",
                                           request_key=f"k{n}", owner_instance="live"), 3600)
 
+        # A lapsed instance that still owns a job is shown without --all too.
+        await store.register_instance(instance("lapsed-owner", "stdio"), ttl_s=-60)
+        await store.insert_job(NewJob(id="job-orphan-to-be", provider="codex",
+                                      request_key="k-lapsed", owner_instance="lapsed-owner"),
+                               3600)
+
     cli.in_store(seed)
-    done = cli.run("instances", "--json")
+    done = cli.run("instances", "--json", "--all")
     assert done.returncode == 0, done.stderr
     found = {i["instance_id"]: i for i in json.loads(done.stdout)}
     assert {name: i["lease_state"] for name, i in found.items()} == {
-        "live": "live", "lapsed": "lapsed", "stopping": "stopping", "stopped": "stopped"}
+        "live": "live", "lapsed": "lapsed", "stopping": "stopping", "stopped": "stopped",
+        "lapsed-owner": "lapsed"}
+    # By default: the live ones and those whose jobs still need them (#25).
+    default = {i["instance_id"] for i in json.loads(cli.run("instances", "--json").stdout)}
+    assert default == {"live", "stopping", "lapsed-owner"}
     assert found["live"]["active_jobs"] == 2 and found["lapsed"]["active_jobs"] == 0
     assert found["live"]["hostname"] == "host-live" and found["live"]["role"] == "http"
     assert found["live"]["version"] == "9.9" and found["live"]["pid"] == 104
@@ -45,6 +55,11 @@ def test_instances_shows_each_instance_its_lease_state_and_its_active_jobs(cli: 
                                 "LEASE", "JOBS"]
     live = next(line for line in lines if line.startswith("live "))
     assert live.split()[-2:] == ["live", "2"] and "ago" in live
+    assert not any(line.startswith(("stopped ", "lapsed ")) for line in lines)
+    assert lines[-1] == ("(2 stopped or lapsed without jobs not shown: "
+                         "`agent-cli-gateway instances --all`)")
+    every = cli.run("instances", "--all").stdout.splitlines()
+    assert any(line.startswith("stopped ") for line in every) and "not shown" not in every[-1]
 
 
 def test_instances_of_a_store_not_created_yet_says_so(home: Any) -> None:

@@ -187,6 +187,10 @@ def test_jobs_show_json_has_iso_times_the_request_the_run_and_the_answer_size(cl
     assert info["answer_bytes"] == len(ANSWER.encode())
     assert info["output_bytes"] == 17
     assert info["result"] == {"session_id": "s-1"}  # the answer is for `jobs result`
+    # The session the CLI reported (what a caller resumes), not only the one it asked for.
+    assert info["session_id"] is None and info["reported_session_id"] == "s-1"
+    shown = cli.run("jobs", "show", ids["done"]).stdout.splitlines()
+    assert "session      s-1" in shown
     assert info["owner"]["instance_id"] == LIVE_OWNER and info["owner"]["lease_held"] is True
 
     running = json.loads(cli.run("jobs", "show", ids["running"], "--json").stdout)
@@ -267,6 +271,37 @@ def test_jobs_result_prints_the_answer_or_the_raw_stdout_ending_with_a_newline(c
     assert done.returncode == 0, done.stderr
     assert done.stdout == "the ánswer\n"
     assert cli.run("jobs", "result", job_id, "--raw").stdout == output + "\n"
+
+
+def test_jobs_result_prints_a_300_kb_answer_whole_and_max_bytes_still_pages(cli: Cli) -> None:
+    """`jobs result ID > file` gets the whole answer, not its first page (#25)."""
+    job_id = str(uuid.uuid4())
+    answer = "ünïcode line of a long answer\n" * 10_000  # 320 000 bytes, past 64 KiB and 200 KB
+
+    async def run(store: Any) -> None:
+        await store.insert_job(NewJob(id=job_id, provider="claude", request_key="key-big",
+                                      owner_instance=LIVE_OWNER), ttl_s=3600)
+        await store.complete(job_id, LIVE_OWNER, Completion(
+            status=JobStatus.COMPLETED, exit_code=0, output="{}", output_bytes=2,
+            result_json=json.dumps({"text": answer})))
+
+    cli.in_store(run)
+    whole = subprocess.run(cli.argv("jobs", "result", job_id), env=hermetic_env(cli.home),
+                           capture_output=True, timeout=CLI_TIMEOUT_S, check=False)
+    assert whole.returncode == 0, whole.stderr
+    assert len(answer.encode()) >= 300_000
+    assert whole.stdout == answer.encode()
+    assert whole.stderr == b""  # nothing to page on: no "next page" note
+    page = subprocess.run(cli.argv("jobs", "result", job_id, "--max-bytes", "1000"),
+                          env=hermetic_env(cli.home), capture_output=True,
+                          timeout=CLI_TIMEOUT_S, check=False)
+    assert page.returncode == 0, page.stderr
+    assert page.stdout == answer.encode()[:1000]
+    assert b"--offset 1000 --max-bytes 1000" in page.stderr
+    rest = subprocess.run(cli.argv("jobs", "result", job_id, "--offset", "1000"),
+                          env=hermetic_env(cli.home), capture_output=True,
+                          timeout=CLI_TIMEOUT_S, check=False)
+    assert page.stdout + rest.stdout == answer.encode()
 
 
 def test_jobs_result_of_a_failed_or_running_job_exits_with_its_outcome(cli: Cli) -> None:

@@ -83,7 +83,7 @@ def test_run_prints_the_answer_and_leaves_a_completed_job_and_a_stopped_instance
     assert f"job {job_id} completed after" in done.stderr
     stored = row(cli, job_id)
     assert stored.status is JobStatus.COMPLETED and stored.provider == "claude"
-    instances = json.loads(cli.run("instances", "--json").stdout)
+    instances = json.loads(cli.run("instances", "--json", "--all").stdout)
     assert [(i["role"], i["active_jobs"]) for i in instances] == [("cli", 0)]
     assert instances[0]["stopped_at"] is not None
 
@@ -93,7 +93,7 @@ def test_run_exits_with_the_jobs_outcome(cli: Cli) -> None:
     assert done.returncode == 3, done.stderr
     assert "failed (provider_error" in done.stderr
     bad = cli.run("run", "nosuchprovider", "hi")
-    assert bad.returncode == 1 and "invalid_input" in bad.stderr
+    assert bad.returncode == 2 and "invalid_input" in bad.stderr  # the input must change
     assert "Traceback" not in bad.stderr
     assert cli.in_store(lambda store: store.list_jobs(limit=5))[0].status is JobStatus.FAILED
 

@@ -75,7 +75,9 @@ async def test_an_invalid_config_still_serves_and_every_tool_names_the_problem(
             names = {t.name for t in (await client.list_tools()).tools}
             answers = [await client.call_tool(name, args) for name, args in EVERY_TOOL]
             status = await client.call_tool("gateway_status", {})
-    assert "gateway_status" in names
+    # The installed providers' tools are listed all the same (#25): a model asked to "use
+    # codex" finds codex_request, and its answer is the setup problem.
+    assert {"gateway_status", "claude_request", "codex_request_async"} <= names
     for (name, _args), answer in zip(EVERY_TOOL, answers, strict=True):
         data = data_of(answer)
         assert answer.is_error, name
@@ -87,6 +89,40 @@ async def test_an_invalid_config_still_serves_and_every_tool_names_the_problem(
     assert shown["ready"] is False and shown["problem_permanent"] is True
     assert all(fragment in shown["problem"] for fragment in fragments)
     assert "BROKEN SETUP" in status.content[0].text
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_instructions_say_the_setup_is_broken_and_which_clis_are_installed(
+        harness: Harness, mode: str) -> None:
+    """What a model reads before any tool: the problem, and the CLIs really installed here
+    (the fakes on PATH), not a fixed list (#25)."""
+    config = raw_config(harness, "[limits]\nmax_runing_jobs = 4\n")
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with stdio_client(harness.home, config, mode) as client:
+            broken = client.instructions
+            listed = {t.name for t in (await client.list_tools()).tools}
+            answer = data_of(await client.call_tool("codex_request", {"prompt": "p"}))
+        async with stdio_client(harness.home, harness.write_config({}), mode) as client:
+            fine = client.instructions
+    assert broken is not None and fine is not None
+    assert broken.startswith("THE GATEWAY'S SETUP IS BROKEN")
+    assert "limits.max_runing_jobs" in broken and "setup_error" in broken
+    assert "codex_request" in listed and answer["error_kind"] == "setup_error"
+    assert "BROKEN" not in fine
+    assert "CLIs installed here (claude, codex, gemini, grok, mistral, devin, cursor)" in fine
+
+
+async def test_with_no_cli_installed_the_instructions_say_so(harness: Harness) -> None:
+    """A PATH with none of the CLIs: the instructions promise none of them."""
+    empty = harness.root / "empty-bin"
+    empty.mkdir()
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with stdio_client(harness.home, harness.write_config({}), "legacy",
+                                PATH=f"{empty}:/usr/bin:/bin") as client:
+            text = client.instructions
+            listed = {t.name for t in (await client.list_tools()).tools}
+    assert text is not None and text.startswith("No coding-agent CLI is installed here yet")
+    assert not any(name.endswith("_request") for name in listed)
 
 
 @pytest.mark.parametrize("mode", MODES)

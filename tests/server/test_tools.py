@@ -210,6 +210,30 @@ async def test_cancelling_a_running_job_kills_its_process_and_marks_it_cancelled
     assert not alive(pid)
 
 
+async def test_a_running_jobs_result_says_in_its_structured_content_that_it_is_raw_output(
+        gateway: Harness) -> None:
+    """Claude Code and Codex show the model only the structured content: a running job's
+    page must say there, not only in the text, that it is the CLI's stream so far (#25)."""
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway.connect() as client:
+            started = await succeed(client, "claude_request_async",
+                                    {"prompt": f"streams {tag()} @stream=400:0.1"})
+            job_id = started["job_id"]
+            while True:  # until the CLI wrote its first events
+                result = await call(client, "llm_job_result", {"job_id": job_id})
+                page = result.structured_content
+                assert page is not None and page["status"] in ACTIVE, page
+                if page["output"]:
+                    break
+                await anyio.sleep(0.05)
+            await succeed(client, "llm_job_cancel", {"job_id": job_id})
+    assert page["raw"] is True and page["complete"] is False
+    assert '"type"' in page["output"]  # stream-json events, not an answer
+    assert "still running" in page["message"] and "raw output" in page["message"]
+    assert page["message"] in result.content[0].text
+    assert page["next"]["tool"] in {"llm_job_wait", "llm_job_result"}
+
+
 async def test_progress_notifications_arrive_during_a_sync_request_and_a_wait(
         gateway: Harness) -> None:
     seen: list[tuple[float, str | None]] = []
