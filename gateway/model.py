@@ -129,6 +129,13 @@ class JobRow:
     boot_id: str | None = None
     # When a gateway queued it again after its first owner left it unstarted (at most once).
     requeued_at: datetime | None = None
+    # How often it was queued again uncharged (its owner proven gone before it started), and
+    # why each time (a JSON array of {"at", "reason"}): lease.max_requeues bounds the first.
+    requeue_count: int = 0
+    requeue_reasons: str | None = None
+    # The hostname of the gateway that orphaned it: an orphaning by a gateway of the job's
+    # own host is final; one from another host may be self-healed by its revived owner.
+    orphaned_by: str | None = None
 
     @classmethod
     def column_names(cls) -> tuple[str, ...]:
@@ -144,8 +151,9 @@ class JobRow:
         for flag in ("truncated", "forced"):
             if flag in data:
                 data[flag] = bool(data[flag])
-        if "output_bytes" in data:
-            data["output_bytes"] = int(data["output_bytes"] or 0)
+        for count in ("output_bytes", "requeue_count"):
+            if count in data:
+                data[count] = int(data[count] or 0)
         return cls(**data)
 
 

@@ -16,9 +16,9 @@ What happens to such a job is decided by its spool dir, never by guesses from th
   (so a late supervisor can never start it) and queued again. A job is queued again each
   time an owner of it is proven gone before it started (nothing ran, so nothing is spent);
   a run is still launched at most once, because the spool's start record decides.
-- orphaned while queued (its owner was stopped past its lease): the owner, alive or not,
-  can never launch it (its CAS needs `queued` and itself as owner), so it is re-queued
-  whether or not its owner is gone.
+- an owner proven alive here but stalled past its lease and a grace (SIGSTOPped for
+  minutes): its jobs are taken over the same way. `orphaned` is final: an orphaned job is
+  never adopted, healed or re-queued (a poller that saw it stopped polling).
 An HTTP API call has no process: a running one whose owner is gone is re-queued once (it may
 have reached the API and been billed).
 """
@@ -26,6 +26,7 @@ have reached the API and been billed).
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from gateway.jobs.run.runner import ProcessIdentity, spec_from_spool
 from gateway.jobs.run.spool import job_dir, run_dir
 from gateway.jobs.targets import parsing_target, request_of_row, resolve_target
 from gateway.model import Completion, ErrorKind, GatewayError, InstanceRow, JobRow, JobStatus
-from gateway.store.base import TakeOver
+from gateway.store.base import AdoptionCandidate, TakeOver
 
 CANCELLED_UNSTARTED = Completion(status=JobStatus.CANCELLED, error_kind=ErrorKind.CANCELLED,
                                  error="Cancelled before it started.")
@@ -56,9 +57,30 @@ ORPHANED_WITHIN_MIN_S = 600.0
 class Adopter:
     """Settles the jobs of gone owners on this host (one per gateway)."""
 
-    def __init__(self, manager: JobManager, identity: InstanceRow) -> None:
+    def __init__(self, manager: JobManager, identity: InstanceRow,
+                 stalled_owner_grace_s: Callable[[], float] = lambda: 300.0) -> None:
         self.manager = manager
         self.identity = identity
+        self.stalled_owner_grace_s = stalled_owner_grace_s
+
+    def owner_alive_here(self, owner: InstanceRow | None) -> bool:
+        """Proven alive on this host and boot (pid with its start time), stopped or not."""
+        if owner is None or owner.stopped_at is not None:
+            return False
+        if owner.hostname != self.identity.hostname or owner.boot_id != self.identity.boot_id:
+            return False
+        return not self.owner_gone(owner)
+
+    def _stalled_past_grace(self, candidate: AdoptionCandidate, now: float) -> bool:
+        """An owner alive here whose lease (and the job's) lapsed more than the grace ago:
+        SIGSTOPped or stalled for minutes. Its job is taken over (a stale owner's late
+        write no longer applies: every taker CASes owner_instance first) rather than left
+        to be orphaned."""
+        owner, job = candidate.owner, candidate.job
+        if owner is None or owner.lease_expires_at is None or job.lease_deadline is None:
+            return False
+        lapsed = max(owner.lease_expires_at.timestamp(), job.lease_deadline.timestamp())
+        return now - lapsed >= self.stalled_owner_grace_s()
 
     def owner_gone(self, owner: InstanceRow | None) -> bool:
         """Proven gone: no row (collected), a stopped row, or a dead pid on this host+boot."""
@@ -86,6 +108,7 @@ class Adopter:
             max(manager.settings.lease.instance_gc_s, ORPHANED_WITHIN_MIN_S), ADOPT_BATCH)
         taken = 0
         gone: dict[str | None, bool] = {}  # one probe per owner and sweep
+        now: float | None = None
         for candidate in candidates:
             if manager.closing:
                 break
@@ -94,8 +117,13 @@ class Adopter:
                 gone[owner] = self.owner_gone(candidate.owner)
             if candidate.job.id in manager.local_job_ids():
                 continue
-            if not gone[owner] and not _orphaned_unstarted(candidate.job):
-                continue
+            if not gone[owner]:
+                now = now if now is not None else await manager.store.now()
+                if not self._stalled_past_grace(candidate, now):
+                    continue
+                log.warning("taking over a job of an owner alive on this host but stalled "
+                            "past its lease and the grace", action="adopt_stalled",
+                            job_id=candidate.job.id, owner_instance=owner)
             taken += await self._settle(candidate.job)
         return taken
 
@@ -182,8 +210,3 @@ class Adopter:
                  previous_owner=job.owner_instance)
         return 1
 
-
-def _orphaned_unstarted(job: JobRow) -> bool:
-    """Orphaned before it ever started: its owner can never launch it any more, so it need
-    not be proven gone for the job to be queued again."""
-    return job.status is JobStatus.ORPHANED and job.started_at is None

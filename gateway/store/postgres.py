@@ -497,14 +497,14 @@ class PostgresJobStore:
         return [_job(row) for row in rows]
 
     async def recover_expired_leases(
-        self, http_grace_s: float, job_ids: Collection[str]
+        self, http_grace_s: float, job_ids: Collection[str], orphaned_by: str | None = None,
     ) -> list[JobRow]:
         if not job_ids:
             return []
         async with self._transaction("recover expired leases") as conn:
             owners = [row["instance_id"] for row in await conn.fetch(LOCK_EXPIRED_OWNERS)]
             rows = await conn.fetch(RECOVER_EXPIRED_LEASES, float(http_grace_s),
-                                    list(job_ids), ORPHANED_ERROR, owners)
+                                    list(job_ids), ORPHANED_ERROR, owners, orphaned_by)
         return [_job(row) for row in rows]
 
     # -- retention and reads --------------------------------------------------------------
@@ -588,7 +588,7 @@ class PostgresJobStore:
     ) -> list[AdoptionCandidate]:
         async with self._connection("list adoption candidates") as conn:
             rows = await conn.fetch(LIST_ADOPTION_CANDIDATES, instance_id, hostname, boot_id,
-                                    float(orphaned_within_s), max(limit, 0))
+                                    max(limit, 0))
         return [_candidate(row) for row in rows]
 
     async def _take_over(self, action: str, sql: str, take: TakeOver) -> JobRow | None:

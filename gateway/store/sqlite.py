@@ -551,12 +551,12 @@ class SqliteJobStore:
             return [_job(r) for r in rows]
 
     async def recover_expired_leases(
-        self, http_grace_s: float, job_ids: Collection[str]
+        self, http_grace_s: float, job_ids: Collection[str], orphaned_by: str | None = None,
     ) -> list[JobRow]:
         if not job_ids:
             return []
         params = {"http_grace_s": http_grace_s, "job_ids": json.dumps(list(job_ids)),
-                  "orphaned_error": ORPHANED_ERROR}
+                  "orphaned_error": ORPHANED_ERROR, "orphaned_by": orphaned_by}
         return await self._transaction("recover_expired_leases", lambda db, now: [
             _job(r) for r in db.execute(RECOVER_EXPIRED_LEASES, {**params, "now": now})])
 
