@@ -178,6 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
     instances.add_argument("--json", action="store_true", help="print them as JSON")
     instances.set_defaults(handler=_lazy("gateway.cli.instances", "cmd_instances"))
 
+    finalize = commands.add_parser(
+        "finalize", parents=[common], help=argparse.SUPPRESS,
+        description="Write the terminal row of a run that ended while its gateway was gone "
+                    "(a supervisor starts this, its settings on stdin).")
+    finalize.add_argument("spool_dir", metavar="SPOOL_DIR", help="the run's spool directory")
+    finalize.set_defaults(handler=_lazy("gateway.cli.finalize", "cmd_finalize"))
+
     jobs = commands.add_parser("jobs", parents=[common], help="inspect, follow and cancel jobs",
                                description="A job id may be given as any unique prefix.")
     jobs_commands = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)

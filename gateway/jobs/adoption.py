@@ -124,10 +124,12 @@ class Adopter:
                 log.warning("taking over a job of an owner alive on this host but stalled "
                             "past its lease and the grace", action="adopt_stalled",
                             job_id=candidate.job.id, owner_instance=owner)
-            taken += await self._settle(candidate.job)
+            taken += await self.settle(candidate.job)
         return taken
 
-    async def _settle(self, job: JobRow) -> int:
+    async def settle(self, job: JobRow) -> int:
+        """Take over one job of a gone owner as its spool says (adopt, re-queue or end it);
+        1 if this instance took it. The sweep's step, and the finalizer's (finalizer.py)."""
         spool = run_dir(self.manager.spool_root, job)
         if job.transport == "process" and job.started_at is not None:
             if not spool.is_dir():

@@ -491,13 +491,14 @@ async def test_on_shutdown_stop_fails_queued_and_stops_running_jobs_as_before(
 # -- an owner that is SIGKILLed ------------------------------------------------------------
 
 
-def start_owner(settings: Settings, tmp_path: Path, prompt: str) -> tuple[subprocess.Popen[str],
-                                                                        str]:
+def start_owner(settings: Settings, tmp_path: Path, prompt: str,
+                env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
     path = tmp_path / "owner-settings.pickle"
     path.write_bytes(pickle.dumps(settings))
     owner = subprocess.Popen([sys.executable, "-m", "tests.jobs.owner_gateway", str(path),
                               "claude", prompt], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                             stderr=subprocess.DEVNULL)
+                             stderr=subprocess.DEVNULL,
+                             env=None if env is None else {**os.environ, **env})
     assert owner.stdout is not None
     for line in owner.stdout:
         if line.startswith("JOB "):

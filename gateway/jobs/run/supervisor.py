@@ -78,6 +78,11 @@ MONITOR_INTERVAL_S = 0.05
 # After SIGKILL: how long to wait for members to vanish before recording the run anyway.
 # SIGKILL cannot be ignored; only uninterruptible sleep (a hung NFS read) delays it.
 REAP_TIMEOUT_S = 5.0
+# After the end record: how long a supervisor watches for its gateway to finalize the run
+# (it removes the spool) before, the gateway being gone, it starts the gateway's finalizer.
+# A gateway that lives past it (stopped, slow) finalizes the run itself when it resumes.
+FINALIZER_PATIENCE_S = 10.0
+FINALIZER_POLL_S = 0.05
 STDIN_CHUNK_BYTES = 64 * 1024
 
 
@@ -165,8 +170,13 @@ def run_started(spool_dir: StrPath) -> bool:
 def own_start_time() -> float | None:
     """This process's start time the way psutil computes create_time (boot time + start tick),
     so the gateway's liveness check (pid + start time) recognizes the supervisor."""
+    return start_time_of("self")
+
+
+def start_time_of(pid: int | str) -> float | None:
+    """Process `pid`'s start time (as own_start_time), None if there is no such process."""
     try:
-        stat = _read_bytes("/proc/self/stat").decode("ascii")
+        stat = _read_bytes(f"/proc/{pid}/stat").decode("ascii")
         ticks = int(stat.rsplit(")", 1)[1].split()[19])
         for line in _read_bytes("/proc/stat").decode("ascii").splitlines():
             if line.startswith("btime "):
@@ -444,7 +454,62 @@ class Supervisor:
             shutil.rmtree(self.spec["cwd"], ignore_errors=True)
 
 
-def _handed_over() -> tuple[str, str, dict[str, str]] | None:
+def start_finalizer_if_alone(spool_dir: str, finalizer: dict[str, Any] | None) -> bool:
+    """After the run's end record: if the gateway that launched the run is gone (and so
+    nobody will write the terminal row until some gateway starts on this host), start the
+    gateway's own finalizer (gateway/jobs/finalizer.py) in a session of its own, its
+    settings on its stdin, and leave. Returns whether it started one.
+
+    The gateway removes the spool once the row is terminal: a spool without the end record
+    is finalized. A gateway still alive after FINALIZER_PATIENCE_S finalizes it itself."""
+    if not finalizer:
+        return False
+    pid, started = finalizer.get("gateway_pid"), finalizer.get("gateway_started_at")
+    deadline = time.monotonic() + FINALIZER_PATIENCE_S
+    while True:
+        if not os.path.exists(os.path.join(spool_dir, END_NAME)):
+            return False
+        now_started = start_time_of(pid) if isinstance(pid, int) else None
+        gone = (now_started is None or started is None
+                or abs(now_started - float(started)) > 0.05 or _zombie(pid))
+        if gone:
+            break
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(FINALIZER_POLL_S)
+    try:
+        log_fd = os.open(os.path.join(spool_dir, LOG_NAME),
+                         os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError:
+        log_fd = subprocess.DEVNULL
+    try:
+        popen = subprocess.Popen(
+            [*finalizer["argv"], spool_dir], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=log_fd, cwd="/", env=dict(finalizer["env"]),
+            start_new_session=True)  # not in the run's group: the group's end is the run's
+    except OSError as exc:
+        sys.stderr.write(f"supervisor: cannot start the finalizer: {exc}\n")
+        return False
+    finally:
+        if log_fd != subprocess.DEVNULL:
+            os.close(log_fd)
+    assert popen.stdin is not None
+    with contextlib.suppress(OSError):
+        popen.stdin.write(str(finalizer["settings"]).encode("utf-8"))
+    with contextlib.suppress(OSError):
+        popen.stdin.close()
+    return True
+
+
+def _zombie(pid: object) -> bool:
+    try:
+        stat = _read_bytes(f"/proc/{pid}/stat").decode("ascii")
+        return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _handed_over() -> tuple[str, str, dict[str, str], dict[str, Any] | None] | None:
     """A spare's run (gateway/jobs/run/spare.py): one JSON document on stdin, then EOF. None:
     its gateway left before it needed it. Its stderr then goes to the run's log."""
     chunks: list[bytes] = []
@@ -461,16 +526,18 @@ def _handed_over() -> tuple[str, str, dict[str, str]] | None:
     else:
         os.dup2(log_fd, 2)
         os.close(log_fd)
-    return str(run["spool_dir"]), str(run["token"]), dict(run["env"])
+    return (str(run["spool_dir"]), str(run["token"]), dict(run["env"]),
+            run.get("finalizer"))
 
 
 def main(argv: list[str]) -> int:
     env: dict[str, str] | None = None
+    finalizer: dict[str, Any] | None = None
     if len(argv) == 1:  # a spare, started ahead of need: its run comes on stdin
         run = _handed_over()
         if run is None:
             return 0
-        spool_dir, token, env = run
+        spool_dir, token, env, finalizer = run
     elif len(argv) == 3:  # started for one run: this process's environment is the CLI's
         spool_dir, token = argv[1], argv[2]
     else:
@@ -480,7 +547,10 @@ def main(argv: list[str]) -> int:
     spec = read_record(spool_dir, RUN_NAME)
     if spec is None or spec.get("token") != token:
         return CLAIMED_ELSEWHERE_EXIT  # not our run (re-queued and relaunched): never run it
-    return Supervisor(spool_dir, spec, env).run()
+    code = Supervisor(spool_dir, spec, env).run()
+    if code == 0:  # the run ended and is recorded (not claimed elsewhere)
+        start_finalizer_if_alone(spool_dir, finalizer)
+    return code
 
 
 if __name__ == "__main__":
