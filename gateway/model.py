@@ -65,6 +65,7 @@ class ErrorKind(StrEnum):
     CANCELLED = "cancelled"
     JOB_NOT_FOUND = "job_not_found"  # unknown job id asked of llm_job_*
     SETUP_ERROR = "setup_error"  # invalid config or a store that can never open: fix, restart
+    REQUEUE_LIMIT = "requeue_limit"  # lost its owner more than lease.max_requeues in an hour
 
 
 EXIT_CODES: dict[ErrorKind, int] = {
@@ -246,6 +247,9 @@ class Completion:
     output_bytes: int = 0
     truncated: bool = False
     result_json: str | None = None
+    # When the run really ended (epoch s, the supervisor's end record): the row's finished_at,
+    # never the time a later gateway finalized it (never later than the store's now).
+    ended_at: float | None = None
 
 
 @dataclass(slots=True)

@@ -25,6 +25,10 @@ have reached the API and been billed).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +52,11 @@ CANCELLED_UNSTARTED = Completion(status=JobStatus.CANCELLED, error_kind=ErrorKin
 log = structlog.get_logger(__name__)
 
 ADOPT_BATCH = 100  # candidates read per sweep; the rest wait for the next sweep
+# How long adoption waits for the terminal write of a run that had already ended (it reads
+# the end record and the spool files: milliseconds; a store that is slow gets this long).
+FINALIZE_ENDED_WITHIN_S = 10.0
+REQUEUE_WINDOW_S = 3600.0  # lease.max_requeues counts the re-queues of this last hour
+REQUEUE_REASONS_KEPT = 20  # the newest reasons kept in the row (the count keeps the rest)
 # How long after it was orphaned a job of this host is still settled here (healed from its
 # spool, or re-queued): at least this, or lease.instance_gc_s when that is longer. A short
 # instance_gc_s (tests, chaos) must not make a dead owner's orphaned runs unhealable.
@@ -117,6 +126,7 @@ class Adopter:
                 gone[owner] = self.owner_gone(candidate.owner)
             if candidate.job.id in manager.local_job_ids():
                 continue
+            why = _why_taken(candidate) if gone[owner] else "owner_stalled"
             if not gone[owner]:
                 now = now if now is not None else await manager.store.now()
                 if not self._stalled_past_grace(candidate, now):
@@ -124,10 +134,10 @@ class Adopter:
                 log.warning("taking over a job of an owner alive on this host but stalled "
                             "past its lease and the grace", action="adopt_stalled",
                             job_id=candidate.job.id, owner_instance=owner)
-            taken += await self.settle(candidate.job)
+            taken += await self.settle(candidate.job, why)
         return taken
 
-    async def settle(self, job: JobRow) -> int:
+    async def settle(self, job: JobRow, why: str = "owner_gone") -> int:
         """Take over one job of a gone owner as its spool says (adopt, re-queue or end it);
         1 if this instance took it. The sweep's step, and the finalizer's (finalizer.py)."""
         spool = run_dir(self.manager.spool_root, job)
@@ -145,7 +155,7 @@ class Adopter:
                 return await self._adopt_run(job, spool, start)
         if job.cancel_requested_at is not None:
             return await self._finish_unstarted(job, CANCELLED_UNSTARTED)
-        return await self._requeue(job)
+        return await self._requeue(job, why)
 
     async def _adopt_run(self, job: JobRow, spool: Path, start: dict[str, Any]) -> int:
         manager = self.manager
@@ -165,13 +175,26 @@ class Adopter:
         identity = ProcessIdentity(pid=int(start["pid"]), pgid=int(start["pgid"]),
                                    started_at=float(start["started_at"]))
         execution = ProcessExecution.attach(target, spec, identity, manager.settings)
+        ended = sup.read_record(spool, sup.END_NAME) is not None
         manager.start_adopted(row, target, execution, spec.timeout_s)
         if row.status is JobStatus.RUNNING and row.pid != identity.pid:
             # Its owner died before it named the supervisor on the row: the reaper's probe
             # needs it.
             await manager.store.record_process(row.id, self.identity.instance_id, identity.pid,
                                                identity.pgid, identity.started_at)
+        if ended:
+            # Its run ended while no gateway was alive: finalized before this sweep returns,
+            # so the start sweep (before the first tool call) leaves no answer to be built
+            # from a row that still says running.
+            await self._until_finalized(row.id)
         return 1
+
+    async def _until_finalized(self, job_id: str) -> None:
+        local = next((j for j in self.manager.local_jobs() if j.row.id == job_id), None)
+        if local is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(local.done.wait(), FINALIZE_ENDED_WITHIN_S)
 
     async def _finish_unstarted(self, job: JobRow, completion: Completion) -> int:
         """End a job whose run provably never started and whose cancel was requested (also
@@ -183,11 +206,27 @@ class Adopter:
         await self.manager.store.complete(job.id, self.identity.instance_id, completion)
         return 1
 
-    async def _requeue(self, job: JobRow) -> int:
-        """Queue it again here (the store's CAS is the one winner and the rules)."""
+    async def _requeue(self, job: JobRow, why: str) -> int:
+        """Queue it again here (the store's CAS is the one winner and the rules), uncharged
+        but counted: past lease.max_requeues in an hour it ends failed (requeue_limit)."""
         manager = self.manager
         if job.transport == "http" and job.started_at is not None and job.requeued_at is not None:
             return 0  # an API call that started is retried once: the reaper orphans it
+        now = await manager.store.now()
+        reasons = _reasons(job.requeue_reasons)
+        recent = [r for r in reasons if float(r.get("at", 0)) >= now - REQUEUE_WINDOW_S]
+        limit = manager.settings.lease.max_requeues
+        if len(recent) >= limit:
+            log.warning("job failed: it lost its owner too often", action="requeue_limit",
+                        job_id=job.id, requeue_count=job.requeue_count, limit=limit)
+            return await self._finish_unstarted(job, Completion(
+                status=JobStatus.FAILED, exit_code=1, error_kind=ErrorKind.REQUEUE_LIMIT,
+                error=(f"The job lost its gateway {len(recent) + 1} times within an hour "
+                       f"before it could finish (lease.max_requeues = {limit}; "
+                       f"{job.requeue_count} re-queues in all: see requeue_reasons). It may "
+                       f"be what takes its gateway down; check it before resubmitting.")))
+        reasons = [*reasons, {"at": round(now, 3), "reason": why,
+                              "previous_owner": job.owner_instance}][-REQUEUE_REASONS_KEPT:]
         _, request = request_of_row(job.request_json)  # read once: the target and the run
         try:
             target = resolve_target(manager.settings, job.provider, request)
@@ -199,7 +238,8 @@ class Adopter:
             ticket = manager.limiter.acquire(job.provider)
         except GatewayError:
             return 0  # the queue is full: the next sweep tries again
-        row = await manager.store.requeue_job(self._take(job))
+        take = dataclasses.replace(self._take(job), requeue_reasons=json.dumps(reasons))
+        row = await manager.store.requeue_job(take)
         if row is None:
             ticket.release()
             return 0
@@ -209,6 +249,23 @@ class Adopter:
         request.correlation_id = job.correlation_id
         manager.start_local(row, target, ticket, request)
         log.info("job re-queued: its owner left it unstarted", action="requeue", job_id=job.id,
-                 previous_owner=job.owner_instance)
+                 previous_owner=job.owner_instance, reason=why,
+                 requeue_count=row.requeue_count)
         return 1
+
+
+def _why_taken(candidate: AdoptionCandidate) -> str:
+    """Why an owner counts as gone (a re-queue's recorded reason)."""
+    owner = candidate.owner
+    if owner is None:
+        return "owner_collected"
+    return "owner_stopped" if owner.stopped_at is not None else "owner_dead"
+
+
+def _reasons(text: str | None) -> list[dict[str, Any]]:
+    try:
+        parsed = json.loads(text) if text else []
+    except ValueError:
+        return []
+    return [r for r in parsed if isinstance(r, dict)] if isinstance(parsed, list) else []
 

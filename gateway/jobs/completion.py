@@ -45,4 +45,4 @@ def completion_of(outcome: ExecutionOutcome, login_hint: str) -> Completion:
     return Completion(status=status, exit_code=outcome.exit_code, error=error,
                       error_kind=kind, output=outcome.output, stderr_tail=outcome.stderr_tail,
                       output_bytes=outcome.output_bytes, truncated=outcome.truncated,
-                      result_json=result_json)
+                      result_json=result_json, ended_at=outcome.ended_at)

@@ -47,6 +47,7 @@ class ExecutionOutcome:
     # The parsed answer is the output's bytes [start, end): stored as this range instead of
     # a second copy of the text (result.text is then empty).
     answer_span: tuple[int, int] | None = None
+    ended_at: float | None = None  # epoch s: when the run ended (a supervisor's record)
 
 
 class Execution(Protocol):
@@ -143,6 +144,7 @@ class ProcessExecution:
             output_bytes=outcome.stdout_bytes, truncated=outcome.truncated,
             duration_s=outcome.duration_s, result=result, answer_span=final.answer_span,
             auth_error=auth and outcome.error_kind in (None, ErrorKind.PROVIDER_ERROR),
+            ended_at=outcome.ended_at,
         )
 
     def cancel(self, reason: ErrorKind, grace_s: float | None = None) -> None:

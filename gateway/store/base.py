@@ -98,6 +98,9 @@ class TakeOver:
     hostname: str
     boot_id: str
     ttl_s: float
+    # requeue_job only: the job's re-queue reasons after this one (a JSON array); the CAS
+    # makes the caller's read the one the write applies to.
+    requeue_reasons: str | None = None
 
 
 @dataclasses.dataclass(slots=True)

@@ -236,7 +236,9 @@ class MemoryJobStore:
                 return False
             now = self._now()
             _apply_completion(job, completion)
-            job.finished_at = now
+            ended = (datetime.fromtimestamp(completion.ended_at, UTC)
+                     if completion.ended_at is not None else now)
+            job.finished_at = min(ended, now)
             job.updated_at = now
             job.lease_deadline = None
             return True
@@ -472,6 +474,8 @@ class MemoryJobStore:
             job.status, job.owner_instance, job.boot_id = (
                 JobStatus.QUEUED, take.instance_id, take.boot_id)
             job.requeued_at = job.updated_at = now
+            job.requeue_count += 1
+            job.requeue_reasons = take.requeue_reasons or job.requeue_reasons
             job.lease_deadline = now + timedelta(seconds=take.ttl_s)
             job.started_at = job.finished_at = None
             job.pid = job.pgid = None

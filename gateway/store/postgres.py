@@ -452,7 +452,7 @@ class PostgresJobStore:
         params = (job_id, owner_instance, completion.status.value, completion.error_kind,
                   completion.error, completion.exit_code, output, completion.stderr_tail,
                   completion.output_bytes, completion.truncated, completion.result_json,
-                  CANCELLED_ERROR)
+                  CANCELLED_ERROR, completion.ended_at)
         if pieces is None:
             async with self._connection("complete job") as conn:
                 status = await conn.execute(COMPLETE_JOB, *params)
@@ -591,18 +591,19 @@ class PostgresJobStore:
                                     max(limit, 0))
         return [_candidate(row) for row in rows]
 
-    async def _take_over(self, action: str, sql: str, take: TakeOver) -> JobRow | None:
+    async def _take_over(self, action: str, sql: str, take: TakeOver,
+                         *extra: object) -> JobRow | None:
         async with self._connection(action) as conn:
             row = await conn.fetchrow(sql, take.job_id, take.expected_owner,
                                       take.expected_status.value, take.instance_id,
-                                      take.hostname, take.boot_id, float(take.ttl_s))
+                                      take.hostname, take.boot_id, float(take.ttl_s), *extra)
         return _job(row) if row is not None else None
 
     async def adopt_job(self, take: TakeOver) -> JobRow | None:
         return await self._take_over("adopt job", ADOPT_JOB, take)
 
     async def requeue_job(self, take: TakeOver) -> JobRow | None:
-        return await self._take_over("requeue job", REQUEUE_JOB, take)
+        return await self._take_over("requeue job", REQUEUE_JOB, take, take.requeue_reasons)
 
 
 def _candidate(row: asyncpg.Record) -> AdoptionCandidate:

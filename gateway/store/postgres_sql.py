@@ -234,7 +234,8 @@ UPDATE jobs SET
                  THEN COALESCE($5, $12) ELSE $5 END,
     exit_code = $6, output = {output}, stderr_tail = $8,
     output_bytes = $9, truncated = $10, result_json = $11,
-    finished_at = now(), updated_at = now(), lease_deadline = NULL
+    finished_at = LEAST(COALESCE(to_timestamp($13::float8), now()), now()),
+    updated_at = now(), lease_deadline = NULL
 WHERE id = $1 AND owner_instance = $2
   AND (status IN ('queued','running')
        OR (status = 'orphaned' AND orphaned_by IS DISTINCT FROM hostname))"""
@@ -480,6 +481,8 @@ RETURNING {_LIGHT_JOB_COLUMNS}"""
 REQUEUE_JOB = f"""
 UPDATE jobs SET status = 'queued', owner_instance = $4, boot_id = $6,
                 requeued_at = now(), lease_deadline = now() + make_interval(secs => $7),
+                requeue_count = requeue_count + 1,
+                requeue_reasons = COALESCE($8::text, requeue_reasons),
                 updated_at = now(), started_at = NULL, finished_at = NULL, pid = NULL,
                 pgid = NULL, pid_started_at = NULL, exit_code = NULL, error = NULL,
                 error_kind = NULL, output = NULL, output_bytes = 0, stderr_tail = NULL,

@@ -501,6 +501,7 @@ class SqliteJobStore:
             "stderr_tail": completion.stderr_tail,
             "output_bytes": completion.output_bytes, "truncated": completion.truncated,
             "result_json": completion.result_json, "cancelled_error": CANCELLED_ERROR,
+            "ended_at": completion.ended_at,
         }
 
         def complete(db: sqlite3.Connection, now: float) -> bool:
@@ -630,7 +631,8 @@ class SqliteJobStore:
         params = {"job_id": take.job_id, "expected_owner": take.expected_owner,
                   "expected_status": take.expected_status.value,
                   "instance_id": take.instance_id, "hostname": take.hostname,
-                  "boot_id": take.boot_id, "ttl_s": take.ttl_s}
+                  "boot_id": take.boot_id, "ttl_s": take.ttl_s,
+                  "requeue_reasons": take.requeue_reasons}
 
         def write(db: sqlite3.Connection, now: float) -> JobRow | None:
             row = db.execute(sql, {**params, "now": now}).fetchone()

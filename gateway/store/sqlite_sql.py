@@ -264,7 +264,8 @@ UPDATE jobs SET
     exit_code = :exit_code, stderr_tail = :stderr_tail,
     output = CASE WHEN :reserve IS NULL THEN :output ELSE zeroblob(:reserve) END,
     output_bytes = :output_bytes, truncated = :truncated, result_json = :result_json,
-    finished_at = :now, updated_at = :now, lease_deadline = NULL
+    finished_at = MIN(COALESCE(:ended_at, :now), :now), updated_at = :now,
+    lease_deadline = NULL
 WHERE id = :job_id AND owner_instance = :owner_instance
   AND (status IN ('queued','running')
        OR (status = 'orphaned' AND orphaned_by IS NOT hostname))"""
@@ -446,6 +447,8 @@ RETURNING {_LIGHT_JOB_COLUMNS}"""
 REQUEUE_JOB = f"""
 UPDATE jobs SET status = 'queued', owner_instance = :instance_id, boot_id = :boot_id,
                 requeued_at = :now, lease_deadline = :now + :ttl_s, updated_at = :now,
+                requeue_count = requeue_count + 1,
+                requeue_reasons = COALESCE(:requeue_reasons, requeue_reasons),
                 started_at = NULL, finished_at = NULL, pid = NULL, pgid = NULL,
                 pid_started_at = NULL, exit_code = NULL, error = NULL, error_kind = NULL,
                 output = NULL, output_bytes = 0, stderr_tail = NULL, truncated = 0

@@ -14,11 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import psutil
 import pytest
 import tomli_w
 
 from gateway.config import Settings
+from gateway.jobs.run import supervisor as sup
 from gateway.model import JobStatus
 from gateway.store import open_store
 from tests.jobs.conftest import FakeLog, wait_for
@@ -29,6 +31,7 @@ pytestmark = pytest.mark.anyio
 
 # The bound the issue sets: a closed window's job reads completed within 5 s of its CLI's exit.
 FINALIZED_WITHIN_S = 5.0
+GAP_S = 3.0  # how long after a run's end the next gateway starts (finished_at must not move)
 
 
 def gone(pid: int) -> bool:
@@ -109,3 +112,26 @@ async def test_jobs_show_finalizes_a_run_that_ended_while_no_gateway_was_alive(
     result = subprocess.run([sys.executable, "-m", "gateway", "jobs", "result", job_id],
                             capture_output=True, text=True, env=env, timeout=60, check=False)
     assert result.stdout.strip() == "fake-claude answer: read me the truth @sleep=0.5"
+
+
+async def test_a_new_gateways_first_answer_about_an_ended_run_is_final_and_dated_by_its_end(
+    make_settings, start_gateway, fake_log: FakeLog, tmp_path: Path
+) -> None:
+    # Tried with real clients: the first llm_job_status after a restart read `running`, and
+    # finished_at (the RAN column) was the time the next gateway finalized it.
+    settings = make_settings()
+    owner, job_id = start_owner(settings, tmp_path, "ended long ago @sleep=0.2",
+                                env={NO_FINALIZER_ENV: "1"})
+    spawn = await wait_for(lambda: fake_log.spawns(), 10)
+    owner.kill()
+    owner.wait()
+    spool = settings.state_dir / "spool" / job_id / "0"
+    end = await wait_for(lambda: sup.read_record(spool, sup.END_NAME), 20)
+    assert gone(spawn[0]["pid"]) or await wait_for(lambda: gone(spawn[0]["pid"]), 10)
+    # The gap this test is about: the next gateway starts well after the run ended.
+    await anyio.sleep(GAP_S)
+    manager = await (await start_gateway(settings)).manager()
+    row = await manager.get(job_id)  # the first answer, right after start
+    assert row.status is JobStatus.COMPLETED, row
+    assert row.finished_at is not None
+    assert abs(row.finished_at.timestamp() - float(end["ended_at"])) < GAP_S / 2

@@ -461,9 +461,27 @@ def start_finalizer_if_alone(spool_dir: str, finalizer: dict[str, Any] | None) -
     settings on its stdin, and leave. Returns whether it started one.
 
     The gateway removes the spool once the row is terminal: a spool without the end record
-    is finalized. A gateway still alive after FINALIZER_PATIENCE_S finalizes it itself."""
+    is finalized. A gateway still alive after FINALIZER_PATIENCE_S finalizes it itself.
+
+    The watch runs in a forked child in a session of its own, and the supervisor leaves at
+    once: a gateway that watches the run waits for the run's whole group to be gone before
+    it finalizes, so nothing of the run's group may linger for the finalizer's sake."""
     if not finalizer:
         return False
+    try:
+        child = os.fork()
+    except OSError:
+        return False
+    if child > 0:
+        return False  # the supervisor: its run is recorded, it exits now
+    try:
+        os.setsid()
+        _watch_for_finalizer(spool_dir, finalizer)
+    finally:
+        os._exit(0)
+
+
+def _watch_for_finalizer(spool_dir: str, finalizer: dict[str, Any]) -> bool:
     pid, started = finalizer.get("gateway_pid"), finalizer.get("gateway_started_at")
     deadline = time.monotonic() + FINALIZER_PATIENCE_S
     while True:
