@@ -617,3 +617,22 @@ async def test_a_gateway_on_another_host_never_orphans_a_running_detached_job(
         peer.kill()
         peer.wait()
         await reader.close()
+
+
+async def test_a_run_detached_in_the_previous_releases_spool_layout_is_adopted(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    # Regression of 5869058: a 0.1.0 gateway kept a run's records in spool/<job id>/ itself
+    # (no attempt dir); a newer gateway looked only in spool/<job id>/0 and the reaper
+    # orphaned the run.
+    settings, job_id = await detached_job(make_settings, start_gateway, fake_log,
+                                          "old layout @sleep=0.3")
+    attempt = spool_of(settings, job_id)
+    await wait_for(lambda: sup.read_record(attempt, sup.END_NAME), DONE_S)
+    for entry in list(attempt.iterdir()):
+        entry.rename(attempt.parent / entry.name)
+    attempt.rmdir()
+    manager = await (await start_gateway(make_settings())).manager()
+    row = await wait_for(lambda: terminal(manager, job_id), DONE_S)
+    assert row.status is JobStatus.COMPLETED
+    assert (await manager.read_result(job_id)).output == "fake-claude answer: old layout @sleep=0.3"
