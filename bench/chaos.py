@@ -19,7 +19,7 @@ instance, and audits the rows (read straight from the store), the gateways' logs
 spawn log and the process table. It prints
 
     chaos: backend=postgres jobs=N completed=… cancelled=… orphaned=… lost=0 false_orphans=0
-           late_orphans=0 duplicate_runs=0 leftover_processes=0 unfinished=…
+           late_orphans=0 duplicate_runs=0 leftover_processes=0 unfinished=… flapped=0
 
 (one line in the output; folded here)
 
@@ -47,6 +47,12 @@ An unimpaired instance commits a heartbeat at least once every P = heartbeat_s +
   cancelled (orphaned, failed, timed out). With one instance always alive, the owner of a
   job is either alive (it finishes the job, or self-heals it) or proven gone (a peer on
   this host adopts the run or re-queues unstarted work), so none may remain.
+* flapped: a job whose terminal status later changed. The driver reads every job as a
+  poller would (every OBSERVE_S, for the whole run) and keeps the first terminal status
+  it saw; a job whose later reads or final row differ, or that a reaper logged as
+  orphaned and that did not end orphaned, flapped (a client that saw `orphaned` stopped
+  polling and reported the work lost). Every instance runs on one host, where `orphaned`
+  is final: none may flap.
 * lost: a job row still queued/running when the settle time is over (before the final
   shutdown, whose drain would otherwise paper over it), or a job id an instance answered
   that has no row at all.
@@ -160,6 +166,7 @@ CLOCK_EPSILON_S = 0.05  # driver stamps vs store timestamps (same host clock) an
 STORE_RECOVERY_S = 1.0  # PostgreSQL back up -> pool reconnected and a heartbeat committed
 PROCESS_EXIT_SLACK_S = 1.0  # a fake CLI's interpreter start and exit around its @sleep
 WATCH_S = 0.1  # how often the driver looks whether each spawned fake CLI still runs
+OBSERVE_S = 0.25  # how often the driver reads every job as a poller would (to count flaps)
 PID_REUSE_TOLERANCE_S = 5.0  # spawn-log time vs process start time (interpreter start-up)
 LOCK_PROBE_S = 0.3  # a live SQLite writer holds the lock for ms; 0.3 s held = stopped holder
 
@@ -389,6 +396,9 @@ class ChaosReport:
     # whose row is terminal. Part of `ok` in the detach scenario (every job is finalized).
     leftover_temp_cwds: int = 0
     leftover_attempt_dirs: int = 0
+    # Jobs whose terminal status later changed (seen terminal by the observer or orphaned in
+    # a log line, and different at the end): a poller that read the first one stopped.
+    flapped: int = 0
     # Jobs neither cancelled nor completed (orphaned, failed: a run that did not survive its
     # gateway). Part of `ok` in the detach scenario; with on_shutdown = "stop" a SIGTERM's
     # drain fails running jobs by design, so it is only reported there.
@@ -404,7 +414,8 @@ class ChaosReport:
                 f"duplicate_runs={self.duplicate_runs} "
                 f"leftover_processes={self.leftover_processes} unfinished={self.unfinished} "
                 f"leftover_temp_cwds={self.leftover_temp_cwds} "
-                f"leftover_attempt_dirs={self.leftover_attempt_dirs}")
+                f"leftover_attempt_dirs={self.leftover_attempt_dirs} "
+                f"flapped={self.flapped}")
 
     def info_line(self) -> str:
         return "chaos-info: " + " ".join(f"{k}={v}" for k, v in self.info.items())
@@ -413,6 +424,7 @@ class ChaosReport:
     def ok(self) -> bool:
         return (self.lost == 0 and self.false_orphans == 0 and self.late_orphans == 0
                 and self.duplicate_runs == 0 and self.leftover_processes == 0
+                and self.flapped == 0
                 and not (self.require_finished and self.unfinished)
                 and not (self.require_finished
                          and self.leftover_temp_cwds + self.leftover_attempt_dirs)
@@ -699,6 +711,9 @@ class ChaosRun:
         self.harness_notes: list[str] = []
         self.active_after_settle: set[str] = set()
         self.settle_s = 0.0
+        # job id -> (the first terminal status the observer read, when): what a poller saw.
+        self.seen_terminal: dict[str, tuple[str, float]] = {}
+        self.observed_flaps: dict[str, str] = {}  # job id -> "status@t -> status@t"
         self.store_down = False
         self.max_impaired = max(1, (options.instances - 1) // 2)
         # Every kind of action happens at least once (in random order), then by weight.
@@ -1133,6 +1148,43 @@ class ChaosRun:
         self.active_after_settle = active
         self.settle_s = time.time() - started
 
+    async def observe_terminal(self, settings: Settings) -> None:
+        """Read every job as a poller would, every OBSERVE_S, for the whole run: the first
+        terminal status of each job is what a client that stopped polling then believes.
+        Runs until cancelled; a read that fails (the store is down) is simply skipped."""
+        store = None
+        try:
+            while True:
+                await anyio.sleep(OBSERVE_S)
+                try:
+                    if store is None:
+                        store = await open_store(settings)
+                    rows = await store.list_jobs(limit=1_000_000, with_output=False)
+                except Exception:
+                    if store is not None:
+                        with contextlib.suppress(Exception):
+                            await store.close()
+                    store = None
+                    continue
+                now = time.time()
+                for row in rows:
+                    if not row.status.is_terminal:
+                        if row.id in self.seen_terminal:
+                            self.note_flap(row.id, str(row.status), now)
+                        continue
+                    first = self.seen_terminal.setdefault(row.id, (str(row.status), now))
+                    if first[0] != str(row.status):
+                        self.note_flap(row.id, str(row.status), now)
+        finally:
+            if store is not None:
+                with contextlib.suppress(Exception):
+                    await store.close()
+
+    def note_flap(self, job_id: str, status: str, at: float) -> None:
+        first, seen_at = self.seen_terminal[job_id]
+        self.observed_flaps.setdefault(
+            job_id, f"{first}@{rel(seen_at, self.t0)} -> {status}@{rel(at, self.t0)}")
+
     async def shutdown(self) -> None:
         for life in self.current():
             life.final = True
@@ -1180,6 +1232,7 @@ class ChaosRun:
         async with anyio.create_task_group() as outer:
             self.tg = outer  # the driver's long-lived sessions live here
             outer.start_soon(self.watcher.run)
+            outer.start_soon(self.observe_terminal, settings)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self.submitter)
                 if self.o.kill_once_at is not None:
@@ -1307,6 +1360,20 @@ class ChaosRun:
                                      row.owner_instance))
         self_healed = len({job_id for job_id in events
                            if job_id in by_id and by_id[job_id].status != JobStatus.ORPHANED})
+        # flaps: a terminal status seen (by the observer, or logged as orphaned) that the
+        # final row no longer has. All instances share one host: no self-heal is allowed.
+        flaps = dict(self.observed_flaps)
+        for job_id, (first, seen_at) in self.seen_terminal.items():
+            final = by_id.get(job_id)
+            if final is not None and str(final.status) != first:
+                flaps.setdefault(job_id, f"{first}@{rel(seen_at, t0)} -> {final.status} (final)")
+        for job_id in events:
+            final = by_id.get(job_id)
+            if final is not None and final.status != JobStatus.ORPHANED:
+                flaps.setdefault(job_id, f"orphaned (logged) -> {final.status} (final)")
+        report.flapped = len(flaps)
+        for job_id, story in sorted(flaps.items()):
+            report.details.append(f"FLAPPED {story}: {timeline(by_id[job_id])}")
         unmapped_orphanings: list[str] = []
         orphan_margins: list[tuple[float, str]] = []  # (after its lease could lapse, job)
         for job_id, t, source, owner_then in sorted(orphan_times):

@@ -1,3 +1,3 @@
 """agent-cli-gateway: durable jobs for coding-agent CLIs, served over MCP."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -98,6 +98,9 @@ class LeaseConfig(_Section):
     # "detach": a gateway that shuts down leaves its runs to their supervisors (the next
     # gateway on the host adopts them); "stop": it stops them and fails its queued jobs.
     on_shutdown: Literal["detach", "stop"] = "detach"
+    # Uncharged re-queues of one job (its owner proven gone before it started) in an hour;
+    # past it the job ends failed (requeue_limit): a poison job cannot walk every gateway.
+    max_requeues: int = Field(default=6, ge=1)
 
     @model_validator(mode="after")
     def _lease_invariants(self) -> LeaseConfig:

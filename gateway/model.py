@@ -67,6 +67,7 @@ class ErrorKind(StrEnum):
     SETUP_ERROR = "setup_error"  # invalid config or a store that can never open: fix, restart
     WORKTREE_ERROR = "worktree_error"  # an isolated job's worktree could not be made (#27)
     BUDGET_EXCEEDED = "budget_exceeded"  # a [budgets] limit would be passed; not retryable
+    REQUEUE_LIMIT = "requeue_limit"  # lost its owner more than lease.max_requeues in an hour
 
 
 EXIT_CODES: dict[ErrorKind, int] = {
@@ -131,6 +132,13 @@ class JobRow:
     boot_id: str | None = None
     # When a gateway queued it again after its first owner left it unstarted (at most once).
     requeued_at: datetime | None = None
+    # How often it was queued again uncharged (its owner proven gone before it started), and
+    # why each time (a JSON array of {"at", "reason"}): lease.max_requeues bounds the first.
+    requeue_count: int = 0
+    requeue_reasons: str | None = None
+    # The hostname of the gateway that orphaned it: an orphaning by a gateway of the job's
+    # own host is final; one from another host may be self-healed by its revived owner.
+    orphaned_by: str | None = None
 
     @classmethod
     def column_names(cls) -> tuple[str, ...]:
@@ -146,8 +154,9 @@ class JobRow:
         for flag in ("truncated", "forced"):
             if flag in data:
                 data[flag] = bool(data[flag])
-        if "output_bytes" in data:
-            data["output_bytes"] = int(data["output_bytes"] or 0)
+        for count in ("output_bytes", "requeue_count"):
+            if count in data:
+                data[count] = int(data[count] or 0)
         return cls(**data)
 
 
@@ -288,6 +297,9 @@ class Completion:
     # Added to the usage totals with the write (None: a job that reported no usage; it is
     # still counted, apart) and settles the job's budget reservations (gateway/jobs/budgets.py).
     usage: UsageFigures | None = None
+    # When the run really ended (epoch s, the supervisor's end record): the row's finished_at,
+    # never the time a later gateway finalized it (never later than the store's now).
+    ended_at: float | None = None
 
 
 @dataclass(slots=True)

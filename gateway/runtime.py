@@ -117,6 +117,11 @@ class Gateway:
             pid_started_at=proc.process_start_time(os.getpid()), role=self.role,
             version=__version__)
         self._manager = JobManager(self.settings, self.store, self.instance_id, hostname, boot_id)
+        if self.settings.persistence.backend != "memory":
+            from gateway.jobs.finalizer import handoff
+            from gateway.jobs.run.runner import SPARES
+
+            SPARES.finalizer = handoff(self.settings)  # a run that outlives us is finalized
         self.leases = LeaseKeeper(self.settings, self.store, self._manager, identity)
         await self.leases.start()
         self._ready.set()

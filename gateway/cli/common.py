@@ -154,7 +154,10 @@ def on_job(args: argparse.Namespace,
         no_job(args.id)
 
     async def act(store: JobStore) -> T:
-        return await action(settings, store, await get_light_job(store, args.id))
+        from gateway.jobs.finalizer import finalize_on_read
+
+        job = await finalize_on_read(settings, store, await get_light_job(store, args.id))
+        return await action(settings, store, job)
 
     async def session() -> T:
         return await with_store(settings, act)

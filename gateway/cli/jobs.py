@@ -127,8 +127,14 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
     statuses = [JobStatus(s) for s in args.status] if args.status else None
 
     async def fetch(store: JobStore) -> tuple[list[JobRow], float]:
+        from gateway.jobs.finalizer import finalize_on_read
+
+        assert settings is not None
         jobs = await store.list_jobs(statuses=statuses, provider=args.provider,
                                      limit=args.limit, with_output=False)
+        jobs = [await finalize_on_read(settings, store, job) for job in jobs]
+        if statuses is not None:  # one that was finalized may no longer match
+            jobs = [job for job in jobs if job.status in statuses]
         return jobs, await store.now()
 
     jobs, now = run(with_store, settings, fetch) if settings else ([], time.time())
@@ -326,9 +332,12 @@ def cmd_jobs_tail(args: argparse.Namespace) -> int:
 
 
 async def wait_for(store: JobStore, job_id: str, timeout_s: float | None,
-                   progress: bool) -> JobRow:
+                   progress: bool, settings: Settings | None = None) -> JobRow:
     """Re-read the row until it is terminal or timeout_s passed; a status line on stderr
-    (rewritten in place on a terminal) while it waits."""
+    (rewritten in place on a terminal) while it waits. With `settings`, a run that ends
+    meanwhile with its owner gone is finalized on read (gateway/jobs/finalizer.py)."""
+    from gateway.jobs.finalizer import finalize_on_read
+
     started = time.monotonic()
     live = progress and sys.stderr.isatty()
     row = await store.get_job(job_id, with_output=False)
@@ -344,15 +353,15 @@ async def wait_for(store: JobStore, job_id: str, timeout_s: float | None,
             fresh = await store.get_job(job_id, with_output=False)
             if fresh is None:
                 break
-            row = fresh
+            row = fresh if settings is None else await finalize_on_read(settings, store, fresh)
     if live:
         print("\r\033[K", end="", file=sys.stderr, flush=True)
     return row
 
 
 def cmd_jobs_wait(args: argparse.Namespace) -> int:
-    async def wait(_settings: Settings, store: JobStore, job: JobRow) -> JobRow:
-        return await wait_for(store, job.id, args.timeout, progress=True)
+    async def wait(settings: Settings, store: JobStore, job: JobRow) -> JobRow:
+        return await wait_for(store, job.id, args.timeout, progress=True, settings=settings)
 
     job = on_job(args, wait)
     print(job.status.value)

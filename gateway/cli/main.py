@@ -219,6 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
     usage.add_argument("--until", metavar="DAY", help="last UTC day (default: today)")
     usage.add_argument("--json", action="store_true", help="print the totals as JSON")
     usage.set_defaults(handler=_lazy("gateway.cli.usage", "cmd_usage"))
+    finalize = commands.add_parser(
+        "finalize", parents=[common], help=argparse.SUPPRESS,
+        description="Write the terminal row of a run that ended while its gateway was gone "
+                    "(a supervisor starts this, its settings on stdin).")
+    finalize.add_argument("spool_dir", metavar="SPOOL_DIR", help="the run's spool directory")
+    finalize.set_defaults(handler=_lazy("gateway.cli.finalize", "cmd_finalize"))
 
     jobs = commands.add_parser("jobs", parents=[common], help="inspect, follow and cancel jobs",
                                description="A job id may be given as any unique prefix.")

@@ -16,15 +16,20 @@ What happens to such a job is decided by its spool dir, never by guesses from th
   (so a late supervisor can never start it) and queued again. A job is queued again each
   time an owner of it is proven gone before it started (nothing ran, so nothing is spent);
   a run is still launched at most once, because the spool's start record decides.
-- orphaned while queued (its owner was stopped past its lease): the owner, alive or not,
-  can never launch it (its CAS needs `queued` and itself as owner), so it is re-queued
-  whether or not its owner is gone.
+- an owner proven alive here but stalled past its lease and a grace (SIGSTOPped for
+  minutes): its jobs are taken over the same way. `orphaned` is final: an orphaned job is
+  never adopted, healed or re-queued (a poller that saw it stopped polling).
 An HTTP API call has no process: a running one whose owner is gone is re-queued once (it may
 have reached the API and been billed).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
+import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +45,7 @@ from gateway.jobs.run.trust import adoption_problem
 from gateway.jobs.targets import parsing_target, request_of_row, resolve_target
 from gateway.jobs.worktrees.create import plan_of
 from gateway.model import Completion, ErrorKind, GatewayError, InstanceRow, JobRow, JobStatus
-from gateway.store.base import TakeOver
+from gateway.store.base import AdoptionCandidate, TakeOver
 
 CANCELLED_UNSTARTED = Completion(status=JobStatus.CANCELLED, error_kind=ErrorKind.CANCELLED,
                                  error="Cancelled before it started.")
@@ -48,6 +53,11 @@ CANCELLED_UNSTARTED = Completion(status=JobStatus.CANCELLED, error_kind=ErrorKin
 log = structlog.get_logger(__name__)
 
 ADOPT_BATCH = 100  # candidates read per sweep; the rest wait for the next sweep
+# How long adoption waits for the terminal write of a run that had already ended (it reads
+# the end record and the spool files: milliseconds; a store that is slow gets this long).
+FINALIZE_ENDED_WITHIN_S = 10.0
+REQUEUE_WINDOW_S = 3600.0  # lease.max_requeues counts the re-queues of this last hour
+REQUEUE_REASONS_KEPT = 20  # the newest reasons kept in the row (the count keeps the rest)
 # How long after it was orphaned a job of this host is still settled here (healed from its
 # spool, or re-queued): at least this, or lease.instance_gc_s when that is longer. A short
 # instance_gc_s (tests, chaos) must not make a dead owner's orphaned runs unhealable.
@@ -57,9 +67,30 @@ ORPHANED_WITHIN_MIN_S = 600.0
 class Adopter:
     """Settles the jobs of gone owners on this host (one per gateway)."""
 
-    def __init__(self, manager: JobManager, identity: InstanceRow) -> None:
+    def __init__(self, manager: JobManager, identity: InstanceRow,
+                 stalled_owner_grace_s: Callable[[], float] = lambda: 300.0) -> None:
         self.manager = manager
         self.identity = identity
+        self.stalled_owner_grace_s = stalled_owner_grace_s
+
+    def owner_alive_here(self, owner: InstanceRow | None) -> bool:
+        """Proven alive on this host and boot (pid with its start time), stopped or not."""
+        if owner is None or owner.stopped_at is not None:
+            return False
+        if owner.hostname != self.identity.hostname or owner.boot_id != self.identity.boot_id:
+            return False
+        return not self.owner_gone(owner)
+
+    def _stalled_past_grace(self, candidate: AdoptionCandidate, now: float) -> bool:
+        """An owner alive here whose lease (and the job's) lapsed more than the grace ago:
+        SIGSTOPped or stalled for minutes. Its job is taken over (a stale owner's late
+        write no longer applies: every taker CASes owner_instance first) rather than left
+        to be orphaned."""
+        owner, job = candidate.owner, candidate.job
+        if owner is None or owner.lease_expires_at is None or job.lease_deadline is None:
+            return False
+        lapsed = max(owner.lease_expires_at.timestamp(), job.lease_deadline.timestamp())
+        return now - lapsed >= self.stalled_owner_grace_s()
 
     def owner_gone(self, owner: InstanceRow | None) -> bool:
         """Proven gone: no row (collected), a stopped row, or a dead pid on this host+boot.
@@ -90,6 +121,7 @@ class Adopter:
             max(manager.settings.lease.instance_gc_s, ORPHANED_WITHIN_MIN_S), ADOPT_BATCH)
         taken = 0
         gone: dict[str | None, bool] = {}  # one probe per owner and sweep
+        now: float | None = None
         for candidate in candidates:
             if manager.closing:
                 break
@@ -98,12 +130,20 @@ class Adopter:
                 gone[owner] = self.owner_gone(candidate.owner)
             if candidate.job.id in manager.local_job_ids():
                 continue
-            if not gone[owner] and not _orphaned_unstarted(candidate.job):
-                continue
-            taken += await self._settle(candidate.job)
+            why = _why_taken(candidate) if gone[owner] else "owner_stalled"
+            if not gone[owner]:
+                now = now if now is not None else await manager.store.now()
+                if not self._stalled_past_grace(candidate, now):
+                    continue
+                log.warning("taking over a job of an owner alive on this host but stalled "
+                            "past its lease and the grace", action="adopt_stalled",
+                            job_id=candidate.job.id, owner_instance=owner)
+            taken += await self.settle(candidate.job, why)
         return taken
 
-    async def _settle(self, job: JobRow) -> int:
+    async def settle(self, job: JobRow, why: str = "owner_gone") -> int:
+        """Take over one job of a gone owner as its spool says (adopt, re-queue or end it);
+        1 if this instance took it. The sweep's step, and the finalizer's (finalizer.py)."""
         spool = run_dir(self.manager.spool_root, job)
         if job.transport == "process" and job.started_at is not None:
             if not spool.is_dir():
@@ -119,7 +159,7 @@ class Adopter:
                 return await self._adopt_run(job, spool, start)
         if job.cancel_requested_at is not None:
             return await self._finish_unstarted(job, CANCELLED_UNSTARTED)
-        return await self._requeue(job)
+        return await self._requeue(job, why)
 
     async def _adopt_run(self, job: JobRow, spool: Path, start: dict[str, Any]) -> int:
         manager = self.manager
@@ -144,13 +184,26 @@ class Adopter:
         identity = ProcessIdentity(pid=int(start["pid"]), pgid=int(start["pgid"]),
                                    started_at=float(start["started_at"]))
         execution = ProcessExecution.attach(target, spec, identity, manager.settings)
+        ended = sup.read_record(spool, sup.END_NAME) is not None
         manager.start_adopted(row, target, execution, spec.timeout_s)
         if row.status is JobStatus.RUNNING and row.pid != identity.pid:
             # Its owner died before it named the supervisor on the row: the reaper's probe
             # needs it.
             await manager.store.record_process(row.id, self.identity.instance_id, identity.pid,
                                                identity.pgid, identity.started_at)
+        if ended:
+            # Its run ended while no gateway was alive: finalized before this sweep returns,
+            # so the start sweep (before the first tool call) leaves no answer to be built
+            # from a row that still says running.
+            await self._until_finalized(row.id)
         return 1
+
+    async def _until_finalized(self, job_id: str) -> None:
+        local = next((j for j in self.manager.local_jobs() if j.row.id == job_id), None)
+        if local is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(local.done.wait(), FINALIZE_ENDED_WITHIN_S)
 
     async def _finish_unstarted(self, job: JobRow, completion: Completion) -> int:
         """End a job whose run provably never started and whose cancel was requested (also
@@ -163,11 +216,27 @@ class Adopter:
             remove_job_dir(self.manager.spool_root, job.id)  # no leftovers (issue 23, item 12)
         return 1
 
-    async def _requeue(self, job: JobRow) -> int:
-        """Queue it again here (the store's CAS is the one winner and the rules)."""
+    async def _requeue(self, job: JobRow, why: str) -> int:
+        """Queue it again here (the store's CAS is the one winner and the rules), uncharged
+        but counted: past lease.max_requeues in an hour it ends failed (requeue_limit)."""
         manager = self.manager
         if job.transport == "http" and job.started_at is not None and job.requeued_at is not None:
             return 0  # an API call that started is retried once: the reaper orphans it
+        now = await manager.store.now()
+        reasons = _reasons(job.requeue_reasons)
+        recent = [r for r in reasons if float(r.get("at", 0)) >= now - REQUEUE_WINDOW_S]
+        limit = manager.settings.lease.max_requeues
+        if len(recent) >= limit:
+            log.warning("job failed: it lost its owner too often", action="requeue_limit",
+                        job_id=job.id, requeue_count=job.requeue_count, limit=limit)
+            return await self._finish_unstarted(job, Completion(
+                status=JobStatus.FAILED, exit_code=1, error_kind=ErrorKind.REQUEUE_LIMIT,
+                error=(f"The job lost its gateway {len(recent) + 1} times within an hour "
+                       f"before it could finish (lease.max_requeues = {limit}; "
+                       f"{job.requeue_count} re-queues in all: see requeue_reasons). It may "
+                       f"be what takes its gateway down; check it before resubmitting.")))
+        reasons = [*reasons, {"at": round(now, 3), "reason": why,
+                              "previous_owner": job.owner_instance}][-REQUEUE_REASONS_KEPT:]
         _, request = request_of_row(job.request_json)  # read once: the target and the run
         try:
             target = resolve_target(manager.settings, job.provider, request)
@@ -180,7 +249,8 @@ class Adopter:
             ticket = manager.limiter.acquire(job.provider)
         except GatewayError:
             return 0  # the queue is full: the next sweep tries again
-        row = await manager.store.requeue_job(self._take(job))
+        take = dataclasses.replace(self._take(job), requeue_reasons=json.dumps(reasons))
+        row = await manager.store.requeue_job(take)
         if row is None:
             ticket.release()
             return 0
@@ -190,11 +260,23 @@ class Adopter:
         request.correlation_id = job.correlation_id
         manager.start_local(row, target, ticket, request)
         log.info("job re-queued: its owner left it unstarted", action="requeue", job_id=job.id,
-                 previous_owner=job.owner_instance)
+                 previous_owner=job.owner_instance, reason=why,
+                 requeue_count=row.requeue_count)
         return 1
 
 
-def _orphaned_unstarted(job: JobRow) -> bool:
-    """Orphaned before it ever started: its owner can never launch it any more, so it need
-    not be proven gone for the job to be queued again."""
-    return job.status is JobStatus.ORPHANED and job.started_at is None
+def _why_taken(candidate: AdoptionCandidate) -> str:
+    """Why an owner counts as gone (a re-queue's recorded reason)."""
+    owner = candidate.owner
+    if owner is None:
+        return "owner_collected"
+    return "owner_stopped" if owner.stopped_at is not None else "owner_dead"
+
+
+def _reasons(text: str | None) -> list[dict[str, Any]]:
+    try:
+        parsed = json.loads(text) if text else []
+    except ValueError:
+        return []
+    return [r for r in parsed if isinstance(r, dict)] if isinstance(parsed, list) else []
+

@@ -57,7 +57,8 @@ def completion_of(outcome: ExecutionOutcome, login_hint: str,
     return Completion(status=status, exit_code=outcome.exit_code, error=error,
                       error_kind=kind, output=outcome.output, stderr_tail=outcome.stderr_tail,
                       output_bytes=outcome.output_bytes, truncated=outcome.truncated,
-                      result_json=result_json, usage=usage)
+                      result_json=result_json, usage=usage,
+                      ended_at=outcome.ended_at)
 
 
 def usage_figures(record: dict[str, Any], model: str | None) -> UsageFigures | None:

@@ -50,6 +50,7 @@ class ExecutionOutcome:
     # a second copy of the text (result.text is then empty).
     answer_span: tuple[int, int] | None = None
     worktree: dict[str, Any] | None = None  # an isolated run's committed worktree (#27)
+    ended_at: float | None = None  # epoch s: when the run ended (a supervisor's record)
 
 
 class Execution(Protocol):
@@ -165,6 +166,7 @@ class ProcessExecution:
             duration_s=outcome.duration_s, result=result, answer_span=final.answer_span,
             auth_error=auth and outcome.error_kind in (None, ErrorKind.PROVIDER_ERROR),
             worktree=worktree,
+            ended_at=outcome.ended_at,
         )
 
     def cancel(self, reason: ErrorKind, grace_s: float | None = None) -> None:

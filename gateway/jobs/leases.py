@@ -49,13 +49,18 @@ from gateway.config import LeaseConfig, Settings
 from gateway.jobs.adoption import Adopter
 from gateway.jobs.manager import JobManager
 from gateway.jobs.worktrees.gc import expire_worktrees
-from gateway.model import ErrorKind, InstanceRow, JobRow
+from gateway.model import ErrorKind, InstanceRow, JobRow, JobStatus
 from gateway.store.base import REAPER_BATCH_ROWS, JobStore, StoreReplaced
 from gateway.store.gauges import WorstOfLastHour
 
 log = structlog.get_logger(__name__)
 
 PURGE_INTERVAL_S = 300.0  # retention is measured in days: purging every 5 minutes is plenty
+# How long after its lease lapsed a job stays with an owner proven alive on this host (pid and
+# start time: SIGSTOPped, stalled, slow) before a peer takes it over; and how long a queued
+# job of this host waits to be re-queued by its host's gateways before it may be orphaned.
+# Paperclip #21046: old and new servers serve together for minutes during an upgrade.
+STALLED_OWNER_GRACE_S = 300.0
 
 
 def instance_lease_held(instance: InstanceRow, now: float) -> bool:
@@ -89,7 +94,8 @@ class LeaseKeeper:
         self._judge_after = 0.0  # monotonic: no sweep judges before this (a clock step)
         self._tasks: list[asyncio.Task[None]] = []
         self._last_purge = 0.0
-        self.adopter = Adopter(manager, identity)
+        self.stalled_owner_grace_s = STALLED_OWNER_GRACE_S
+        self.adopter = Adopter(manager, identity, lambda: self.stalled_owner_grace_s)
         # How long each renewal was pending, from its tick to the store's answer (Paperclip's
         # renewalPendingMs): a saturated pool or a slow database shows here long before a
         # lease lapses (`gateway_status`).
@@ -245,9 +251,31 @@ class LeaseKeeper:
             and proc.is_process_alive(row.pid, row.pid_started_at)
         )
 
+    def _may_orphan(self, row: JobRow, owner: InstanceRow | None, now: float) -> bool:
+        """Whether the reaper may write `orphaned` on a candidate (its lease and its owner's
+        lapsed): only when no gateway can settle it any more, since `orphaned` is final.
+
+        On this host: never while its process is provably alive; never while its owner is
+        proven alive here (SIGSTOPped, stalled), and never while it is queued (the adopter
+        re-queues it once its owner is proven gone: nothing runs meanwhile), until
+        stalled_owner_grace_s after the lease lapsed. Adoption ran first in this sweep, so a
+        job of a gone owner that is still a candidate is one nobody here can settle. On
+        another host the owner cannot be probed: as before, at its lease."""
+        if self._provably_alive(row):
+            return False
+        if row.hostname != self.identity.hostname:
+            return True
+        lapsed = max(
+            row.lease_deadline.timestamp() if row.lease_deadline is not None else 0.0,
+            owner.lease_expires_at.timestamp() if owner and owner.lease_expires_at else 0.0)
+        if now - lapsed >= self.stalled_owner_grace_s:
+            return True
+        return not (row.status is JobStatus.QUEUED or self.adopter.owner_alive_here(owner))
+
     async def sweep_once(self) -> list[JobRow]:
-        """One reaper pass: orphan jobs whose lease (their own and their owner's) lapsed,
-        then GC, release the budget reservations of ended jobs, and purge."""
+        """One reaper pass: orphan jobs whose lease (their own and their owner's) lapsed and
+        that no gateway can settle any more (see _may_orphan), then GC, release the budget
+        reservations of ended jobs, and purge."""
         if self.skip_next_sweep:
             self.skip_next_sweep = False
             log.info("sweep skipped after a late heartbeat", action="sweep")
@@ -264,12 +292,18 @@ class LeaseKeeper:
         await self.adopter.sweep()
         grace = self.lease.http_job_grace_s
         candidates = await self.store.list_expired_candidates(grace, REAPER_BATCH_ROWS)
-        # Only the candidates judged here are flipped: the probed ones minus the alive.
-        judged = [row.id for row in candidates if not self._provably_alive(row)]
-        orphaned = await self.store.recover_expired_leases(grace, judged) if judged else []
+        owners = ({i.instance_id: i for i in await self.store.list_instances()}
+                  if candidates else {})
+        # Only the candidates judged here are flipped: the probed ones minus those that a
+        # gateway may still settle.
+        judged = [row.id for row in candidates
+                  if self._may_orphan(row, owners.get(row.owner_instance or ""), now)]
+        orphaned = (await self.store.recover_expired_leases(grace, judged, self.identity.hostname)
+                    if judged else [])
         for row in orphaned:
             log.warning("job orphaned: its owner's lease expired", action="recover_expired_leases",
-                        job_id=row.id, owner_instance=row.owner_instance, provider=row.provider)
+                        job_id=row.id, owner_instance=row.owner_instance, provider=row.provider,
+                        final=row.hostname == self.identity.hostname)
         await self._gc_instances()
         # What orphaned jobs still hold of a budget goes back (each reservation exactly once).
         await self.store.release_reservations()

@@ -28,8 +28,9 @@ from gateway.model import (
 )
 from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 
-SCHEMA_VERSION = 5  # 2: SQLite keeps `output` last in the row; 3: `requeued_at`;
-# 4: `principal` (a no-op step in this branch); 5: usage totals and budgets (store/usage.py)
+# 2: SQLite keeps `output` last in the row; 3: `requeued_at`; 4: `principal`; 5: usage totals
+# and budgets (store/usage.py); 6: `requeue_count`, `requeue_reasons`, `orphaned_by`.
+SCHEMA_VERSION = 6
 
 # The reaper reads at most this many candidates per sweep (oldest lease first; the rest are
 # read by the next sweep): a sweep's cost is bounded whatever happened to the table.
@@ -98,6 +99,9 @@ class TakeOver:
     hostname: str
     boot_id: str
     ttl_s: float
+    # requeue_job only: the job's re-queue reasons after this one (a JSON array); the CAS
+    # makes the caller's read the one the write applies to.
+    requeue_reasons: str | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -262,10 +266,10 @@ class JobStore(Protocol):
 
     async def complete(self, job_id: str, owner_instance: str, completion: Completion) -> bool:
         """Guarded terminal write: applies only if owner_instance owns the row and it is
-        queued, running or orphaned (self-heal); a job adopted or re-queued elsewhere is
-        no longer its first owner's to end. A cancel request on the row makes the final
-        status `cancelled` whatever the completion says (cancelled wins). Terminal rows never
-        change. Returns whether it applied.
+        queued, running, or orphaned by a gateway of another host (self-heal); a job
+        adopted or re-queued elsewhere is no longer its first owner's to end. A cancel
+        request on the row makes the final status `cancelled` whatever the completion says
+        (cancelled wins). Terminal rows never change. Returns whether it applied.
 
         When it applies, the same transaction settles the job's budget reservations
         (reserved -> spent: the reported cost, a job-count budget its one job) and adds the
@@ -301,7 +305,7 @@ class JobStore(Protocol):
         the reaper needs neither), the other fields keep their defaults."""
 
     async def recover_expired_leases(
-        self, http_grace_s: float, job_ids: Collection[str]
+        self, http_grace_s: float, job_ids: Collection[str], orphaned_by: str | None = None,
     ) -> list[JobRow]:
         """Orphan those of `job_ids` (the candidates the reaper listed and judged not
         provably alive) whose lease still passed, as list_expired_candidates judges it. Only
@@ -309,7 +313,11 @@ class JobStore(Protocol):
         predicate is re-checked inside the UPDATE (no select-then-flip), and no heartbeat
         of a judged owner can commit in between; PostgreSQL skips rows (and owners) another
         transaction holds locked, so one stalled peer cannot stall the sweep. Returns the
-        rows it flipped, narrow (REAPER_COLUMNS and the orphaned outcome)."""
+        rows it flipped, narrow (REAPER_COLUMNS and the orphaned outcome).
+
+        `orphaned_by` is the reaper's hostname, stamped on the row: an orphaning on the
+        job's own host is final (complete() refuses it), one from another host (or unknown)
+        may be self-healed by its revived owner."""
 
     # -- retention and reads --------------------------------------------------------------
     async def purge_terminal(self, older_than_s: float) -> list[str]:
@@ -344,9 +352,8 @@ class JobStore(Protocol):
         self, instance_id: str, hostname: str, boot_id: str, orphaned_within_s: float,
         limit: int,
     ) -> list[AdoptionCandidate]:
-        """Jobs on `hostname` owned by another instance that may be gone: active jobs, and
-        jobs orphaned within `orphaned_within_s` that a gateway on this host can still heal
-        (started under this boot) or re-queue (never started, never re-queued); only those
+        """Active jobs on `hostname` owned by another instance that may be gone (an
+        orphaned job is final: never a candidate; `orphaned_within_s` is unused); only those
         whose owner row is stopped, collected, or on this host and boot (the caller probes
         that owner's pid). A running http job is left out until its lease passed (its owner
         may be draining it). Oldest first, at most `limit`."""

@@ -233,17 +233,20 @@ class MemoryJobStore:
             job = self._jobs.get(job_id)
             if job is None:
                 return False
-            # Invariant: by the row's owner only, on an active row or an orphaned one
-            # (self-heal); never any other terminal row (COMPLETE_JOB says why).
+            # Invariant: by the row's owner only, on an active row or one orphaned from
+            # another host (self-heal); never any other terminal row (COMPLETE_JOB says why).
             allowed = job.owner_instance == owner_instance and (
-                job.status in ACTIVE_STATUSES or job.status is JobStatus.ORPHANED)
+                job.status in ACTIVE_STATUSES
+                or (job.status is JobStatus.ORPHANED and job.orphaned_by != job.hostname))
             if not allowed:
                 return False
             now = self._now()
             _apply_completion(job, completion)
             self._ledger.account(job_id, job.provider, job.model, completion.usage,
                                  now.timestamp())
-            job.finished_at = now
+            ended = (datetime.fromtimestamp(completion.ended_at, UTC)
+                     if completion.ended_at is not None else now)
+            job.finished_at = min(ended, now)
             job.updated_at = now
             job.lease_deadline = None
             return True
@@ -323,7 +326,7 @@ class MemoryJobStore:
             return [reaper_row(job) for job in expired[: max(limit, 0)]]
 
     async def recover_expired_leases(
-        self, http_grace_s: float, job_ids: Collection[str]
+        self, http_grace_s: float, job_ids: Collection[str], orphaned_by: str | None = None,
     ) -> list[JobRow]:
         async with self._lock:
             now = self._now()
@@ -340,6 +343,7 @@ class MemoryJobStore:
                 job.finished_at = now
                 job.updated_at = now
                 job.lease_deadline = None
+                job.orphaned_by = orphaned_by
                 flipped.append(reaper_row(job))
             return flipped
 
@@ -445,15 +449,7 @@ class MemoryJobStore:
         if (job.transport == "http" and job.status is JobStatus.RUNNING
                 and job.lease_deadline is not None and job.lease_deadline >= now):
             return False
-        if job.status in ACTIVE_STATUSES:
-            return True
-        if job.status is not JobStatus.ORPHANED or job.finished_at is None:
-            return False
-        if job.finished_at < now - timedelta(seconds=within_s):
-            return False
-        if job.started_at is None:
-            return True
-        return job.boot_id == boot_id
+        return job.status in ACTIVE_STATUSES  # `orphaned` is final
 
     def _taken(self, take: TakeOver) -> JobRow | None:
         """The row if the compare-and-set of a take-over matches it (one winner)."""
@@ -501,6 +497,8 @@ class MemoryJobStore:
             job.status, job.owner_instance, job.boot_id = (
                 JobStatus.QUEUED, take.instance_id, take.boot_id)
             job.requeued_at = job.updated_at = now
+            job.requeue_count += 1
+            job.requeue_reasons = take.requeue_reasons or job.requeue_reasons
             job.lease_deadline = now + timedelta(seconds=take.ttl_s)
             job.started_at = job.finished_at = None
             job.pid = job.pgid = None

@@ -482,7 +482,7 @@ class PostgresJobStore:
         params = (job_id, owner_instance, completion.status.value, completion.error_kind,
                   completion.error, completion.exit_code, output, completion.stderr_tail,
                   completion.output_bytes, completion.truncated, completion.result_json,
-                  CANCELLED_ERROR)
+                  CANCELLED_ERROR, completion.ended_at)
         if pieces is None:
             async with self._transaction("complete job", patience_s=WORK_PATIENCE_S) as conn:
                 applied = _status_count(await conn.execute(COMPLETE_JOB, *params)) == 1
@@ -545,14 +545,14 @@ class PostgresJobStore:
         return [_job(row) for row in rows]
 
     async def recover_expired_leases(
-        self, http_grace_s: float, job_ids: Collection[str]
+        self, http_grace_s: float, job_ids: Collection[str], orphaned_by: str | None = None,
     ) -> list[JobRow]:
         if not job_ids:
             return []
         async with self._transaction("recover expired leases") as conn:
             owners = [row["instance_id"] for row in await conn.fetch(LOCK_EXPIRED_OWNERS)]
             rows = await conn.fetch(RECOVER_EXPIRED_LEASES, float(http_grace_s),
-                                    list(job_ids), ORPHANED_ERROR, owners)
+                                    list(job_ids), ORPHANED_ERROR, owners, orphaned_by)
         return [_job(row) for row in rows]
 
     # -- retention and reads --------------------------------------------------------------
@@ -639,21 +639,22 @@ class PostgresJobStore:
     ) -> list[AdoptionCandidate]:
         async with self._connection("list adoption candidates") as conn:
             rows = await conn.fetch(LIST_ADOPTION_CANDIDATES, instance_id, hostname, boot_id,
-                                    float(orphaned_within_s), max(limit, 0))
+                                    max(limit, 0))
         return [_candidate(row) for row in rows]
 
-    async def _take_over(self, action: str, sql: str, take: TakeOver) -> JobRow | None:
+    async def _take_over(self, action: str, sql: str, take: TakeOver,
+                         *extra: object) -> JobRow | None:
         async with self._connection(action) as conn:
             row = await conn.fetchrow(sql, take.job_id, take.expected_owner,
                                       take.expected_status.value, take.instance_id,
-                                      take.hostname, take.boot_id, float(take.ttl_s))
+                                      take.hostname, take.boot_id, float(take.ttl_s), *extra)
         return _job(row) if row is not None else None
 
     async def adopt_job(self, take: TakeOver) -> JobRow | None:
         return await self._take_over("adopt job", ADOPT_JOB, take)
 
     async def requeue_job(self, take: TakeOver) -> JobRow | None:
-        return await self._take_over("requeue job", REQUEUE_JOB, take)
+        return await self._take_over("requeue job", REQUEUE_JOB, take, take.requeue_reasons)
 
 
 def _candidate(row: asyncpg.Record) -> AdoptionCandidate:

@@ -130,8 +130,12 @@ _SCHEMA_V1 = (
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _SCHEMA_V1), (2, ()),
     (3, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeued_at timestamptz",)),
-    (4, ()),  # placeholder in this branch: version 4 (jobs.principal) lands from another
-    (5, SCHEMA_V5))  # usage totals and budgets (postgres_usage.py)
+    (4, ()),  # placeholder: version 4 (jobs.principal) lands from another branch
+    (5, SCHEMA_V5),  # usage totals and budgets (postgres_usage.py)
+    # v6: the bounded uncharged re-queues (how many, why) and which host orphaned a job.
+    (6, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeue_count integer NOT NULL DEFAULT 0",
+         "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeue_reasons text",
+         "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS orphaned_by text")))
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
@@ -218,8 +222,10 @@ RECORD_PROCESS = """
 UPDATE jobs SET pid = $3, pgid = $4, pid_started_at = $5, updated_at = now()
 WHERE id = $1 AND owner_instance = $2 AND status = 'running'"""
 
-# Guarded terminal write, by the row's owner only: an active row, or an orphaned row (the
-# self-heal of a stale owner that revived); every other terminal row is final. The owner
+# Guarded terminal write, by the row's owner only: an active row, or a row orphaned from
+# another host (the self-heal of a stale owner that revived: nobody on its host could prove
+# it gone); every other terminal row is final, an orphaning on the job's own host too (a
+# poller that read `orphaned` stopped polling: the state it saw must stay true). The owner
 # test matters once jobs change hands: a job adopted or re-queued while its first owner was
 # stopped may be a different run by now (re-queued: a new launch in a new spool), and a
 # stale owner waking up must not end it with what it saw of the old one. Every taker CASes
@@ -234,9 +240,11 @@ UPDATE jobs SET
                  THEN COALESCE($5, $12) ELSE $5 END,
     exit_code = $6, output = {output}, stderr_tail = $8,
     output_bytes = $9, truncated = $10, result_json = $11,
-    finished_at = now(), updated_at = now(), lease_deadline = NULL
+    finished_at = LEAST(COALESCE(to_timestamp($13::float8), now()), now()),
+    updated_at = now(), lease_deadline = NULL
 WHERE id = $1 AND owner_instance = $2
-  AND status IN ('queued','running','orphaned')"""
+  AND (status IN ('queued','running')
+       OR (status = 'orphaned' AND orphaned_by IS DISTINCT FROM hostname))"""
 COMPLETE_JOB = _COMPLETE_JOB.format(output="$7")
 
 # A large output reaches the server in pieces (COPY into a temporary table of this
@@ -322,7 +330,7 @@ FOR UPDATE SKIP LOCKED"""
 RECOVER_EXPIRED_LEASES = f"""
 UPDATE jobs SET status = 'orphaned', error = COALESCE(error, $3),
                 error_kind = 'orphaned', finished_at = now(), updated_at = now(),
-                lease_deadline = NULL
+                lease_deadline = NULL, orphaned_by = $5
 WHERE id IN (
     SELECT id FROM jobs
     WHERE id = ANY($2::text[]) AND {_LEASE_EXPIRED}
@@ -439,10 +447,9 @@ WHERE jobs.id = d.id AND jobs.owner_instance = $1 AND jobs.status = 'running'"""
 
 # What an adopter may take over (the caller probes an owner on this host for a live pid):
 # jobs of this host ($2) owned by another instance ($1) whose row is stopped, collected, or
-# on this host and boot ($3). Active ones, and ones orphaned within $4 s this host can still
-# settle: healed (started under this boot: its supervisor or its record is here) or
-# re-queued (never started, never re-queued). A running http job waits until its own lease
-# passed: a detaching owner drains it until then. At most $5, oldest first.
+# on this host and boot ($3). Active ones only: `orphaned` is final (no adopter heals or
+# re-queues it). A running http job waits until its own lease passed: a detaching owner
+# drains it until then. At most $4, oldest first.
 _CANDIDATE_COLUMNS = ", ".join(
     f"NULL AS {name}" if name in ("output", "result_json") else f"jobs.{name} AS {name}"
     for name in JobRow.column_names())
@@ -456,16 +463,13 @@ SELECT {_CANDIDATE_COLUMNS},
        owner.lease_expires_at AS owner_lease_expires_at, owner.stopped_at AS owner_stopped_at
 FROM jobs LEFT JOIN gateway_instances AS owner ON owner.instance_id = jobs.owner_instance
 WHERE jobs.hostname = $2 AND jobs.owner_instance IS DISTINCT FROM $1
-  AND (jobs.status IN ('queued','running')
-       OR (jobs.status = 'orphaned' AND jobs.finished_at >= now() - make_interval(secs => $4)
-           AND (jobs.started_at IS NULL
-                OR (jobs.boot_id = $3 AND jobs.started_at IS NOT NULL))))
+  AND jobs.status IN ('queued','running')
   AND NOT (jobs.transport = 'http' AND jobs.status = 'running'
            AND jobs.lease_deadline >= now())
   AND (owner.instance_id IS NULL OR owner.stopped_at IS NOT NULL
        OR (owner.hostname = $2 AND owner.boot_id = $3))
 ORDER BY jobs.created_at, jobs.id
-LIMIT $5"""
+LIMIT $4"""
 
 # Adoption: one compare-and-set on owner_instance, from the owner the adopter read ($2), so
 # of any number of gateways adopting at once exactly one wins (the others' UPDATE re-reads
@@ -492,6 +496,8 @@ RETURNING {_LIGHT_JOB_COLUMNS}"""
 REQUEUE_JOB = f"""
 UPDATE jobs SET status = 'queued', owner_instance = $4, boot_id = $6,
                 requeued_at = now(), lease_deadline = now() + make_interval(secs => $7),
+                requeue_count = requeue_count + 1,
+                requeue_reasons = COALESCE($8::text, requeue_reasons),
                 updated_at = now(), started_at = NULL, finished_at = NULL, pid = NULL,
                 pgid = NULL, pid_started_at = NULL, exit_code = NULL, error = NULL,
                 error_kind = NULL, output = NULL, output_bytes = 0, stderr_tail = NULL,

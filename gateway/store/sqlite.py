@@ -508,6 +508,7 @@ class SqliteJobStore:
             "stderr_tail": completion.stderr_tail,
             "output_bytes": completion.output_bytes, "truncated": completion.truncated,
             "result_json": completion.result_json, "cancelled_error": CANCELLED_ERROR,
+            "ended_at": completion.ended_at,
         }
 
         def complete(db: sqlite3.Connection, now: float) -> bool:
@@ -560,12 +561,12 @@ class SqliteJobStore:
             return [_job(r) for r in rows]
 
     async def recover_expired_leases(
-        self, http_grace_s: float, job_ids: Collection[str]
+        self, http_grace_s: float, job_ids: Collection[str], orphaned_by: str | None = None,
     ) -> list[JobRow]:
         if not job_ids:
             return []
         params = {"http_grace_s": http_grace_s, "job_ids": json.dumps(list(job_ids)),
-                  "orphaned_error": ORPHANED_ERROR}
+                  "orphaned_error": ORPHANED_ERROR, "orphaned_by": orphaned_by}
         return await self._transaction("recover_expired_leases", lambda db, now: [
             _job(r) for r in db.execute(RECOVER_EXPIRED_LEASES, {**params, "now": now})])
 
@@ -639,7 +640,8 @@ class SqliteJobStore:
         params = {"job_id": take.job_id, "expected_owner": take.expected_owner,
                   "expected_status": take.expected_status.value,
                   "instance_id": take.instance_id, "hostname": take.hostname,
-                  "boot_id": take.boot_id, "ttl_s": take.ttl_s}
+                  "boot_id": take.boot_id, "ttl_s": take.ttl_s,
+                  "requeue_reasons": take.requeue_reasons}
 
         def write(db: sqlite3.Connection, now: float) -> JobRow | None:
             row = db.execute(sql, {**params, "now": now}).fetchone()

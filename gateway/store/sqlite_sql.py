@@ -145,12 +145,29 @@ _SCHEMA_V3 = (
     *_SCHEMA_V1[2:],
 )
 
+# v6: `requeue_count`, `requeue_reasons` (the bounded uncharged re-queues and why) and
+# `orphaned_by` (which host orphaned it: an orphaning on the job's own host is final).
+# Rebuilt like v3, so that `output` stays last; every column of the table before it is
+# copied (a later merge that adds columns at v4/v5 adds them to _V6_COLUMN_DEFS too).
+_V3_COLUMNS = ", ".join(column for column, _ in _V3_COLUMN_DEFS)
+_V6_COLUMN_DEFS = (*(c for c in _V3_COLUMN_DEFS if c[0] != "output"),
+                   ("requeue_count", "INTEGER NOT NULL DEFAULT 0"),
+                   ("requeue_reasons", "TEXT"), ("orphaned_by", "TEXT"), ("output", "TEXT"))
+_SCHEMA_V6 = (
+    _create_jobs_table("jobs_v6", _V6_COLUMN_DEFS),
+    f"INSERT INTO jobs_v6 ({_V3_COLUMNS}) SELECT {_V3_COLUMNS} FROM jobs",
+    "DROP TABLE jobs",
+    "ALTER TABLE jobs_v6 RENAME TO jobs",
+    *_SCHEMA_V1[2:],
+)
+
 # (version, statements) in order, each version in one transaction; re-running a version's
-# statements in order changes nothing.
+# statements in order changes nothing. 4 and 5 are other work's (empty on this branch).
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _SCHEMA_V1), (2, _SCHEMA_V2), (3, _SCHEMA_V3),
-    (4, ()),  # placeholder in this branch: version 4 (jobs.principal) lands from another
-    (5, SCHEMA_V5))  # usage totals and budgets (sqlite_usage.py)
+    (4, ()),  # placeholder: version 4 (jobs.principal) lands from another branch
+    (5, SCHEMA_V5),  # usage totals and budgets (sqlite_usage.py)
+    (6, _SCHEMA_V6))
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
@@ -234,8 +251,10 @@ RECORD_PROCESS = """
 UPDATE jobs SET pid = :pid, pgid = :pgid, pid_started_at = :pid_started_at, updated_at = :now
 WHERE id = :job_id AND owner_instance = :owner_instance AND status = 'running'"""
 
-# Guarded terminal write, by the row's owner only: an active row, or an orphaned row (the
-# self-heal of a stale owner that revived); every other terminal row is final. The owner
+# Guarded terminal write, by the row's owner only: an active row, or a row orphaned from
+# another host (the self-heal of a stale owner that revived: nobody on its host could prove
+# it gone); every other terminal row is final, an orphaning on the job's own host too (a
+# poller that read `orphaned` stopped polling: the state it saw must stay true). The owner
 # test matters once jobs change hands: a job adopted or re-queued while its first owner was
 # stopped may be a different run by now (re-queued: a new launch in a new spool), and a
 # stale owner waking up must not end it with what it saw of the old one. Every taker CASes
@@ -253,9 +272,11 @@ UPDATE jobs SET
     exit_code = :exit_code, stderr_tail = :stderr_tail,
     output = CASE WHEN :reserve IS NULL THEN :output ELSE zeroblob(:reserve) END,
     output_bytes = :output_bytes, truncated = :truncated, result_json = :result_json,
-    finished_at = :now, updated_at = :now, lease_deadline = NULL
+    finished_at = MIN(COALESCE(:ended_at, :now), :now), updated_at = :now,
+    lease_deadline = NULL
 WHERE id = :job_id AND owner_instance = :owner_instance
-  AND status IN ('queued','running','orphaned')"""
+  AND (status IN ('queued','running')
+       OR (status = 'orphaned' AND orphaned_by IS NOT hostname))"""
 
 # A cancel lands only on an active row, and the first request's time is kept.
 REQUEST_CANCEL = """
@@ -308,7 +329,7 @@ LIMIT :limit"""
 RECOVER_EXPIRED_LEASES = f"""
 UPDATE jobs SET status = 'orphaned', error = COALESCE(error, :orphaned_error),
                 error_kind = 'orphaned', finished_at = :now, updated_at = :now,
-                lease_deadline = NULL
+                lease_deadline = NULL, orphaned_by = :orphaned_by
 WHERE id IN (SELECT value FROM json_each(:job_ids))
   AND {_LEASE_EXPIRED}
 RETURNING {_REAPER_COLUMNS}"""
@@ -385,9 +406,9 @@ WHERE owner_instance = :instance_id AND status = 'running'
 
 # What an adopter may take over (the caller probes an owner on this host for a live pid):
 # jobs of this host owned by another instance whose row is stopped, collected, or on this
-# host and boot. Active ones, and recently orphaned ones this host can still settle: healed
-# (started under this boot, so its supervisor or its record is here) or re-queued (never
-# started). A running http job waits until its own lease passed: a
+# host and boot. Active ones only: `orphaned` is final (no adopter heals or re-queues it).
+# (:orphaned_within_s is unused, kept for the protocol's signature.) A running http job
+# waits until its own lease passed: a
 # detaching owner drains it until then. Light columns, prefixed: the owner shares names.
 _CANDIDATE_COLUMNS = ", ".join(
     f"NULL AS {name}" if name in ("output", "result_json") else f"jobs.{name} AS {name}"
@@ -402,10 +423,7 @@ SELECT {_CANDIDATE_COLUMNS},
        owner.lease_expires_at AS owner_lease_expires_at, owner.stopped_at AS owner_stopped_at
 FROM jobs LEFT JOIN gateway_instances AS owner ON owner.instance_id = jobs.owner_instance
 WHERE jobs.hostname = :hostname AND jobs.owner_instance IS NOT :instance_id
-  AND (jobs.status IN ('queued','running')
-       OR (jobs.status = 'orphaned' AND jobs.finished_at >= :now - :orphaned_within_s
-           AND (jobs.started_at IS NULL
-                OR (jobs.boot_id = :boot_id AND jobs.started_at IS NOT NULL))))
+  AND jobs.status IN ('queued','running')
   AND NOT (jobs.transport = 'http' AND jobs.status = 'running'
            AND jobs.lease_deadline >= :now)
   AND (owner.instance_id IS NULL OR owner.stopped_at IS NOT NULL
@@ -437,6 +455,8 @@ RETURNING {_LIGHT_JOB_COLUMNS}"""
 REQUEUE_JOB = f"""
 UPDATE jobs SET status = 'queued', owner_instance = :instance_id, boot_id = :boot_id,
                 requeued_at = :now, lease_deadline = :now + :ttl_s, updated_at = :now,
+                requeue_count = requeue_count + 1,
+                requeue_reasons = COALESCE(:requeue_reasons, requeue_reasons),
                 started_at = NULL, finished_at = NULL, pid = NULL, pgid = NULL,
                 pid_started_at = NULL, exit_code = NULL, error = NULL, error_kind = NULL,
                 output = NULL, output_bytes = 0, stderr_tail = NULL, truncated = 0

@@ -279,11 +279,11 @@ async def test_a_runs_spool_dir_exists_before_its_row_says_running(
     assert seen == [True]
 
 
-async def orphaned_under_a_live_owner(settings: Settings, job: NewJob,
-                                      cancel: bool = False) -> None:
-    """`job`, queued by an owner that was then stopped past its lease (a peer's reaper
-    orphaned it) and is alive again, its row renewed. With `cancel`, a cancel was
-    requested before the owner's poller saw it."""
+async def queued_under_a_stalled_owner(settings: Settings, job: NewJob,
+                                       cancel: bool = False) -> None:
+    """`job`, queued by an owner proven alive on this host (this process's pid and start
+    time) that then stalled past its lease (SIGSTOPped: no heartbeat). With `cancel`, a
+    cancel was requested before the owner's poller saw it."""
     store = await open_store(settings)
     try:
         owner = InstanceRow(instance_id=job.owner_instance, pid=os.getpid(),
@@ -294,49 +294,57 @@ async def orphaned_under_a_live_owner(settings: Settings, job: NewJob,
         if cancel:
             assert await store.request_cancel(job.id) is not None
 
-        async def reaped() -> bool:
+        async def lapsed() -> bool:
             expired = await store.list_expired_candidates(settings.lease.http_job_grace_s)
-            if job.id not in {r.id for r in expired}:
-                return False
-            return bool(await store.recover_expired_leases(settings.lease.http_job_grace_s,
-                                                           [job.id]))
+            return job.id in {r.id for r in expired}
 
-        await wait_for(reaped)
-        assert await store.heartbeat(job.owner_instance, 3600.0) == 1  # awake and renewed
+        await wait_for(lapsed)
     finally:
         await store.close()
 
 
-async def test_a_job_orphaned_while_queued_under_a_live_owner_is_requeued_and_runs_once(
+async def never_orphaned_for(manager: Any, job_id: str, sweeps: int, gw: Any) -> None:
+    """Sweep `sweeps` times: the job is never orphaned (or ended) meanwhile."""
+    for _ in range(sweeps):
+        await gw.leases.sweep_once()
+        assert (await manager.get(job_id)).status is JobStatus.QUEUED
+
+
+async def test_a_queued_job_of_a_stalled_owner_is_never_orphaned_and_requeued_after_the_grace(
     make_settings, start_gateway, fake_log: FakeLog
 ) -> None:
-    # Found by the detach chaos run: an owner SIGSTOPped past its lease has its queued job
-    # orphaned; it wakes, alive, and can never launch it (its CAS needs `queued`). Nobody
-    # took it over, since a live owner is never adopted from: the job stayed orphaned.
+    # Found by the detach chaos run: an owner SIGSTOPped past its lease had its queued job
+    # orphaned, then re-queued and completed: a terminal state that changed (a poller that
+    # saw `orphaned` had stopped polling). Now it stays queued with its live owner until the
+    # grace passes, then a peer re-queues it directly.
     settings = make_settings()
-    job = claude_job(3, "orphaned while queued", "stalled")
-    await orphaned_under_a_live_owner(settings, job)
-    manager = await (await start_gateway(settings)).manager()
+    job = claude_job(3, "queued under a stalled owner", "stalled")
+    await queued_under_a_stalled_owner(settings, job)
+    gw = await start_gateway(settings)
+    manager = await gw.manager()
+    await never_orphaned_for(manager, job.id, 5, gw)
+    assert fake_log.prompts() == []
+    gw.leases.stalled_owner_grace_s = 0.2  # the grace passes
     row = await wait_for(lambda: terminal(manager, job.id), DONE_S)
     assert row.status is JobStatus.COMPLETED and row.requeued_at is not None
     assert row.owner_instance == manager.instance_id
-    assert fake_log.prompts() == ["orphaned while queued"]
-    (stalled,) = [i for i in await manager.store.list_instances() if i.instance_id == "stalled"]
-    assert stalled.stopped_at is None  # taken over from an owner that was never gone
+    assert fake_log.prompts() == ["queued under a stalled owner"]
 
 
-async def test_a_cancelled_job_orphaned_while_queued_ends_cancelled_not_orphaned(
+async def test_a_cancelled_queued_job_of_a_stalled_owner_ends_cancelled_never_orphaned(
     make_settings, start_gateway, fake_log: FakeLog
 ) -> None:
     # Found by the detach chaos run: cancelled while queued, then orphaned before the
-    # stopped owner's poller saw the cancel. It stayed orphaned; nothing ran.
+    # stopped owner's poller saw the cancel. It must end cancelled, never via `orphaned`.
     settings = make_settings()
-    job = claude_job(4, "cancelled, then orphaned", "stalled")
-    await orphaned_under_a_live_owner(settings, job, cancel=True)
-    manager = await (await start_gateway(settings)).manager()
-    # Orphaned is terminal already: wait for the status the adopter writes over it.
-    await wait_for(lambda: _status_is(manager, job.id, JobStatus.CANCELLED), DONE_S)
-    row = await manager.get(job.id)
+    job = claude_job(4, "cancelled under a stalled owner", "stalled")
+    await queued_under_a_stalled_owner(settings, job, cancel=True)
+    gw = await start_gateway(settings)
+    manager = await gw.manager()
+    await never_orphaned_for(manager, job.id, 3, gw)
+    gw.leases.stalled_owner_grace_s = 0.2
+    row = await wait_for(lambda: terminal(manager, job.id), DONE_S)
+    assert row.status is JobStatus.CANCELLED
     assert row.error_kind == ErrorKind.CANCELLED and row.requeued_at is None
     assert fake_log.prompts() == []
 
@@ -483,13 +491,14 @@ async def test_on_shutdown_stop_fails_queued_and_stops_running_jobs_as_before(
 # -- an owner that is SIGKILLed ------------------------------------------------------------
 
 
-def start_owner(settings: Settings, tmp_path: Path, prompt: str) -> tuple[subprocess.Popen[str],
-                                                                        str]:
+def start_owner(settings: Settings, tmp_path: Path, prompt: str,
+                env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
     path = tmp_path / "owner-settings.pickle"
     path.write_bytes(pickle.dumps(settings))
     owner = subprocess.Popen([sys.executable, "-m", "tests.jobs.owner_gateway", str(path),
                               "claude", prompt], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                             stderr=subprocess.DEVNULL)
+                             stderr=subprocess.DEVNULL,
+                             env=None if env is None else {**os.environ, **env})
     assert owner.stdout is not None
     for line in owner.stdout:
         if line.startswith("JOB "):
@@ -608,3 +617,22 @@ async def test_a_gateway_on_another_host_never_orphans_a_running_detached_job(
         peer.kill()
         peer.wait()
         await reader.close()
+
+
+async def test_a_run_detached_in_the_previous_releases_spool_layout_is_adopted(
+    make_settings, start_gateway, fake_log: FakeLog
+) -> None:
+    # Regression of 5869058: a 0.1.0 gateway kept a run's records in spool/<job id>/ itself
+    # (no attempt dir); a newer gateway looked only in spool/<job id>/0 and the reaper
+    # orphaned the run.
+    settings, job_id = await detached_job(make_settings, start_gateway, fake_log,
+                                          "old layout @sleep=0.3")
+    attempt = spool_of(settings, job_id)
+    await wait_for(lambda: sup.read_record(attempt, sup.END_NAME), DONE_S)
+    for entry in list(attempt.iterdir()):
+        entry.rename(attempt.parent / entry.name)
+    attempt.rmdir()
+    manager = await (await start_gateway(make_settings())).manager()
+    row = await wait_for(lambda: terminal(manager, job_id), DONE_S)
+    assert row.status is JobStatus.COMPLETED
+    assert (await manager.read_result(job_id)).output == "fake-claude answer: old layout @sleep=0.3"

@@ -118,12 +118,13 @@ async def get(store: JobStore, job_id: str) -> JobRow:
     return row
 
 
-async def reap(store: JobStore, http_grace_s: float, alive: Sequence[str] = ()) -> list[JobRow]:
+async def reap(store: JobStore, http_grace_s: float, alive: Sequence[str] = (),
+               orphaned_by: str | None = None) -> list[JobRow]:
     """One sweep as the reaper does it: list the candidates, then orphan those judged (all
-    but the `alive` ones)."""
+    but the `alive` ones), by a reaper of host `orphaned_by`."""
     candidates = await store.list_expired_candidates(http_grace_s)
     judged = [row.id for row in candidates if row.id not in alive]
-    return await store.recover_expired_leases(http_grace_s, judged)
+    return await store.recover_expired_leases(http_grace_s, judged, orphaned_by)
 
 
 async def orphaned(store: JobStore, job: NewJob, *, run: bool = True) -> JobRow:
@@ -1274,16 +1275,36 @@ async def test_adoption_candidates_are_jobs_of_gone_or_local_owners_on_this_host
     assert owners[of_local.id] is not None and owners[of_local.id].pid == 4242  # type: ignore[union-attr]
 
 
-async def test_orphaned_jobs_are_candidates_only_while_this_host_can_settle_them(
-    store: JobStore,
-) -> None:
+async def test_orphaned_jobs_are_never_adoption_candidates(store: JobStore) -> None:
+    # `orphaned` is final: no adopter heals or re-queues it (a poller that read it stopped).
     started = await orphaned(store, new_job(owner="gone"))
     unstarted = await orphaned(store, new_job(owner="gone"), run=False)
-    assert {started.id, unstarted.id} <= await candidates(store)
-    # Started under another boot: its supervisor's pid means nothing here.
-    assert started.id not in await candidates(store, boot_id="boot-2")
-    assert unstarted.id in await candidates(store, boot_id="boot-2")
-    assert await store.list_adoption_candidates(OTHER, "host-1", "boot-1", -1.0, 100) == []
+    assert not {started.id, unstarted.id} & await candidates(store)
+    assert not {started.id, unstarted.id} & await candidates(store, boot_id="boot-2")
+
+
+async def test_an_orphaning_on_the_jobs_own_host_is_final(store: JobStore) -> None:
+    job = new_job()
+    await store.insert_job(job, EXPIRED_TTL_S)
+    assert await store.mark_running(job.id, OWNER, EXPIRED_TTL_S)
+    flipped = await reap(store, HTTP_GRACE_S, orphaned_by="host-1")
+    assert job.id in {r.id for r in flipped}
+    assert (await get(store, job.id)).orphaned_by == "host-1"
+    # The stale owner revives with the real answer: the terminal state it would change was
+    # already read by a poller as final.
+    assert not await store.complete(job.id, OWNER, done())
+    assert (await get(store, job.id)).status is JobStatus.ORPHANED
+
+
+async def test_an_orphaning_from_another_host_may_be_self_healed_by_its_owner(
+    store: JobStore,
+) -> None:
+    job = new_job()
+    await store.insert_job(job, EXPIRED_TTL_S)
+    assert await store.mark_running(job.id, OWNER, EXPIRED_TTL_S)
+    await reap(store, HTTP_GRACE_S, orphaned_by="host-2")
+    assert await store.complete(job.id, OWNER, done())
+    assert (await get(store, job.id)).status is JobStatus.COMPLETED
 
 
 async def test_adopt_job_is_one_compare_and_set_on_the_owner(store: JobStore) -> None:

@@ -442,7 +442,7 @@ async def test_a_reaper_that_commits_first_is_not_undone_by_a_late_heartbeat(
         await tx.start()
         assert [r["instance_id"] for r in await reaper.fetch(LOCK_EXPIRED_OWNERS)] == ["owner"]
         flipped = await reaper.fetch(RECOVER_EXPIRED_LEASES, 0.0, [job.id], ORPHANED_ERROR,
-                                     ["owner"])
+                                     ["owner"], "host-1")
         assert [r["id"] for r in flipped] == [job.id]
         renewed: list[int] = []
 
@@ -498,7 +498,7 @@ async def test_two_instances_racing_the_same_request_get_exactly_one_job(
         # From the expired owners to their jobs, or from the few active jobs to owners.
         (LOCK_EXPIRED_OWNERS, (), "jobs_owner_status|jobs_status_finished"),
         # The candidates it was given, by primary key.
-        (RECOVER_EXPIRED_LEASES, (0.0, [], ORPHANED_ERROR, []),
+        (RECOVER_EXPIRED_LEASES, (0.0, [], ORPHANED_ERROR, [], "host-1"),
          "jobs_pkey|jobs_status_lease_deadline"),
         (LIST_EXPIRED_CANDIDATES, (0.0, REAPER_BATCH_ROWS), "jobs_status_lease_deadline"),
     ],

@@ -43,6 +43,7 @@ class RunOutcome:
     duration_s: float
     signal: int | None = None  # set when the CLI died of a signal
     extra: dict[str, object] = field(default_factory=dict)
+    ended_at: float | None = None  # epoch s, from the supervisor's end record
 
 
 @dataclass(slots=True)
@@ -195,4 +196,10 @@ def outcome_from_record(spool_dir: Path, record: dict[str, Any] | None, limits: 
         exit_code=exit_code, error_kind=kind, error=error, stdout_path=stdout_path,
         stderr_path=stderr_path, stdout_bytes=_size(stdout_path),
         stderr_bytes=_size(stderr_path), truncated=truncated, duration_s=duration,
-        signal=died_of, extra=extra)
+        signal=died_of, extra=extra, ended_at=_ended_at(record))
+
+
+def _ended_at(record: dict[str, object] | None) -> float | None:
+    """When the supervisor recorded the run's end (a record of any version that has it)."""
+    value = record.get("ended_at") if record is not None else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -465,7 +465,7 @@ class ProcessRun:
                 failure = exc
                 break
             try:
-                hand_over(popen, self.spec.spool_dir, token, env)
+                hand_over(popen, self.spec.spool_dir, token, env, SPARES.finalizer)
                 return popen
             except OSError as exc:
                 failure = exc

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from gateway import platform, proc
 from gateway.jobs.run import supervisor as sup
@@ -46,6 +47,9 @@ class Spares:
         self._nice_increment = nice_increment
         self._lock = threading.Lock()
         self._spare: subprocess.Popen[bytes] | None = None
+        # How a supervisor starts this gateway's finalizer (finalizer.handoff), set by the
+        # gateway at start; None: no finalizer (an in-memory store, or not started yet).
+        self.finalizer: dict[str, Any] | None = None
 
     def take(self) -> subprocess.Popen[bytes]:
         """The spare if it is alive, else a supervisor started now. Raises OSError."""
@@ -97,10 +101,14 @@ class Spares:
 
 
 def hand_over(popen: subprocess.Popen[bytes], spool_dir: Path, token: str,
-              env: dict[str, str]) -> None:
-    """Give a waiting supervisor its run. Raises OSError (EPIPE) if it died meanwhile."""
+              env: dict[str, str], finalizer: dict[str, Any] | None = None) -> None:
+    """Give a waiting supervisor its run, and how to start this gateway's finalizer once the
+    run ended with this gateway gone (gateway/jobs/finalizer.py: it may carry the store's
+    DSN, so it goes through this pipe, never a file). Raises OSError (EPIPE) if the
+    supervisor died meanwhile."""
     assert popen.stdin is not None
-    message = json.dumps({"spool_dir": str(spool_dir), "token": token, "env": env})
+    message = json.dumps({"spool_dir": str(spool_dir), "token": token, "env": env,
+                          "finalizer": finalizer})
     try:
         popen.stdin.write(message.encode("utf-8"))
     finally:

@@ -59,9 +59,15 @@ def run_dir(root: Path, row: JobRow) -> Path:
     re-queued, run by a peer and cleaned up; it only ever looks in its own attempt's dir,
     which the re-queue claimed or removed, and the runner never recreates it, so it cannot
     launch the run a second time (found by the stop chaos run on PostgreSQL). Every
-    attempt lives in `job_dir`."""
+    attempt lives in `job_dir`; a first attempt of the previous release's layout (no
+    attempt dir) is read where it is."""
     if row.requeued_at is None:
-        return job_dir(root, row.id) / "0"
+        legacy = job_dir(root, row.id)
+        if (legacy / supervisor.RUN_NAME).is_file() and not (legacy / "0").exists():
+            # A run detached by a gateway of 0.1.0 (before 5869058): its records lie in
+            # `<root>/<job id>/` itself, and a newer gateway adopts it from there.
+            return legacy
+        return legacy / "0"
     return job_dir(root, row.id) / f"r{round(row.requeued_at.timestamp() * 1_000_000)}"
 
 

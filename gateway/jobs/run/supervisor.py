@@ -52,7 +52,10 @@ if TYPE_CHECKING:
 
     StrPath = str | os.PathLike[str]
 
-RECORD_VERSION = 1  # a newer gateway reads every older version; bump only with a reader
+# The spool records' format. A newer gateway reads every older version (release N reads
+# N-1's: docs/operations.md, upgrades); bump only with a reader. 2 (0.2.0): the start claim
+# carries the launch token of run.json (gateway/jobs/run/trust.py); 1 (0.1.0): it did not.
+RECORD_VERSION = 2
 RUN_NAME = "run.json"
 STDIN_NAME = "stdin"
 START_NAME = "start.json"
@@ -80,6 +83,14 @@ MONITOR_INTERVAL_S = 0.05
 # After SIGKILL: how long to wait for members to vanish before recording the run anyway.
 # SIGKILL cannot be ignored; only uninterruptible sleep (a hung NFS read) delays it.
 REAP_TIMEOUT_S = 5.0
+# After the end record: how long a supervisor watches for its gateway to finalize the run
+# (it removes the spool) before, the gateway being gone, it starts the gateway's finalizer.
+# A gateway that lives past it (stopped, slow) finalizes the run itself when it resumes.
+FINALIZER_PATIENCE_S = 10.0
+FINALIZER_POLL_S = 0.05
+# A start time is a kernel tick plus the boot time, which moves by a second when the clock is
+# stepped; a pid is reused only after the pid space wraps, far later (gateway/proc.py).
+START_TIME_TOLERANCE_S = 1.0
 STDIN_CHUNK_BYTES = 64 * 1024
 
 
@@ -425,7 +436,75 @@ class Supervisor:
             shutil.rmtree(self.spec["cwd"], ignore_errors=True)
 
 
-def _handed_over() -> tuple[str, str, dict[str, str]] | None:
+def start_finalizer_if_alone(spool_dir: str, finalizer: dict[str, Any] | None,
+                             platform: Any) -> bool:
+    """After the run's end record: if the gateway that launched the run is gone (and so
+    nobody will write the terminal row until some gateway starts on this host), start the
+    gateway's own finalizer (gateway/jobs/finalizer.py) in a session of its own, its
+    settings on its stdin, and leave. Returns whether it started one.
+
+    The gateway removes the spool once the row is terminal: a spool without the end record
+    is finalized. A gateway still alive after FINALIZER_PATIENCE_S finalizes it itself.
+
+    The watch runs in a forked child in a session of its own, and the supervisor leaves at
+    once: a gateway that watches the run waits for the run's whole group to be gone before
+    it finalizes, so nothing of the run's group may linger for the finalizer's sake."""
+    if not finalizer:
+        return False
+    try:
+        child = os.fork()
+    except OSError:
+        return False
+    if child > 0:
+        return False  # the supervisor: its run is recorded, it exits now
+    try:
+        os.setsid()
+        _watch_for_finalizer(spool_dir, finalizer, platform)
+    finally:
+        os._exit(0)
+
+
+def _watch_for_finalizer(spool_dir: str, finalizer: dict[str, Any], platform: Any) -> bool:
+    pid, started = finalizer.get("gateway_pid"), finalizer.get("gateway_started_at")
+    deadline = time.monotonic() + FINALIZER_PATIENCE_S
+    while True:
+        if not os.path.exists(os.path.join(spool_dir, END_NAME)):
+            return False
+        # (start time, zombie) of the gateway's pid; None: no such process
+        state = platform.process_state(pid) if isinstance(pid, int) else None
+        gone = (state is None or started is None or state[1]
+                or abs(state[0] - float(started)) > START_TIME_TOLERANCE_S)
+        if gone:
+            break
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(FINALIZER_POLL_S)
+    try:
+        log_fd = os.open(os.path.join(spool_dir, LOG_NAME),
+                         os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError:
+        log_fd = subprocess.DEVNULL
+    try:
+        popen = subprocess.Popen(
+            [*finalizer["argv"], spool_dir], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=log_fd, cwd="/", env=dict(finalizer["env"]),
+            start_new_session=True)  # not in the run's group: the group's end is the run's
+    except OSError as exc:
+        sys.stderr.write(f"supervisor: cannot start the finalizer: {exc}\n")
+        return False
+    finally:
+        if log_fd != subprocess.DEVNULL:
+            os.close(log_fd)
+    assert popen.stdin is not None
+    with contextlib.suppress(OSError):
+        popen.stdin.write(str(finalizer["settings"]).encode("utf-8"))
+    with contextlib.suppress(OSError):
+        popen.stdin.close()
+    return True
+
+
+
+def _handed_over() -> tuple[str, str, dict[str, str], dict[str, Any] | None] | None:
     """A spare's run (gateway/jobs/run/spare.py): one JSON document on stdin, then EOF. None:
     its gateway left before it needed it. Its stderr then goes to the run's log."""
     chunks: list[bytes] = []
@@ -442,16 +521,18 @@ def _handed_over() -> tuple[str, str, dict[str, str]] | None:
     else:
         os.dup2(log_fd, 2)
         os.close(log_fd)
-    return str(run["spool_dir"]), str(run["token"]), dict(run["env"])
+    return (str(run["spool_dir"]), str(run["token"]), dict(run["env"]),
+            run.get("finalizer"))
 
 
 def main(argv: list[str]) -> int:
     env: dict[str, str] | None = None
+    finalizer: dict[str, Any] | None = None
     if len(argv) == 1:  # a spare, started ahead of need: its run comes on stdin
         run = _handed_over()
         if run is None:
             return 0
-        spool_dir, token, env = run
+        spool_dir, token, env, finalizer = run
     elif len(argv) == 3:  # started for one run: this process's environment is the CLI's
         spool_dir, token = argv[1], argv[2]
     else:
@@ -461,7 +542,11 @@ def main(argv: list[str]) -> int:
     spec = read_record(spool_dir, RUN_NAME)
     if spec is None or spec.get("token") != token:
         return CLAIMED_ELSEWHERE_EXIT  # not our run (re-queued and relaunched): never run it
-    return Supervisor(spool_dir, spec, env).run()
+    supervisor = Supervisor(spool_dir, spec, env)
+    code = supervisor.run()
+    if code == 0:  # the run ended and is recorded (not claimed elsewhere)
+        start_finalizer_if_alone(spool_dir, finalizer, supervisor.platform)
+    return code
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ named group was SIGKILLed. The gateway now refuses such a state dir at start
   and not symlinks (files are opened with O_NOFOLLOW and checked with fstat on the open
   file, so the check is of the file that would be read);
 - the start record carries the launch token of `run.json` (the supervisor copies it into
-  its claim), so a claim and a spec from two different launches do not match;
+  its claim), so a claim and a spec from two different launches do not match. A claim of
+  record version 1 (a 0.1.0 supervisor, which wrote no token) is read as that release wrote
+  it: release N adopts N-1's runs, and the ownership checks above and below still hold;
 - the claimed supervisor leads its group (pgid == pid) and, while its pid is alive, it is
   that process (its start time), it belongs to this user (real uid), and it runs the
   supervisor (its command line).
@@ -97,7 +99,8 @@ def adoption_problem(spool_dir: Path, start: dict[str, Any]) -> str | None:
     if problem is not None:
         return problem
     run = sup.read_record(spool_dir, sup.RUN_NAME) or {}
-    if not run.get("token") or start.get("token") != run.get("token"):
+    tokenless_release = start.get("version") == 1 and "token" not in start  # 0.1.0's claim
+    if not tokenless_release and (not run.get("token") or start.get("token") != run.get("token")):
         return "the start record does not carry the run's launch token"
     try:
         pid, pgid, started_at = int(start["pid"]), int(start["pgid"]), float(start["started_at"])

@@ -1,0 +1,30 @@
+"""`finalize SPOOL_DIR`: write the terminal row of a run whose gateway is gone.
+
+Not for people: a supervisor starts it when its run ended and the gateway that launched
+the run is gone (gateway/jobs/finalizer.py says why and how), its settings on stdin (they
+may hold a DSN password: never argv, never a file). Run by hand without stdin it reads the
+config as every other command does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gateway.cli.common import EXIT_FAILURE, EXIT_OK, load, run
+from gateway.logs import configure_logging
+
+
+def cmd_finalize(args: argparse.Namespace) -> int:
+    from gateway.jobs.finalizer import finalize_run, settings_from_handoff
+
+    handed = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
+    if handed.strip():
+        settings = settings_from_handoff(handed)
+        configure_logging(settings.logging.level, settings.logging.format)
+    else:
+        settings = load(args, quiet=True)
+    outcome = run(finalize_run, settings, Path(args.spool_dir))
+    print(f"finalize {args.spool_dir}: {outcome}", file=sys.stderr)
+    return EXIT_OK if outcome in ("finalized", "already settled") else EXIT_FAILURE

@@ -1,0 +1,137 @@
+"""A run's end is recorded with no gateway alive (DESIGN.md section 4, "finalize with no
+gateway alive"): the supervisor of a run whose gateway is gone starts the gateway's own
+finalizer (`python -m gateway finalize <spool dir>`), which writes the terminal row through
+the normal store and completion path. Real gateway process, supervisor, fake CLI and store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+import tomli_w
+
+from gateway.config import Settings
+from gateway.jobs.run import supervisor as sup
+from gateway.model import JobStatus
+from gateway.store import open_store
+from tests.jobs.conftest import FakeLog, wait_for
+from tests.jobs.owner_gateway import NO_FINALIZER_ENV
+from tests.jobs.test_detach import start_owner
+
+pytestmark = pytest.mark.anyio
+
+# The bound the issue sets: a closed window's job reads completed within 5 s of its CLI's exit.
+FINALIZED_WITHIN_S = 5.0
+GAP_S = 3.0  # how long after a run's end the next gateway starts (finished_at must not move)
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def test_a_closed_windows_job_reads_completed_within_seconds_with_no_gateway_running(
+    make_settings, fake_log: FakeLog, tmp_path: Path
+) -> None:
+    settings = make_settings()
+    owner, job_id = start_owner(settings, tmp_path, "finish with nobody watching @sleep=1.5")
+    spawn = await wait_for(lambda: fake_log.spawns(), 10)
+    owner.kill()  # the window closed: no gateway is left on this host
+    owner.wait()
+    await wait_for(lambda: gone(spawn[0]["pid"]), 20, step=0.01)
+    exited = time.monotonic()
+    store = await open_store(settings)
+    try:
+        async def completed() -> bool:
+            row = await store.get_job(job_id, with_output=False)
+            return row is not None and row.status.is_terminal
+
+        await wait_for(completed, 20)
+        took = time.monotonic() - exited
+        row = await store.get_job(job_id, with_output=False)
+        assert row is not None and row.status is JobStatus.COMPLETED, row
+        page = await store.read_output(job_id, 0, 1 << 16, answer=True)
+        assert page is not None
+        assert page[0].decode() == "fake-claude answer: finish with nobody watching @sleep=1.5"
+        assert took < FINALIZED_WITHIN_S, f"finalized {took:.2f} s after the CLI exited"
+        # Nobody else was running: a finalizer wrote it, and its row is marked stopped.
+        async def finalizer_stopped() -> bool:
+            rows = [i for i in await store.list_instances() if i.role == "finalizer"]
+            return bool(rows) and all(i.stopped_at is not None for i in rows)
+
+        await wait_for(finalizer_stopped, 20)
+        assert row.owner_instance in {i.instance_id for i in await store.list_instances()
+                                      if i.role == "finalizer"}
+    finally:
+        await store.close()
+
+
+def write_config(settings: Settings, path: Path) -> Path:
+    """The settings as a config file the CLI reads (the sections a jobs command needs)."""
+    data = settings.model_dump(mode="json", include={"persistence", "lease", "providers"})
+    path.write_text(tomli_w.dumps(_without_none(data)), encoding="utf-8")
+    return path
+
+
+def _without_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    return value
+
+
+async def test_jobs_show_finalizes_a_run_that_ended_while_no_gateway_was_alive(
+    make_settings, fake_log: FakeLog, tmp_path: Path
+) -> None:
+    # Its supervisor started no finalizer (as under a gateway of the previous release): the
+    # operator's read finalizes it, and says the truth, instead of "running (no process)".
+    settings = make_settings()
+    owner, job_id = start_owner(settings, tmp_path, "read me the truth @sleep=0.5",
+                                env={NO_FINALIZER_ENV: "1"})
+    spawn = await wait_for(lambda: fake_log.spawns(), 10)
+    owner.kill()
+    owner.wait()
+    await wait_for(lambda: gone(spawn[0]["pid"]), 20, step=0.01)
+    config = write_config(settings, tmp_path / "config.toml")
+    env = {**os.environ, "AGENT_GATEWAY_CONFIG": str(config)}
+    shown = subprocess.run([sys.executable, "-m", "gateway", "jobs", "show", job_id, "--json"],
+                           capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert shown.returncode == 0, shown.stderr
+    info = json.loads(shown.stdout)
+    assert info["status"] == "completed", info
+    result = subprocess.run([sys.executable, "-m", "gateway", "jobs", "result", job_id],
+                            capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert result.stdout.strip() == "fake-claude answer: read me the truth @sleep=0.5"
+
+
+async def test_a_new_gateways_first_answer_about_an_ended_run_is_final_and_dated_by_its_end(
+    make_settings, start_gateway, fake_log: FakeLog, tmp_path: Path
+) -> None:
+    # Tried with real clients: the first llm_job_status after a restart read `running`, and
+    # finished_at (the RAN column) was the time the next gateway finalized it.
+    settings = make_settings()
+    owner, job_id = start_owner(settings, tmp_path, "ended long ago @sleep=0.2",
+                                env={NO_FINALIZER_ENV: "1"})
+    spawn = await wait_for(lambda: fake_log.spawns(), 10)
+    owner.kill()
+    owner.wait()
+    spool = settings.state_dir / "spool" / job_id / "0"
+    end = await wait_for(lambda: sup.read_record(spool, sup.END_NAME), 20)
+    assert gone(spawn[0]["pid"]) or await wait_for(lambda: gone(spawn[0]["pid"]), 10)
+    # The gap this test is about: the next gateway starts well after the run ended.
+    await anyio.sleep(GAP_S)
+    manager = await (await start_gateway(settings)).manager()
+    row = await manager.get(job_id)  # the first answer, right after start
+    assert row.status is JobStatus.COMPLETED, row
+    assert row.finished_at is not None
+    assert abs(row.finished_at.timestamp() - float(end["ended_at"])) < GAP_S / 2
