@@ -4,8 +4,9 @@ One Gateway (job manager and lease tasks) serves every HTTP session of the proce
 app's lifespan runs the SDK session manager, whose single entry into the MCP lifespan
 starts and stops it. The guard is a pure ASGI wrapper (streaming responses pass through
 untouched) that answers before the SDK sees the request:
-- 421 unless the Host header names the bound address and port, 403 for an Origin header not
-  in `http.allowed_origins` (DNS rebinding: a web page's script must never reach a loopback
+- 421 unless the Host header names the bound address and port, 403 for an Origin header that
+  is neither the gateway's own (`http://` plus a Host value it accepts) nor in
+  `http.allowed_origins` (DNS rebinding: a web page's script must never reach a loopback
   gateway under an attacker's name). The SDK guards only the literal 127.0.0.1, localhost
   and ::1, so its own check is off and this one covers every address, token or not;
 - 401 with `WWW-Authenticate: Bearer` unless the Authorization header carries the token
@@ -129,13 +130,27 @@ class HttpGuard:
         origin = headers.get(b"origin")
         if origin is not None:
             given = origin.decode("latin-1").strip().rstrip("/").lower()
-            if given not in self._origins:
+            if given not in self._origins and not self._own_origin(scope, given):
                 log.warning("refused a request from a foreign origin", action="origin_refused",
                             origin=given[:100])
                 return _json(403, {"error": "forbidden_origin",
                                    "message": "this Origin is not allowed; list it in "
                                               "[http] allowed_origins to let it call"})
         return None
+
+    def _own_origin(self, scope: Scope, origin: str) -> bool:
+        """True for the origin of the address this gateway serves on (`http://127.0.0.1:PORT`):
+        a page it served itself, which DNS rebinding cannot forge (the attacker's page
+        carries the attacker's name). On a wildcard bind, the IP literal the connection
+        reached (and `localhost` when that is loopback)."""
+        scheme, sep, authority = origin.partition("://")
+        if scheme != "http" or not sep:
+            return False
+        local_ip, port = (scope.get("server") or (None, None))[:2]
+        if port is None:
+            return False
+        bound = self.host if self._check_host else (local_ip or "")
+        return authority in allowed_host_headers(bound, local_ip, port)
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
         if self._token is None:
