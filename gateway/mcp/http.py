@@ -12,9 +12,10 @@ untouched) that answers before the SDK sees the request:
 - 401 with `WWW-Authenticate: Bearer` unless the Authorization header carries the token
   (scheme case-insensitive per RFC 7235, token compared in constant time);
 - 413 when Content-Length exceeds `http.max_body_bytes` (the SDK also caps streamed bodies);
-- at `http.max_sessions` open sessions, the least recently used idle one is closed to make
-  room (sessions.py); 429 with Retry-After only when every session is busy (the SDK refuses
-  with 503; a full server is a "come back later", which clients retry, not a server fault).
+- at `http.max_sessions` open sessions, an `initialize` closes the least recently used
+  session idle past the eviction floor to make room (sessions.py); 429 with Retry-After
+  only when none can give way (the SDK refuses with 503; a full server is a "come back
+  later", which clients retry, not a server fault).
 A request that is JSON but not valid Unicode (a lone surrogate) gets a parse error for its
 own id (unicode_errors.py), not the SDK's `id: null`.
 `GET /healthz` needs no token and says only whether the gateway is ready and admitting.
@@ -34,7 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.config import Settings
 from gateway.mcp.server import GatewayServer, build_server
-from gateway.mcp.sessions import SessionTable
+from gateway.mcp.sessions import SessionTable, opens_a_session
 from gateway.mcp.unicode_errors import rewrite_parse_error
 from providers.loopback import LOCALHOST, is_loopback_host
 
@@ -72,7 +73,9 @@ def build_http_app(settings: Settings, host: str,
     )
     guard = HttpGuard(app, token=token, max_body_bytes=settings.http.max_body_bytes,
                       host=host, allowed_origins=settings.http.allowed_origins,
-                      sessions=SessionTable(server.session_manager),
+                      sessions=SessionTable(
+                          server.session_manager,
+                          session_idle_timeout_s=settings.http.session_idle_timeout_s),
                       max_sessions=settings.http.max_sessions)
     return guard, server
 
@@ -200,12 +203,39 @@ class HttpGuard:
                 await self.app(scope, receive, send)
             return
         if scope.get("method") == "POST":
-            if not await self.sessions.make_room(self.max_sessions):
-                log.warning("HTTP session limit reached, every session busy",
-                            action="session_cap")
+            if self.sessions.at_cap(self.max_sessions):
+                body, receive = await _buffered(receive, self.max_body_bytes)
+                if opens_a_session(body) and not await self.sessions.make_room(
+                        self.max_sessions):
+                    log.warning("HTTP session limit reached, every session busy",
+                                action="session_cap")
             await self.app(scope, receive, _opening_response(send, self.sessions))
             return
         await self.app(scope, receive, send)
+
+
+async def _buffered(receive: Receive, limit: int) -> tuple[bytes, Receive]:
+    """Read a request body (at most `limit` + 1 bytes: more is not a session's opening
+    request, and the SDK refuses it) and a receive that replays it to the app."""
+    messages: list[Message] = []
+    size = 0
+    while size <= limit:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        size += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+    replay = iter(messages)
+
+    async def replaying() -> Message:
+        for message in replay:
+            return message
+        return await receive()
+
+    return (body if size <= limit else b""), replaying
 
 
 def _opening_response(send: Send, sessions: SessionTable) -> Send:

@@ -228,7 +228,10 @@ async def test_own_origin_is_accepted_with_empty_allowed_origins(harness: Harnes
         server.stop()
 
 
-async def test_bearer_scheme_is_case_insensitive(server: HttpServer) -> None:
+async def test_bearer_scheme_is_case_insensitive(harness: Harness) -> None:
+    # Three sessions opened back to back: more than the small fixture's cap lets in (a
+    # session younger than the eviction floor is never evicted).
+    server = harness.http_server({"http": {"max_sessions": 5}})
     for scheme in ("bearer", "BEARER", "BeArEr"):
         answer = raw(server, "POST", dict(MCP_HEADERS, Authorization=f"{scheme} {TOKEN}"),
                      INITIALIZE)
