@@ -27,6 +27,9 @@ CONFIG_ENV = "AGENT_GATEWAY_CONFIG"
 # The longest a run may be given (timeout_s, default_timeout_s): a bound, so that 1e308 or
 # infinity is refused rather than taken as "no limit".
 MAX_TIMEOUT_S = 7 * 24 * 3600
+# The most output a job may keep (limits.max_output_bytes) and so the largest byte offset
+# into it: 1 TiB, far past any disk a gateway writes to, so 10**40 is a typo, not a limit.
+MAX_OUTPUT_BYTES_BOUND = 1 << 40
 PROVIDER_NAMES = ("claude", "codex", "gemini", "grok", "mistral", "devin", "cursor")
 
 
@@ -111,7 +114,7 @@ class LimitsConfig(_Section):
     max_running_per_provider: int = Field(default=16, ge=1)
     max_queued_jobs: int = Field(default=128, ge=0)
     queue_timeout_s: float = Field(default=120, gt=0)
-    max_output_bytes: int = Field(default=52_428_800, ge=1)
+    max_output_bytes: int = Field(default=52_428_800, ge=1, le=MAX_OUTPUT_BYTES_BOUND)
     max_prompt_bytes: int = Field(default=1_048_576, ge=1)
     sync_defer_after_s: float = Field(default=45, gt=0)
     default_timeout_s: float = Field(default=3600, gt=0, le=MAX_TIMEOUT_S)

@@ -25,6 +25,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from gateway import __version__
+from gateway.config import MAX_OUTPUT_BYTES_BOUND
 from gateway.jobs.requests import SubmitRequest
 from gateway.mcp.results import (
     describe_status,
@@ -48,6 +49,7 @@ from gateway.mcp.signatures import (
     option_params,
     options_given,
     signature_of,
+    strict_signature,
 )
 from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 
@@ -367,8 +369,8 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
 
     async def llm_job_result(
         job_id: JOB_ID,
-        offset: Annotated[int, Field(ge=0, description="UTF-8 byte offset: the previous "
-                                     "page's next_offset.")] = 0,
+        offset: Annotated[int, Field(ge=0, le=MAX_OUTPUT_BYTES_BOUND, description=(
+            "UTF-8 byte offset: the previous page's next_offset."))] = 0,
         max_bytes: Annotated[int, Field(ge=1, le=MAX_RESULT_PAGE_BYTES, description=(
             "Largest page to return, in bytes."))] = DEFAULT_RESULT_PAGE_BYTES,
         raw: Annotated[bool, Field(description="The CLI's raw stdout instead of the "
@@ -618,7 +620,9 @@ def build_job_tools(state: ServerState) -> list[Tool]:
     for name, body, hints in job_tools(state):
         # One line: a docstring's indentation is bytes in every model's context.
         description = " ".join((body.__doc__ or "").split())
-        tool = Tool.from_function(guarded(name, body), name=name, description=description,
+        wrapped = guarded(name, body)
+        wrapped.__signature__ = strict_signature(body)  # type: ignore[attr-defined]
+        tool = Tool.from_function(wrapped, name=name, description=description,
                                   annotations=hints)
         tool.parameters = compact_schema(tool.parameters)
         tools.append(tool)
