@@ -54,12 +54,14 @@ def serve_broken_setup(error: ConfigError) -> int:
     from gateway.logs import configure_logging
 
     configure_logging("info", "auto")  # the config's own choice is unreadable
-    where = f"the config file {error.path}" if error.path else "the configuration"
     problems = "; ".join(error.problems)
-    message = (f"The gateway cannot start: {where} is invalid: {problems}. Fix it (every key "
-               f"is in config.example.toml; `agent-cli-gateway doctor` checks the file), then "
-               f"restart the gateway (reconnect the MCP server in your client). This will not "
-               f"pass by itself.")
+    check = ("the variables are read from the environment the gateway starts in, so fix "
+             "them where the MCP client's config sets them (`agent-cli-gateway doctor` run "
+             "from another shell does not see them)" if error.env_names else
+             "`agent-cli-gateway doctor` checks the file")
+    message = (f"The gateway cannot start: {error.source} is invalid: {problems}. Fix it "
+               f"(every key is in config.example.toml; {check}), then restart the gateway "
+               f"(reconnect the MCP server in your client). This will not pass by itself.")
     server = build_server(Settings.model_construct(), role="stdio", setup_error=message)
     return asyncio.run(_serve_server_stdio(server))
 
