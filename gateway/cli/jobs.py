@@ -37,7 +37,10 @@ from gateway.cli.format import (
     size,
     table,
     terminal_columns,
+    terminal_safe,
     use_colour,
+    visible,
+    visible_data,
 )
 from gateway.config import Settings
 from gateway.logs import redact_value
@@ -136,7 +139,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
     for job in jobs:
         status = job.status.value + (" !" if job.error_kind and job.status.is_terminal else "")
         rows.append((job.id[:8], job.provider, status, ago(job.created_at, now),
-                     duration(ran_for(job, now)), first_line(prompt_of(job))))
+                     duration(ran_for(job, now)), visible(first_line(prompt_of(job)))))
         colours.append(("", "", STATUS_COLOURS[job.status] if colour else "", "", "", ""))
     for line in table(header, rows, width=terminal_columns(), colours=colours):
         print(line)
@@ -196,6 +199,7 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return EXIT_OK
+    info = visible_data(info)  # job data is shown, never obeyed, by the terminal
     colour = use_colour()
     status = JobStatus(info["status"])
 
@@ -268,11 +272,12 @@ def cmd_jobs_result(args: argparse.Namespace) -> int:
         return job_exit_code(job)
     end = args.offset + len(data)
     # Raw bytes, not text: pages split mid-character still concatenate to the exact output.
-    sys.stdout.buffer.write(data)
+    out = terminal_safe(sys.stdout.buffer)
+    out.write(data)
     whole = args.offset == 0 and end >= total
     if whole and data and not data.endswith(b"\n"):
-        sys.stdout.buffer.write(b"\n")  # a whole answer ends its line; pages stay exact
-    sys.stdout.flush()
+        out.write(b"\n")  # a whole answer ends its line; pages stay exact
+    out.flush()
     if end < total:
         print(f"{PROG}: bytes {args.offset}-{end} of {total}; next page: "
               f"{PROG} jobs result {job.id[:8]} --offset {end}", file=sys.stderr)
@@ -283,7 +288,7 @@ def cmd_jobs_result(args: argparse.Namespace) -> int:
 
 def _say_outcome(job: JobRow) -> None:
     reason = f"{job.error_kind}: {job.error}" if job.error_kind else (job.error or "no detail")
-    print(f"{PROG}: job {job.id} {job.status.value} ({reason})", file=sys.stderr)
+    print(f"{PROG}: job {job.id} {job.status.value} ({visible(reason)})", file=sys.stderr)
 
 
 def cmd_jobs_tail(args: argparse.Namespace) -> int:
@@ -291,7 +296,7 @@ def cmd_jobs_tail(args: argparse.Namespace) -> int:
 
     async def tail(settings: Settings, store: JobStore, job: JobRow) -> JobRow:
         return await follow_job(settings, store, job.id, follow=args.follow, raw=args.raw,
-                                out=sys.stdout.buffer)
+                                out=terminal_safe(sys.stdout.buffer))
 
     job = on_job(args, tail)
     if job.status.is_terminal and job.status is not JobStatus.COMPLETED:
