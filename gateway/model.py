@@ -129,6 +129,9 @@ class JobRow:
     boot_id: str | None = None
     # When a gateway queued it again after its first owner left it unstarted (at most once).
     requeued_at: datetime | None = None
+    # Who made it (gateway/mcp/principal.py): "local", or a hash of the bearer token. NULL on
+    # a row from before schema 4.
+    principal: str | None = None
 
     @classmethod
     def column_names(cls) -> tuple[str, ...]:
@@ -166,6 +169,7 @@ class NewJob:
     session_id: str | None = None
     request_json: str = "{}"
     forced: bool = False
+    principal: str | None = None
 
 
 class OutputFileError(RuntimeError):

@@ -156,7 +156,7 @@ class JobManager:
         return await asyncio.shield(admission)
 
     async def _admit(self, provider: str, target: Target, request: SubmitRequest) -> Submission:
-        key = request_key(target.normalized)
+        key = request_key(target.normalized, request.principal)
         if not request.force_refresh:
             existing = await self._find_reusable(key)
             if existing is not None:
@@ -183,7 +183,7 @@ class JobManager:
             hostname=self.hostname, boot_id=self.boot_id, working_dir=target.working_dir,
             model=target.model, session_id=request.session_id,
             request_json=stored_request(target.normalized, request.timeout_s),
-            forced=request.force_refresh,
+            forced=request.force_refresh, principal=request.principal,
         )
         return await self._insert_and_start(new, target, ticket, request)
 

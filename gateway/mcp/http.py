@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.config import Settings
+from gateway.mcp.principal import principal_of
 from gateway.mcp.server import GatewayServer, build_server
 from gateway.mcp.sessions import SessionTable, opens_a_session
 from gateway.mcp.unicode_errors import rewrite_parse_error
@@ -56,6 +57,7 @@ def build_http_app(settings: Settings, host: str,
     """The ASGI app serving MCP at `settings.http.path` plus /healthz, behind the guard."""
     server = build_server(settings, role="http")
     state = server.state
+    state.principal = principal_of(token)  # its callers: whoever holds this token
 
     async def healthz(_request: Request) -> Response:
         manager = state.ready_manager()

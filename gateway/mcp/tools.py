@@ -27,6 +27,7 @@ from pydantic import Field, ValidationError
 from gateway import __version__
 from gateway.config import MAX_OUTPUT_BYTES_BOUND
 from gateway.jobs.requests import SubmitRequest
+from gateway.mcp.principal import LOCAL, may_see, owned
 from gateway.mcp.results import (
     describe_status,
     duration_s,
@@ -107,6 +108,9 @@ class ServerState:
         # Re-check which provider CLIs are installed; True if the tool list changed.
         self.recheck_tools: Callable[[], Awaitable[bool]] | None = None
         self.listed_providers: tuple[str, ...] = ()  # whose request tools are listed
+        # Who this server's callers are (principal.py): "local" unless an HTTP gateway with
+        # a token sets its own (http.py).
+        self.principal = LOCAL
 
     async def manager(self) -> JobManager:
         """The job manager; GatewayError(unavailable) while starting or shutting down,
@@ -189,7 +193,7 @@ class ProviderTools:
             prompt=prompt, model=model, working_dir=values.pop("working_dir", None),
             session_id=values.pop("session_id", None), timeout_s=values.pop("timeout_s", None),
             force_refresh=bool(values.pop("force_refresh", False)),
-            options=options_given(self.options, values))
+            options=options_given(self.options, values), principal=self.state.principal)
 
     def make(self, sync: bool) -> ToolBody:
         name = f"{self.provider}_request" if sync else f"{self.provider}_request_async"
@@ -363,7 +367,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         """Where a job stands: status, exit code, error, output bytes so far. Any
         gateway instance's jobs, across restarts."""
         manager = await state.manager()
-        row = await manager.get(job_id)
+        row = owned(state.principal, await manager.get(job_id))
         text = describe_status(row)
         return ok(text, {**job_fields(row), "message": text, "next": follow_up(row)})
 
@@ -379,6 +383,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         """A page of a job's output (the parsed answer; raw stdout with raw=true),
         also while it runs. Repeat with offset=next_offset until next_offset is null."""
         manager = await state.manager()
+        owned(state.principal, await manager.get(job_id))
         page = await manager.read_result(job_id, offset, max_bytes, raw)
         row = page.job
         data = {
@@ -405,6 +410,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         """Stop a job wherever it runs (another instance's job stops within seconds:
         outcome cancel_requested). A finished job is left as it is."""
         manager = await state.manager()
+        owned(state.principal, await manager.get(job_id))
         outcome = await manager.cancel(job_id)
         row = outcome.job
         texts = {
@@ -439,6 +445,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
                                                        f"bytes of output after {elapsed:.0f} s "
                                                        f"of waiting")
 
+        owned(state.principal, await manager.get(job_id))
         row = await manager.wait(job_id, timeout_s, on_progress)
         done = row.status.is_terminal
         text = describe_status(row)
@@ -460,7 +467,9 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
     ) -> CallToolResult:
         """Recent jobs, newest first, optionally filtered by status and provider."""
         manager = await state.manager()
-        rows = await manager.list_jobs(status=status, provider=provider, limit=limit)
+        rows = [r for r in await manager.list_jobs(status=status, provider=provider,
+                                                   limit=limit)
+                if may_see(state.principal, r)]
         jobs = [job_fields(r) for r in rows]
         lines = [f"{r.id}  {r.provider:<8} {r.status:<10} {_when(r)}" for r in rows]
         text = "\n".join(lines) if lines else "No jobs match."

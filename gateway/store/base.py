@@ -27,7 +27,8 @@ from gateway.model import (
     Progress,
 )
 
-SCHEMA_VERSION = 3  # 2: SQLite keeps `output` last in the row; 3: `requeued_at`
+SCHEMA_VERSION = 4  # 2: SQLite keeps `output` last in the row; 3: `requeued_at`;
+# 4: `principal` (who made the job: only they see it over MCP)
 
 # The reaper reads at most this many candidates per sweep (oldest lease first; the rest are
 # read by the next sweep): a sweep's cost is bounded whatever happened to the table.

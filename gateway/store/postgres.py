@@ -419,6 +419,7 @@ class PostgresJobStore:
                     job.id, job.provider, job.request_key, job.transport, job.correlation_id,
                     job.owner_instance, float(ttl_s), job.hostname, job.working_dir,
                     job.model, job.session_id, job.request_json, job.forced, job.boot_id,
+                    job.principal,
                 )
             except asyncpg.UniqueViolationError as exc:
                 if exc.constraint_name != ACTIVE_INDEX_NAME:

@@ -144,10 +144,22 @@ _SCHEMA_V3 = (
     *_SCHEMA_V1[2:],
 )
 
+# v4: `principal` (who made the job; NULL for the rows before). Rebuilt like v3.
+_V4_COLUMN_DEFS = (*(c for c in _V3_COLUMN_DEFS if c[0] != "output"),
+                   ("principal", "TEXT"), ("output", "TEXT"))
+_V3_COLUMNS = ", ".join(column for column, _ in _V3_COLUMN_DEFS)
+_SCHEMA_V4 = (
+    _create_jobs_table("jobs_v4", _V4_COLUMN_DEFS),
+    f"INSERT INTO jobs_v4 ({_V3_COLUMNS}) SELECT {_V3_COLUMNS} FROM jobs",
+    "DROP TABLE jobs",
+    "ALTER TABLE jobs_v4 RENAME TO jobs",
+    *_SCHEMA_V1[2:],
+)
+
 # (version, statements) in order, each version in one transaction; re-running a version's
 # statements in order changes nothing.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
-    (1, _SCHEMA_V1), (2, _SCHEMA_V2), (3, _SCHEMA_V3))
+    (1, _SCHEMA_V1), (2, _SCHEMA_V2), (3, _SCHEMA_V3), (4, _SCHEMA_V4))
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
@@ -203,10 +215,10 @@ LIMIT 1"""
 INSERT_JOB = f"""
 INSERT INTO jobs (id, provider, status, request_key, transport, correlation_id,
                   owner_instance, lease_deadline, hostname, working_dir, model, session_id,
-                  request_json, created_at, updated_at, forced, boot_id)
+                  request_json, created_at, updated_at, forced, boot_id, principal)
 VALUES (:id, :provider, 'queued', :request_key, :transport, :correlation_id,
         :owner_instance, :now + :ttl_s, :hostname, :working_dir, :model, :session_id,
-        :request_json, :now, :now, :forced, :boot_id)
+        :request_json, :now, :now, :forced, :boot_id, :principal)
 ON CONFLICT (request_key) WHERE status IN ('queued','running') AND forced = 0 DO NOTHING
 RETURNING {_JOB_COLUMNS}"""
 
