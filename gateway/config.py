@@ -13,6 +13,7 @@ its startup (bench/: startup), for the one source it was used for.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import tomllib
@@ -32,7 +33,23 @@ MAX_TIMEOUT_S = 7 * 24 * 3600
 # gateway (shared by a team): [persistence] pool_max.
 POOL_MAX_STDIO = 2
 POOL_MAX_HTTP = 10
+
+# The most output a job may keep (limits.max_output_bytes) and so the largest byte offset
+# into it: 1 TiB, far past any disk a gateway writes to, so 10**40 is a typo, not a limit.
+MAX_OUTPUT_BYTES_BOUND = 1 << 40
 PROVIDER_NAMES = ("claude", "codex", "gemini", "grok", "mistral", "devin", "cursor")
+# Bounds on the numbers a config may hold: far past any real setting, so that `inf`, 1e308
+# or 10**40 is refused as the typo it is rather than taken as "no limit" (#23 item 10).
+MAX_COUNT = 1_000_000  # jobs, sessions, heartbeat failures
+MAX_RETENTION_DAYS = 36_500
+# A variable holding JSON (a list or a table) may nest this deep: real values nest two or
+# three levels; `[` * 50000 would exhaust the parser's recursion and kill `serve`.
+MAX_JSON_DEPTH = 32
+# A value longer than this is never quoted in an error (it may be a pasted secret or a
+# megabyte of junk); shorter ones are, unless their key holds secrets (`_may_echo`).
+MAX_ECHOED_CHARS = 40
+# Keys whose values are secrets, or may hold them: never quoted in an error.
+SECRET_KEY_PARTS = frozenset({"env", "headers", "auth_token", "dsn"})
 
 
 def gateway_home() -> Path:
@@ -49,14 +66,41 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def seconds(default: float, *, zero_ok: bool = False, most: float = MAX_TIMEOUT_S) -> Any:
+    """A duration key: finite (no `inf`, no `nan`), above 0 (or at least 0), at most `most`."""
+    if zero_ok:
+        return Field(default=default, ge=0, le=most, allow_inf_nan=False)
+    return Field(default=default, gt=0, le=most, allow_inf_nan=False)
+
+
+def count(default: int, *, least: int = 1) -> Any:
+    """A count key (jobs, sessions, failures): an integer from `least` to MAX_COUNT."""
+    return Field(default=default, ge=least, le=MAX_COUNT)
+
+
+MAX_USD = 1_000_000.0  # a budget or reservation past this is a typo, not a limit
+
+
+def usd(*, above_zero: bool = False) -> Any:
+    """An amount in US dollars (unset: no limit): finite, 0 (or above) to MAX_USD."""
+    if above_zero:
+        return Field(default=None, gt=0, le=MAX_USD, allow_inf_nan=False)
+    return Field(default=None, ge=0, le=MAX_USD, allow_inf_nan=False)
+
+
+def byte_size(default: int) -> Any:
+    """A size in bytes: 1 to MAX_OUTPUT_BYTES_BOUND."""
+    return Field(default=default, ge=1, le=MAX_OUTPUT_BYTES_BOUND)
+
+
 class PersistenceConfig(_Section):
     backend: Literal["sqlite", "postgres", "memory"] = "sqlite"
     path: Path = Field(default_factory=lambda: gateway_home() / "jobs.db")
     dsn: str | None = None
-    retention_days: float = Field(default=30, gt=0)
+    retention_days: float = seconds(30, most=MAX_RETENTION_DAYS)
     # Long enough for a client's retry after a timeout, short enough that a repeated
     # instruction to an agent ("run the tests and fix what fails") is new work.
-    dedup_window_s: float = Field(default=120, ge=0)
+    dedup_window_s: float = seconds(120, zero_ok=True)
     # PostgreSQL connections this gateway may hold for its work (the heartbeat has one slot
     # of its own besides). Unset: 2 for a stdio gateway (one per client window: 100 windows
     # must fit a server's default max_connections), 10 for a shared HTTP gateway.
@@ -87,20 +131,20 @@ class PersistenceConfig(_Section):
 
 
 class LeaseConfig(_Section):
-    heartbeat_s: float = Field(default=15, gt=0)
-    ttl_s: float = Field(default=90, gt=0)
-    http_job_grace_s: float = Field(default=300, gt=0)
-    sweep_interval_s: float = Field(default=30, gt=0)
-    instance_gc_s: float = Field(default=3600, gt=0)
-    cancel_poll_s: float = Field(default=5, gt=0)
-    max_heartbeat_failures: int = Field(default=3, ge=1)
-    drain_timeout_s: float = Field(default=1.5, gt=0)
+    heartbeat_s: float = seconds(15)
+    ttl_s: float = seconds(90)
+    http_job_grace_s: float = seconds(300)
+    sweep_interval_s: float = seconds(30)
+    instance_gc_s: float = seconds(3600)
+    cancel_poll_s: float = seconds(5)
+    max_heartbeat_failures: int = count(3)
+    drain_timeout_s: float = seconds(1.5)
     # "detach": a gateway that shuts down leaves its runs to their supervisors (the next
     # gateway on the host adopts them); "stop": it stops them and fails its queued jobs.
     on_shutdown: Literal["detach", "stop"] = "detach"
     # Uncharged re-queues of one job (its owner proven gone before it started) in an hour;
     # past it the job ends failed (requeue_limit): a poison job cannot walk every gateway.
-    max_requeues: int = Field(default=6, ge=1)
+    max_requeues: int = count(6)
 
     @model_validator(mode="after")
     def _lease_invariants(self) -> LeaseConfig:
@@ -128,16 +172,16 @@ class LeaseConfig(_Section):
 
 
 class LimitsConfig(_Section):
-    max_running_jobs: int = Field(default=32, ge=1)
-    max_running_per_provider: int = Field(default=16, ge=1)
-    max_queued_jobs: int = Field(default=128, ge=0)
-    queue_timeout_s: float = Field(default=120, gt=0)
-    max_output_bytes: int = Field(default=52_428_800, ge=1)
-    max_prompt_bytes: int = Field(default=1_048_576, ge=1)
-    sync_defer_after_s: float = Field(default=45, gt=0)
-    default_timeout_s: float = Field(default=3600, gt=0, le=MAX_TIMEOUT_S)
-    idle_timeout_s: float = Field(default=600, gt=0)
-    kill_grace_s: float = Field(default=5, ge=0)
+    max_running_jobs: int = count(32)
+    max_running_per_provider: int = count(16)
+    max_queued_jobs: int = count(128, least=0)
+    queue_timeout_s: float = seconds(120)
+    max_output_bytes: int = byte_size(52_428_800)
+    max_prompt_bytes: int = byte_size(1_048_576)
+    sync_defer_after_s: float = seconds(45)
+    default_timeout_s: float = seconds(3600)
+    idle_timeout_s: float = seconds(600)
+    kill_grace_s: float = seconds(5, zero_ok=True)
 
 
 class WorktreesConfig(_Section):
@@ -148,8 +192,8 @@ class WorktreesConfig(_Section):
     # `worktrees/`, outside every repository, so a `git status` there never shows them.
     root: Path | None = None
     branch_prefix: str = "agent-gateway/"
-    retention_h: float = Field(default=72, ge=0)
-    max_per_repo: int = Field(default=20, ge=1)
+    retention_h: float = seconds(72, zero_ok=True, most=MAX_RETENTION_DAYS * 24)
+    max_per_repo: int = count(20)
     copy_files: list[str] = Field(default_factory=list, alias="copy")
     lfs: bool = False
 
@@ -176,10 +220,10 @@ class HttpConfig(_Section):
     port: int = Field(default=8765, ge=0, le=65535)
     path: str = "/mcp"
     auth_token: str | None = Field(default=None, repr=False)
-    max_body_bytes: int = Field(default=8_388_608, ge=1)
-    max_sessions: int = Field(default=100, ge=1)
+    max_body_bytes: int = byte_size(8_388_608)
+    max_sessions: int = count(100)
     # Clients that leave without DELETE (many do) hold a session until this idles out.
-    session_idle_timeout_s: float = Field(default=300, gt=0, le=86_400)
+    session_idle_timeout_s: float = seconds(300, most=86_400)
     # Browser origins (scheme://host:port) allowed to call; none by default (DNS rebinding).
     allowed_origins: list[str] = Field(default_factory=list)
 
@@ -192,7 +236,7 @@ class LoggingConfig(_Section):
     @classmethod
     def _lower_case(cls, value: Any) -> Any:
         # `level = "INFO"` and AGENT_GATEWAY_LOGGING__LEVEL=DEBUG are what people type.
-        return value.lower() if isinstance(value, str) else value
+        return ascii_lower(value) if isinstance(value, str) else value
 
 
 class ProviderConfig(_Section):
@@ -208,25 +252,25 @@ class ApiProviderConfig(_Section):
     base_url: str
     api_key_env: str | None = None
     default_model: str | None = None
-    timeout_s: float = Field(default=600, gt=0, le=MAX_TIMEOUT_S)
+    timeout_s: float = seconds(600)
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
 
 
 class ProviderBudgetConfig(_Section):
     """`[budgets.providers.<name>]`: one provider's limits (unset: none)."""
 
-    daily_usd: float | None = Field(default=None, ge=0)
-    monthly_usd: float | None = Field(default=None, ge=0)
-    max_jobs_per_day: int | None = Field(default=None, ge=0)
+    daily_usd: float | None = usd()
+    monthly_usd: float | None = usd()
+    max_jobs_per_day: int | None = Field(default=None, ge=0, le=MAX_COUNT)
 
 
 class BudgetsConfig(_Section):
     """`[budgets]`: spend limits over UTC days and months (issue 28; gateway/jobs/budgets.py).
     All unset: no limit, and admission reserves nothing."""
 
-    daily_usd: float | None = Field(default=None, ge=0)
-    monthly_usd: float | None = Field(default=None, ge=0)
-    job_reservation_usd: float | None = Field(default=None, gt=0)
+    daily_usd: float | None = usd()
+    monthly_usd: float | None = usd()
+    job_reservation_usd: float | None = usd(above_zero=True)
     providers: dict[str, ProviderBudgetConfig] = Field(default_factory=dict)
 
 
@@ -276,13 +320,118 @@ class Settings(_Section):
 
 
 class ConfigError(Exception):
-    """The configuration is invalid. `problems` holds one readable line per problem."""
+    """The configuration is invalid. `problems` holds one readable line per problem;
+    `env_names` the environment variables at fault and `in_file` whether the file is too,
+    so every message can name the source that is wrong (`source`)."""
 
-    def __init__(self, path: Path | None, problems: list[str]) -> None:
+    def __init__(self, path: Path | None, problems: list[str],
+                 env_names: list[str] | None = None, *, in_file: bool | None = None) -> None:
         self.path = path
         self.problems = problems
-        where = f" in {path}" if path else ""
-        super().__init__(f"invalid configuration{where}:\n" + "\n".join(f"  - {p}" for p in problems))
+        self.env_names = sorted(set(env_names or []))
+        self.in_file = path is not None if in_file is None else in_file
+        super().__init__(f"invalid configuration in {self.where}:\n"
+                         + "\n".join(f"  - {p}" for p in problems))
+
+    @property
+    def where(self) -> str:
+        """The file's path and/or the variables' names: the short form, for the header."""
+        parts = [str(self.path)] if self.in_file and self.path else []
+        if self.env_names:
+            noun = "variable" if len(self.env_names) == 1 else "variables"
+            parts.append(f"the environment {noun} {', '.join(self.env_names)}")
+        return " and ".join(parts) or "the configuration"
+
+    @property
+    def source(self) -> str:
+        """The source that is wrong, in words: `the config file P`, `the environment
+        variable X` (set in the MCP client's env block or the shell), or both."""
+        parts = [f"the config file {self.path}"] if self.in_file and self.path else []
+        if self.env_names:
+            noun = "variable" if len(self.env_names) == 1 else "variables"
+            parts.append(f"the environment {noun} {', '.join(self.env_names)} (set in the "
+                         f"MCP client's env block or the shell that started the gateway)")
+        return " and ".join(parts) or "the configuration"
+
+
+# -- keys: compared in ASCII only -----------------------------------------------------------
+
+
+def ascii_lower(text: str) -> str:
+    """Lower-case A-Z only. `str.lower` folds the Kelvin sign (U+212A) to `k`, which would
+    let a look-alike key name a real one; a non-ASCII letter stays and names no key."""
+    return text.translate(_ASCII_LOWER)
+
+
+def ascii_upper(text: str) -> str:
+    """Upper-case a-z only (see ascii_lower)."""
+    return text.translate(_ASCII_UPPER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+_ASCII_UPPER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+# -- values: what an error may quote --------------------------------------------------------
+
+
+def _may_echo(parts: list[str], value: Any) -> bool:
+    """Whether an error may quote this value: not under a key that holds secrets (a CLI's
+    `env`, HTTP `headers`, `auth_token`, `dsn`, anything named like a token or key), not a
+    table, and short."""
+    if value is None or isinstance(value, dict):
+        return False
+    if any(part in SECRET_KEY_PARTS or _secret_name(part) for part in parts):
+        return False
+    return len(repr(value)) <= MAX_ECHOED_CHARS
+
+
+def _secret_name(key: str) -> bool:
+    lowered = ascii_lower(key)
+    return any(word in lowered for word in ("token", "secret", "password", "api_key", "apikey"))
+
+
+# -- JSON in a variable: bounded depth ------------------------------------------------------
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of `[`/`{` in a JSON text (strings skipped), without parsing it:
+    the parser itself recurses, and `[` * 50000 would exhaust the stack."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def parse_env_json(name: str, value: str, shape: str) -> Any:
+    """An env var's JSON value; ValueError (whose text never quotes the value: it may hold
+    a secret) when it does not parse or nests deeper than MAX_JSON_DEPTH."""
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise ValueError(f"the environment variable {name} must be JSON for {shape}; it "
+                         f"nests deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError) as exc:
+        reason = exc if isinstance(exc, ValueError) else "nested too deeply"
+        raise ValueError(f"the environment variable {name} must be JSON for {shape}; it "
+                         f"does not parse ({reason})") from None
+
+
+# -- environment variables ------------------------------------------------------------------
 
 
 def _json_shape(annotation: Any) -> str | None:
@@ -308,22 +457,22 @@ def field_by_key(model: type[BaseModel], key: str) -> FieldInfo | None:
 def _env_keys(parts: list[str]) -> tuple[list[str], str | None]:
     """The config keys an env var's name parts stand for, and the JSON its value must be.
 
-    Sections, keys and provider names are matched case-insensitively (they are all lower
-    case); the keys of a table of strings (a CLI's `env`, HTTP `headers`) are the user's own
-    names and keep their case. A part that names no key is kept (lower case), so that
-    validation rejects it as an unknown key naming the variable."""
+    Sections, keys and provider names are matched case-insensitively in ASCII (they are all
+    lower case); the keys of a table of strings (a CLI's `env`, HTTP `headers`) are the
+    user's own names and keep their case. A part that names no key is kept (lower case),
+    so that validation rejects it as an unknown key naming the variable."""
     node: Any = Settings
     keys: list[str] = []
     for part in parts:
         if isinstance(node, type) and issubclass(node, BaseModel):
-            key = part.lower()
+            key = ascii_lower(part)
             field = field_by_key(node, key)
             node = field.annotation if field is not None else None
         elif get_origin(node) is dict:
             node = get_args(node)[1]
-            key = part if node is str else part.lower()
+            key = part if node is str else ascii_lower(part)
         else:
-            key, node = part.lower(), None
+            key, node = ascii_lower(part), None
         keys.append(key)
     return keys, _json_shape(node)
 
@@ -339,66 +488,106 @@ def merge_tables(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str,
     return merged
 
 
+def _gateway_variables(environ: Mapping[str, str]) -> list[tuple[str, list[str], str]]:
+    """(name, the parts after the prefix, value) of every AGENT_GATEWAY_* variable."""
+    return [(name, name[len(ENV_PREFIX):].split("__"), value)
+            for name, value in environ.items() if ascii_upper(name).startswith(ENV_PREFIX)]
+
+
+def _is_setting(parts: list[str]) -> bool:
+    """A variable without `__` that names no section (`AGENT_GATEWAY_CONFIG`, the file's
+    path, or a typo) is not a setting."""
+    return len(parts) > 1 or ascii_lower(parts[0]) in Settings.model_fields
+
+
 def environment_settings(environ: Mapping[str, str]) -> dict[str, Any]:
     """The `AGENT_GATEWAY_<SECTION>__<KEY>[__<KEY>]` variables as data shaped like the file.
 
-    A variable without `__` that names no section (`AGENT_GATEWAY_CONFIG`, the file's path)
-    is not a setting. Deeper variables win over a section or table given as JSON.
-    Raises ConfigError naming the variable when a value that must be JSON is not.
+    Deeper variables win over a section or table given as JSON. Raises ConfigError naming
+    the variable when a value that must be JSON is not (or nests too deep).
     """
     data: dict[str, Any] = {}
     problems: list[str] = []
-    found = [(name, name[len(ENV_PREFIX):].split("__"), value)
-             for name, value in environ.items() if name.upper().startswith(ENV_PREFIX)]
+    names: list[str] = []
+    found = [v for v in _gateway_variables(environ) if _is_setting(v[1])]
     for name, parts, value in sorted(found, key=lambda item: len(item[1])):
-        if len(parts) == 1 and parts[0].lower() not in Settings.model_fields:
-            continue
         keys, shape = _env_keys(parts)
         parsed: Any = value
         if shape is not None:
             try:
-                parsed = json.loads(value)
+                parsed = parse_env_json(name, value, shape)
             except ValueError as exc:
-                # Not the value itself: a CLI's env or extra_args may hold a secret.
-                problems.append(f"{'.'.join(keys)}: the environment variable {name} must be "
-                                f"JSON for {shape}; it does not parse ({exc})")
+                problems.append(f"{'.'.join(keys)}: {exc}")
+                names.append(name)
                 continue
         for key in reversed(keys):
             parsed = {key: parsed}
         data = merge_tables(data, parsed)
     if problems:
-        raise ConfigError(None, problems)
+        raise ConfigError(None, problems, names)
     return data
 
 
-def _env_source(parts: list[str]) -> str:
-    """` (set by env NAME)` when an env var supplied this key (or keys below it): the file
-    does not contain it."""
+def known_env_names() -> list[str]:
+    """The variable of every key: AGENT_GATEWAY_<SECTION>__<KEY>, and per CLI provider
+    AGENT_GATEWAY_PROVIDERS__<NAME>__<KEY>."""
+    names = []
+    for section, field in Settings.model_fields.items():
+        model = field.annotation
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            names += [f"{ENV_PREFIX}{section}__{key}".upper() for key in model.model_fields]
+    for provider in PROVIDER_NAMES:
+        names += [f"{ENV_PREFIX}PROVIDERS__{provider}__{key}".upper()
+                  for key in ProviderConfig.model_fields]
+    return names
+
+
+def unknown_env_warnings(environ: Mapping[str, str]) -> list[str]:
+    """One warning per AGENT_GATEWAY_* variable that is no setting and not CONFIG (it is
+    ignored: a one-underscore typo such as AGENT_GATEWAY_LEASE_TTL_S), with the nearest
+    variable that is one."""
+    known = known_env_names()
+    warnings = []
+    for name, parts, _value in _gateway_variables(environ):
+        if _is_setting(parts) or ascii_upper(name) == CONFIG_ENV:
+            continue
+        near = difflib.get_close_matches(ascii_upper(name), known, n=1, cutoff=0.6)
+        hint = f"; did you mean {near[0]}?" if near else (
+            "; settings are AGENT_GATEWAY_<SECTION>__<KEY> (two underscores)")
+        warnings.append(f"the environment variable {name} matches no setting and is "
+                        f"ignored{hint}")
+    return warnings
+
+
+def _env_source(parts: list[str]) -> str | None:
+    """The env var that supplied this key (or keys below it), if one did: the file does
+    not contain it then."""
     if not parts:
-        return ""
-    name = ENV_PREFIX + "__".join(parts).upper()
+        return None
+    name = ENV_PREFIX + "__".join(ascii_upper(p) for p in parts)
     for key in os.environ:
-        upper = key.upper()
+        upper = ascii_upper(key)
         if upper == name or upper.startswith(name + "__"):
-            return f" (set by env {key})"
-    return ""
+            return key
+    return None
 
 
-def _describe(err: Mapping[str, Any]) -> str:
+def _describe(err: Mapping[str, Any]) -> tuple[str, str | None]:
+    """One problem as a line naming its key (and its variable when one set it), and that
+    variable. The value is quoted only when `_may_echo` allows."""
     parts = [str(p) for p in err.get("loc", ()) if p not in ("function-after",)]
     loc = ".".join(parts)
     msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-    source = _env_source(parts)
+    variable = _env_source(parts)
+    source = f" (set by env {variable})" if variable else ""
     if err.get("type") == "extra_forbidden":
-        return (
-            f"unknown key '{loc}'{source} (check the spelling; see config.example.toml "
-            "for every key)"
-        )
+        return (f"unknown key '{loc}'{source} (check the spelling; see config.example.toml "
+                "for every key)"), variable
     value = err.get("input")
-    shown = "" if isinstance(value, dict) or value is None else f" (got {value!r})"
+    shown = f" (got {value!r})" if _may_echo(parts, value) else ""
     if not loc or msg.startswith(loc.split(".")[0]):
-        return f"{msg}{shown}{source}"
-    return f"{loc}: {msg}{shown}{source}"
+        return f"{msg}{shown}{source}", variable
+    return f"{loc}: {msg}{shown}{source}", variable
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -407,6 +596,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, [f"not valid TOML: {exc}"]) from None
+    except RecursionError:
+        raise ConfigError(path, ["not valid TOML: arrays or tables nested too deeply"]) from None
     except OSError as exc:
         raise ConfigError(path, [f"cannot read config file: {exc.strerror}"]) from None
 
@@ -414,7 +605,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
 def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
     """Load and validate the configuration.
 
-    Raises ConfigError (never a pydantic traceback) with one line per problem.
+    Raises ConfigError (never a pydantic traceback) with one line per problem, naming the
+    source of each: the variable, or the file and key.
     """
     explicit = path is not None or CONFIG_ENV in os.environ
     path = path or default_config_path()
@@ -426,5 +618,12 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
     data = merge_tables(merge_tables(data, environment_settings(os.environ)), overrides)
     try:
         return Settings.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(path if path.exists() else None, [_describe(e) for e in exc.errors()]) from None
+    except (ValidationError, RecursionError) as exc:
+        if isinstance(exc, RecursionError):  # a structure too deep to validate
+            raise ConfigError(path if path.exists() else None,
+                              ["the configuration nests too deeply"]) from None
+        described = [_describe(e) for e in exc.errors()]
+        variables = [v for _, v in described if v is not None]
+        from_file = path.exists() and any(v is None for _, v in described)
+        raise ConfigError(path if path.exists() else None, [line for line, _ in described],
+                          variables, in_file=from_file) from None

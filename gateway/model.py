@@ -139,6 +139,9 @@ class JobRow:
     # The hostname of the gateway that orphaned it: an orphaning by a gateway of the job's
     # own host is final; one from another host may be self-healed by its revived owner.
     orphaned_by: str | None = None
+    # Who made it (gateway/mcp/principal.py): "local", or a hash of the bearer token. NULL on
+    # a row from before schema 4.
+    principal: str | None = None
 
     @classmethod
     def column_names(cls) -> tuple[str, ...]:
@@ -192,6 +195,7 @@ class NewJob:
     # Held in the insert's own transaction, in this order (budgets.py sorts them): the job
     # is admitted with all of them or not at all (BudgetExceeded).
     reservations: tuple[Reservation, ...] = ()
+    principal: str | None = None
 
 
 class OutputFileError(RuntimeError):

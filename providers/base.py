@@ -7,12 +7,13 @@ nothing about jobs, stores or MCP.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from providers.parsing import Stdout, decode, plain_text, strip_ansi, tail
 
@@ -24,6 +25,19 @@ class OutputDiscipline(StrEnum):
 
 class InvalidRequest(ValueError):
     """The request cannot be turned into a safe invocation (message says what to change)."""
+
+
+def _absolute(path: str) -> str:
+    # A relative directory would be resolved against whatever cwd the CLI runs in (a temp
+    # dir, or working_dir): never what the caller meant to grant (#23 item 9).
+    if not os.path.isabs(path):
+        raise ValueError(f"must be an absolute path (got a relative one of {len(path)} "
+                         f"characters)")
+    return path
+
+
+# A directory an option grants the agent (add_dirs): absolute, or refused.
+AbsolutePath = Annotated[str, AfterValidator(_absolute)]
 
 
 class ProviderOptions(BaseModel):

@@ -20,6 +20,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from providers.base import (
+    AbsolutePath,
     CliProvider,
     Invocation,
     OutputDiscipline,
@@ -63,7 +64,7 @@ class ClaudeOptions(ProviderOptions):
             "answer). Omit for the user's default."
         ),
     )
-    add_dirs: list[str] = Field(
+    add_dirs: list[AbsolutePath] = Field(
         default_factory=list,
         description='Extra directories (absolute paths) Claude may edit (--add-dir).',
     )

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from providers.base import (
+    AbsolutePath,
     CliProvider,
     InvalidRequest,
     Invocation,
@@ -61,7 +62,7 @@ class CodexOptions(ProviderOptions):
         default=False,
         description='No approvals, no sandbox: only on machines sandboxed from outside.',
     )
-    add_dirs: list[str] = Field(
+    add_dirs: list[AbsolutePath] = Field(
         default_factory=list,
         description=(
             "Extra writable directories (absolute paths; --add-dir). New "

@@ -69,6 +69,12 @@ def start_checks(request: ProviderRequest, extra_args: list[str] | None) -> list
     return extra
 
 
+# A CLI that reads its prompt from a file (`--prompt-file`) is given this path with the
+# prompt on stdin: the prompt stays out of argv (`ps` shows argv to every local user) and
+# never touches the disk. Linux and macOS both have /dev/stdin.
+PROMPT_FROM_STDIN = "/dev/stdin"
+
+
 def finish(argv: list[str], env: dict[str, str] | None = None,
            stdin: bytes | None = None) -> Invocation:
     """The Invocation, after checking the argv fits the kernel's exec limits."""

@@ -21,6 +21,7 @@ from providers.base import (
     ProviderResult,
 )
 from providers.common import (
+    PROMPT_FROM_STDIN,
     effective_model,
     finish,
     options_as,
@@ -78,8 +79,10 @@ class DevinProvider(CliProvider):
         if request.session_id:
             argv += ["--resume", request.session_id]
         argv += extra
-        argv += ["--", request.prompt]
-        return finish(argv)
+        # The prompt goes through stdin, read as the prompt file: argv (which `ps` shows to
+        # every local user) never holds it, and no file is left on disk to remove (#23 item 11).
+        argv += ["--prompt-file", PROMPT_FROM_STDIN]
+        return finish(argv, stdin=request.prompt.encode("utf-8"))
 
     def parse_stream(self, stdout: Stdout, stderr: bytes, exit_code: int | None,
                      options: ProviderOptions | None = None) -> ProviderResult:

@@ -251,3 +251,22 @@ def test_serve_on_a_terminal_says_it_speaks_mcp_on_stderr_only(home: Path) -> No
 def test_serve_off_a_terminal_prints_no_hint(home: Path) -> None:
     done = run_cli(home, "serve")
     assert "JSON-RPC on stdin/stdout" not in done.stderr
+
+
+def test_a_gateway_variable_that_matches_no_key_is_warned_with_the_nearest(
+        home: Path) -> None:
+    """#25 item 4: a one-underscore typo used to be ignored silently."""
+    done = run_cli(home, "jobs", "list", env={"AGENT_GATEWAY_LEASE_TTL_S": "120"})
+    assert done.returncode == 0, done.stderr
+    assert "AGENT_GATEWAY_LEASE_TTL_S" in done.stderr
+    assert "did you mean AGENT_GATEWAY_LEASE__TTL_S?" in done.stderr
+
+
+def test_a_bad_env_var_is_reported_as_the_variable_on_the_command_line(home: Path) -> None:
+    path = config_file(home, "[lease]\nheartbeat_s = 10\n")
+    done = run_cli(home, "jobs", "list", "--config", str(path),
+                   env={"AGENT_GATEWAY_LEASE__TTL_S": "soon"})
+    assert done.returncode == 2
+    first = done.stderr.splitlines()[0]
+    assert "the environment variable AGENT_GATEWAY_LEASE__TTL_S" in first
+    assert str(path) not in first

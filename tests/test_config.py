@@ -15,6 +15,7 @@ from gateway.config import (
     default_config_path,
     gateway_home,
     load_settings,
+    unknown_env_warnings,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -363,3 +364,125 @@ def test_invalid_toml_is_an_error_naming_the_file(tmp_path: Path) -> None:
 def test_a_directory_instead_of_a_file_is_an_error(tmp_path: Path) -> None:
     (problem,) = problems_of(tmp_path)
     assert problem.startswith("cannot read config file")
+
+
+# -- #23 item 10 and #25 item 4: errors that quote nothing secret and name their source --
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ('[providers.claude.env]\nAPI_KEY = ["sk-ant-secret-1"]\n', "sk-ant-secret-1"),
+    ('[api_providers.r]\nkind = "openai"\nbase_url = "https://x"\n'
+     '[api_providers.r.headers]\nAuthorization = ["Bearer s3cr3t"]\n', "s3cr3t"),
+    ('[http]\nauth_token = ["tok-secret"]\n', "tok-secret"),
+    ('[persistence]\ndsn = 12345678\n', "12345678"),
+    ('[limits]\nmax_running_jobs = "' + "x" * 100 + '"\n', "x" * 41),
+])
+def test_config_errors_never_echo_a_secret_or_a_long_value(
+        tmp_path: Path, text: str, secret: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, text))
+    assert secret not in str(info.value)
+    assert info.value.problems  # the key is still named
+
+
+def test_a_short_plain_value_is_still_quoted(tmp_path: Path) -> None:
+    (problem,) = problems_of(write(tmp_path, "[limits]\nmax_running_jobs = 0\n"))
+    assert "(got 0)" in problem
+
+
+@pytest.mark.parametrize("value", ["[" * 50_000, '{"a":' * 50_000, "[" * 33 + "]" * 33])
+def test_deep_json_in_a_variable_is_a_config_error_not_a_recursion_error(
+        monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    name = "AGENT_GATEWAY_PROVIDERS__CODEX__EXTRA_ARGS"
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    (problem,) = info.value.problems
+    assert name in problem and "deeper than" in problem
+    assert info.value.env_names == [name]
+
+
+def test_deep_nesting_in_the_toml_file_is_a_config_error(tmp_path: Path) -> None:
+    (problem,) = problems_of(write(tmp_path, "a = " + "[" * 50_000 + "\n"))
+    assert "nested too deeply" in problem or "not valid TOML" in problem
+
+
+@pytest.mark.parametrize("name", ["AGENT_GATEWAY_LIMITS__\u212aILL_GRACE_S",
+                                  "AGENT_GATEWAY_\u212aIMITS__KILL_GRACE_S".replace(
+                                      "\u212aIMITS", "L\u0130MITS")])
+def test_config_keys_are_compared_in_ascii_only(
+        monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """A Kelvin sign (U+212A) lower-cases to `k` and a dotted I (U+0130) to `i` with
+    str.lower: neither may name a real key."""
+    monkeypatch.setenv(name, "1")
+    (problem,) = problems_of()
+    assert "unknown key" in problem and name in problem
+
+
+def test_a_kelvin_sign_key_in_the_file_is_unknown(tmp_path: Path) -> None:
+    (problem,) = problems_of(write(tmp_path, "[limits]\n\"\u212aill_grace_s\" = 1\n"))
+    assert "unknown key" in problem
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    ("[limits]\nkill_grace_s = inf\n", "limits.kill_grace_s"),
+    ("[lease]\nttl_s = inf\nheartbeat_s = 1\n", "lease.ttl_s"),
+    ("[limits]\nidle_timeout_s = nan\n", "limits.idle_timeout_s"),
+    ("[limits]\nmax_output_bytes = 10000000000000000000000000000000000000000\n",
+     "limits.max_output_bytes"),
+    ("[limits]\nmax_running_jobs = 1000000000\n", "limits.max_running_jobs"),
+    ("[persistence]\nretention_days = 1e300\n", "persistence.retention_days"),
+])
+def test_infinite_and_huge_numbers_are_refused_with_bounds(
+        tmp_path: Path, text: str, key: str) -> None:
+    problems = problems_of(write(tmp_path, text))
+    assert any(p.startswith(f"{key}:") for p in problems), problems
+
+
+def test_an_infinite_duration_from_the_environment_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_GATEWAY_LIMITS__IDLE_TIMEOUT_S", "inf")
+    (problem,) = problems_of()
+    assert "limits.idle_timeout_s" in problem
+
+
+def test_a_bad_env_var_names_the_variable_not_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """#25 item 4: the file is fine, the variable is not: the error says so."""
+    path = write(tmp_path, "[lease]\nheartbeat_s = 10\n")
+    monkeypatch.setenv("AGENT_GATEWAY_LEASE__TTL_S", "soon")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    error = info.value
+    assert error.env_names == ["AGENT_GATEWAY_LEASE__TTL_S"]
+    assert not error.in_file
+    assert str(error).splitlines()[0] == (
+        "invalid configuration in the environment variable AGENT_GATEWAY_LEASE__TTL_S:")
+    assert str(path) not in error.source and "AGENT_GATEWAY_LEASE__TTL_S" in error.source
+
+
+def test_a_bad_file_key_and_a_bad_variable_name_both_sources(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, "[limits]\nmax_running_jobs = 0\n")
+    monkeypatch.setenv("AGENT_GATEWAY_LEASE__TTL_S", "soon")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert info.value.in_file and info.value.env_names == ["AGENT_GATEWAY_LEASE__TTL_S"]
+    assert str(path) in info.value.where and "AGENT_GATEWAY_LEASE__TTL_S" in info.value.where
+
+
+@pytest.mark.parametrize(("name", "nearest"), [
+    ("AGENT_GATEWAY_LEASE_TTL_S", "AGENT_GATEWAY_LEASE__TTL_S"),
+    ("AGENT_GATEWAY_LIMITS_MAX_RUNNING_JOBS", "AGENT_GATEWAY_LIMITS__MAX_RUNNING_JOBS"),
+    ("agent_gateway_http_auth_token", "AGENT_GATEWAY_HTTP__AUTH_TOKEN"),
+])
+def test_unknown_gateway_variables_are_warned_with_the_nearest_key(
+        name: str, nearest: str) -> None:
+    (warning,) = unknown_env_warnings({name: "5", "AGENT_GATEWAY_CONFIG": "/x",
+                                       "AGENT_GATEWAY_LEASE__TTL_S": "100", "HOME": "/h"})
+    assert name in warning and f"did you mean {nearest}?" in warning
+
+
+def test_a_gateway_variable_far_from_every_key_is_still_warned() -> None:
+    (warning,) = unknown_env_warnings({"AGENT_GATEWAY_ZZZZZZZZZZZZ": "1"})
+    assert "two underscores" in warning

@@ -9,16 +9,20 @@ script can branch on how the job ended without parsing text.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import anyio
+import structlog
 
-from gateway.config import Settings, load_settings
+from gateway.config import Settings, load_settings, unknown_env_warnings
 from gateway.logs import configure_logging, redact_text
 from gateway.model import JobRow, JobStatus
 from gateway.store.base import SCHEMA_VERSION, JobStore
+
+log = structlog.get_logger(__name__)
 
 PROG = "agent-cli-gateway"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -66,7 +70,15 @@ def load(args: argparse.Namespace, *, quiet: bool) -> Settings:
     if quiet and level in ("debug", "info") and not args.debug:
         level = "warning"
     configure_logging(level, settings.logging.format)
+    warn_unknown_env()
     return settings
+
+
+def warn_unknown_env() -> None:
+    """Warn (stderr) about AGENT_GATEWAY_* variables that set nothing, with the nearest
+    real one: a one-underscore typo must not be ignored silently."""
+    for warning in unknown_env_warnings(os.environ):
+        log.warning(warning, action="config_unknown_env")
 
 
 def run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:

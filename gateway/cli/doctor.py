@@ -146,8 +146,9 @@ def check_config(config_path: Path | None) -> tuple[Settings | None, Check]:
     try:
         settings = load_settings(config_path)
     except ConfigError as exc:
-        return None, Check("config", "error", f"invalid: {path}",
-                           {"path": str(path), "problems": exc.problems})
+        return None, Check("config", "error", f"invalid: {exc.where}",
+                           {"path": str(path), "problems": exc.problems,
+                            "env_names": exc.env_names})
     if not path.exists():
         return settings, Check("config", "ok", f"no file at {path}: using the defaults",
                                {"path": str(path), "exists": False})

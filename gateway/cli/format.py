@@ -2,16 +2,27 @@
 
 Colour only when stdout is a terminal and NO_COLOR is unset (https://no-color.org) and TERM
 is not `dumb`; a pipe or a file gets plain text, so scripts and `grep` see no escapes.
+
+Job data (a CLI's output, its stderr, an error, a prompt) is whatever the agent printed, and
+an escape sequence in it would act on the operator's terminal: set its title, clear the
+screen, write the clipboard (OSC 52), erase lines. So every control character in job data
+is shown visibly, as `less` and `git` do (`visible`): C0 as caret notation (`^[`), DEL as
+`^?`, C1 (U+0080-U+009F, such as the one-character CSI U+009B) and a byte that is not UTF-8
+as `<9b>`, bidi overrides as `<U+202E>`. Human views (`jobs list`, `jobs show`, error
+lines) always get it; byte streams (`jobs result`, `jobs tail`, `run`'s answer) get it on a
+terminal only (`terminal_safe`), so `--raw` or `> file` through a pipe stays byte-exact.
 """
 
 from __future__ import annotations
 
+import codecs
+import io
 import os
 import shutil
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TextIO
+from typing import Any, BinaryIO, TextIO, cast
 
 from gateway.model import JobStatus
 
@@ -30,6 +41,69 @@ STATUS_COLOURS = {
     JobStatus.ORPHANED: "\033[35m",  # magenta
 }
 DIM = "\033[2m"
+
+
+def _visible_table() -> dict[int, str]:
+    table = {c: "^" + chr(c + 64) for c in range(0x20) if chr(c) not in "\n\t"}
+    table[0x7F] = "^?"
+    table.update({c: f"<{c:02x}>" for c in range(0x80, 0xA0)})  # C1, the CSI U+009B too
+    # Undecodable bytes (surrogateescape) are shown as the byte they were.
+    table.update({c: f"<{c - 0xDC00:02x}>" for c in range(0xDC80, 0xDD00)})
+    # Bidi overrides and isolates reorder what the eye reads (Trojan Source).
+    table.update({c: f"<U+{c:04X}>" for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A),
+                                               0x200E, 0x200F, 0x061C, 0x2028, 0x2029]})
+    return table
+
+
+_VISIBLE = _visible_table()
+
+
+def visible(text: str) -> str:
+    """Job data with every control character shown instead of obeyed (newlines and tabs
+    kept): the one rule for what reaches the operator's terminal."""
+    return text.translate(_VISIBLE)
+
+
+def visible_data(value: Any) -> Any:
+    """`visible` over every string in a JSON-like value (a job's details for `jobs show`)."""
+    if isinstance(value, str):
+        return visible(value)
+    if isinstance(value, dict):
+        return {k: visible_data(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [visible_data(v) for v in value]
+    return value
+
+
+class VisibleWriter(io.RawIOBase):
+    """A byte stream that passes job output through `visible` on its way to a terminal.
+    UTF-8 split across writes is reassembled (an incremental decoder); bytes that are not
+    UTF-8 come out as `<xx>`."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        super().__init__()
+        self._stream = stream
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        text = self._decoder.decode(bytes(data))
+        self._stream.write(visible(text).encode("utf-8", errors="surrogateescape"))
+        return len(data)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
+def terminal_safe(stream: BinaryIO) -> BinaryIO:
+    """`stream` itself when it is a pipe or a file (byte-exact), else a VisibleWriter."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return cast(BinaryIO, VisibleWriter(stream)) if tty else stream
 
 
 def use_colour(stream: TextIO | None = None) -> bool:

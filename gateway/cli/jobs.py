@@ -37,7 +37,10 @@ from gateway.cli.format import (
     size,
     table,
     terminal_columns,
+    terminal_safe,
     use_colour,
+    visible,
+    visible_data,
 )
 from gateway.config import Settings
 from gateway.logs import redact_value
@@ -153,7 +156,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
     for job in jobs:
         status = job.status.value + (" !" if job.error_kind and job.status.is_terminal else "")
         rows.append((job.id[:8], job.provider, status, ago(job.created_at, now),
-                     duration(ran_for(job, now)), first_line(prompt_of(job))))
+                     duration(ran_for(job, now)), visible(first_line(prompt_of(job)))))
         colours.append(("", "", STATUS_COLOURS[job.status] if colour else "", "", "", ""))
     for line in table(header, rows, width=terminal_columns(), colours=colours):
         print(line)
@@ -214,6 +217,7 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return EXIT_OK
+    info = visible_data(info)  # job data is shown, never obeyed, by the terminal
     colour = use_colour()
     status = JobStatus(info["status"])
 
@@ -276,7 +280,8 @@ def cmd_jobs_result(args: argparse.Namespace) -> int:
     """The whole answer by default (`> file` gets all of it, as `docker logs` does), read
     from the store in bounded chunks so memory stays flat; --max-bytes asks for one page."""
     paged = args.max_bytes is not None
-    out = sys.stdout.buffer
+    # Control characters shown visibly on a terminal; a pipe gets the exact bytes.
+    out = terminal_safe(sys.stdout.buffer)
 
     async def copy(_settings: Settings, store: JobStore,
                    job: JobRow) -> tuple[JobRow, int, int, bytes]:
@@ -303,7 +308,7 @@ def cmd_jobs_result(args: argparse.Namespace) -> int:
         return job_exit_code(job)
     if not paged and args.offset == 0 and last and last != b"\n":
         out.write(b"\n")  # a whole answer ends its line; pages stay exact
-    sys.stdout.flush()
+    out.flush()
     if paged and end < total:
         print(f"{PROG}: bytes {args.offset}-{end} of {total}; next page: "
               f"{PROG} jobs result {job.id[:8]} --offset {end} --max-bytes {args.max_bytes}",
@@ -315,7 +320,7 @@ def cmd_jobs_result(args: argparse.Namespace) -> int:
 
 def _say_outcome(job: JobRow) -> None:
     reason = f"{job.error_kind}: {job.error}" if job.error_kind else (job.error or "no detail")
-    print(f"{PROG}: job {job.id} {job.status.value} ({reason})", file=sys.stderr)
+    print(f"{PROG}: job {job.id} {job.status.value} ({visible(reason)})", file=sys.stderr)
 
 
 def cmd_jobs_tail(args: argparse.Namespace) -> int:
@@ -323,7 +328,7 @@ def cmd_jobs_tail(args: argparse.Namespace) -> int:
 
     async def tail(settings: Settings, store: JobStore, job: JobRow) -> JobRow:
         return await follow_job(settings, store, job.id, follow=args.follow, raw=args.raw,
-                                out=sys.stdout.buffer)
+                                out=terminal_safe(sys.stdout.buffer))
 
     job = on_job(args, tail)
     if job.status.is_terminal and job.status is not JobStatus.COMPLETED:

@@ -36,7 +36,7 @@ from gateway.cli.common import (
     error,
     load,
 )
-from gateway.config import ConfigError, default_config_path
+from gateway.config import ConfigError, default_config_path, unknown_env_warnings
 from gateway.fs import ensure_private_dir
 from gateway.model import JobStatus
 from gateway.store.base import StoreUnavailable
@@ -340,6 +340,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # An MCP client that sees the server exit before the handshake shows only
         # "connection closed": serve anyway, and let every tool say what is wrong.
         error(str(exc))
+        for warning in unknown_env_warnings(os.environ):  # often the cause: a typo'd name
+            error(f"warning: {warning}")
         from gateway.mcp.serve import serve_broken_setup
 
         return serve_broken_setup(exc)

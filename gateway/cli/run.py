@@ -35,7 +35,7 @@ from gateway.cli.common import (
     job_exit_code,
     load,
 )
-from gateway.cli.format import duration, size
+from gateway.cli.format import duration, size, terminal_safe, visible
 from gateway.config import Settings
 from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 
@@ -240,6 +240,7 @@ async def _wait(manager: Any, job_id: str, *, progress: bool) -> JobRow:
 async def _print_answer(gateway: Any, job: JobRow) -> None:
     """The answer (or, for a job that did not complete, what it printed) on stdout."""
     store = gateway.store
+    out = terminal_safe(sys.stdout.buffer)
     offset, last = 0, b"\n"
     while True:
         found = await store.read_output(job.id, offset, ANSWER_PAGE_BYTES,
@@ -247,13 +248,14 @@ async def _print_answer(gateway: Any, job: JobRow) -> None:
         if found is None or not found[0]:
             break
         page, total = found
-        sys.stdout.buffer.write(page)
+        out.write(page)
         offset, last = offset + len(page), page[-1:]
         if offset >= total:
             break
     if last != b"\n":
-        sys.stdout.buffer.write(b"\n")
-    sys.stdout.flush()
+        out.write(b"\n")
+    out.flush()
     if job.status is not JobStatus.COMPLETED:
         reason = f"{job.error_kind}: {job.error}" if job.error_kind else job.error
-        print(f"{PROG}: job {job.id} {job.status.value} ({reason})", file=sys.stderr)
+        print(f"{PROG}: job {job.id} {job.status.value} ({visible(reason or '')})",
+              file=sys.stderr)

@@ -152,7 +152,7 @@ class JobManager:
         return await asyncio.shield(admission)
 
     async def _admit(self, provider: str, target: Target, request: SubmitRequest) -> Submission:
-        key = request_key(target.normalized)
+        key = request_key(target.normalized, request.principal)
         if not request.force_refresh:
             existing = await self._find_reusable(key)
             if existing is not None:
@@ -183,6 +183,7 @@ class JobManager:
             request_json=stored_request(target.normalized, request.timeout_s,
                                         target.worktree.as_dict() if target.worktree else None),
             forced=request.force_refresh, reservations=target.reservations,
+            principal=request.principal,
         )
         return await self._insert_and_start(new, target, ticket, request)
 

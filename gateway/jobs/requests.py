@@ -31,6 +31,9 @@ class SubmitRequest:
     # The most this job may cost (USD): reserved against [budgets] and passed to a CLI that
     # can stop itself at it (claude, vibe). None: job_reservation_usd when a budget applies.
     max_cost_usd: float | None = None
+    # Who asks (gateway/mcp/principal.py): recorded on the job, and part of its dedup key so
+    # that an identical request of another principal never joins this one's job.
+    principal: str | None = None
 
 
 def canonical_json(value: Any) -> str:
@@ -61,10 +64,12 @@ def stored_request(normalized: dict[str, Any], timeout_s: float | None,
     return canonical_json(stored)
 
 
-def request_key(normalized: dict[str, Any]) -> str:
-    """sha256 of the canonical JSON of the normalized request.
+def request_key(normalized: dict[str, Any], principal: str | None = None) -> str:
+    """sha256 of the canonical JSON of the normalized request (and of who asks).
 
     The normalized request never holds a secret nor an id the gateway minted itself, so two
-    identical requests (even from two instances) get the same key.
+    identical requests (even from two instances) get the same key; of two principals, two
+    keys: an identical request never joins another principal's job.
     """
-    return hashlib.sha256(canonical_json(normalized).encode("utf-8")).hexdigest()
+    keyed = normalized if principal is None else {**normalized, "principal": principal}
+    return hashlib.sha256(canonical_json(keyed).encode("utf-8")).hexdigest()

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
+from gateway.config import MAX_OUTPUT_BYTES_BOUND
 from gateway.jobs.worktrees import changes
+from gateway.mcp.principal import owned
 from gateway.mcp.results import job_fields, next_call, ok
 from gateway.mcp.signatures import JOB_ID
 
@@ -24,6 +26,8 @@ ToolBody = Callable[..., Awaitable[CallToolResult]]
 
 
 class _State(Protocol):
+    principal: str  # who calls (gateway/mcp/principal.py): another's job is not found
+
     async def manager(self) -> JobManager: ...
 
 DEFAULT_DIFF_PAGE_BYTES = 100_000
@@ -38,13 +42,14 @@ def change_tools(state: _State) -> list[tuple[str, ToolBody, ToolAnnotations]]:
         action: Annotated[Literal["diff", "apply", "discard"], Field(
             description="apply: into working_dir")] = "diff",
         format: Annotated[Literal["stat", "patch"], Field(description="diff's")] = "stat",
-        offset: Annotated[int, Field(ge=0, description="next_offset")] = 0,
+        offset: Annotated[int, Field(ge=0, le=MAX_OUTPUT_BYTES_BOUND,
+                                     description="next_offset")] = 0,
         max_bytes: Annotated[int, Field(ge=1, le=MAX_DIFF_PAGE_BYTES,
                                         description="page size")] = DEFAULT_DIFF_PAGE_BYTES,
     ) -> CallToolResult:
         """An isolated job's changes: diff, apply or discard them."""
         manager = await state.manager()
-        row = await manager.get(job_id)
+        row = owned(state.principal, await manager.get(job_id))
         host = manager.hostname
         fields = job_fields(row)
         if action == "diff":

@@ -4,16 +4,18 @@ One Gateway (job manager and lease tasks) serves every HTTP session of the proce
 app's lifespan runs the SDK session manager, whose single entry into the MCP lifespan
 starts and stops it. The guard is a pure ASGI wrapper (streaming responses pass through
 untouched) that answers before the SDK sees the request:
-- 421 unless the Host header names the bound address and port, 403 for an Origin header not
-  in `http.allowed_origins` (DNS rebinding: a web page's script must never reach a loopback
+- 421 unless the Host header names the bound address and port, 403 for an Origin header that
+  is neither the gateway's own (`http://` plus a Host value it accepts) nor in
+  `http.allowed_origins` (DNS rebinding: a web page's script must never reach a loopback
   gateway under an attacker's name). The SDK guards only the literal 127.0.0.1, localhost
   and ::1, so its own check is off and this one covers every address, token or not;
 - 401 with `WWW-Authenticate: Bearer` unless the Authorization header carries the token
   (scheme case-insensitive per RFC 7235, token compared in constant time);
 - 413 when Content-Length exceeds `http.max_body_bytes` (the SDK also caps streamed bodies);
-- at `http.max_sessions` open sessions, the least recently used idle one is closed to make
-  room (sessions.py); 429 with Retry-After only when every session is busy (the SDK refuses
-  with 503; a full server is a "come back later", which clients retry, not a server fault).
+- at `http.max_sessions` open sessions, an `initialize` closes the least recently used
+  session idle past the eviction floor to make room (sessions.py); 429 with Retry-After
+  only when none can give way (the SDK refuses with 503; a full server is a "come back
+  later", which clients retry, not a server fault).
 A request that is JSON but not valid Unicode (a lone surrogate) gets a parse error for its
 own id (unicode_errors.py), not the SDK's `id: null`.
 `GET /healthz` needs no token and says only whether the gateway is ready and admitting.
@@ -32,8 +34,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.config import Settings
+from gateway.mcp.principal import principal_of
 from gateway.mcp.server import GatewayServer, build_server
-from gateway.mcp.sessions import SessionTable
+from gateway.mcp.sessions import SessionTable, opens_a_session
 from gateway.mcp.unicode_errors import rewrite_parse_error
 from providers.loopback import LOCALHOST, is_loopback_host
 
@@ -54,6 +57,7 @@ def build_http_app(settings: Settings, host: str,
     """The ASGI app serving MCP at `settings.http.path` plus /healthz, behind the guard."""
     server = build_server(settings, role="http")
     state = server.state
+    state.principal = principal_of(token)  # its callers: whoever holds this token
 
     async def healthz(_request: Request) -> Response:
         manager = state.ready_manager()
@@ -71,7 +75,9 @@ def build_http_app(settings: Settings, host: str,
     )
     guard = HttpGuard(app, token=token, max_body_bytes=settings.http.max_body_bytes,
                       host=host, allowed_origins=settings.http.allowed_origins,
-                      sessions=SessionTable(server.session_manager),
+                      sessions=SessionTable(
+                          server.session_manager,
+                          session_idle_timeout_s=settings.http.session_idle_timeout_s),
                       max_sessions=settings.http.max_sessions)
     return guard, server
 
@@ -129,13 +135,27 @@ class HttpGuard:
         origin = headers.get(b"origin")
         if origin is not None:
             given = origin.decode("latin-1").strip().rstrip("/").lower()
-            if given not in self._origins:
+            if given not in self._origins and not self._own_origin(scope, given):
                 log.warning("refused a request from a foreign origin", action="origin_refused",
                             origin=given[:100])
                 return _json(403, {"error": "forbidden_origin",
                                    "message": "this Origin is not allowed; list it in "
                                               "[http] allowed_origins to let it call"})
         return None
+
+    def _own_origin(self, scope: Scope, origin: str) -> bool:
+        """True for the origin of the address this gateway serves on (`http://127.0.0.1:PORT`):
+        a page it served itself, which DNS rebinding cannot forge (the attacker's page
+        carries the attacker's name). On a wildcard bind, the IP literal the connection
+        reached (and `localhost` when that is loopback)."""
+        scheme, sep, authority = origin.partition("://")
+        if scheme != "http" or not sep:
+            return False
+        local_ip, port = (scope.get("server") or (None, None))[:2]
+        if port is None:
+            return False
+        bound = self.host if self._check_host else (local_ip or "")
+        return authority in allowed_host_headers(bound, local_ip, port)
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
         if self._token is None:
@@ -185,12 +205,39 @@ class HttpGuard:
                 await self.app(scope, receive, send)
             return
         if scope.get("method") == "POST":
-            if not await self.sessions.make_room(self.max_sessions):
-                log.warning("HTTP session limit reached, every session busy",
-                            action="session_cap")
+            if self.sessions.at_cap(self.max_sessions):
+                body, receive = await _buffered(receive, self.max_body_bytes)
+                if opens_a_session(body) and not await self.sessions.make_room(
+                        self.max_sessions):
+                    log.warning("HTTP session limit reached, every session busy",
+                                action="session_cap")
             await self.app(scope, receive, _opening_response(send, self.sessions))
             return
         await self.app(scope, receive, send)
+
+
+async def _buffered(receive: Receive, limit: int) -> tuple[bytes, Receive]:
+    """Read a request body (at most `limit` + 1 bytes: more is not a session's opening
+    request, and the SDK refuses it) and a receive that replays it to the app."""
+    messages: list[Message] = []
+    size = 0
+    while size <= limit:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        size += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+    replay = iter(messages)
+
+    async def replaying() -> Message:
+        for message in replay:
+            return message
+        return await receive()
+
+    return (body if size <= limit else b""), replaying
 
 
 def _opening_response(send: Send, sessions: SessionTable) -> Send:

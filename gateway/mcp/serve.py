@@ -51,13 +51,15 @@ def serve(settings: Settings, transport: str = "stdio", host: str | None = None,
 def serve_broken_setup(error: ConfigError) -> int:
     """Serve MCP over stdio with a configuration that could not be loaded: the handshake
     succeeds and every tool answers `setup_error` with the exact problem and its fix."""
-    where = f"the config file {error.path}" if error.path else "the configuration"
     problems = "; ".join(error.problems)
+    check = ("the variables are read from the environment the gateway starts in, so fix "
+             "them where the MCP client's config sets them (`agent-cli-gateway doctor` run "
+             "from another shell does not see them)" if error.env_names else
+             "`agent-cli-gateway doctor` checks the file")
     return serve_setup_error(
-        f"The gateway cannot start: {where} is invalid: {problems}. Fix it (every key "
-        f"is in config.example.toml; `agent-cli-gateway doctor` checks the file), then "
-        f"restart the gateway (reconnect the MCP server in your client). This will not "
-        f"pass by itself.")
+        f"The gateway cannot start: {error.source} is invalid: {problems}. Fix it "
+        f"(every key is in config.example.toml; {check}), then restart the gateway "
+        f"(reconnect the MCP server in your client). This will not pass by itself.")
 
 
 def serve_setup_error(message: str) -> int:

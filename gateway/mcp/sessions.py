@@ -7,6 +7,12 @@ the SDK refuses every new client, so abandoned sessions would lock everyone out.
 last used) and, before a new session is opened at the cap, closes the least recently used
 session with nothing in flight. Only when every session is busy is the new client refused.
 
+Eviction is a door for any authenticated caller, so it is kept narrow (#23 item 8): only a
+request that really opens a session (a JSON-RPC `initialize`; anything else the SDK refuses
+without a session) evicts, and never a session idle for less than the eviction floor
+(`min(EVICTION_FLOOR_S, session_idle_timeout_s / 2)`): a client that just opened its session
+and has not sent its next request yet keeps it.
+
 The SDK offers no public way to list or close a session, so the two private names it needs
 (`_server_instances`, `_discard_session`) are used here and nowhere else;
 tests/server/test_http_sessions.py fails if the SDK renames them.
@@ -15,6 +21,7 @@ tests/server/test_http_sessions.py fails if the SDK renames them.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Iterator
 
@@ -23,12 +30,35 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 log = structlog.get_logger(__name__)
 
+# A session idle for less than this is never evicted (capped at half the idle timeout, so
+# eviction still has a window before the idle timeout closes the session anyway).
+EVICTION_FLOOR_S = 10.0
+
+
+def eviction_floor_s(session_idle_timeout_s: float) -> float:
+    """How long a session must have been idle before a new client may evict it."""
+    return min(EVICTION_FLOOR_S, session_idle_timeout_s / 2)
+
+
+def opens_a_session(body: bytes) -> bool:
+    """True when a POST body without a session id is a JSON-RPC `initialize` request: the
+    only one the SDK turns into a session. Anything else (`{}`, a notification, junk, a
+    nesting bomb) gets its error without costing another client its session."""
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return (isinstance(message, dict) and message.get("method") == "initialize"
+            and "id" in message)
+
 
 class SessionTable:
     """In-flight counts and last-use times of the SDK's sessions, as the guard sees them."""
 
-    def __init__(self, manager: StreamableHTTPSessionManager) -> None:
+    def __init__(self, manager: StreamableHTTPSessionManager, *,
+                 session_idle_timeout_s: float) -> None:
         self._manager = manager
+        self._floor_s = eviction_floor_s(session_idle_timeout_s)
         self._in_flight: dict[str, int] = {}
         self._last_used: dict[str, float] = {}
 
@@ -59,22 +89,31 @@ class SessionTable:
 
     def _idle(self, open_ids: list[str]) -> list[str]:
         # A session absent from _last_used is still answering its opening request: busy.
-        return [s for s in open_ids if s in self._last_used and not self._in_flight.get(s)]
+        # One idle for less than the floor is treated as busy too.
+        now = time.monotonic()
+        return [s for s in open_ids if s in self._last_used and not self._in_flight.get(s)
+                and now - self._last_used[s] >= self._floor_s]
 
-    async def make_room(self, max_sessions: int) -> bool:
-        """Before a new session: at the cap, close the least recently used idle session.
-
-        False when the cap is reached and every session is busy (the caller says "retry
-        later"). Two new clients racing for one freed slot can still see the SDK refuse
-        one of them; that one gets the same retryable answer.
-        """
+    def at_cap(self, max_sessions: int) -> bool:
+        """Whether a new session would need another one to make room (forgets ended ones)."""
         open_ids = self.open_ids()
         alive = set(open_ids)
         for table in (self._last_used, self._in_flight):
             for gone in [s for s in table if s not in alive]:
                 del table[gone]  # ended by DELETE or the idle timeout
-        if len(open_ids) < max_sessions:
+        return len(open_ids) >= max_sessions
+
+    async def make_room(self, max_sessions: int) -> bool:
+        """Before a new session (an `initialize`): at the cap, close the least recently used
+        session idle past the floor.
+
+        False when the cap is reached and every session is busy or too recently used (the
+        caller says "retry later"). Two new clients racing for one freed slot can still see
+        the SDK refuse one of them; that one gets the same retryable answer.
+        """
+        if not self.at_cap(max_sessions):
             return True
+        open_ids = self.open_ids()
         idle = self._idle(open_ids)
         if not idle:
             return False

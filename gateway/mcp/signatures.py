@@ -4,17 +4,25 @@ Each provider's own options (its `options_model`, or `ApiRequest` for an HTTP AP
 top-level arguments of its tools, with their descriptions, defaults and constraints, so an
 agent sees every knob in `tools/list` and the SDK validates them before the tool runs. The
 tool function is one generic body; only its `__signature__` differs per provider.
+
+Every tool's arguments are validated strictly (`strict_type`): pydantic's lax mode would take
+the string "true" (or "yes", or 1) for a boolean, so `dangerously_bypass_approvals_and_sandbox:
+"true"` would widen a run's permissions; "5" for an integer and 5.0 for an integer are
+refused too. Only JSON `true` is true (#23 item 9).
 """
 
 from __future__ import annotations
 
 import inspect
+import types
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, Strict
 from pydantic.fields import FieldInfo
 
+from gateway.config import MAX_TIMEOUT_S, MAX_USD
 from providers.usage import REPORTS_COST
 
 COMMON_NAMES = frozenset({"prompt", "model", "working_dir", "session_id", "timeout_s",
@@ -46,22 +54,23 @@ def cli_common_params(default_timeout_s: float, provider: str) -> list[Param]:
         Param("prompt", annotated(str, Field(
             description="The task (data, never flags)."))),
         Param("model", annotated(str | None, Field(
-            description="Model or alias (see list_models).")), None),
+            min_length=1, description="Model or alias (see list_models).")), None),
         Param("working_dir", annotated(str | None, Field(
             description="Absolute path to work in.")), None),
         Param("session_id", annotated(str | None, Field(
-            description="An earlier answer's session_id to resume.")), None),
+            min_length=1, description="An earlier answer's session_id to resume.")), None),
         Param("timeout_s", annotated(float | None, Field(
-            gt=0, description=f"Seconds until it is killed (default "
+            gt=0, le=MAX_TIMEOUT_S, description=f"Seconds until it is killed (default "
                               f"{default_timeout_s:g}).")), None),
         Param("force_refresh", annotated(bool, Field(
             description="Never reuse an identical job's answer.")), False),
         Param("isolation", annotated(Literal["none", "worktree"] | None, Field(
             description="worktree: own git worktree")), None),
         Param("base_ref", annotated(str | None, Field(
-            description="Its start (HEAD)")), None),
+            min_length=1, description="Its start (HEAD)")), None),
         # Lean: every byte is in each model's context (docs/tools.md has the rest).
-        *([Param("max_cost_usd", annotated(float | None, Field(description="USD cap")), None)]
+        *([Param("max_cost_usd", annotated(float | None, Field(
+            gt=0, le=MAX_USD, description="USD cap")), None)]
           if provider in REPORTS_COST else []),
     ]
 
@@ -103,10 +112,37 @@ def _describe(info: FieldInfo) -> FieldInfo:
     return field
 
 
+def strict_type(annotation: Any) -> Any:
+    """The annotation with every scalar leaf (bool, int, float, str) validated strictly, down
+    through Annotated, unions and lists: no "true" for True, no "5" or 5.0 for 5. (pydantic
+    cannot apply `Strict` to a Literal or a union as a whole, hence the walk.)"""
+    if annotation in (bool, int, float, str):
+        return Annotated[annotation, Strict()]
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        inner, *metadata = get_args(annotation)
+        return Annotated[(strict_type(inner), *metadata)]
+    if origin in (Union, types.UnionType):
+        return Union[tuple(strict_type(arg) for arg in get_args(annotation))]  # noqa: UP007
+    if origin is list:
+        return list[strict_type(get_args(annotation)[0])]  # type: ignore[misc]
+    return annotation
+
+
+def strict_signature(function: Callable[..., Any]) -> inspect.Signature:
+    """The function's signature with its annotations evaluated and made strict
+    (`strict_type`): what the SDK builds a tool's argument model from."""
+    signature = inspect.signature(function, eval_str=True)
+    return signature.replace(parameters=[
+        p.replace(annotation=strict_type(p.annotation)) for p in signature.parameters.values()])
+
+
 def signature_of(params: list[Param], context_type: type, return_type: Any) -> inspect.Signature:
-    """A keyword-only signature (required first) plus the injected `ctx: Context`."""
+    """A keyword-only signature (required first, every argument strict) plus the injected
+    `ctx: Context`."""
     ordered = sorted(params, key=lambda p: p.default is not inspect.Parameter.empty)
-    parameters = [p.as_parameter() for p in ordered]
+    parameters = [p.as_parameter().replace(annotation=strict_type(p.annotation))
+                  for p in ordered]
     parameters.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY,
                                         annotation=context_type))
     return inspect.Signature(parameters, return_annotation=return_type)

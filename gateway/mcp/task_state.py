@@ -19,6 +19,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, RequestParams
 from pydantic import ConfigDict, Field
 
+from gateway.mcp.principal import owned
 from gateway.mcp.tools import TASK_ADMISSION, ServerState, TaskAdmission, final_answer
 from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 
@@ -123,7 +124,7 @@ async def load_task(state: ServerState, task_id: str) -> tuple[JobManager, JobRo
     """The manager and the job behind a task id; -32602 for an unknown or purged one."""
     try:
         manager = await state.manager()
-        return manager, await manager.get(task_id)
+        return manager, owned(state.principal, await manager.get(task_id))
     except GatewayError as err:
         raise task_error(err) from None
 

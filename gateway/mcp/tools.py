@@ -25,10 +25,12 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from gateway import __version__, platform
+from gateway.config import MAX_OUTPUT_BYTES_BOUND
 from gateway.jobs.budgets import budget_status
 from gateway.jobs.requests import SubmitRequest
 from gateway.jobs.worktrees.finish import worktree_of
 from gateway.mcp.changes import change_tools
+from gateway.mcp.principal import LOCAL, may_see, owned
 from gateway.mcp.results import (
     describe_status,
     duration_s,
@@ -52,6 +54,7 @@ from gateway.mcp.signatures import (
     option_params,
     options_given,
     signature_of,
+    strict_signature,
 )
 from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 
@@ -108,6 +111,9 @@ class ServerState:
         # Re-check which provider CLIs are installed; True if the tool list changed.
         self.recheck_tools: Callable[[], Awaitable[bool]] | None = None
         self.listed_providers: tuple[str, ...] = ()  # whose request tools are listed
+        # Who this server's callers are (principal.py): "local" unless an HTTP gateway with
+        # a token sets its own (http.py).
+        self.principal = LOCAL
 
     async def manager(self) -> JobManager:
         """The job manager; GatewayError(unavailable) while starting or shutting down,
@@ -192,7 +198,7 @@ class ProviderTools:
             force_refresh=bool(values.pop("force_refresh", False)),
             isolation=values.pop("isolation", None), base_ref=values.pop("base_ref", None),
             max_cost_usd=values.pop("max_cost_usd", None),
-            options=options_given(self.options, values))
+            options=options_given(self.options, values), principal=self.state.principal)
 
     def make(self, sync: bool) -> ToolBody:
         name = f"{self.provider}_request" if sync else f"{self.provider}_request_async"
@@ -365,14 +371,14 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
     async def llm_job_status(job_id: JOB_ID) -> CallToolResult:
         """A job's status, exit code, error and output bytes so far (any gateway's job)."""
         manager = await state.manager()
-        row = await manager.get(job_id)
+        row = owned(state.principal, await manager.get(job_id))
         text = describe_status(row)
         return ok(text, {**job_fields(row), "message": text, "next": follow_up(row)})
 
     async def llm_job_result(
         job_id: JOB_ID,
-        offset: Annotated[int, Field(ge=0, description="The previous page's "
-                                     "next_offset.")] = 0,
+        offset: Annotated[int, Field(ge=0, le=MAX_OUTPUT_BYTES_BOUND, description=(
+            "The previous page's next_offset."))] = 0,
         max_bytes: Annotated[int, Field(ge=1, le=MAX_RESULT_PAGE_BYTES, description=(
             "Page size in bytes."))] = DEFAULT_RESULT_PAGE_BYTES,
         raw: Annotated[bool, Field(description="Stdout instead of the answer.")] = False,
@@ -380,6 +386,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         """A page of a job's answer (raw=true: its stdout), also while it runs; repeat
         with offset=next_offset until that is null."""
         manager = await state.manager()
+        owned(state.principal, await manager.get(job_id))
         page = await manager.read_result(job_id, offset, max_bytes, raw)
         row = page.job
         # A job still running has no parsed answer yet: what it has is the CLI's stdout
@@ -415,6 +422,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         """Stop a job wherever it runs (another gateway's within seconds:
         cancel_requested)."""
         manager = await state.manager()
+        owned(state.principal, await manager.get(job_id))
         outcome = await manager.cancel(job_id)
         row = outcome.job
         texts = {
@@ -448,6 +456,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
                                                        f"bytes of output after {elapsed:.0f} s "
                                                        f"of waiting")
 
+        owned(state.principal, await manager.get(job_id))
         row = await manager.wait(job_id, timeout_s, on_progress)
         done = row.status.is_terminal
         text = describe_status(row)
@@ -468,7 +477,9 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
     ) -> CallToolResult:
         """Recent jobs, newest first."""
         manager = await state.manager()
-        rows = await manager.list_jobs(status=status, provider=provider, limit=limit)
+        rows = [r for r in await manager.list_jobs(status=status, provider=provider,
+                                                   limit=limit)
+                if may_see(state.principal, r)]
         jobs = [job_fields(r) for r in rows]
         lines = [f"{r.id}  {r.provider:<8} {r.status:<10} {_when(r)}" for r in rows]
         text = "\n".join(lines) if lines else "No jobs match."
@@ -657,7 +668,9 @@ def build_job_tools(state: ServerState) -> list[Tool]:
     for name, body, hints in [*job_tools(state), *usage_tools(state)]:
         # One line: a docstring's indentation is bytes in every model's context.
         description = " ".join((body.__doc__ or "").split())
-        tool = Tool.from_function(guarded(name, body), name=name, description=description,
+        wrapped = guarded(name, body)
+        wrapped.__signature__ = strict_signature(body)  # type: ignore[attr-defined]
+        tool = Tool.from_function(wrapped, name=name, description=description,
                                   annotations=hints)
         tool.parameters = compact_schema(tool.parameters)
         tools.append(tool)

@@ -28,8 +28,9 @@ from gateway.model import (
 )
 from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 
-# 2: SQLite keeps `output` last in the row; 3: `requeued_at`; 4: `principal`; 5: usage totals
-# and budgets (store/usage.py); 6: `requeue_count`, `requeue_reasons`, `orphaned_by`.
+# 2: SQLite keeps `output` last in the row; 3: `requeued_at`; 4: `principal` (who made the
+# job: only they see it over MCP); 5: usage totals and budgets (store/usage.py);
+# 6: `requeue_count`, `requeue_reasons`, `orphaned_by`.
 SCHEMA_VERSION = 6
 
 # The reaper reads at most this many candidates per sweep (oldest lease first; the rest are

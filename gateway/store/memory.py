@@ -189,6 +189,7 @@ class MemoryJobStore:
                 model=job.model,
                 session_id=job.session_id,
                 request_json=job.request_json,
+                principal=job.principal,
                 created_at=now,
                 updated_at=now,
                 forced=job.forced,

@@ -447,7 +447,7 @@ class PostgresJobStore:
                         job.id, job.provider, job.request_key, job.transport,
                         job.correlation_id, job.owner_instance, float(ttl_s), job.hostname,
                         job.working_dir, job.model, job.session_id, job.request_json,
-                        job.forced, job.boot_id,
+                        job.forced, job.boot_id, job.principal,
                     )
                     await postgres_usage.reserve(conn, job.id, job.reservations)
             except asyncpg.UniqueViolationError as exc:

@@ -130,7 +130,8 @@ _SCHEMA_V1 = (
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _SCHEMA_V1), (2, ()),
     (3, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeued_at timestamptz",)),
-    (4, ()),  # placeholder: version 4 (jobs.principal) lands from another branch
+    # v4: `principal` (who made the job; NULL for the rows before).
+    (4, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS principal text",)),
     (5, SCHEMA_V5),  # usage totals and budgets (postgres_usage.py)
     # v6: the bounded uncharged re-queues (how many, why) and which host orphaned a job.
     (6, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeue_count integer NOT NULL DEFAULT 0",
@@ -198,10 +199,10 @@ LIMIT 1"""
 INSERT_JOB = f"""
 INSERT INTO jobs (id, provider, status, request_key, transport, correlation_id,
                   owner_instance, lease_deadline, hostname, working_dir, model, session_id,
-                  request_json, created_at, updated_at, forced, boot_id)
+                  request_json, created_at, updated_at, forced, boot_id, principal)
 VALUES ($1, $2, 'queued', $3, $4, $5,
         $6, now() + make_interval(secs => $7), $8, $9, $10, $11,
-        $12, now(), now(), $13, $14)
+        $12, now(), now(), $13, $14, $15)
 RETURNING {_JOB_COLUMNS}"""
 
 # The one active, non-forced row the index let win (NULL if it finished meanwhile).

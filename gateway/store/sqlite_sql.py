@@ -145,27 +145,38 @@ _SCHEMA_V3 = (
     *_SCHEMA_V1[2:],
 )
 
+# v4: `principal` (who made the job; NULL for the rows before). Rebuilt like v3, so that
+# `output` stays last.
+_V3_COLUMNS = ", ".join(column for column, _ in _V3_COLUMN_DEFS)
+_V4_COLUMN_DEFS = (*(c for c in _V3_COLUMN_DEFS if c[0] != "output"),
+                   ("principal", "TEXT"), ("output", "TEXT"))
+_SCHEMA_V4 = (
+    _create_jobs_table("jobs_v4", _V4_COLUMN_DEFS),
+    f"INSERT INTO jobs_v4 ({_V3_COLUMNS}) SELECT {_V3_COLUMNS} FROM jobs",
+    "DROP TABLE jobs",
+    "ALTER TABLE jobs_v4 RENAME TO jobs",
+    *_SCHEMA_V1[2:],
+)
+
 # v6: `requeue_count`, `requeue_reasons` (the bounded uncharged re-queues and why) and
 # `orphaned_by` (which host orphaned it: an orphaning on the job's own host is final).
-# Rebuilt like v3, so that `output` stays last; every column of the table before it is
-# copied (a later merge that adds columns at v4/v5 adds them to _V6_COLUMN_DEFS too).
-_V3_COLUMNS = ", ".join(column for column, _ in _V3_COLUMN_DEFS)
-_V6_COLUMN_DEFS = (*(c for c in _V3_COLUMN_DEFS if c[0] != "output"),
+# Rebuilt like v4, so that `output` stays last; every column of the v4 table is copied.
+_V4_COLUMNS = ", ".join(column for column, _ in _V4_COLUMN_DEFS)
+_V6_COLUMN_DEFS = (*(c for c in _V4_COLUMN_DEFS if c[0] != "output"),
                    ("requeue_count", "INTEGER NOT NULL DEFAULT 0"),
                    ("requeue_reasons", "TEXT"), ("orphaned_by", "TEXT"), ("output", "TEXT"))
 _SCHEMA_V6 = (
     _create_jobs_table("jobs_v6", _V6_COLUMN_DEFS),
-    f"INSERT INTO jobs_v6 ({_V3_COLUMNS}) SELECT {_V3_COLUMNS} FROM jobs",
+    f"INSERT INTO jobs_v6 ({_V4_COLUMNS}) SELECT {_V4_COLUMNS} FROM jobs",
     "DROP TABLE jobs",
     "ALTER TABLE jobs_v6 RENAME TO jobs",
     *_SCHEMA_V1[2:],
 )
 
 # (version, statements) in order, each version in one transaction; re-running a version's
-# statements in order changes nothing. 4 and 5 are other work's (empty on this branch).
+# statements in order changes nothing.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
-    (1, _SCHEMA_V1), (2, _SCHEMA_V2), (3, _SCHEMA_V3),
-    (4, ()),  # placeholder: version 4 (jobs.principal) lands from another branch
+    (1, _SCHEMA_V1), (2, _SCHEMA_V2), (3, _SCHEMA_V3), (4, _SCHEMA_V4),
     (5, SCHEMA_V5),  # usage totals and budgets (sqlite_usage.py)
     (6, _SCHEMA_V6))
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
@@ -227,10 +238,10 @@ LIMIT 1"""
 INSERT_JOB = f"""
 INSERT INTO jobs (id, provider, status, request_key, transport, correlation_id,
                   owner_instance, lease_deadline, hostname, working_dir, model, session_id,
-                  request_json, created_at, updated_at, forced, boot_id)
+                  request_json, created_at, updated_at, forced, boot_id, principal)
 VALUES (:id, :provider, 'queued', :request_key, :transport, :correlation_id,
         :owner_instance, :now + :ttl_s, :hostname, :working_dir, :model, :session_id,
-        :request_json, :now, :now, :forced, :boot_id)
+        :request_json, :now, :now, :forced, :boot_id, :principal)
 ON CONFLICT (request_key) WHERE status IN ('queued','running') AND forced = 0 DO NOTHING
 RETURNING {_JOB_COLUMNS}"""
 

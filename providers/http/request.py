@@ -23,6 +23,9 @@ from providers.http import anthropic
 from providers.loopback import is_loopback_host
 
 REDACTED = "[redacted]"
+# A bound on max_output_tokens: past any model's output window, so 2**70 is refused at the
+# tool instead of sent to the API.
+MAX_OUTPUT_TOKENS = 1_000_000
 
 # Header names and URL query keys whose values are treated as secrets.
 _SECRET_NAME = re.compile(
@@ -80,7 +83,7 @@ class ApiRequest(BaseModel):
                     "0..2 for OpenAI-compatible APIs, 0..1 for Anthropic. Omit for the API's "
                     "default.")
     max_output_tokens: int | None = Field(
-        default=None, ge=1,
+        default=None, ge=1, le=MAX_OUTPUT_TOKENS,
         description="Upper bound on the tokens the model may generate. Omit for the API's "
                     f"default (Anthropic requires one; {anthropic.DEFAULT_MAX_TOKENS} "
                     "is sent).")

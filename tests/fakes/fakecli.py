@@ -563,6 +563,13 @@ def _prompt_after_dashdash(binary, flags, positionals):
     if "--print" not in flags:
         raise UsageError(f"error: the fake {binary} only implements --print")
     prompt = " ".join(positionals)
+    prompt_file = last(flags, "--prompt-file")
+    if isinstance(prompt_file, str):  # devin: the prompt read from a file (/dev/stdin)
+        if positionals:
+            raise UsageError(f"error: the fake {binary} takes --prompt-file or a prompt, "
+                             f"not both")
+        with open(prompt_file, encoding="utf-8") as fh:
+            prompt = fh.read()
     if not prompt.strip():
         err("Error: a prompt is required with --print")
         return None, 1

@@ -99,9 +99,13 @@ def spawned() -> Iterator[list[int]]:
 def start(invocation: Invocation, env: dict[str, str], out: Path,
           groups: list[int]) -> subprocess.Popen[bytes]:
     with open(out, "wb") as stdout:
-        process = subprocess.Popen(invocation.argv, stdin=subprocess.DEVNULL, stdout=stdout,
-                                   stderr=subprocess.PIPE, env={**env, **invocation.env},
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            invocation.argv, stdin=subprocess.DEVNULL if invocation.stdin is None
+            else subprocess.PIPE, stdout=stdout, stderr=subprocess.PIPE,
+            env={**env, **invocation.env}, start_new_session=True)
+    if process.stdin is not None:  # the prompt (devin reads it as its --prompt-file)
+        process.stdin.write(invocation.stdin or b"")
+        process.stdin.close()
     groups.append(process.pid)
     return process
 

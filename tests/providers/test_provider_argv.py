@@ -108,8 +108,8 @@ GOLDEN: list[tuple[str, str, dict[str, Any], str | None, str | None, list[str], 
     ("mistral", "vibe", {"agent": "accept-edits", "trust_workspace": True}, None, None,
      ["vibe", "--agent", "accept-edits", "--trust", "--prompt=say hi"], None),
     ("devin", "devin", {"permission_mode": "accept-edits"}, None, "swe-1.5",
-     ["devin", "--print", "--model", "swe-1.5", "--permission-mode", "accept-edits", "--",
-      "say hi"], None),
+     ["devin", "--print", "--model", "swe-1.5", "--permission-mode", "accept-edits",
+      "--prompt-file", "/dev/stdin"], b"say hi"),
     ("cursor", "cursor-agent", {"mode": "plan", "force": True}, "sess-1", None,
      ["cursor-agent", "--print", "--output-format", "json", "--mode", "plan", "--force",
       "--resume", "sess-1", "--", "say hi"], None),
@@ -125,6 +125,25 @@ def test_golden_argv(name: str, command: str, options: dict[str, Any], session_i
         request(adapter, options, session_id=session_id, model=model), command)
     assert invocation.argv == argv
     assert invocation.stdin == stdin
+
+
+# Where the prompt travels, per provider (#23 item 11): argv is visible to every local user
+# (`ps`), stdin is not. The CLIs whose help (tests/fakes, the help snapshots) offers no
+# stdin or prompt-file form keep it in argv; docs/providers.md lists them.
+PROMPT_IN_ARGV = {"gemini", "grok", "mistral", "cursor"}
+
+
+@pytest.mark.parametrize("name", ["claude", "codex", "gemini", "grok", "mistral", "devin",
+                                  "cursor"])
+def test_prompts_stay_out_of_argv_where_a_cli_can_read_stdin_or_a_file(name: str) -> None:
+    adapter = provider(name)
+    secret = "the-prompt-text-4711"
+    invocation = adapter.build_invocation(request(adapter, {}, prompt=secret),
+                                          adapter.commands[0])
+    in_argv = any(secret in arg for arg in invocation.argv)
+    assert in_argv == (name in PROMPT_IN_ARGV), invocation.argv
+    if not in_argv:
+        assert invocation.stdin == secret.encode()
 
 
 def test_mistral_passes_the_model_in_the_environment_not_as_a_flag() -> None:

@@ -5,9 +5,11 @@ what to change."""
 from __future__ import annotations
 
 import os
+from typing import get_origin
 
 import pytest
 from argv_cases import DIALECTS, provider, request
+from pydantic import ValidationError
 
 from providers.base import InvalidRequest, ProviderRequest
 from providers.safety import (
@@ -51,10 +53,25 @@ def test_a_list_option_value_that_starts_with_a_dash_or_holds_nul_is_refused(
 ) -> None:
     adapter = provider(name)
     fields = adapter.options_model.model_fields
-    list_field = next(n for n, f in fields.items() if f.annotation == list[str])
-    req = request(adapter, {list_field: ["/fine", value]})
+    list_field = next(n for n, f in fields.items() if get_origin(f.annotation) is list)
+    if not value.startswith("/"):  # the options model refuses a relative path itself
+        with pytest.raises(ValidationError, match="absolute path"):
+            request(adapter, {list_field: ["/fine", value]})
+    # The argv check holds even for options built without validation (defence in depth).
+    options = adapter.options_model.model_construct(**{list_field: ["/fine", value]})
+    req = ProviderRequest(prompt="say hi", options=options)
     with pytest.raises(InvalidRequest, match=f"options.{list_field} item"):
         adapter.build_invocation(req, adapter.commands[0])
+
+
+@pytest.mark.parametrize("name", ["claude", "codex"])
+@pytest.mark.parametrize("value", ["relative/dir", "~/src", ".", ""])
+def test_a_relative_add_dir_is_refused(name: str, value: str) -> None:
+    """#23 item 9: add_dirs grants the agent a directory; a relative one would be resolved
+    against the CLI's cwd, never what the caller meant."""
+    with pytest.raises(ValidationError, match="absolute path"):
+        request(provider(name), {"add_dirs": [value]})
+    assert request(provider(name), {"add_dirs": ["/srv/data"]}).options is not None
 
 
 @pytest.mark.parametrize(("name", "binary"), DIALECTS)

@@ -224,3 +224,34 @@ async def test_a_postgres_database_that_does_not_exist_is_permanent(
     assert status["ready"] is False and status["problem_permanent"] is True
     assert "InvalidCatalogNameError" in status["problem"]
     assert "will not pass by itself" in status["problem"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_deep_json_in_a_variable_answers_setup_error_not_a_dead_handshake(
+        harness: Harness, mode: str) -> None:
+    """#23 item 10: `[` * 50000 once raised RecursionError and `serve` never answered
+    `initialize`; now the handshake works and every tool names the variable."""
+    name = "AGENT_GATEWAY_PROVIDERS__CODEX__EXTRA_ARGS"
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with stdio_client(harness.home, harness.write_config({}), mode,
+                                **{name: "[" * 50_000}) as client:
+            answer = await client.call_tool("llm_job_list", {})
+    data = data_of(answer)
+    assert answer.is_error and data["error_kind"] == "setup_error"
+    assert name in data["error"] and "deeper than" in data["error"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_bad_variable_is_reported_as_the_variable_not_the_config_file(
+        harness: Harness, mode: str) -> None:
+    """#25 item 4: the file is fine and the variable is not: the setup_error names the
+    variable (and where it is set), not "the config file ... is invalid"."""
+    config = harness.write_config({})
+    name = "AGENT_GATEWAY_LEASE__TTL_S"
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with stdio_client(harness.home, config, mode, **{name: "soon"}) as client:
+            answer = await client.call_tool("llm_job_list", {})
+    error = data_of(answer)["error"]
+    assert f"the environment variable {name}" in error, error
+    assert "env block" in error
+    assert f"the config file {config}" not in error

@@ -207,7 +207,31 @@ async def test_dns_rebinding_foreign_origin_is_refused_with_or_without_a_token(
         without.stop()
 
 
-async def test_bearer_scheme_is_case_insensitive(server: HttpServer) -> None:
+async def test_own_origin_is_accepted_with_empty_allowed_origins(harness: Harness) -> None:
+    """#23 item 13: with `allowed_origins = []` the gateway's own address is a fine Origin
+    (the MCP conformance suite's DNS-rebinding scenario sends it); every other is refused."""
+    port = free_port()
+    server = start_http_server(harness.home, harness.write_config({}), port)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        for own in (f"http://127.0.0.1:{port}", f"http://localhost:{port}",
+                    f"http://127.0.0.1:{port}/"):
+            answer = raw(server, "POST", dict(MCP_HEADERS, Origin=own, **auth), INITIALIZE)
+            assert answer.status_code == 200, (own, answer.text)
+        for foreign in (f"http://127.0.0.1:{port + 1}", f"https://127.0.0.1:{port}",
+                        f"http://attacker.example:{port}", "http://127.0.0.1", "null",
+                        f"http://127.0.0.2:{port}", f"127.0.0.1:{port}"):
+            answer = raw(server, "POST", dict(MCP_HEADERS, Origin=foreign, **auth), INITIALIZE)
+            assert answer.status_code == 403, (foreign, answer.text)
+            assert answer.json()["error"] == "forbidden_origin"
+    finally:
+        server.stop()
+
+
+async def test_bearer_scheme_is_case_insensitive(harness: Harness) -> None:
+    # Three sessions opened back to back: more than the small fixture's cap lets in (a
+    # session younger than the eviction floor is never evicted).
+    server = harness.http_server({"http": {"max_sessions": 5}})
     for scheme in ("bearer", "BEARER", "BeArEr"):
         answer = raw(server, "POST", dict(MCP_HEADERS, Authorization=f"{scheme} {TOKEN}"),
                      INITIALIZE)

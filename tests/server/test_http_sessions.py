@@ -19,6 +19,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from gateway.config import load_settings
 from gateway.mcp.http import build_http_app
+from gateway.mcp.sessions import eviction_floor_s
 from tests.server.conftest import TOKEN, Harness, HttpServer
 from tests.server.test_http import INITIALIZE, MCP_HEADERS, post
 
@@ -59,21 +60,62 @@ def open_stream(server: HttpServer, session_id: str) -> Iterator[None]:
         yield
 
 
+# An idle timeout of 6 s puts the eviction floor at 3 s: long enough to tell a young session
+# from an abandoned one, short enough for a test to wait it out, and 3 s of window before
+# the idle timeout closes the session by itself.
+EVICT_IDLE_TIMEOUT_S = 6.0
+EVICT_FLOOR_S = eviction_floor_s(EVICT_IDLE_TIMEOUT_S)
+
+
+async def past_the_eviction_floor() -> None:
+    """Let every session that is idle now become evictable (the floor is a fixed duration)."""
+    await anyio.sleep(EVICT_FLOOR_S + 0.2)
+
+
 async def test_abandoned_sessions_are_evicted_lru_when_max_sessions_is_reached(
         harness: Harness) -> None:
-    server = harness.http_server({"http": {"max_sessions": 2}})
+    server = harness.http_server({"http": {"max_sessions": 2,
+                                           "session_idle_timeout_s": EVICT_IDLE_TIMEOUT_S}})
     first, second = open_session(server), open_session(server)
+    await past_the_eviction_floor()
     assert ping(server, first) in (200, 202)  # first is now the most recently used
     third = open_session(server)  # the cap: second, the least recently used idle, makes room
     assert ping(server, second) == 404
     assert ping(server, first) in (200, 202)
     assert ping(server, third) in (200, 202)
-    for _ in range(5):  # clients keep arriving and leaving without DELETE: none refused
-        open_session(server)
+
+
+async def test_eviction_only_when_a_session_is_created(harness: Harness) -> None:
+    """#23 item 8: at the cap, a POST that never becomes a session (`{}`, a notification,
+    a request without `initialize`, a nesting bomb) evicts nothing, even sessions idle past
+    the floor; the next `initialize` does."""
+    server = harness.http_server({"http": {"max_sessions": 2,
+                                           "session_idle_timeout_s": EVICT_IDLE_TIMEOUT_S}})
+    first, second = open_session(server), open_session(server)
+    await past_the_eviction_floor()
+    for body in ({}, {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                 {"jsonrpc": "2.0", "method": "tools/list", "id": 3}, b"[" * 50_000):
+        answer = post(server, body)
+        assert answer.status_code >= 400, answer.text
+    assert ping(server, first) in (200, 202)
+    assert ping(server, second) in (200, 202)
+
+
+async def test_eviction_never_takes_a_session_younger_than_the_floor(
+        harness: Harness) -> None:
+    """#23 item 8: an `initialize` at the cap never evicts a session idle for less than the
+    eviction floor (10 s at the default idle timeout): it is refused with 429 instead."""
+    server = harness.http_server({"http": {"max_sessions": 2}})
+    first, second = open_session(server), open_session(server)
+    refused = post(server, INITIALIZE)
+    assert refused.status_code == 429, refused.text
+    assert ping(server, first) in (200, 202)
+    assert ping(server, second) in (200, 202)
 
 
 async def test_retry_after_only_when_every_session_is_busy(harness: Harness) -> None:
-    server = harness.http_server({"http": {"max_sessions": 2}})
+    server = harness.http_server({"http": {"max_sessions": 2,
+                                           "session_idle_timeout_s": EVICT_IDLE_TIMEOUT_S}})
     first, second = open_session(server), open_session(server)
     with open_stream(server, first):
         with open_stream(server, second):
@@ -81,7 +123,8 @@ async def test_retry_after_only_when_every_session_is_busy(harness: Harness) -> 
             assert refused.status_code == 429
             assert int(refused.headers["retry-after"]) > 0
             assert refused.json()["retryable"] is True
-        # second's stream closed: it is idle again, so it gives way; first is untouched.
+        # second's stream closed: once idle past the floor it gives way; first is untouched.
+        await past_the_eviction_floor()
         assert post(server, INITIALIZE).status_code == 200
         assert ping(server, second) == 404
         assert ping(server, first) in (200, 202)

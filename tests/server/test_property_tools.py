@@ -31,6 +31,7 @@ from tests.fakes.fake_api_server import run_fake_api_server
 from tests.server.conftest import Harness, server_env
 
 MAX_EXAMPLES = 120  # about 20 s on an idle 2-core box; each CLI call spawns a fake
+STRICT_EXAMPLES = 80  # refused before any job: cheap
 CALL_TIMEOUT_S = 30.0  # sync requests defer after 1 s; nothing may take near this
 SETTLE_TIMEOUT_S = 30.0  # every admitted job is terminal within this once calls stop
 TERMINAL = {"completed", "failed", "cancelled", "timed_out", "orphaned"}
@@ -209,3 +210,78 @@ def test_generated_arguments_never_cause_internal_error_or_half_written_jobs(
         arguments["job_id"] = data.draw(st.sampled_from(known), label="job_id")
     assert session.portal is not None
     session.portal.call(call, session, name, arguments)
+
+
+# -- strict types (#23 item 9) ----------------------------------------------------------------
+
+# Values of the wrong JSON type that pydantic's lax mode would coerce (or that are out of
+# any sane range), per schema type: every one must be refused.
+MISTYPED: dict[str, list[Any]] = {
+    "boolean": ["true", "false", "yes", "True", "1", 1, 0, 1.0],
+    "integer": ["5", 5.5, 5.0, True, 2**70, -(2**70)],
+    "number": ["1.5", "30", True, 1e308, -1e308],
+    "string": [5, 1.5, True, ["x"], {"a": "b"}],
+    "enum": [5, True, "not-one-of-the-choices", ["x"]],
+}
+
+
+def scalar_kind(schema: dict[str, Any]) -> str | None:
+    """"boolean", "integer", "number", "string" or "enum" for a scalar property (an optional
+    one's `anyOf: [T, null]` included), None for a list or an object."""
+    variants = [v for v in schema.get("anyOf", [schema]) if v.get("type") != "null"]
+    if len(variants) != 1:
+        return None
+    (only,) = variants
+    if "enum" in only:
+        return "enum"
+    kind = only.get("type")
+    return kind if kind in ("boolean", "integer", "number", "string") else None
+
+
+def scalar_properties(tool: Tool) -> dict[str, str]:
+    return {name: kind for name, prop in tool.input_schema.get("properties", {}).items()
+            if (kind := scalar_kind(prop)) is not None}
+
+
+async def refused_as_invalid(session: Session, name: str, arguments: dict[str, Any]) -> None:
+    with anyio.fail_after(CALL_TIMEOUT_S):
+        result = await session.client.call_tool(name, arguments)
+    structured = result.structured_content or {}
+    note_job_ids(session, structured)
+    text = " ".join(getattr(c, "text", "") for c in result.content)
+    assert result.is_error, (name, arguments, text)
+    assert structured.get("error_kind") == "invalid_input", (name, arguments, text)
+
+
+def test_every_number_in_every_tool_input_is_bounded(session: Session) -> None:
+    """#23 item 9: no tool takes an unbounded number (2**70 tokens, 1e308 seconds)."""
+    assert session.portal is not None
+    session.portal.call(call, session, "llm_job_list", {})  # the store opens: the fixture reads it
+    for tool in session.tools.values():
+        for name, prop in tool.input_schema.get("properties", {}).items():
+            for variant in prop.get("anyOf", [prop]):
+                if variant.get("type") in ("integer", "number"):
+                    assert {"minimum", "exclusiveMinimum"} & set(variant), (tool.name, name)
+                    assert {"maximum", "exclusiveMaximum"} & set(variant), (tool.name, name)
+
+
+@settings(max_examples=STRICT_EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_mistyped_arguments_are_refused_strictly_by_every_tool(
+        session: Session, data: st.DataObject) -> None:
+    """#23 item 9: over every tool and every scalar argument, a value of the wrong JSON type
+    ("true" for a boolean, "5" or 5.0 for an integer, 2**70) is `invalid_input`, and no
+    job is made; the other arguments are schema-valid."""
+    candidates = sorted(n for n, t in session.tools.items() if scalar_properties(t))
+    name = data.draw(st.sampled_from(candidates), label="tool")
+    tool = session.tools[name]
+    scalars = scalar_properties(tool)
+    target = data.draw(st.sampled_from(sorted(scalars)), label="argument")
+    wrong = data.draw(st.sampled_from(MISTYPED[scalars[target]]), label="value")
+    arguments = data.draw(arguments_inside(tool.input_schema), label="args")
+    arguments[target] = wrong
+    before = set(session.job_ids)
+    assert session.portal is not None
+    session.portal.call(refused_as_invalid, session, name, arguments)
+    assert session.job_ids == before, "a refused call made a job"

@@ -460,6 +460,45 @@ async def test_an_http_api_provider_gets_tools_with_its_own_request_fields(
                     assert refused.structured_content["error_kind"] == "invalid_input", bad
 
 
+LAX_COERCIONS: list[tuple[str, dict[str, Any]]] = [
+    ("codex_request", {"dangerously_bypass_approvals_and_sandbox": "true"}),
+    ("codex_request_async", {"dangerously_bypass_approvals_and_sandbox": 1}),
+    ("grok_request", {"always_approve": "yes"}),
+    ("cursor_request", {"force": "True"}),
+    ("claude_request", {"force_refresh": "yes"}),
+    ("claude_request", {"model": ""}),
+    ("claude_request", {"session_id": ""}),
+    ("claude_request", {"timeout_s": "30"}),
+    ("claude_request", {"timeout_s": 1e308}),
+    ("claude_request", {"add_dirs": ["relative/dir"]}),
+    ("codex_request", {"add_dirs": ["~/src"]}),
+    ("router_request", {"max_output_tokens": 2**70}),
+    ("router_request", {"max_output_tokens": "100"}),
+    ("router_request", {"temperature": "0.5"}),
+]
+
+
+async def test_lax_coercion_of_dangerous_inputs_is_refused(gateway: Harness) -> None:
+    """#23 item 9: a boolean that widens permissions is only JSON `true` (never "true",
+    "yes" or 1), a model name is not empty, every number has a bound, add_dirs are absolute;
+    none of them reaches the store."""
+    async with run_fake_api_server() as api:
+        overrides = {"api_providers": {"router": {
+            "kind": "openai", "base_url": api.base_url + "/v1", "timeout_s": 10}}}
+        with anyio.fail_after(TEST_TIMEOUT_S):
+            async with gateway.connect(**overrides) as client:
+                for tool, extra in LAX_COERCIONS:
+                    result = await call(client, tool, {"prompt": f"p {tag()}", **extra})
+                    assert result.is_error, (tool, extra)
+                    data = result.structured_content
+                    assert data is not None and data["error_kind"] == "invalid_input", data
+                    (name,) = extra
+                    assert name in data["error"], data["error"]
+                listed = await succeed(client, "llm_job_list", {})
+                assert listed["count"] == 0
+                assert not api.requests
+
+
 async def test_tools_are_listed_at_once_even_while_the_job_store_cannot_open(
         gateway: Harness) -> None:
     """The lifespan only starts the gateway: initialize and tools/list never wait for the
