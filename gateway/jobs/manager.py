@@ -1,9 +1,8 @@
 """The one path every request takes: admission, dedup, limiter, run, finalize, cancel, wait.
 
-Admission order: validate -> dedup by request key -> refuse when durable admission
-is off -> limiter -> insert the queued row (fail closed) -> mark running (CAS) -> run. A job
-is driven by one named asyncio task owned by this manager; the MCP call that submitted it can
-be cancelled or time out without touching it.
+Admission: validate -> dedup by request key -> refuse when durable admission is off -> limiter
+-> insert the queued row (fail closed) -> mark running (CAS) -> run. One named asyncio task of
+this manager drives a job: the MCP call that submitted it may be cancelled or time out.
 """
 
 from __future__ import annotations
