@@ -49,8 +49,7 @@ class ClaudeOptions(ProviderOptions):
     output_format: Literal["stream-json", "json", "text"] = Field(
         default="stream-json",
         description=(
-            "'stream-json': events while it works, then text, usage "
-            "and session id; 'json': only that result; 'text': only the answer."
+            "stream-json: events, then the result; json: the result; text: the answer."
         ),
     )
     permission_mode: (
@@ -58,15 +57,13 @@ class ClaudeOptions(ProviderOptions):
     ) = Field(
         default=None,
         description=(
-            "--permission-mode: 'plan' read-only; 'acceptEdits' may edit; "
-            "'dontAsk' denies what is not pre-approved; 'auto'; "
-            "'bypassPermissions' (sandboxes only); 'manual' (nobody can "
-            "answer). Omit for the user's default."
+            "--permission-mode: plan read-only; acceptEdits edits; bypassPermissions "
+            "in sandboxes only (docs/providers.md). Omit: the user's default."
         ),
     )
     add_dirs: list[AbsolutePath] = Field(
         default_factory=list,
-        description='Extra directories (absolute paths) Claude may edit (--add-dir).',
+        description='Absolute dirs it may also edit (--add-dir).',
     )
 
 

@@ -54,8 +54,7 @@ class CodexOptions(ProviderOptions):
     sandbox: Literal["read-only", "workspace-write", "danger-full-access"] | None = Field(
         default=None,
         description=(
-            "--sandbox: 'read-only', 'workspace-write' (inside working_dir) or "
-            "'danger-full-access'. Omit for the user's default."
+            "--sandbox (workspace-write: inside working_dir). Omit: the user's default."
         ),
     )
     dangerously_bypass_approvals_and_sandbox: bool = Field(
@@ -65,8 +64,7 @@ class CodexOptions(ProviderOptions):
     add_dirs: list[AbsolutePath] = Field(
         default_factory=list,
         description=(
-            "Extra writable directories (absolute paths; --add-dir). New "
-            "sessions only."
+            "Absolute dirs also writable (--add-dir); new sessions only."
         ),
     )
 

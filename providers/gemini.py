@@ -69,16 +69,14 @@ class GeminiOptions(ProviderOptions):
     approval_mode: Literal["default", "auto_edit", "yolo", "plan"] | None = Field(
         default=None,
         description=(
-            "'plan' read-only; 'auto_edit' may edit; 'yolo' approves every "
-            "tool; 'default' refuses tools that need approval. Omit for the "
+            "plan read-only; auto_edit edits; yolo approves every tool. Omit: the "
             "CLI's default."
         ),
     )
     output_format: Literal["text", "json"] = Field(
         default="text",
         description=(
-            "'text' or 'json' (adds the session id and, with gemini, "
-            "usage)."
+            "json adds the session id (and usage)."
         ),
     )
     sandbox: bool = Field(default=False,

@@ -54,16 +54,16 @@ def cli_common_params(default_timeout_s: float, provider: str) -> list[Param]:
         Param("prompt", annotated(str, Field(
             description="The task (data, never flags)."))),
         Param("model", annotated(str | None, Field(
-            min_length=1, description="Model or alias (see list_models).")), None),
+            min_length=1, description="Model or alias (list_models).")), None),
         Param("working_dir", annotated(str | None, Field(
             description="Absolute path to work in.")), None),
         Param("session_id", annotated(str | None, Field(
-            min_length=1, description="An earlier answer's session_id to resume.")), None),
+            min_length=1, description="session_id of an answer to resume.")), None),
         Param("timeout_s", annotated(float | None, Field(
-            gt=0, le=MAX_TIMEOUT_S, description=f"Seconds until it is killed (default "
+            gt=0, le=MAX_TIMEOUT_S, description=f"Seconds until killed (default "
                               f"{default_timeout_s:g}).")), None),
         Param("force_refresh", annotated(bool, Field(
-            description="Never reuse an identical job's answer.")), False),
+            description="Don't reuse an identical job.")), False),
         Param("isolation", annotated(Literal["none", "worktree"] | None, Field(
             description="worktree: own git worktree")), None),
         Param("base_ref", annotated(str | None, Field(

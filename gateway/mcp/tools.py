@@ -221,9 +221,9 @@ class ProviderTools:
         every listed tool's text is in the model's context on every turn."""
         if sync:
             defer = self.state.settings.limits.sync_defer_after_s
-            return (f"Run a task on {self.label}: the answer and session_id, or after "
+            return (f"Run a task on {self.label}: its answer, or after "
                     f"{defer:g} s a job_id (follow `next`).")
-        return f"Start a task on {self.label} in the background: its job_id now (follow `next`)."
+        return f"Start a task on {self.label}; its job_id now (follow `next`)."
 
     async def run_async(self, request: SubmitRequest, ctx: Context) -> CallToolResult:
         manager = await self.state.manager()
@@ -369,7 +369,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     async def llm_job_status(job_id: JOB_ID) -> CallToolResult:
-        """A job's status, exit code, error and output bytes so far (any gateway's job)."""
+        """A job's status, exit code, error and output size (any gateway's)."""
         manager = await state.manager()
         row = owned(state.principal, await manager.get(job_id))
         text = describe_status(row)
@@ -383,8 +383,8 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
             "Page size in bytes."))] = DEFAULT_RESULT_PAGE_BYTES,
         raw: Annotated[bool, Field(description="Stdout instead of the answer.")] = False,
     ) -> CallToolResult:
-        """A page of a job's answer (raw=true: its stdout), also while it runs; repeat
-        with offset=next_offset until that is null."""
+        """A page of a job's answer (raw: its stdout), also while it runs; repeat with
+        offset=next_offset until null."""
         manager = await state.manager()
         owned(state.principal, await manager.get(job_id))
         page = await manager.read_result(job_id, offset, max_bytes, raw)
@@ -419,8 +419,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         return ok(f"{page.output}\n\n[{message}]" if page.output else message, data)
 
     async def llm_job_cancel(job_id: JOB_ID) -> CallToolResult:
-        """Stop a job wherever it runs (another gateway's within seconds:
-        cancel_requested)."""
+        """Stop a job wherever it runs (another gateway's within seconds)."""
         manager = await state.manager()
         owned(state.principal, await manager.get(job_id))
         outcome = await manager.cancel(job_id)
@@ -470,7 +469,7 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
     async def llm_job_list(
         status: Annotated[Literal["queued", "running", "completed", "failed", "cancelled",
                                   "timed_out", "orphaned"] | None,
-                          Field(description="Only jobs with this status.")] = None,
+                          Field(description="Only this status.")] = None,
         provider: Annotated[str | None, Field(description="Only this provider's.")] = None,
         limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="At most this many "
                                     "jobs.")] = DEFAULT_LIST_LIMIT,
@@ -516,8 +515,8 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
         return ok("\n".join(lines), {"providers": catalog})
 
     async def gateway_status() -> CallToolResult:
-        """Readiness (or what is broken and how to fix it), jobs, limits, the store, and
-        where each CLI is installed."""
+        """Readiness (or what is broken, and the fix), jobs, limits, the store, and where
+        each CLI is."""
         from providers.http.request import redact_url
 
         settings = state.settings
