@@ -8,7 +8,6 @@ layer reports it as `error_kind="invalid_input"` without spawning anything.
 from __future__ import annotations
 
 import os
-import sys
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -17,8 +16,10 @@ from pydantic import BaseModel
 from providers.base import InvalidRequest, ProviderRequest
 
 # Linux refuses any single argv/env string longer than MAX_ARG_STRLEN (32 pages) with E2BIG,
-# whatever ARG_MAX says; other systems have no such per-string cap.
-LINUX_MAX_ARG_STRLEN = 32 * 4096
+# whatever ARG_MAX says. Other systems have no per-string cap, but the same cap everywhere keeps
+# one rule (and no OS branch outside gateway/platform): a prompt that long belongs on stdin or
+# in a file anyway.
+MAX_ARG_STRLEN = 32 * 4096
 # Room kept free inside ARG_MAX for the child's environment when the caller does not pass it
 # (the gateway adds PATH/NO_COLOR/TERM and the provider's config env to what it inherits).
 ENV_MARGIN_BYTES = 64 * 1024
@@ -110,18 +111,17 @@ def check_argv_size(argv: Sequence[str], env: Mapping[str, str] | None = None) -
 
     The budget is SC_ARG_MAX minus the child's environment: `env` when given (the full
     environment the child will get), else this process's environment plus ENV_MARGIN_BYTES.
-    On Linux each single element is also capped at MAX_ARG_STRLEN (128 KiB).
+    Each single element is also capped at MAX_ARG_STRLEN (128 KiB, Linux's per-string cap).
     Raises InvalidRequest saying how big the request is and what the limit is.
     """
-    if sys.platform.startswith("linux"):
-        for element in argv:
-            size = len(element.encode("utf-8", "surrogateescape"))
-            if size >= LINUX_MAX_ARG_STRLEN:
-                raise InvalidRequest(
-                    f"one command-line argument is {size} bytes; this system accepts at most "
-                    f"{LINUX_MAX_ARG_STRLEN - 1} bytes per argument. Shorten the prompt (or "
-                    f"put long material in a file in working_dir and refer to it)."
-                )
+    for element in argv:
+        size = len(element.encode("utf-8", "surrogateescape"))
+        if size >= MAX_ARG_STRLEN:
+            raise InvalidRequest(
+                f"one command-line argument is {size} bytes; at most {MAX_ARG_STRLEN - 1} "
+                f"bytes per argument are accepted. Shorten the prompt (or put long material "
+                f"in a file in working_dir and refer to it)."
+            )
     if env is None:
         env_bytes = _block_bytes(f"{k}={v}" for k, v in os.environ.items()) + ENV_MARGIN_BYTES
     else:

@@ -14,11 +14,11 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from gateway import platform
 from gateway.childenv import child_env
 from gateway.config import ProviderConfig
 
@@ -84,7 +84,7 @@ def check_login(name: str, executable: str, config: ProviderConfig,
     looked += [p for p in spec.files]
     if not looked and not spec.env_keys:
         return AuthFinding("cannot tell", "this CLI has no offline login check")
-    if sys.platform == "darwin" and name == "claude":
+    if platform.logins_in_keychain() and name == "claude":
         return AuthFinding("cannot tell", "on macOS the login is kept in the keychain")
     what = ", ".join(looked + [f"${k}" for k in spec.env_keys])
     if spec.files or spec.status_argv:

@@ -173,6 +173,12 @@ def setup_problem() -> str | None:
     return unsupported_message() if name == UNSUPPORTED else None
 
 
+def logins_in_keychain() -> bool:
+    """Whether provider CLIs here keep their login in the OS keychain (macOS), where no file
+    shows it from outside (`doctor` then cannot tell whether claude is logged in)."""
+    return sys.platform == "darwin"
+
+
 def describe() -> dict[str, str]:
     """What gateway_status and `doctor --json` report: {"implementation", "os"}."""
     try:

@@ -568,8 +568,11 @@ def _prompt_after_dashdash(binary, flags, positionals):
         if positionals:
             raise UsageError(f"error: the fake {binary} takes --prompt-file or a prompt, "
                              f"not both")
-        with open(prompt_file, encoding="utf-8") as fh:
-            prompt = fh.read()
+        if prompt_file == "/dev/stdin":  # the gateway's form: stdin, as the fake reads it
+            prompt = read_stdin()
+        else:
+            with open(prompt_file, encoding="utf-8") as fh:
+                prompt = fh.read()
     if not prompt.strip():
         err("Error: a prompt is required with --print")
         return None, 1

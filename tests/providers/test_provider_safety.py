@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from providers.base import InvalidRequest, ProviderRequest
 from providers.safety import (
-    LINUX_MAX_ARG_STRLEN,
+    MAX_ARG_STRLEN,
     arg_max,
     check_argv_size,
     check_request,
@@ -107,7 +107,7 @@ def test_a_normal_argv_fits() -> None:
 @pytest.mark.skipif(os.uname().sysname != "Linux", reason="per-argument cap is Linux's")
 def test_one_argument_over_the_linux_per_argument_cap_is_refused() -> None:
     with pytest.raises(InvalidRequest, match="bytes per argument"):
-        check_argv_size(["grok", "-p=" + "x" * LINUX_MAX_ARG_STRLEN])
+        check_argv_size(["grok", "-p=" + "x" * MAX_ARG_STRLEN])
 
 
 def test_an_argv_larger_than_arg_max_is_refused_and_says_the_limit() -> None:
@@ -123,8 +123,11 @@ def test_the_environment_counts_against_the_budget() -> None:
         check_argv_size(argv, env={"BIG": "y" * (arg_max() // 2 + 1000)})
 
 
+STDIN_PROVIDERS = ("claude", "codex", "devin")  # the prompt on stdin, never in argv (#23 item 11)
+
+
 @pytest.mark.parametrize(("name", "binary"), [d for d in DIALECTS
-                                              if d[0] not in ("claude", "codex")])
+                                              if d[0] not in STDIN_PROVIDERS])
 def test_a_prompt_too_big_for_the_command_line_is_refused_before_spawning(
     name: str, binary: str,
 ) -> None:
@@ -134,7 +137,7 @@ def test_a_prompt_too_big_for_the_command_line_is_refused_before_spawning(
         adapter.build_invocation(request(adapter, {}, prompt=huge), binary)
 
 
-@pytest.mark.parametrize("name", ["claude", "codex"])
+@pytest.mark.parametrize("name", STDIN_PROVIDERS)
 def test_stdin_providers_take_a_prompt_of_any_size(name: str) -> None:
     adapter = provider(name)
     huge = "word " * (arg_max() // 4)
