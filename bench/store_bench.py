@@ -476,12 +476,13 @@ async def bench_reaper(backend: str, workdir: Path, pg: PgServer | None, *,
                 "recover_expired_leases": await big.explain(
                     pg_sql.RECOVER_EXPIRED_LEASES,
                     (HTTP_GRACE_S, [row.id for row in await big.store.list_expired_candidates(
-                        HTTP_GRACE_S)], "bench", [DEAD_OWNER]),
+                        HTTP_GRACE_S)], "bench", [DEAD_OWNER], "bench"),
                     analyze=True),
             }
         else:
             params = {"now": time.time(), "http_grace_s": HTTP_GRACE_S, "job_ids": "[]",
-                      "limit": REAPER_BATCH_ROWS, "orphaned_error": "bench"}
+                      "limit": REAPER_BATCH_ROWS, "orphaned_error": "bench",
+                      "orphaned_by": "bench"}
             plans = {
                 "list_expired_candidates": await big.explain(
                     sqlite_sql.LIST_EXPIRED_CANDIDATES, params, analyze=False),

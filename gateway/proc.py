@@ -15,7 +15,6 @@ import signal
 import socket
 from collections.abc import Iterable
 
-import psutil
 import structlog
 
 from gateway import platform
@@ -69,6 +68,8 @@ def process_owner(pid: int) -> tuple[int, list[str]] | None:
     a supervisor of this user (a forged claim can name any process)."""
     if pid <= 0:
         return None
+    import psutil  # here: answering tools/list imports none of the process machinery
+
     try:
         process = psutil.Process(pid)
         return int(process.uids().real), list(process.cmdline())

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gateway import proc
+from gateway import platform, proc
 from gateway.jobs.run import spool
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.spare import SUPERVISOR_BOOT
@@ -52,7 +52,9 @@ def victim() -> Iterator[subprocess.Popen[bytes]]:
 @pytest.fixture
 def fake_supervisor() -> Iterator[subprocess.Popen[bytes]]:
     """A process that looks like a waiting spare (its command line): the genuine case."""
-    child = subprocess.Popen([sys.executable, "-I", "-S", "-c", SUPERVISOR_BOOT],
+    chosen = platform.supervisor_spec()  # started exactly as spare.py starts a spare
+    child = subprocess.Popen([sys.executable, "-I", "-S", "-c", SUPERVISOR_BOOT,
+                              str(chosen["platform"]), *chosen["platform_path"]],
                              stdin=subprocess.PIPE, start_new_session=True)
     try:
         yield child

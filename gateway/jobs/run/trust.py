@@ -70,8 +70,10 @@ def _is_supervisor_command(cmdline: list[str]) -> bool:
 
 def _supervisor_problem(pid: int, started_at: float) -> str | None:
     found = proc.process_start_time(pid)
-    if found is None:
-        return None  # gone: nothing of it to trust or to signal (its group is checked below)
+    if found is None or not proc.is_process_alive(pid, found):
+        # gone, or a zombie (finished; only its status waits to be collected): nothing of it
+        # to trust or to signal (its group is checked below)
+        return None
     if abs(found - started_at) > proc.START_TIME_TOLERANCE_S:
         return f"pid {pid} is another process than the supervisor the claim names"
     owner = proc.process_owner(pid)

@@ -12,7 +12,6 @@ removes what it made, never anything that was there before.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -180,6 +179,8 @@ def repository_lock(common_dir: str, wait_s: float | None = None) -> Iterator[No
     """An exclusive flock on `<common dir>/agent-cli-gateway.lock`: every gateway process of
     this host (and any git wrapper that honours it) serializes its worktree changes there.
     Raises WorktreeError after `wait_s` (LOCK_WAIT_S)."""
+    import fcntl  # here: a module that native Windows lacks must not fail the import
+
     limit = LOCK_WAIT_S if wait_s is None else wait_s
     try:
         fd = os.open(Path(common_dir) / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
