@@ -331,3 +331,19 @@ def gateway(request: pytest.FixtureRequest, tmp_path: Path,
         yield harness
     finally:
         harness.close()
+
+
+# The tools every gateway lists whatever is installed (the request tools come per provider).
+JOB_TOOLS = {"llm_job_status", "llm_job_result", "llm_job_cancel", "llm_job_wait",
+             "llm_job_list", "list_models", "gateway_status", "llm_job_changes",
+             "llm_usage"}
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_config(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The store every gateway of a test's config shares: the harness's own SQLite file
+    (no key), or the throwaway PostgreSQL."""
+    if request.param == "postgres":
+        dsn = request.getfixturevalue("postgres_dsn")
+        return {"persistence": {"backend": "postgres", "dsn": dsn}}
+    return {}

@@ -20,7 +20,14 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.types import Tool, ToolListChangedNotification
 
-from tests.server.conftest import CLIENT_TIMEOUT_S, FAKES_BIN, Harness, server_env, stdio_client
+from tests.server.conftest import (
+    CLIENT_TIMEOUT_S,
+    FAKES_BIN,
+    JOB_TOOLS,
+    Harness,
+    server_env,
+    stdio_client,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -29,9 +36,6 @@ NOTICE_TIMEOUT_S = 20.0  # a change is announced on gateway_status at once (time
 PROVIDERS = ("claude", "codex", "gemini", "grok", "mistral", "devin", "cursor")
 FAKE_COMMAND = {"claude": "claude", "codex": "codex", "gemini": "agy", "grok": "grok",
                 "mistral": "vibe", "devin": "devin", "cursor": "cursor-agent"}
-JOB_TOOLS = {"llm_job_status", "llm_job_result", "llm_job_cancel", "llm_job_wait",
-             "llm_job_list", "list_models", "gateway_status", "llm_job_changes",
-             "llm_usage"}
 NO_CLI_BUDGET = 5_000
 THREE_CLI_BUDGET = 12_000
 ONE_TOOL_BUDGET = 2_000

@@ -33,13 +33,6 @@ HEADERS = {"Accept": "application/json, text/event-stream",
            "Content-Type": "application/json"}
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store_config(request: pytest.FixtureRequest) -> dict[str, Any]:
-    if request.param == "postgres":
-        dsn = request.getfixturevalue("postgres_dsn")
-        return {"persistence": {"backend": "postgres", "dsn": dsn}}
-    return {}  # the harness's SQLite file, shared by both gateways of the config
-
 
 @pytest.fixture
 def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:

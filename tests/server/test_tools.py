@@ -19,15 +19,12 @@ from mcp.types import CallToolResult
 
 from gateway.config import LimitsConfig
 from tests.fakes.fake_api_server import run_fake_api_server
-from tests.server.conftest import BASE_LIMITS, REPO, Harness, free_port
+from tests.server.conftest import BASE_LIMITS, JOB_TOOLS, REPO, Harness, free_port
 
 pytestmark = pytest.mark.anyio
 
 TEST_TIMEOUT_S = 60.0  # whole-test bound: startup, runs and shutdown included
 PROVIDERS = ("claude", "codex", "gemini", "grok", "mistral", "devin", "cursor")
-JOB_TOOLS = {"llm_job_status", "llm_job_result", "llm_job_cancel", "llm_job_wait",
-             "llm_job_list", "list_models", "gateway_status", "llm_job_changes",
-             "llm_usage"}
 ACTIVE = {"queued", "running"}
 STARTUP_ANSWER_S = 10.0  # tools/list on a started client: no store, no CLI is awaited
 

@@ -27,13 +27,6 @@ RACERS = 10  # concurrent claude_request calls against a $1.00 daily budget
 QUARTER = 0.25
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store_config(request: pytest.FixtureRequest) -> dict[str, Any]:
-    if request.param == "postgres":
-        dsn = request.getfixturevalue("postgres_dsn")
-        return {"persistence": {"backend": "postgres", "dsn": dsn}}
-    return {}  # the harness's own SQLite file, shared by every gateway of the config
-
 
 @pytest.fixture
 def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
