@@ -155,13 +155,15 @@ class Sizes:
     supervision_samples: int = 5
     worktree_files: int = 10_000  # issue #27: creation p95 <= 2 s on a 10k-file repository
     worktree_samples: int = 20
+    launcher_runs: int = 8  # 0: skip the launcher row (the smoke test: uvx may need the index)
 
 
 FULL = Sizes()
 SMOKE = Sizes(startup_runs=1, overhead_runs=2, roundtrip_calls=5, admission_calls=5,
               rss_jobs=3, stream_gib=2 / 1024, heartbeat_sizes=(2, 20), heartbeat_reps=2,
               reaper_total=300, reaper_reps=1, overhead_warmup=0, roundtrip_warmup=1,
-              settle_s=0.0, supervision_samples=1, worktree_files=20, worktree_samples=2)
+              settle_s=0.0, supervision_samples=1, worktree_files=20, worktree_samples=2,
+              launcher_runs=0)
 
 
 @dataclass
@@ -360,6 +362,51 @@ async def bench_startup(servers: Servers, sizes: Sizes, workdir: Path) -> list[R
     for row in rows:
         row.detail["environment"] = environment
     return rows
+
+
+async def bench_launchers(servers: Servers, sizes: Sizes) -> list[Row]:
+    """Process start to the answered `initialize` for the two ways a desktop client can start
+    a checkout (#25 item 8): `uvx --from <checkout>`, which asks the package index on every
+    start, and `uv run --directory <checkout>`, which does not. Starts alternate, after one
+    warm-up each (the first `uvx --from` builds the package); uv's cache and network
+    settings are the user's, not the bench home's, or every start would download."""
+    uv = shutil.which("uv")
+    if uv is None or not sizes.launcher_runs:
+        return []
+    cache = subprocess.run([uv, "cache", "dir"], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    forms = {"uvx": [uv, "tool", "run", "--from", str(ROOT), "agent-cli-gateway"],
+             "uv_run": [uv, "run", "--directory", str(ROOT), "agent-cli-gateway"]}
+    config = servers.config()
+    # uv's own network settings (certificates, proxies, index) are the user's too.
+    network = {k: v for k, v in os.environ.items()
+               if k.startswith(("UV_", "SSL_CERT_")) or k.lower().endswith("_proxy")}
+    env = servers._env(AGENT_GATEWAY_CONFIG=str(config), **network, UV_CACHE_DIR=cache)
+    for argv in forms.values():  # builds what the first start of each form builds
+        subprocess.run([*argv, "--version"], env=env, cwd=servers.home, check=False,
+                       capture_output=True, timeout=600)
+    samples: dict[str, list[float]] = {form: [] for form in forms}
+    for run in range(sizes.launcher_runs + 1):
+        for form, argv in forms.items():
+            params = StdioServerParameters(command=argv[0], args=argv[1:],
+                                           cwd=str(servers.home), env=env)
+            started = time.perf_counter()
+            try:
+                async with servers.connect(params, f"launch-{form}", mode="legacy"):
+                    elapsed = time.perf_counter() - started
+            except Exception as exc:  # e.g. uvx behind a dead proxy: the row says so
+                while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+                    exc = exc.exceptions[0]
+                return [Row("launchers", "first answer: uvx --from vs uv run --directory",
+                            f"not measured: {form} failed ({exc})", "", None, "report", None)]
+            if run:
+                samples[form].append(elapsed)
+    uvx, uv_run = _median(samples["uvx"]), _median(samples["uv_run"])
+    return [Row("launchers", "first answer: `uvx --from <checkout>` vs "
+                "`uv run --directory <checkout>` (initialize answered, warm caches)",
+                f"{_ms(uvx)} (uvx --from)", f"{_ms(uv_run)} (uv run --directory)",
+                round(uvx / uv_run, 3), "report (README: prefer uv run --directory)", None,
+                {"runs": sizes.launcher_runs, **samples})]
 
 
 def tool_bytes(tool: Any) -> int:
@@ -884,7 +931,7 @@ async def bench_worktrees(sizes: Sizes, workdir: Path) -> list[Row]:
                 "<= 2 s (issue #27)", p95 <= 2.0, data)]
 
 
-PHASES = ("startup", "tools", "overhead", "portable", "tasks", "admission", "memory",
+PHASES = ("startup", "launchers", "tools", "overhead", "portable", "tasks", "admission", "memory",
           "supervision", "store", "worktrees")
 
 
@@ -915,6 +962,7 @@ async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
         return store_rows(store, pg_skipped)
 
     await phase("startup", bench_startup(servers, sizes, workdir))
+    await phase("launchers", bench_launchers(servers, sizes))
     await phase("tools", bench_tool_text(servers))
     await phase("overhead and round trips", bench_overhead_and_roundtrips(servers, sizes, workdir))
     await phase("portable sync overhead", bench_portable_overhead(servers, sizes, workdir))
@@ -930,7 +978,7 @@ async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
              "status_roundtrip", "wait_roundtrip", "tasks_get_roundtrip", "result_roundtrip",
              "tasks_optin", "heartbeat_sqlite", "heartbeat_postgres",
              "reaper_sqlite", "reaper_postgres", "stream_runner", "stream_gateway", "rss_idle",
-             "rss_after_jobs", "startup", "startup_discover", "tools_none", "tools_three",
+             "rss_after_jobs", "startup", "startup_discover", "launchers", "tools_none", "tools_three",
              "tools_largest", "supervisor_rss", "adopt_after_kill", "detach_after_signal",
              "finalize_at_start", "worktree_create"]
     rows.sort(key=lambda r: order.index(r.key) if r.key in order else len(order))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -246,6 +247,13 @@ def test_a_cli_only_the_shells_path_finds_is_a_warning_naming_the_dir(home: Path
     assert f'command = "{FAKE_BIN / "claude"}"' in check.summary
 
 
+def documented_verdict() -> str:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text("utf-8")
+    found = re.search(r"^```text\n(From this shell:.*?)^```", text, re.MULTILINE | re.DOTALL)
+    assert found, "docs/operations.md lost its doctor verdict example"
+    return found.group(1)
+
+
 def test_doctor_on_a_shell_only_path_exits_0_with_a_verdict_per_context(home: Path) -> None:
     """`run` works from this shell, so doctor must not say "Not ready" (#25): it says which
     providers each context can use and what a desktop client's server entry needs."""
@@ -259,6 +267,14 @@ def test_doctor_on_a_shell_only_path_exits_0_with_a_verdict_per_context(home: Pa
     env_path = os.pathsep.join([str(FAKE_BIN), "/usr/bin", "/bin", "/usr/sbin", "/sbin"])
     assert f'    "env": {{"PATH": "{env_path}"}}' in done.stdout
     assert lines[-1].startswith("Ready from this shell, not from a desktop client")
+    # docs/operations.md shows this verdict: it is this output, but for the CLIs' directory
+    # and the count of warnings (tests/test_docs_blocks.py holds every other docs block).
+    documented = documented_verdict().replace("/home/me/tools/bin", str(FAKE_BIN))
+    warnings = re.compile(r"\(\d+ warning\(s\)\)")
+    printed = [warnings.sub("(N warning(s))", line) for line in lines]
+    wanted = [warnings.sub("(N warning(s))", line) for line in documented.splitlines()]
+    at = printed.index(wanted[0])
+    assert printed[at:at + len(wanted)] == wanted, done.stdout
 
     as_json = json.loads(doctor_cli(home, "--config", str(config(home, "")), "--json").stdout)
     verdict = next(c for c in as_json["checks"] if c["name"] == "providers")

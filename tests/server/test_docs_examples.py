@@ -1,7 +1,8 @@
-"""The agent walk-through of docs/tools.md ("How an agent uses them") is checked against
-real answers: its calls are made on a real gateway (in-process, the fake CLIs), and every
-key its `←` answers name must be in what that tool returned. A renamed or removed field
-(`poll_with`, once) fails here instead of misleading a reader."""
+"""The agent walk-throughs of docs/tools.md ("How an agent uses them") and the README, and
+docs/tools.md's deferred answer, are checked against real answers: their calls are made on a
+real gateway (in-process, the fake CLIs), and every key their answers (`←`, `->`) name must
+be in what that tool returned. A renamed or removed field (`poll_with`, once) fails here
+instead of misleading a reader."""
 
 from __future__ import annotations
 
@@ -41,6 +42,23 @@ def documented_keys() -> dict[str, set[str]]:
                     continue
             if tool and ("←" in line or line.startswith(" ")):
                 keys.setdefault(tool, set()).update(KEY.findall(line.partition("←")[2] or line))
+    # The README's short version writes `tool(...) -> {answer}`, an answer on the call's line
+    # or the next; tools.md shows a deferred sync answer (the gemini call below defers).
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    start = readme.index("## How an agent should use the async tools\n")
+    block = re.search(r"^```text\n(.*?)^```", readme[start:], re.MULTILINE | re.DOTALL)
+    assert block, "the README lost its async walk-through"
+    tool = None
+    for line in block.group(1).splitlines():
+        call = re.match(r"\s*([a-z_]+)\(", line)
+        if call:
+            tool = call.group(1)
+        if tool and "->" in line:
+            keys.setdefault(tool, set()).update(KEY.findall(line.partition("->")[2]))
+    deferred = re.search(r'^```json\n(\{"job_id": .*?"deferred": true.*?)^```', text,
+                         re.MULTILINE | re.DOTALL)
+    assert deferred, "docs/tools.md lost its deferred answer"
+    keys.setdefault("gemini_request", set()).update(KEY.findall(deferred.group(1)))
     return {tool: found for tool, found in keys.items() if found}
 
 
