@@ -31,7 +31,7 @@ from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 # 2: SQLite keeps `output` last in the row; 3: `requeued_at`; 4: `principal` (who made the
 # job: only they see it over MCP); 5: usage totals and budgets (store/usage.py);
 # 6: `requeue_count`, `requeue_reasons`, `orphaned_by`.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # The reaper reads at most this many candidates per sweep (oldest lease first; the rest are
 # read by the next sweep): a sweep's cost is bounded whatever happened to the table.
@@ -395,6 +395,14 @@ class JobStore(Protocol):
     async def budget_windows(self, budgets: Sequence[tuple[str, str]]) -> list[BudgetWindow]:
         """The current window (store clock, UTC) of each (budget, period), in the given
         order; a window nobody reserved in yet reads as zero."""
+
+    async def claim_sweep(self, task: str, every_s: float) -> bool:
+        """Claim this interval's run of a periodic task (a host's reaper, retention): True
+        for exactly one caller per `every_s` seconds on the store's clock, however many
+        gateways race for it; the others skip their sweep at once (issue 29)."""
+
+    async def sweep_runs(self, task: str) -> int:
+        """How many runs of `task` were claimed so far (0 for a task never claimed)."""
 
     async def release_reservations(self) -> int:
         """The sweeper: release the reservations of jobs that ended without settling them

@@ -62,6 +62,7 @@ class MemoryJobStore:
         self._ledger = MemoryLedger()  # usage totals and budgets (memory_usage.py)
         # One lock for everything: each method is one "transaction".
         self._lock = anyio.Lock()
+        self._sweeps: dict[str, tuple[float | None, int]] = {}  # task -> (last claim, runs)
 
     async def open(self) -> None:
         """Nothing to connect to; present for the protocol."""
@@ -261,6 +262,19 @@ class MemoryJobStore:
     async def budget_windows(self, budgets: Sequence[tuple[str, str]]) -> list[BudgetWindow]:
         async with self._lock:
             return self._ledger.current(budgets, self.clock())
+
+    async def claim_sweep(self, task: str, every_s: float) -> bool:
+        # Invariant (as in SQL): at most one claim per every_s per task; the lock serializes.
+        async with self._lock:
+            now = self.clock()
+            last, runs = self._sweeps.get(task, (None, 0))
+            if last is not None and last > now - every_s:
+                return False
+            self._sweeps[task] = (now, runs + 1)
+            return True
+
+    async def sweep_runs(self, task: str) -> int:
+        return self._sweeps.get(task, (None, 0))[1]
 
     async def release_reservations(self) -> int:
         async with self._lock:

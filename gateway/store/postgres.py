@@ -43,7 +43,7 @@ from gateway.model import (
     OutputFile,
     Progress,
 )
-from gateway.store import postgres_usage
+from gateway.store import postgres_sweeps, postgres_usage
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
@@ -511,6 +511,14 @@ class PostgresJobStore:
     async def budget_windows(self, budgets: Sequence[tuple[str, str]]) -> list[BudgetWindow]:
         async with self._connection("budget windows") as conn:
             return await postgres_usage.budget_windows(conn, budgets)
+
+    async def claim_sweep(self, task: str, every_s: float) -> bool:
+        async with self._transaction("claim sweep") as conn:
+            return await postgres_sweeps.claim_sweep(conn, task, every_s)
+
+    async def sweep_runs(self, task: str) -> int:
+        async with self._connection("read sweep runs") as conn:
+            return await postgres_sweeps.sweep_runs(conn, task)
 
     async def release_reservations(self) -> int:
         async with self._transaction("release reservations") as conn:

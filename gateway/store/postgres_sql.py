@@ -15,6 +15,7 @@ from gateway.store.base import (
     REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
+from gateway.store.postgres_sweeps import SWEEPS_SCHEMA
 from gateway.store.postgres_usage import SCHEMA_V5
 
 ACTIVE_INDEX_NAME = "jobs_active_request_key"
@@ -136,7 +137,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     # v6: the bounded uncharged re-queues (how many, why) and which host orphaned a job.
     (6, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeue_count integer NOT NULL DEFAULT 0",
          "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeue_reasons text",
-         "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS orphaned_by text")))
+         "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS orphaned_by text")),
+    (7, SWEEPS_SCHEMA))  # one sweeper per interval, and fillfactor (postgres_sweeps.py)
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from gateway.model import (
     OutputFile,
     Progress,
 )
-from gateway.store import sqlite_usage
+from gateway.store import sqlite_sweeps, sqlite_usage
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
@@ -665,6 +665,16 @@ class SqliteJobStore:
         async with self._read("budget_windows") as conn:
             return await _on_connection_thread(
                 conn, lambda db: sqlite_usage.budget_windows(db, budgets, now))
+
+    async def claim_sweep(self, task: str, every_s: float) -> bool:
+        return await self._transaction(
+            "claim_sweep", lambda db, now: sqlite_sweeps.claim_sweep(db, task, every_s, now))
+
+    async def sweep_runs(self, task: str) -> int:
+        async with self._read("sweep_runs") as conn, \
+                conn.execute(sqlite_sweeps.READ_SWEEP_RUNS, (task,)) as cursor:
+            row = await cursor.fetchone()
+        return int(row[0]) if row else 0
 
     async def release_reservations(self) -> int:
         return await self._transaction("release_reservations",
