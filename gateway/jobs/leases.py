@@ -50,7 +50,7 @@ from gateway.jobs.adoption import Adopter
 from gateway.jobs.manager import JobManager
 from gateway.jobs.worktrees.gc import expire_worktrees
 from gateway.model import ErrorKind, InstanceRow, JobRow, JobStatus
-from gateway.store.base import REAPER_BATCH_ROWS, JobStore, StoreReplaced
+from gateway.store.base import REAPER_BATCH_ROWS, RETENTION_BATCH_ROWS, JobStore, StoreReplaced
 from gateway.store.gauges import WorstOfLastHour
 
 log = structlog.get_logger(__name__)
@@ -58,6 +58,7 @@ log = structlog.get_logger(__name__)
 # A claim lasts this share of sweep_interval_s: the loops' ticks drift by milliseconds, and a
 # claim of the whole interval would make the next tick of the last sweeper just miss it.
 SWEEP_CLAIM_SHARE = 0.9
+RETENTION_MAX_BATCHES = 100  # a pass deletes at most 1M rows: the next pass goes on
 PURGE_INTERVAL_S = 300.0  # retention is measured in days: purging every 5 minutes is plenty
 # How long after its lease lapsed a job stays with an owner proven alive on this host (pid and
 # start time: SIGSTOPped, stalled, slow) before a peer takes it over; and how long a queued
@@ -341,10 +342,20 @@ class LeaseKeeper:
         if (now - self._last_purge >= PURGE_INTERVAL_S
                 and await self.store.claim_sweep("retention", PURGE_INTERVAL_S)):
             self._last_purge = now
-            purged = await self.store.purge_terminal(self.settings.persistence.retention_days * 86400)
-            self.manager.remove_spool(purged)
+            await self._purge()
             await asyncio.to_thread(expire_worktrees, self.settings, self.manager.hostname)
         return orphaned
+
+    async def _purge(self) -> None:
+        """Retention, in batches of RETENTION_BATCH_ROWS: each its own short transaction, so
+        a backlog (a first start after months, a lowered retention_days) never holds a long
+        lock on `jobs`; at most RETENTION_MAX_BATCHES per pass, the rest next pass."""
+        for _ in range(RETENTION_MAX_BATCHES):
+            purged = await self.store.purge_terminal(
+                self.settings.persistence.retention_days * 86400, RETENTION_BATCH_ROWS)
+            self.manager.remove_spool(purged)
+            if len(purged) < RETENTION_BATCH_ROWS:
+                return
 
     async def _gc_instances(self) -> None:
         """Collect the instance rows gone for instance_gc_s: of this host only, and never one

@@ -174,6 +174,9 @@ def page_of(data: bytes, offset: int, length: int,
     return data[first:first + count], total
 
 
+# Rows one retention statement deletes at most: each batch is a short transaction of its own,
+# so a backlog of a million rows never holds their locks (or a long transaction) at once.
+RETENTION_BATCH_ROWS = 10_000
 PREFIX_MATCH_LIMIT = 10  # ids shown for an ambiguous prefix: a few are enough to pick from
 
 
@@ -321,8 +324,10 @@ class JobStore(Protocol):
         may be self-healed by its revived owner."""
 
     # -- retention and reads --------------------------------------------------------------
-    async def purge_terminal(self, older_than_s: float) -> list[str]:
-        """Delete terminal jobs finished more than older_than_s ago; returns their ids."""
+    async def purge_terminal(self, older_than_s: float,
+                             limit: int = RETENTION_BATCH_ROWS) -> list[str]:
+        """Delete terminal jobs finished more than older_than_s ago, the oldest first and at
+        most `limit` of them; returns their ids (fewer than `limit`: nothing older is left)."""
 
     async def get_job(self, job_id: str, *, with_output: bool = True) -> JobRow | None:
         """The row. with_output=False is the light read of status, wait, list and cancel:
@@ -395,6 +400,12 @@ class JobStore(Protocol):
     async def budget_windows(self, budgets: Sequence[tuple[str, str]]) -> list[BudgetWindow]:
         """The current window (store clock, UTC) of each (budget, period), in the given
         order; a window nobody reserved in yet reads as zero."""
+
+    async def wait_for_change(self, job_id: str, timeout_s: float) -> None:
+        """Return when the store tells of a change to the job's status or cancel request
+        (PostgreSQL over a direct connection: LISTEN/NOTIFY), else after timeout_s: a
+        waiter on a job run by another instance re-reads the row then. A change may be
+        missed (it came before the call): the timeout is the poll that catches it."""
 
     async def claim_sweep(self, task: str, every_s: float) -> bool:
         """Claim this interval's run of a periodic task (a host's reaper, retention): True

@@ -33,6 +33,7 @@ from gateway.model import (
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
+    RETENTION_BATCH_ROWS,
     SCHEMA_VERSION,
     AdoptionCandidate,
     DuplicateActiveJob,
@@ -263,6 +264,9 @@ class MemoryJobStore:
         async with self._lock:
             return self._ledger.current(budgets, self.clock())
 
+    async def wait_for_change(self, job_id: str, timeout_s: float) -> None:
+        await anyio.sleep(timeout_s)  # no notices here: the caller polls
+
     async def claim_sweep(self, task: str, every_s: float) -> bool:
         # Invariant (as in SQL): at most one claim per every_s per task; the lock serializes.
         async with self._lock:
@@ -363,16 +367,15 @@ class MemoryJobStore:
             return flipped
 
     # -- retention and reads --------------------------------------------------------------
-    async def purge_terminal(self, older_than_s: float) -> list[str]:
+    async def purge_terminal(self, older_than_s: float,
+                             limit: int = RETENTION_BATCH_ROWS) -> list[str]:
         async with self._lock:
             cutoff = self._now() - timedelta(seconds=older_than_s)
-            doomed = [
-                job.id
-                for job in self._jobs.values()
-                if job.status not in ACTIVE_STATUSES
-                and job.finished_at is not None
-                and job.finished_at < cutoff
-            ]
+            old = sorted((job for job in self._jobs.values()
+                          if job.status not in ACTIVE_STATUSES
+                          and job.finished_at is not None and job.finished_at < cutoff),
+                         key=lambda job: job.finished_at or cutoff)
+            doomed = [job.id for job in old[:max(limit, 0)]]
             for job_id in doomed:
                 del self._jobs[job_id]
             return doomed

@@ -15,6 +15,7 @@ from gateway.store.base import (
     REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
+from gateway.store.postgres_notices import NOTIFY_SCHEMA
 from gateway.store.postgres_sweeps import SWEEPS_SCHEMA
 from gateway.store.postgres_usage import SCHEMA_V5
 
@@ -138,7 +139,9 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (6, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeue_count integer NOT NULL DEFAULT 0",
          "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeue_reasons text",
          "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS orphaned_by text")),
-    (7, SWEEPS_SCHEMA))  # one sweeper per interval, and fillfactor (postgres_sweeps.py)
+    # v7: one sweeper per interval and fillfactor (postgres_sweeps.py), notices of status
+    # and cancel changes (postgres_notices.py).
+    (7, (*SWEEPS_SCHEMA, *NOTIFY_SCHEMA)))
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
@@ -346,10 +349,16 @@ RETURNING {_REAPER_COLUMNS}"""
 # -- retention and reads ------------------------------------------------------------------
 
 # Only terminal rows past retention; an active row is never deleted, whatever its age.
+# One batch of retention, the oldest first (jobs_status_finished serves the inner read). SKIP
+# LOCKED: a row some statement holds (a self-heal racing retention) waits for the next pass
+# instead of making the batch wait.
 PURGE_TERMINAL = """
-DELETE FROM jobs
-WHERE status IN ('completed','failed','cancelled','timed_out','orphaned')
-  AND finished_at < now() - make_interval(secs => $1)
+DELETE FROM jobs WHERE id IN (
+  SELECT id FROM jobs
+  WHERE status IN ('completed','failed','cancelled','timed_out','orphaned')
+    AND finished_at < now() - make_interval(secs => $1)
+  ORDER BY finished_at LIMIT $2
+  FOR UPDATE SKIP LOCKED)
 RETURNING id"""
 
 # A plain read; every caller that acts on it goes through a guarded UPDATE afterwards.

@@ -350,10 +350,13 @@ RETURNING {_REAPER_COLUMNS}"""
 # -- retention and reads ------------------------------------------------------------------
 
 # Only terminal rows past retention; an active row is never deleted, whatever its age.
+# One batch of retention, the oldest first (jobs_status_finished serves the inner read).
 PURGE_TERMINAL = """
-DELETE FROM jobs
-WHERE status IN ('completed','failed','cancelled','timed_out','orphaned')
-  AND finished_at < :now - :older_than_s
+DELETE FROM jobs WHERE id IN (
+  SELECT id FROM jobs
+  WHERE status IN ('completed','failed','cancelled','timed_out','orphaned')
+    AND finished_at < :now - :older_than_s
+  ORDER BY finished_at LIMIT :limit)
 RETURNING id"""
 
 GET_JOB = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = :job_id"
