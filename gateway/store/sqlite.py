@@ -677,10 +677,8 @@ class SqliteJobStore:
             "claim_sweep", lambda db, now: sqlite_sweeps.claim_sweep(db, task, every_s, now))
 
     async def sweep_runs(self, task: str) -> int:
-        async with self._read("sweep_runs") as conn, \
-                conn.execute(sqlite_sweeps.READ_SWEEP_RUNS, (task,)) as cursor:
-            row = await cursor.fetchone()
-        return int(row[0]) if row else 0
+        async with self._read("sweep_runs") as conn:
+            return await sqlite_sweeps.sweep_runs(conn, task)
 
     async def release_reservations(self) -> int:
         return await self._transaction("release_reservations",

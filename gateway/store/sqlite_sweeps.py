@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sqlite3
 
+import aiosqlite
+
 # A migration (sqlite_sql.py names its version), additive: one new table, a row per periodic
 # task with its last claim on the store's clock and how many runs were claimed.
 SWEEPS_SCHEMA = (
@@ -30,3 +32,9 @@ READ_SWEEP_RUNS = "SELECT runs FROM sweeps WHERE task = ?"
 
 def claim_sweep(db: sqlite3.Connection, task: str, every_s: float, now: float) -> bool:
     return db.execute(CLAIM_SWEEP, {"task": task, "now": now, "every": every_s}).rowcount == 1
+
+
+async def sweep_runs(conn: aiosqlite.Connection, task: str) -> int:
+    async with conn.execute(READ_SWEEP_RUNS, (task,)) as cursor:
+        row = await cursor.fetchone()
+    return int(row[0]) if row else 0
