@@ -326,8 +326,8 @@ class JobStore(Protocol):
     # -- retention and reads --------------------------------------------------------------
     async def purge_terminal(self, older_than_s: float,
                              limit: int = RETENTION_BATCH_ROWS) -> list[str]:
-        """Delete terminal jobs finished more than older_than_s ago, the oldest first and at
-        most `limit` of them; returns their ids (fewer than `limit`: nothing older is left)."""
+        """Delete terminal jobs finished more than older_than_s ago, at most `limit` of them
+        (in no particular order); returns their ids (fewer than `limit`: none is left)."""
 
     async def get_job(self, job_id: str, *, with_output: bool = True) -> JobRow | None:
         """The row. with_output=False is the light read of status, wait, list and cancel:

@@ -371,11 +371,10 @@ class MemoryJobStore:
                              limit: int = RETENTION_BATCH_ROWS) -> list[str]:
         async with self._lock:
             cutoff = self._now() - timedelta(seconds=older_than_s)
-            old = sorted((job for job in self._jobs.values()
-                          if job.status not in ACTIVE_STATUSES
-                          and job.finished_at is not None and job.finished_at < cutoff),
-                         key=lambda job: job.finished_at or cutoff)
-            doomed = [job.id for job in old[:max(limit, 0)]]
+            doomed = [job.id for job in self._jobs.values()
+                      if job.status not in ACTIVE_STATUSES
+                      and job.finished_at is not None and job.finished_at < cutoff]
+            doomed = doomed[:max(limit, 0)]
             for job_id in doomed:
                 del self._jobs[job_id]
             return doomed

@@ -350,13 +350,14 @@ RETURNING {_REAPER_COLUMNS}"""
 # -- retention and reads ------------------------------------------------------------------
 
 # Only terminal rows past retention; an active row is never deleted, whatever its age.
-# One batch of retention, the oldest first (jobs_status_finished serves the inner read).
+# One batch of retention: any :limit rows past it, read off jobs_status_finished's ranges
+# (no ORDER BY, which would sort the whole backlog per batch).
 PURGE_TERMINAL = """
 DELETE FROM jobs WHERE id IN (
   SELECT id FROM jobs
   WHERE status IN ('completed','failed','cancelled','timed_out','orphaned')
     AND finished_at < :now - :older_than_s
-  ORDER BY finished_at LIMIT :limit)
+  LIMIT :limit)
 RETURNING id"""
 
 GET_JOB = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = :job_id"
