@@ -50,11 +50,15 @@ from gateway.jobs.adoption import Adopter
 from gateway.jobs.manager import JobManager
 from gateway.jobs.worktrees.gc import expire_worktrees
 from gateway.model import ErrorKind, InstanceRow, JobRow, JobStatus
-from gateway.store.base import REAPER_BATCH_ROWS, JobStore, StoreReplaced
+from gateway.store.base import REAPER_BATCH_ROWS, RETENTION_BATCH_ROWS, JobStore, StoreReplaced
 from gateway.store.gauges import WorstOfLastHour
 
 log = structlog.get_logger(__name__)
 
+# A claim lasts this share of sweep_interval_s: the loops' ticks drift by milliseconds, and a
+# claim of the whole interval would make the next tick of the last sweeper just miss it.
+SWEEP_CLAIM_SHARE = 0.9
+RETENTION_MAX_BATCHES = 100  # a pass deletes at most 1M rows: the next pass goes on
 PURGE_INTERVAL_S = 300.0  # retention is measured in days: purging every 5 minutes is plenty
 # How long after its lease lapsed a job stays with an owner proven alive on this host (pid and
 # start time: SIGSTOPped, stalled, slow) before a peer takes it over; and how long a queued
@@ -100,6 +104,7 @@ class LeaseKeeper:
         # renewalPendingMs): a saturated pool or a slow database shows here long before a
         # lease lapses (`gateway_status`).
         self.renewal_pending_ms = WorstOfLastHour()
+        self.sweeps_run = 0  # reaper passes this instance made (one sweeper per interval)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -113,7 +118,7 @@ class LeaseKeeper:
                         error=repr(exc))
         loops: dict[str, tuple[float, Callable[[], Awaitable[object]]]] = {
             "heartbeat": (self.lease.heartbeat_s, self.heartbeat_once),
-            "reaper": (self.lease.sweep_interval_s, self.sweep_once),
+            "reaper": (self.lease.sweep_interval_s, self.sweep_tick),
             "cancel_poller": (self.lease.cancel_poll_s, self.poll_cancels_once),
         }
         for name, (interval, tick) in loops.items():
@@ -272,21 +277,46 @@ class LeaseKeeper:
             return True
         return not (row.status is JobStatus.QUEUED or self.adopter.owner_alive_here(owner))
 
+    async def sweep_tick(self) -> list[JobRow]:
+        """The reaper loop's tick: a pass only when this interval's sweep of this host is
+        ours. However many gateways share the store (one per client window), one of them
+        per host sweeps per interval (issue 29): the probes of a host's pids stay with that
+        host's gateways, and the rest skip at once. Only an instance fit to judge claims, so
+        an unfit one cannot use up an interval."""
+        now = await self._sweep_gate()
+        if now is None:
+            return []
+        task = f"reaper@{self.identity.hostname}"
+        if not await self.store.claim_sweep(task, self.lease.sweep_interval_s * SWEEP_CLAIM_SHARE):
+            return []
+        return await self._sweep(now)
+
     async def sweep_once(self) -> list[JobRow]:
-        """One reaper pass: orphan jobs whose lease (their own and their owner's) lapsed and
-        that no gateway can settle any more (see _may_orphan), then GC, release the budget
-        reservations of ended jobs, and purge."""
+        """One reaper pass now, whoever swept last: what a test drives (the loop goes
+        through sweep_tick)."""
+        now = await self._sweep_gate()
+        return [] if now is None else await self._sweep(now)
+
+    async def _sweep_gate(self) -> float | None:
+        """The store's clock when this instance may judge others now, else None."""
         if self.skip_next_sweep:
             self.skip_next_sweep = False
             log.info("sweep skipped after a late heartbeat", action="sweep")
-            return []
+            return None
         if not self.manager.admitting or self.manager.closing:
-            return []  # an instance that cannot renew its own lease judges nobody
+            return None  # an instance that cannot renew its own lease judges nobody
         now = await self._read_clock()
         if not self.may_judge(now):
             log.info("sweep skipped: our own lease is not fresh on the store clock, or the "
                      "clock stepped", action="sweep")
-            return []
+            return None
+        return now
+
+    async def _sweep(self, now: float) -> list[JobRow]:
+        """Orphan jobs whose lease (their own and their owner's) lapsed and that no gateway
+        can settle any more (see _may_orphan), then GC, release the budget reservations of
+        ended jobs, and purge."""
+        self.sweeps_run += 1
         # Adoption first (it judges owners too, so only after the gate above): a job whose
         # owner is proven gone is settled here (adopted or re-queued) rather than orphaned.
         await self.adopter.sweep()
@@ -308,12 +338,24 @@ class LeaseKeeper:
         # What orphaned jobs still hold of a budget goes back (each reservation exactly once).
         await self.store.release_reservations()
         now = time.monotonic()
-        if now - self._last_purge >= PURGE_INTERVAL_S:
+        # Retention is cluster-wide: one purge per PURGE_INTERVAL_S among all gateways.
+        if (now - self._last_purge >= PURGE_INTERVAL_S
+                and await self.store.claim_sweep("retention", PURGE_INTERVAL_S)):
             self._last_purge = now
-            purged = await self.store.purge_terminal(self.settings.persistence.retention_days * 86400)
-            self.manager.remove_spool(purged)
+            await self._purge()
             await asyncio.to_thread(expire_worktrees, self.settings, self.manager.hostname)
         return orphaned
+
+    async def _purge(self) -> None:
+        """Retention, in batches of RETENTION_BATCH_ROWS: each its own short transaction, so
+        a backlog (a first start after months, a lowered retention_days) never holds a long
+        lock on `jobs`; at most RETENTION_MAX_BATCHES per pass, the rest next pass."""
+        for _ in range(RETENTION_MAX_BATCHES):
+            purged = await self.store.purge_terminal(
+                self.settings.persistence.retention_days * 86400, RETENTION_BATCH_ROWS)
+            self.manager.remove_spool(purged)
+            if len(purged) < RETENTION_BATCH_ROWS:
+                return
 
     async def _gc_instances(self) -> None:
         """Collect the instance rows gone for instance_gc_s: of this host only, and never one

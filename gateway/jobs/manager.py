@@ -564,8 +564,8 @@ class JobManager:
         """Until the job is terminal or timeout_s passed; returns the row either way.
 
         A job driven here is awaited on its own completion event (no store polling, so a
-        sync request learns of the exit at once); a job run elsewhere is re-read about once a
-        second.
+        sync request learns of the exit at once); a job run elsewhere is re-read when the
+        store tells of a change (PostgreSQL: LISTEN/NOTIFY) and about once a second anyway.
         """
         started = time.monotonic()
         deadline = started + max(0.0, timeout_s)
@@ -579,8 +579,8 @@ class JobManager:
             if local is not None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(local.done.wait(), step)
-            else:
-                await asyncio.sleep(step)
+            else:  # run elsewhere: woken by the store's notice of a change, or the poll
+                await self.store.wait_for_change(job_id, step)
             row = await self.get(job_id)
             if on_progress is not None and row.status.is_active:
                 await on_progress(row.output_bytes, time.monotonic() - started)

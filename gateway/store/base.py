@@ -31,7 +31,7 @@ from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 # 2: SQLite keeps `output` last in the row; 3: `requeued_at`; 4: `principal` (who made the
 # job: only they see it over MCP); 5: usage totals and budgets (store/usage.py);
 # 6: `requeue_count`, `requeue_reasons`, `orphaned_by`.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # The reaper reads at most this many candidates per sweep (oldest lease first; the rest are
 # read by the next sweep): a sweep's cost is bounded whatever happened to the table.
@@ -174,6 +174,9 @@ def page_of(data: bytes, offset: int, length: int,
     return data[first:first + count], total
 
 
+# Rows one retention statement deletes at most: each batch is a short transaction of its own,
+# so a backlog of a million rows never holds their locks (or a long transaction) at once.
+RETENTION_BATCH_ROWS = 10_000
 PREFIX_MATCH_LIMIT = 10  # ids shown for an ambiguous prefix: a few are enough to pick from
 
 
@@ -321,8 +324,10 @@ class JobStore(Protocol):
         may be self-healed by its revived owner."""
 
     # -- retention and reads --------------------------------------------------------------
-    async def purge_terminal(self, older_than_s: float) -> list[str]:
-        """Delete terminal jobs finished more than older_than_s ago; returns their ids."""
+    async def purge_terminal(self, older_than_s: float,
+                             limit: int = RETENTION_BATCH_ROWS) -> list[str]:
+        """Delete terminal jobs finished more than older_than_s ago, at most `limit` of them
+        (in no particular order); returns their ids (fewer than `limit`: none is left)."""
 
     async def get_job(self, job_id: str, *, with_output: bool = True) -> JobRow | None:
         """The row. with_output=False is the light read of status, wait, list and cancel:
@@ -395,6 +400,20 @@ class JobStore(Protocol):
     async def budget_windows(self, budgets: Sequence[tuple[str, str]]) -> list[BudgetWindow]:
         """The current window (store clock, UTC) of each (budget, period), in the given
         order; a window nobody reserved in yet reads as zero."""
+
+    async def wait_for_change(self, job_id: str, timeout_s: float) -> None:
+        """Return when the store tells of a change to the job's status or cancel request
+        (PostgreSQL over a direct connection: LISTEN/NOTIFY), else after timeout_s: a
+        waiter on a job run by another instance re-reads the row then. A change may be
+        missed (it came before the call): the timeout is the poll that catches it."""
+
+    async def claim_sweep(self, task: str, every_s: float) -> bool:
+        """Claim this interval's run of a periodic task (a host's reaper, retention): True
+        for exactly one caller per `every_s` seconds on the store's clock, however many
+        gateways race for it; the others skip their sweep at once (issue 29)."""
+
+    async def sweep_runs(self, task: str) -> int:
+        """How many runs of `task` were claimed so far (0 for a task never claimed)."""
 
     async def release_reservations(self) -> int:
         """The sweeper: release the reservations of jobs that ended without settling them

@@ -33,6 +33,7 @@ from gateway.model import (
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
+    RETENTION_BATCH_ROWS,
     SCHEMA_VERSION,
     AdoptionCandidate,
     DuplicateActiveJob,
@@ -62,6 +63,7 @@ class MemoryJobStore:
         self._ledger = MemoryLedger()  # usage totals and budgets (memory_usage.py)
         # One lock for everything: each method is one "transaction".
         self._lock = anyio.Lock()
+        self._sweeps: dict[str, tuple[float | None, int]] = {}  # task -> (last claim, runs)
 
     async def open(self) -> None:
         """Nothing to connect to; present for the protocol."""
@@ -262,6 +264,22 @@ class MemoryJobStore:
         async with self._lock:
             return self._ledger.current(budgets, self.clock())
 
+    async def wait_for_change(self, job_id: str, timeout_s: float) -> None:
+        await anyio.sleep(timeout_s)  # no notices here: the caller polls
+
+    async def claim_sweep(self, task: str, every_s: float) -> bool:
+        # Invariant (as in SQL): at most one claim per every_s per task; the lock serializes.
+        async with self._lock:
+            now = self.clock()
+            last, runs = self._sweeps.get(task, (None, 0))
+            if last is not None and last > now - every_s:
+                return False
+            self._sweeps[task] = (now, runs + 1)
+            return True
+
+    async def sweep_runs(self, task: str) -> int:
+        return self._sweeps.get(task, (None, 0))[1]
+
     async def release_reservations(self) -> int:
         async with self._lock:
             active = {i for i, job in self._jobs.items() if job.status in ACTIVE_STATUSES}
@@ -349,16 +367,14 @@ class MemoryJobStore:
             return flipped
 
     # -- retention and reads --------------------------------------------------------------
-    async def purge_terminal(self, older_than_s: float) -> list[str]:
+    async def purge_terminal(self, older_than_s: float,
+                             limit: int = RETENTION_BATCH_ROWS) -> list[str]:
         async with self._lock:
             cutoff = self._now() - timedelta(seconds=older_than_s)
-            doomed = [
-                job.id
-                for job in self._jobs.values()
-                if job.status not in ACTIVE_STATUSES
-                and job.finished_at is not None
-                and job.finished_at < cutoff
-            ]
+            doomed = [job.id for job in self._jobs.values()
+                      if job.status not in ACTIVE_STATUSES
+                      and job.finished_at is not None and job.finished_at < cutoff]
+            doomed = doomed[:max(limit, 0)]
             for job_id in doomed:
                 del self._jobs[job_id]
             return doomed

@@ -43,10 +43,11 @@ from gateway.model import (
     OutputFile,
     Progress,
 )
-from gateway.store import postgres_usage
+from gateway.store import postgres_sweeps, postgres_usage
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
+    RETENTION_BATCH_ROWS,
     SCHEMA_VERSION,
     AdoptionCandidate,
     DuplicateActiveJob,
@@ -60,6 +61,7 @@ from gateway.store.base import (
     page_of,
     without_output,
 )
+from gateway.store.postgres_notices import JobNotices
 from gateway.store.postgres_pool import (
     APPLICATION_NAME,
     CLOSE_TIMEOUT_S,
@@ -273,6 +275,8 @@ class PostgresJobStore:
         # own: result reads and COPYs of large outputs can hold every connection of the work
         # pool for long, and a heartbeat that waits for one lets its own lease lapse.
         self._lease_pool: ConnectionPool | None = None
+        # LISTEN needs a session of its own: none behind a transaction pooler.
+        self._notices = JobNotices(dsn, enabled=pooler == "none")
 
     def __repr__(self) -> str:
         return f"PostgresJobStore({redact_dsn(self._dsn)!r})"
@@ -384,6 +388,7 @@ class PostgresJobStore:
     async def close(self) -> None:
         pools = [p for p in (self._pool, self._lease_pool) if p is not None]
         self._pool = self._lease_pool = None
+        await self._notices.close()
         for pool in pools:
             await pool.close()  # a dead server or a stuck borrower: terminated, no hang
 
@@ -512,6 +517,17 @@ class PostgresJobStore:
         async with self._connection("budget windows") as conn:
             return await postgres_usage.budget_windows(conn, budgets)
 
+    async def wait_for_change(self, job_id: str, timeout_s: float) -> None:
+        await self._notices.wait(job_id, timeout_s)
+
+    async def claim_sweep(self, task: str, every_s: float) -> bool:
+        async with self._transaction("claim sweep") as conn:
+            return await postgres_sweeps.claim_sweep(conn, task, every_s)
+
+    async def sweep_runs(self, task: str) -> int:
+        async with self._connection("read sweep runs") as conn:
+            return await postgres_sweeps.sweep_runs(conn, task)
+
     async def release_reservations(self) -> int:
         async with self._transaction("release reservations") as conn:
             return await postgres_usage.release_ended(conn)
@@ -556,9 +572,10 @@ class PostgresJobStore:
         return [_job(row) for row in rows]
 
     # -- retention and reads --------------------------------------------------------------
-    async def purge_terminal(self, older_than_s: float) -> list[str]:
+    async def purge_terminal(self, older_than_s: float,
+                             limit: int = RETENTION_BATCH_ROWS) -> list[str]:
         async with self._connection("purge terminal jobs") as conn:
-            rows = await conn.fetch(PURGE_TERMINAL, float(older_than_s))
+            rows = await conn.fetch(PURGE_TERMINAL, float(older_than_s), max(limit, 0))
         return [row["id"] for row in rows]
 
     async def find_job_ids(self, prefix: str, limit: int = PREFIX_MATCH_LIMIT) -> list[str]:

@@ -15,6 +15,8 @@ from gateway.store.base import (
     REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
+from gateway.store.postgres_notices import NOTIFY_SCHEMA
+from gateway.store.postgres_sweeps import SWEEPS_SCHEMA
 from gateway.store.postgres_usage import SCHEMA_V5
 
 ACTIVE_INDEX_NAME = "jobs_active_request_key"
@@ -136,7 +138,10 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     # v6: the bounded uncharged re-queues (how many, why) and which host orphaned a job.
     (6, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeue_count integer NOT NULL DEFAULT 0",
          "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeue_reasons text",
-         "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS orphaned_by text")))
+         "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS orphaned_by text")),
+    # v7: one sweeper per interval and fillfactor (postgres_sweeps.py), notices of status
+    # and cancel changes (postgres_notices.py).
+    (7, (*SWEEPS_SCHEMA, *NOTIFY_SCHEMA)))
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
@@ -344,10 +349,17 @@ RETURNING {_REAPER_COLUMNS}"""
 # -- retention and reads ------------------------------------------------------------------
 
 # Only terminal rows past retention; an active row is never deleted, whatever its age.
+# One batch of retention: any $2 rows past it, read off jobs_status_finished's ranges (no
+# ORDER BY: ordering five status ranges by finish time sorted the whole backlog per batch,
+# 3 s each over a million rows). SKIP LOCKED: a row some statement holds (a self-heal racing
+# retention) waits for the next pass instead of making the batch wait.
 PURGE_TERMINAL = """
-DELETE FROM jobs
-WHERE status IN ('completed','failed','cancelled','timed_out','orphaned')
-  AND finished_at < now() - make_interval(secs => $1)
+DELETE FROM jobs WHERE id IN (
+  SELECT id FROM jobs
+  WHERE status IN ('completed','failed','cancelled','timed_out','orphaned')
+    AND finished_at < now() - make_interval(secs => $1)
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED)
 RETURNING id"""
 
 # A plain read; every caller that acts on it goes through a guarded UPDATE afterwards.

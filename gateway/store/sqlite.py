@@ -43,10 +43,11 @@ from gateway.model import (
     OutputFile,
     Progress,
 )
-from gateway.store import sqlite_usage
+from gateway.store import sqlite_sweeps, sqlite_usage
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
+    RETENTION_BATCH_ROWS,
     SCHEMA_VERSION,
     AdoptionCandidate,
     DuplicateActiveJob,
@@ -572,9 +573,11 @@ class SqliteJobStore:
             _job(r) for r in db.execute(RECOVER_EXPIRED_LEASES, {**params, "now": now})])
 
     # -- retention and reads --------------------------------------------------------------
-    async def purge_terminal(self, older_than_s: float) -> list[str]:
+    async def purge_terminal(self, older_than_s: float,
+                             limit: int = RETENTION_BATCH_ROWS) -> list[str]:
+        params = {"older_than_s": older_than_s, "limit": max(limit, 0)}
         return await self._transaction("purge_terminal", lambda db, now: [
-            r[0] for r in db.execute(PURGE_TERMINAL, {"now": now, "older_than_s": older_than_s})])
+            r[0] for r in db.execute(PURGE_TERMINAL, {**params, "now": now})])
 
     async def find_job_ids(self, prefix: str, limit: int = PREFIX_MATCH_LIMIT) -> list[str]:
         if not prefix:
@@ -665,6 +668,17 @@ class SqliteJobStore:
         async with self._read("budget_windows") as conn:
             return await _on_connection_thread(
                 conn, lambda db: sqlite_usage.budget_windows(db, budgets, now))
+
+    async def wait_for_change(self, job_id: str, timeout_s: float) -> None:
+        await anyio.sleep(timeout_s)  # no notices here: the caller polls
+
+    async def claim_sweep(self, task: str, every_s: float) -> bool:
+        return await self._transaction(
+            "claim_sweep", lambda db, now: sqlite_sweeps.claim_sweep(db, task, every_s, now))
+
+    async def sweep_runs(self, task: str) -> int:
+        async with self._read("sweep_runs") as conn:
+            return await sqlite_sweeps.sweep_runs(conn, task)
 
     async def release_reservations(self) -> int:
         return await self._transaction("release_reservations",

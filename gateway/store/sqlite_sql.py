@@ -15,6 +15,7 @@ from gateway.store.base import (
     REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
+from gateway.store.sqlite_sweeps import SWEEPS_SCHEMA
 from gateway.store.sqlite_usage import SCHEMA_V5
 
 _JOB_COLUMNS = ", ".join(JobRow.column_names())
@@ -178,7 +179,8 @@ _SCHEMA_V6 = (
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _SCHEMA_V1), (2, _SCHEMA_V2), (3, _SCHEMA_V3), (4, _SCHEMA_V4),
     (5, SCHEMA_V5),  # usage totals and budgets (sqlite_usage.py)
-    (6, _SCHEMA_V6))
+    (6, _SCHEMA_V6),
+    (7, SWEEPS_SCHEMA))  # one sweeper per interval (sqlite_sweeps.py)
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
@@ -348,10 +350,14 @@ RETURNING {_REAPER_COLUMNS}"""
 # -- retention and reads ------------------------------------------------------------------
 
 # Only terminal rows past retention; an active row is never deleted, whatever its age.
+# One batch of retention: any :limit rows past it, read off jobs_status_finished's ranges
+# (no ORDER BY, which would sort the whole backlog per batch).
 PURGE_TERMINAL = """
-DELETE FROM jobs
-WHERE status IN ('completed','failed','cancelled','timed_out','orphaned')
-  AND finished_at < :now - :older_than_s
+DELETE FROM jobs WHERE id IN (
+  SELECT id FROM jobs
+  WHERE status IN ('completed','failed','cancelled','timed_out','orphaned')
+    AND finished_at < :now - :older_than_s
+  LIMIT :limit)
 RETURNING id"""
 
 GET_JOB = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = :job_id"

@@ -792,6 +792,20 @@ async def test_purge_terminal_deletes_only_terminal_rows_past_retention(store: J
     assert len(await store.list_jobs()) == 3
 
 
+async def test_purge_terminal_deletes_a_bounded_batch(store: JobStore) -> None:
+    ended = []
+    for _ in range(3):
+        job = await running(store, new_job())
+        assert await store.complete(job.id, OWNER, done())
+        ended.append(await get(store, job.id))
+    await wait_for_store_time(store, max(epoch(j.finished_at) for j in ended) + PAST_S)
+    first = await store.purge_terminal(WINDOW_S, limit=2)
+    second = await store.purge_terminal(WINDOW_S, limit=2)  # fewer than the limit: all gone
+    assert (len(first), len(second)) == (2, 1)
+    assert sorted(first + second) == sorted(j.id for j in ended)
+    assert await store.purge_terminal(WINDOW_S, limit=2) == []
+
+
 async def test_find_job_ids_matches_a_prefix_literally_sorted_and_bounded(
     store: JobStore,
 ) -> None:
