@@ -198,8 +198,15 @@ async def test_the_previous_release_and_this_one_share_a_store_through_an_upgrad
 
     # The old release started again on the migrated store: refused clearly, nothing written.
     async with fleet.gateway(old=True) as old_again:
-        refused = await old_again.call_tool("llm_job_list", {})
-    assert refused.is_error
+        with anyio.fail_after(SETTLE_S):
+            while True:  # "still starting" (unavailable) until its first open has failed
+                refused = await old_again.call_tool("llm_job_list", {})
+                assert refused.is_error and refused.structured_content is not None
+                if refused.structured_content["error_kind"] != "unavailable":
+                    break
+                await anyio.sleep(POLL_S)
+    assert refused.structured_content["error_kind"] == "setup_error"
+    assert refused.structured_content["retryable"] is False
     text = " ".join(getattr(part, "text", "") for part in refused.content)
     assert "newer than this gateway understands" in text and "upgrade agent-cli-gateway" in text
     assert await fleet.rows() == rows
