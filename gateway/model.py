@@ -319,6 +319,9 @@ class InstanceRow:
     heartbeat_at: datetime | None = None
     lease_expires_at: datetime | None = None
     stopped_at: datetime | None = None
+    # The worst lease renewal wait of the last hour (ms), as its last heartbeat wrote it
+    # (None: not measured yet, or a gateway before schema 7).
+    renewal_wait_ms_max_1h: float | None = None
 
 
 @dataclass(slots=True)

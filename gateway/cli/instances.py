@@ -4,7 +4,8 @@ live ones and any that still own jobs; `--all`: every row until the instances GC
 Lease state uses the reaper's one rule (gateway.jobs.leases.instance_lease_held): `live`
 (lease held, not stopped), `stopping` (stopped, lease not yet lapsed: its jobs are still
 covered), `stopped`, or `lapsed` (it stopped renewing without saying goodbye: its jobs are
-orphaned by the next sweep of any live instance).
+orphaned by the next sweep of any live instance). RENEWAL is the worst wait of a lease
+renewal in the instance's last hour (issue #22).
 """
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ async def _gather(store: JobStore) -> tuple[list[tuple[InstanceRow, int]], float
     return found, now
 
 
+def renewal_wait(instance: InstanceRow) -> str:
+    """The RENEWAL column: the worst lease renewal wait of the instance's last hour, as its
+    heartbeat wrote it (the gauge `gateway_status` shows): a slow store or a full pool shows
+    here long before a lease lapses. "-": not measured yet, or a gateway before schema 7."""
+    wait = instance.renewal_wait_ms_max_1h
+    return "-" if wait is None else f"{wait:.0f}ms"
+
+
 def worth_showing(instance: InstanceRow, owned: int, now: float) -> bool:
     """Shown without --all: a live instance, one whose lease still covers its jobs, and any
     that still owns active jobs (a lapsed one with jobs is what an operator looks for).
@@ -63,6 +72,7 @@ def cmd_instances(args: argparse.Namespace) -> int:
             "started_at": iso(i.started_at), "last_heartbeat": iso(i.heartbeat_at),
             "lease_expires_at": iso(i.lease_expires_at), "stopped_at": iso(i.stopped_at),
             "lease_state": lease_state(i, now), "active_jobs": owned,
+            "renewal_wait_ms_max_1h": i.renewal_wait_ms_max_1h,
         } for i, owned in found], indent=2))
         return EXIT_OK
     if not found:
@@ -74,13 +84,15 @@ def cmd_instances(args: argparse.Namespace) -> int:
                   "collected after they stopped).")
         return EXIT_OK
     colour = use_colour()
-    header = ("INSTANCE", "HOST", "PID", "ROLE", "VERSION", "HEARTBEAT", "LEASE", "JOBS")
+    header = ("INSTANCE", "HOST", "PID", "ROLE", "VERSION", "HEARTBEAT", "RENEWAL", "LEASE",
+              "JOBS")
     rows, colours = [], []
     for instance, owned in found:
         state = lease_state(instance, now)
         rows.append((instance.instance_id, instance.hostname, str(instance.pid), instance.role,
-                     instance.version, ago(instance.heartbeat_at, now), state, str(owned)))
-        colours.append(("", "", "", "", "", "", STATE_COLOURS[state] if colour else "", ""))
+                     instance.version, ago(instance.heartbeat_at, now),
+                     renewal_wait(instance), state, str(owned)))
+        colours.append(("", "", "", "", "", "", "", STATE_COLOURS[state] if colour else "", ""))
     for line in table(header, rows, width=terminal_columns(), colours=colours):
         print(line)
     if hidden:

@@ -153,8 +153,13 @@ class Adopter:
                 return 0
             start = sup.read_record(spool, sup.START_NAME)
             if start is None and sup.claim_for_requeue(spool, by=self.identity.instance_id):
-                start = {"kind": "requeued"}
+                start = {"version": sup.RECORD_VERSION, "kind": "requeued"}
             start = start or sup.read_record(spool, sup.START_NAME)
+            problem = sup.record_version_problem(sup.START_NAME, start)
+            if problem is not None:  # a newer release's claim: never misread as unstarted
+                log.warning("run not adopted: its spool is of a newer format", action="adopt",
+                            job_id=job.id, problem=problem)
+                return 0
             if start is not None and start.get("kind") == "supervisor":
                 return await self._adopt_run(job, spool, start)
         if job.cancel_requested_at is not None:

@@ -184,7 +184,10 @@ class LeaseKeeper:
         pending_since = time.monotonic()
         try:
             before = await self._read_clock()
-            renewed = await self.store.heartbeat(self.identity.instance_id, self.lease.ttl_s)
+            # The worst wait so far rides along: `instances` shows it from the row, and
+            # `gateway_status` from the same gauge (one source).
+            renewed = await self.store.heartbeat(self.identity.instance_id, self.lease.ttl_s,
+                                                 self.renewal_pending_ms.worst())
         except Exception as exc:
             self.renewal_pending_ms.record((time.monotonic() - pending_since) * 1000)
             self._note_replaced(exc)

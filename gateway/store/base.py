@@ -30,8 +30,10 @@ from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 
 # 2: SQLite keeps `output` last in the row; 3: `requeued_at`; 4: `principal` (who made the
 # job: only they see it over MCP); 5: usage totals and budgets (store/usage.py);
-# 6: `requeue_count`, `requeue_reasons`, `orphaned_by`.
-SCHEMA_VERSION = 7
+# 6: `requeue_count`, `requeue_reasons`, `orphaned_by`; 7: `schema_meta` (the lowest gateway
+# version that may write the store: store/compat.py) and the instances' renewal wait; 8:
+# `sweeps` (one sweeper per interval) and, on PostgreSQL, fillfactor and the jobs_notify trigger.
+SCHEMA_VERSION = 8
 
 # The reaper reads at most this many candidates per sweep (oldest lease first; the rest are
 # read by the next sweep): a sweep's cost is bounded whatever happened to the table.
@@ -215,10 +217,12 @@ class JobStore(Protocol):
     async def mark_instance_stopped(self, instance_id: str) -> None:
         """Clean shutdown: stopped_at = now (the row stays for GC and observability)."""
 
-    async def heartbeat(self, instance_id: str, ttl_s: float) -> int:
+    async def heartbeat(self, instance_id: str, ttl_s: float,
+                        renewal_wait_ms: float | None = None) -> int:
         """Renew the instance row: lease_expires_at = now + ttl_s. That lease covers every
         job the instance owns (see recover_expired_leases), so the heartbeat writes one row
-        whatever the job count; job rows are not touched.
+        whatever the job count; job rows are not touched. `renewal_wait_ms` (the worst
+        renewal wait of the last hour, when measured) is written with it, for `instances`.
 
         Returns the number of instance rows renewed (0 means the row is gone: re-register).
         """

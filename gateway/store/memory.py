@@ -95,6 +95,8 @@ class MemoryJobStore:
                 heartbeat_at=now,
                 lease_expires_at=now + timedelta(seconds=ttl_s),
                 stopped_at=None,
+                renewal_wait_ms_max_1h=(previous.renewal_wait_ms_max_1h if previous
+                                        else instance.renewal_wait_ms_max_1h),
             )
 
     async def mark_instance_stopped(self, instance_id: str) -> None:
@@ -103,7 +105,8 @@ class MemoryJobStore:
             if row is not None and row.stopped_at is None:
                 row.stopped_at = self._now()
 
-    async def heartbeat(self, instance_id: str, ttl_s: float) -> int:
+    async def heartbeat(self, instance_id: str, ttl_s: float,
+                        renewal_wait_ms: float | None = None) -> int:
         async with self._lock:
             now = self._now()
             deadline = now + timedelta(seconds=ttl_s)
@@ -112,6 +115,8 @@ class MemoryJobStore:
             if row is not None:
                 row.heartbeat_at = now
                 row.lease_expires_at = deadline
+                if renewal_wait_ms is not None:
+                    row.renewal_wait_ms_max_1h = renewal_wait_ms
                 renewed = 1
             # The instance lease covers all of its jobs (the reaper reads it): one row.
             return renewed

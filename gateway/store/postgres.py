@@ -43,7 +43,7 @@ from gateway.model import (
     OutputFile,
     Progress,
 )
-from gateway.store import postgres_sweeps, postgres_usage
+from gateway.store import postgres_meta, postgres_sweeps, postgres_usage
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
@@ -372,18 +372,18 @@ class PostgresJobStore:
             await conn.execute(LOCK_SCHEMA)
             await conn.execute(CREATE_SCHEMA_VERSION_TABLE)
             current = int(await conn.fetchval(READ_SCHEMA_VERSION))
-            if current > SCHEMA_VERSION:
-                raise StoreUnavailable(
-                    f"postgres store: the database schema is version {current}, newer than "
-                    f"this gateway understands ({SCHEMA_VERSION}); upgrade agent-cli-gateway",
-                    permanent=True)
+            # Before the first write: a database this gateway may no longer write is refused.
+            meta = await postgres_meta.refuse_unless_writable(conn, current)
+            applied = []
             for version, statements in MIGRATIONS:
                 if version <= current:
                     continue
                 for statement in statements:
                     await conn.execute(statement)
                 await conn.execute(RECORD_SCHEMA_VERSION, version)
+                applied.append(version)
                 log.info("schema migrated", action="migrate_schema", version=version)
+            await postgres_meta.record_migration(conn, applied, meta)
 
     async def close(self) -> None:
         pools = [p for p in (self._pool, self._lease_pool) if p is not None]
@@ -416,10 +416,12 @@ class PostgresJobStore:
         async with self._connection("mark instance stopped", patience_s=WORK_PATIENCE_S) as conn:
             await conn.execute(MARK_INSTANCE_STOPPED, instance_id)
 
-    async def heartbeat(self, instance_id: str, ttl_s: float) -> int:
+    async def heartbeat(self, instance_id: str, ttl_s: float,
+                        renewal_wait_ms: float | None = None) -> int:
         # One row whatever the job count: the instance lease covers all of its jobs.
         async with self._connection("heartbeat", lease=True) as conn:
-            renewed = await conn.execute(RENEW_INSTANCE_LEASE, instance_id, float(ttl_s))
+            renewed = await conn.execute(RENEW_INSTANCE_LEASE, instance_id, float(ttl_s),
+                                         renewal_wait_ms)
         return _status_count(renewed)
 
     async def gc_instances(self, older_than_s: float, hostname: str | None = None,

@@ -15,6 +15,7 @@ from gateway.store.base import (
     REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
+from gateway.store.postgres_meta import SCHEMA_V7
 from gateway.store.postgres_notices import NOTIFY_SCHEMA
 from gateway.store.postgres_sweeps import SWEEPS_SCHEMA
 from gateway.store.postgres_usage import SCHEMA_V5
@@ -25,7 +26,7 @@ _JOB_COLUMNS = ", ".join(JobRow.column_names())
 _REAPER_COLUMNS = ", ".join(REAPER_COLUMNS)
 _INSTANCE_COLUMNS = (
     "instance_id, hostname, boot_id, pid, pid_started_at, role, version, started_at, "
-    "heartbeat_at, lease_expires_at, stopped_at"
+    "heartbeat_at, lease_expires_at, stopped_at, renewal_wait_ms_max_1h"
 )
 
 # -- schema -------------------------------------------------------------------------------
@@ -139,9 +140,10 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (6, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeue_count integer NOT NULL DEFAULT 0",
          "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeue_reasons text",
          "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS orphaned_by text")),
-    # v7: one sweeper per interval and fillfactor (postgres_sweeps.py), notices of status
+    (7, SCHEMA_V7),  # the lowest writer and the renewal wait (postgres_meta.py)
+    # v8: one sweeper per interval and fillfactor (postgres_sweeps.py), notices of status
     # and cancel changes (postgres_notices.py).
-    (7, (*SWEEPS_SCHEMA, *NOTIFY_SCHEMA)))
+    (8, (*SWEEPS_SCHEMA, *NOTIFY_SCHEMA)))
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
@@ -150,7 +152,8 @@ assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION
 # and is alive again (stopped_at cleared); its lease restarts from the database's now().
 UPSERT_INSTANCE = f"""
 INSERT INTO gateway_instances ({_INSTANCE_COLUMNS})
-VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now(), now() + make_interval(secs => $8), NULL)
+VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now(), now() + make_interval(secs => $8), NULL,
+        NULL)
 ON CONFLICT (instance_id) DO UPDATE SET
     hostname = excluded.hostname, boot_id = excluded.boot_id, pid = excluded.pid,
     pid_started_at = excluded.pid_started_at, role = excluded.role,
@@ -166,9 +169,11 @@ WHERE instance_id = $1 AND stopped_at IS NULL"""
 # instance owns (the reaper reads it), so a heartbeat costs one row whatever the job count.
 # It waits while a reaper holds this row locked (LOCK_EXPIRED_OWNERS), then renews a lease
 # that had lapsed: the owner then finds its jobs orphaned and self-heals at completion.
+# The worst renewal wait of the last hour rides along ($3 NULL: none measured yet).
 RENEW_INSTANCE_LEASE = """
 UPDATE gateway_instances
-SET heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => $2)
+SET heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => $2),
+    renewal_wait_ms_max_1h = COALESCE($3::double precision, renewal_wait_ms_max_1h)
 WHERE instance_id = $1"""
 
 # Only rows stopped, or whose lease expired, more than the threshold ago: a live instance's

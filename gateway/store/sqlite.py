@@ -43,7 +43,7 @@ from gateway.model import (
     OutputFile,
     Progress,
 )
-from gateway.store import sqlite_sweeps, sqlite_usage
+from gateway.store import sqlite_meta, sqlite_sweeps, sqlite_usage
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
@@ -394,11 +394,8 @@ class SqliteJobStore:
         def migrate(db: sqlite3.Connection, now: float) -> list[int]:
             db.execute(CREATE_SCHEMA_VERSION_TABLE)
             current = db.execute(READ_SCHEMA_VERSION).fetchone()[0]
-            if current > SCHEMA_VERSION:
-                raise StoreUnavailable(
-                    f"sqlite store {self.path} has schema version {current}, newer than this "
-                    f"gateway understands ({SCHEMA_VERSION}): upgrade agent-cli-gateway",
-                    permanent=True)
+            # Before the first write: a store this gateway may no longer write is refused.
+            meta = sqlite_meta.refuse_unless_writable(db, f"sqlite store {self.path}", current)
             applied = []
             for version, statements in MIGRATIONS:
                 if version <= current:
@@ -407,6 +404,7 @@ class SqliteJobStore:
                     db.execute(statement)
                 db.execute(RECORD_SCHEMA_VERSION, (version, now))
                 applied.append(version)
+            sqlite_meta.record_migration(db, applied, meta)
             return applied
 
         for version in await self._transaction("migrate", migrate):
@@ -436,10 +434,12 @@ class SqliteJobStore:
         await self._transaction("mark_instance_stopped", lambda db, now: _changed(
             db, MARK_INSTANCE_STOPPED, {"instance_id": instance_id, "now": now}))
 
-    async def heartbeat(self, instance_id: str, ttl_s: float) -> int:
+    async def heartbeat(self, instance_id: str, ttl_s: float,
+                        renewal_wait_ms: float | None = None) -> int:
         self.check_file()
         return await self._transaction("heartbeat", lambda db, now: _changed(
-            db, RENEW_INSTANCE_LEASE, {"instance_id": instance_id, "now": now, "ttl_s": ttl_s}))
+            db, RENEW_INSTANCE_LEASE, {"instance_id": instance_id, "now": now, "ttl_s": ttl_s,
+                                       "renewal_wait_ms": renewal_wait_ms}))
 
     async def gc_instances(self, older_than_s: float, hostname: str | None = None,
                            keep: Sequence[str] = ()) -> int:

@@ -15,6 +15,7 @@ from gateway.store.base import (
     REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
+from gateway.store.sqlite_meta import SCHEMA_V7
 from gateway.store.sqlite_sweeps import SWEEPS_SCHEMA
 from gateway.store.sqlite_usage import SCHEMA_V5
 
@@ -26,7 +27,7 @@ _JOB_TIME_FIELDS = (
 )
 _INSTANCE_COLUMNS = (
     "instance_id, hostname, boot_id, pid, pid_started_at, role, version, started_at, "
-    "heartbeat_at, lease_expires_at, stopped_at"
+    "heartbeat_at, lease_expires_at, stopped_at, renewal_wait_ms_max_1h"
 )
 _INSTANCE_TIME_FIELDS = ("started_at", "heartbeat_at", "lease_expires_at", "stopped_at")
 
@@ -180,7 +181,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _SCHEMA_V1), (2, _SCHEMA_V2), (3, _SCHEMA_V3), (4, _SCHEMA_V4),
     (5, SCHEMA_V5),  # usage totals and budgets (sqlite_usage.py)
     (6, _SCHEMA_V6),
-    (7, SWEEPS_SCHEMA))  # one sweeper per interval (sqlite_sweeps.py)
+    (7, SCHEMA_V7),  # the lowest writer and the renewal wait (sqlite_meta.py)
+    (8, SWEEPS_SCHEMA))  # one sweeper per interval (sqlite_sweeps.py)
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
@@ -205,8 +207,10 @@ WHERE instance_id = :instance_id AND stopped_at IS NULL"""
 
 # Renews exactly one instance row (the caller's own). This row IS the lease of every job the
 # instance owns (the reaper reads it), so a heartbeat costs one row whatever the job count.
+# The worst renewal wait of the last hour rides along (NULL: the caller measured none yet).
 RENEW_INSTANCE_LEASE = """
-UPDATE gateway_instances SET heartbeat_at = :now, lease_expires_at = :now + :ttl_s
+UPDATE gateway_instances SET heartbeat_at = :now, lease_expires_at = :now + :ttl_s,
+    renewal_wait_ms_max_1h = COALESCE(:renewal_wait_ms, renewal_wait_ms_max_1h)
 WHERE instance_id = :instance_id"""
 
 # Only rows stopped, or whose lease expired, more than the threshold ago: a live instance's

@@ -18,6 +18,8 @@ def test_instances_shows_each_instance_its_lease_state_and_its_active_jobs(cli: 
                                version="9.9")
 
         await store.register_instance(instance("live", "http"), ttl_s=3600)
+        # Its heartbeat writes the worst renewal wait of its last hour (#22).
+        assert await store.heartbeat("live", 3600, renewal_wait_ms=1234.4) == 1
         await store.register_instance(instance("lapsed", "stdio"), ttl_s=-60)
         await store.register_instance(instance("stopping", "stdio"), ttl_s=3600)
         await store.mark_instance_stopped("stopping")
@@ -47,14 +49,18 @@ def test_instances_shows_each_instance_its_lease_state_and_its_active_jobs(cli: 
     assert found["live"]["hostname"] == "host-live" and found["live"]["role"] == "http"
     assert found["live"]["version"] == "9.9" and found["live"]["pid"] == 104
     assert found["live"]["last_heartbeat"].endswith("Z")
+    assert found["live"]["renewal_wait_ms_max_1h"] == 1234.4
+    assert found["lapsed"]["renewal_wait_ms_max_1h"] is None
 
     text = cli.run("instances")
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     assert lines[0].split() == ["INSTANCE", "HOST", "PID", "ROLE", "VERSION", "HEARTBEAT",
-                                "LEASE", "JOBS"]
+                                "RENEWAL", "LEASE", "JOBS"]
     live = next(line for line in lines if line.startswith("live "))
-    assert live.split()[-2:] == ["live", "2"] and "ago" in live
+    assert live.split()[-3:] == ["1234ms", "live", "2"] and "ago" in live
+    lapsed = next(line for line in lines if line.startswith("lapsed-owner "))
+    assert lapsed.split()[-3:] == ["-", "lapsed", "1"]
     assert not any(line.startswith(("stopped ", "lapsed ")) for line in lines)
     assert lines[-1] == ("(2 stopped or lapsed without jobs not shown: "
                          "`agent-cli-gateway instances --all`)")

@@ -100,7 +100,8 @@ async def test_a_stop_request_names_the_reason_and_keeps_the_grace(tmp_path: Pat
     with anyio.fail_after(DEADLINE_S):
         while not (tmp_path / "stdout").exists() or not (tmp_path / "stdout").stat().st_size:
             await anyio.sleep(0.02)
-    sup.write_record(tmp_path, sup.STOP_NAME, {"kind": "cancelled", "message": "bye",
+    sup.write_record(tmp_path, sup.STOP_NAME, {"version": sup.RECORD_VERSION,
+                                               "kind": "cancelled", "message": "bye",
                                                "grace_s": 0.2})
     os.kill(supervisor.pid, signal.SIGTERM)
     record = await end_record(tmp_path)

@@ -312,6 +312,8 @@ async def test_a_schema_from_a_newer_gateway_is_refused(postgres_dsn: str) -> No
             "INSERT INTO schema_version (version, applied_at) VALUES ($1, now())",
             SCHEMA_VERSION + 1,
         )
+        # ...by a gateway that recorded no lowest writer this one satisfies (store/compat.py).
+        await conn.execute("DELETE FROM schema_meta")
     finally:
         await conn.close()
     newer = PostgresJobStore(postgres_dsn, max_size=1)
@@ -418,7 +420,7 @@ async def test_a_heartbeat_in_progress_saves_its_job_from_a_reaper_that_skips_it
     try:
         tx = heartbeat.transaction()
         await tx.start()
-        await heartbeat.execute(RENEW_INSTANCE_LEASE, "owner", 60.0)  # holds the row lock
+        await heartbeat.execute(RENEW_INSTANCE_LEASE, "owner", 60.0, None)  # holds the row lock
         with anyio.fail_after(LOCK_TIMEOUT_MS / 1000 / 2):  # never waits for the lock
             assert await reap(pg_store) == []
         await tx.commit()

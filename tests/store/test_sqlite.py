@@ -281,6 +281,8 @@ async def test_a_schema_written_by_a_newer_gateway_is_refused(db_path: Path) -> 
     await store.close()
     conn = raw(db_path)
     conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (99, 0)")
+    # ...by a gateway that recorded no lowest writer this one satisfies (store/compat.py).
+    conn.execute("DELETE FROM schema_meta")
     conn.close()
     with pytest.raises(StoreUnavailable, match="upgrade"):
         await SqliteJobStore(db_path).open()

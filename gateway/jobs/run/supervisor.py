@@ -52,10 +52,14 @@ if TYPE_CHECKING:
 
     StrPath = str | os.PathLike[str]
 
-# The spool records' format. A newer gateway reads every older version (release N reads
-# N-1's: docs/operations.md, upgrades); bump only with a reader. 2 (0.2.0): the start claim
-# carries the launch token of run.json (gateway/jobs/run/trust.py); 1 (0.1.0): it did not.
+# The spool records' format, in every record's "version" (run.json, start.json, stop.json,
+# end.json). The reader rule (docs/architecture.md, spool records): a gateway reads its own
+# version and every older one (release N reads N-1's: docs/operations.md, upgrades), and
+# refuses a newer one (record_version_problem) rather than misread fields it does not know;
+# bump only with a reader. 2 (0.2.0): the start claim carries the launch token of run.json
+# (gateway/jobs/run/trust.py); 1 (0.1.0): it did not.
 RECORD_VERSION = 2
+OLDEST_RECORD_VERSION = 1
 RUN_NAME = "run.json"
 STDIN_NAME = "stdin"
 START_NAME = "start.json"
@@ -156,6 +160,22 @@ def read_record(directory: StrPath, name: str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def record_version_problem(name: str, record: dict[str, Any] | None) -> str | None:
+    """Why this release must not act on `record` (the spool record `name`), or None: absent,
+    or of a format this release reads (RECORD_VERSION or older). A newer format is refused,
+    never read as if it were ours: a gateway of that release (or later) settles the run."""
+    if record is None:
+        return None
+    version = record.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < OLDEST_RECORD_VERSION:
+        return f"{name} carries no format version this gateway knows ({version!r})"
+    if version > RECORD_VERSION:
+        return (f"{name} is of spool format {version}, newer than this gateway reads "
+                f"({RECORD_VERSION}): a gateway of the release that wrote it settles the run; "
+                f"upgrade agent-cli-gateway")
+    return None
 
 
 def claim_for_requeue(spool_dir: StrPath, by: str) -> bool:
@@ -350,7 +370,11 @@ class Supervisor:
 
     def _stop_request(self) -> dict[str, Any]:
         request = read_record(self.dir, STOP_NAME)
-        return request if request is not None else {"kind": None}
+        if request is None or record_version_problem(STOP_NAME, request) is not None:
+            # A stop request of a newer format is still a stop (its SIGTERM came), but its
+            # reason and grace are not read as ours: the end record says why=signal.
+            return {"kind": None}
+        return request
 
     def _watch(self, child: subprocess.Popen[bytes]
                ) -> tuple[str, int | None, dict[str, Any] | None, int]:
@@ -542,6 +566,10 @@ def main(argv: list[str]) -> int:
     spec = read_record(spool_dir, RUN_NAME)
     if spec is None or spec.get("token") != token:
         return CLAIMED_ELSEWHERE_EXIT  # not our run (re-queued and relaunched): never run it
+    problem = record_version_problem(RUN_NAME, spec)
+    if problem is not None:  # a spec this supervisor cannot read: never run it half-read
+        sys.stderr.write(f"supervisor: {problem}\n")
+        return 2
     supervisor = Supervisor(spool_dir, spec, env)
     code = supervisor.run()
     if code == 0:  # the run ended and is recorded (not claimed elsewhere)

@@ -101,6 +101,13 @@ def adoption_problem(spool_dir: Path, start: dict[str, Any]) -> str | None:
     if problem is not None:
         return problem
     run = sup.read_record(spool_dir, sup.RUN_NAME) or {}
+    # A run recorded in a newer spool format is left to a gateway that reads it (never
+    # misread): the reader rule of supervisor.RECORD_VERSION.
+    for name, record in ((sup.RUN_NAME, run), (sup.START_NAME, start),
+                         (sup.END_NAME, sup.read_record(spool_dir, sup.END_NAME))):
+        problem = sup.record_version_problem(name, record or None)
+        if problem is not None:
+            return problem
     tokenless_release = start.get("version") == 1 and "token" not in start  # 0.1.0's claim
     if not tokenless_release and (not run.get("token") or start.get("token") != run.get("token")):
         return "the start record does not carry the run's launch token"
