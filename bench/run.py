@@ -89,7 +89,7 @@ from mcp.client.stdio import stdio_client  # noqa: E402
 from gateway.config import load_settings  # noqa: E402
 from gateway.jobs.requests import SubmitRequest  # noqa: E402
 from gateway.jobs.run.runner import PROVIDER_NICE_INCREMENT  # noqa: E402
-from gateway.jobs.targets import resolve_target  # noqa: E402
+from gateway.jobs.targets import cli_target  # noqa: E402
 
 RESULTS = BENCH / "results" / "bench.json"
 FAKES_BIN = ROOT / "tests" / "fakes" / "bin"
@@ -451,8 +451,7 @@ async def bench_tool_text(servers: Servers) -> list[Row]:
 def _direct_argv(config: Path, prompt: str) -> tuple[list[str], bytes | None]:
     """The argv and stdin the gateway runs for this prompt (its own adapter builds them)."""
     settings = load_settings(config)
-    target = resolve_target(settings, "claude", SubmitRequest(prompt=prompt, force_refresh=True))
-    assert target.invocation is not None
+    target = cli_target(settings, "claude", SubmitRequest(prompt=prompt, force_refresh=True))
     return list(target.invocation.argv), target.invocation.stdin
 
 

@@ -68,6 +68,16 @@ class ErrorKind(StrEnum):
     WORKTREE_ERROR = "worktree_error"  # an isolated job's worktree could not be made (#27)
     BUDGET_EXCEEDED = "budget_exceeded"  # a [budgets] limit would be passed; not retryable
     REQUEUE_LIMIT = "requeue_limit"  # lost its owner more than lease.max_requeues in an hour
+    INTERNAL_ERROR = "internal_error"  # a tool body crashed: a gateway bug, never a job's end
+
+    @classmethod
+    def of(cls, value: str) -> ErrorKind | None:
+        """The member whose value this is, or None: a row's error_kind may come from a newer
+        gateway that shares the store and knows kinds this one does not."""
+        try:
+            return cls(value)
+        except ValueError:
+            return None
 
 
 EXIT_CODES: dict[ErrorKind, int] = {

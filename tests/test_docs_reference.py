@@ -133,7 +133,8 @@ def test_the_providers_doc_names_each_providers_login_and_install_commands() -> 
 @pytest.mark.anyio
 async def test_the_tools_doc_names_every_tool_and_every_job_tool_argument() -> None:
     from gateway.mcp.server import build_server
-    from gateway.mcp.tools import ServerState, request_tools
+    from gateway.mcp.server_state import ServerState
+    from gateway.mcp.tools import request_tools
 
     # Only the tool list is read: the lifespan (store, leases) never starts. The provider
     # tools are listed only where their CLI is installed, so they are built directly.

@@ -18,7 +18,7 @@ from gateway.childenv import secret_env_names
 from gateway.config import Settings
 from gateway.jobs.run.runner import ProcessIdentity, ProcessRun, RunSpec
 from gateway.jobs.run.spool import clean_stdout_path, read_tail, stderr_path, stdout_path
-from gateway.jobs.targets import Target
+from gateway.jobs.targets import CliLaunch, CliTarget, HttpTarget, Target
 from gateway.jobs.worktrees.create import WorktreeError, create_worktree
 from gateway.jobs.worktrees.finish import settle_worktree
 from gateway.model import (
@@ -74,38 +74,45 @@ class Execution(Protocol):
 
 def build_execution(target: Target, job_id: str, spool_dir: Path, timeout_s: float,
                     settings: Settings) -> Execution:
-    if target.transport == "http":
+    """A new run of a job's target. Raises GatewayError(launch_failed) for a CLI target
+    rebuilt only to finalize an adopted run: it has no argv to start (the manager never
+    launches an adopted job, so that is a bug, reported instead of run)."""
+    if isinstance(target, HttpTarget):
         return HttpExecution(target, timeout_s)
-    return ProcessExecution(target, job_id, spool_dir, timeout_s, settings)
+    if isinstance(target, CliLaunch):
+        return ProcessExecution.launch(target, job_id, spool_dir, timeout_s, settings)
+    raise GatewayError(ErrorKind.LAUNCH_FAILED,
+                       f"job {job_id} cannot be launched here: its {target.provider} target "
+                       f"was rebuilt only to finalize a run another gateway started.")
 
 
 class ProcessExecution:
-    def __init__(self, target: Target, job_id: str, spool_dir: Path, timeout_s: float,
-                 settings: Settings, run: ProcessRun | None = None) -> None:
-        assert target.adapter is not None
+    def __init__(self, target: CliTarget, run: ProcessRun, settings: Settings) -> None:
         self.target = target
         self.settings = settings
-        if run is not None:  # adopted: the spec is the one its first gateway wrote
-            self.spec = run.spec
-            self.run = run
-            return
-        assert target.invocation is not None
+        self.spec = run.spec
+        self.run = run
+
+    @classmethod
+    def launch(cls, target: CliLaunch, job_id: str, spool_dir: Path, timeout_s: float,
+               settings: Settings) -> ProcessExecution:
+        """A new run of the target's invocation (started by `start`)."""
         limits = settings.limits
-        self.spec = RunSpec(
+        spec = RunSpec(
             job_id=job_id, invocation=target.invocation, spool_dir=spool_dir,
             working_dir=target.working_dir, timeout_s=timeout_s,
             idle_timeout_s=limits.idle_timeout_s if target.idle_timeout else None,
             max_output_bytes=limits.max_output_bytes, kill_grace_s=limits.kill_grace_s,
             secret_env=secret_env_names(settings), install_hint=target.install_hint,
         )
-        self.run = ProcessRun(self.spec)
+        return cls(target, ProcessRun(spec), settings)
 
     @classmethod
-    def attach(cls, target: Target, spec: RunSpec, identity: ProcessIdentity,
+    def attach(cls, target: CliTarget, spec: RunSpec, identity: ProcessIdentity,
                settings: Settings) -> ProcessExecution:
-        """Drive a run another gateway started: finalized exactly as its owner would."""
-        return cls(target, spec.job_id, spec.spool_dir, spec.timeout_s, settings,
-                   run=ProcessRun.attach(spec, identity))
+        """Drive a run another gateway started (the spec is the one it wrote): finalized
+        exactly as its owner would."""
+        return cls(target, ProcessRun.attach(spec, identity), settings)
 
     @property
     def identity(self) -> ProcessIdentity | None:
@@ -138,8 +145,7 @@ class ProcessExecution:
         ended = outcome.error_kind or f"exit {outcome.exit_code}"
         worktree = await settle_worktree(self.target.worktree, self.spec.job_id, ended)
         adapter = self.target.adapter
-        assert adapter is not None
-        options = self.target.provider_request.options if self.target.provider_request else None
+        options = self.target.options
 
         def read_and_parse() -> tuple[FinalStdout, str, ProviderResult, bool]:
             # stdout can be max_output_bytes: it stays in its spool file. The adapter reads
@@ -186,7 +192,7 @@ class ProcessExecution:
 class HttpExecution:
     """An HTTP API call as a job run: cancel aborts the request (the task is cancelled)."""
 
-    def __init__(self, target: Target, timeout_s: float) -> None:
+    def __init__(self, target: HttpTarget, timeout_s: float) -> None:
         self.target = target
         self.timeout_s = timeout_s
         self._bytes = 0
@@ -198,13 +204,12 @@ class HttpExecution:
         self._bytes = n
 
     async def start(self) -> None:
-        from gateway.jobs.http_call import call_api
+        from gateway.jobs.http_call import call_normalized
 
-        assert self.target.api_config is not None
         self._started = time.monotonic()
         self._task = asyncio.create_task(
-            call_api(self.target.provider, self.target.api_config, self.target.api_request,
-                     on_progress=self._on_progress),
+            call_normalized(self.target.provider, self.target.api_config,
+                            self.target.normalized, on_progress=self._on_progress),
             name=f"http-{self.target.provider}")
 
     async def wait(self) -> ExecutionOutcome:

@@ -2,9 +2,10 @@
 
 The HTTP twin of `gateway/jobs/run/runner.py`. `await call_api(name, config, request,
 on_progress=..., client=...)` makes one streamed call, with retries, and returns a
-`ProviderResult` or raises `GatewayError`. The request model and its secret-free description
-live in `providers/http/request.py`, the wire formats in `providers/http/openai.py` and
-`providers/http/anthropic.py`.
+`ProviderResult` or raises `GatewayError`; a job calls `call_normalized` with the request
+its target normalized once (the dict its row stores). The request model and its secret-free
+description live in `providers/http/request.py`, the wire formats in
+`providers/http/openai.py` and `providers/http/anthropic.py`.
 
 The API key is read from `os.environ[config.api_key_env]` at call time and lives only in the
 request headers: it is never stored, logged, or quoted in an error (error bodies are scrubbed
@@ -191,6 +192,22 @@ async def call_api(
         normalized = normalized_request(name, config, request)
     except InvalidRequest as exc:
         raise GatewayError(ErrorKind.INVALID_INPUT, str(exc)) from None
+    return await call_normalized(name, config, normalized, on_progress=on_progress,
+                                 client=client, retry=retry)
+
+
+async def call_normalized(
+    name: str,
+    config: ApiProviderConfig,
+    normalized: Mapping[str, Any],
+    *,
+    on_progress: Callable[[int], None] | None = None,
+    client: httpx2.AsyncClient | None = None,
+    retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+) -> ProviderResult:
+    """`call_api` for a request already normalized by `normalized_request` with this
+    `config`: a job's HTTP target carries it (the row stores it), so a job's call sends
+    exactly what was stored and normalizes nothing again. Same behaviour and errors."""
     wire = _WIRES[config.kind]
     api_key = _read_api_key(name, config)
     headers = httpx2.Headers(wire.auth_headers(api_key))

@@ -1,16 +1,21 @@
-"""Turn a SubmitRequest into a validated Target: what to run and the normalized request.
+"""Turn a SubmitRequest into a validated target: what to run and the normalized request.
 
 Everything a caller can get wrong is checked here, before any row is written or anything
 is spawned, and reported as GatewayError(invalid_input | not_found) with what to do.
+
+A target is one of two shapes, one per transport, so nothing downstream checks for fields
+of the other: a `CliTarget` (a provider CLI run as a process group; a `CliLaunch` also has
+the argv to start it here) or an `HttpTarget` (one call to an HTTP model API).
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from pydantic import ValidationError
 
@@ -24,34 +29,60 @@ from providers.base import (
     InvalidRequest,
     Invocation,
     OutputDiscipline,
+    ProviderOptions,
     ProviderRequest,
 )
 
 SHOWN_PATH_CHARS = 200  # an error message quotes at most this much of a caller's path
 
 
-@dataclass(slots=True)
-class Target:
+@dataclass(slots=True, kw_only=True)
+class _AdmittedTarget:
+    """What admitting, storing and finalizing a job reads, whatever its transport."""
+
     provider: str
-    transport: str  # "process" | "http"
     normalized: dict[str, Any]  # hashed into the request key and stored as request_json
     model: str | None
     working_dir: str | None
-    login_hint: str = ""
-    install_hint: str = ""
-    # process transport
-    adapter: CliProvider | None = None
-    invocation: Invocation | None = None
-    provider_request: ProviderRequest | None = None
-    idle_timeout: bool = True
-    # isolation = "worktree": the repository working_dir is in, and base_ref's commit
-    repository: Repository | None = None
-    worktree: WorktreePlan | None = None  # set once the job has an id (its plan)
-    # http transport
-    api_config: ApiProviderConfig | None = None
-    api_request: Any = None
+    login_hint: str = ""  # what an auth failure's message tells the caller to do
     # what admitting it reserves of [budgets], in their fixed order (budgets.plan)
     reservations: tuple[Reservation, ...] = ()
+    # isolation = "worktree": the repository working_dir is in, and base_ref's commit. Only
+    # a CLI request can be isolated; the manager plans every target alike, so an HTTP
+    # target has both too, always None.
+    repository: Repository | None = None
+    worktree: WorktreePlan | None = None  # set once the job has an id (its plan)
+
+
+@dataclass(slots=True, kw_only=True)
+class CliTarget(_AdmittedTarget):
+    """A job of a provider CLI: what its run's output is parsed with. A run adopted from
+    another gateway has only this: its argv is in the spec its first gateway wrote."""
+
+    transport: ClassVar[Literal["process"]] = "process"
+    adapter: CliProvider
+    options: ProviderOptions  # the validated options: the parser reads some (output format)
+    install_hint: str = ""
+    idle_timeout: bool = True  # whether limits.idle_timeout_s applies (the CLI streams)
+
+
+@dataclass(slots=True, kw_only=True)
+class CliLaunch(CliTarget):
+    """A CLI job this gateway can start: the argv, environment and stdin its adapter built."""
+
+    invocation: Invocation
+
+
+@dataclass(slots=True, kw_only=True)
+class HttpTarget(_AdmittedTarget):
+    """A job that is one call to a configured HTTP model API; `normalized` is exactly what
+    the call sends (http_call.call_normalized), so the request is normalized once."""
+
+    transport: ClassVar[Literal["http"]] = "http"
+    api_config: ApiProviderConfig
+
+
+Target = CliTarget | HttpTarget  # what a job drives: a CLI run (launched or adopted) or a call
 
 
 def _invalid(message: str) -> GatewayError:
@@ -156,11 +187,18 @@ def _check_isolation(settings: Settings, request: SubmitRequest,
     return inspect_repository(working_dir, request.base_ref)
 
 
-def resolve_target(settings: Settings, provider: str, request: SubmitRequest) -> Target:
+def resolve_target(settings: Settings, provider: str,
+                   request: SubmitRequest) -> CliLaunch | HttpTarget:
     """Validate the request for `provider` and build what will run. No I/O beyond stat()."""
-    _check_timeout(request.timeout_s)
     if provider in settings.api_providers:
-        return _http_target(settings, provider, request)
+        return http_target(settings, provider, request)
+    return cli_target(settings, provider, request)
+
+
+def cli_target(settings: Settings, provider: str, request: SubmitRequest) -> CliLaunch:
+    """Validate a request for the CLI provider `provider` and build its argv (the CLI must
+    be found). Raises GatewayError(invalid_input | not_found)."""
+    _check_timeout(request.timeout_s)
     from providers.registry import (
         CLI_PROVIDERS,
         check_argv_size,
@@ -215,15 +253,19 @@ def resolve_target(settings: Settings, provider: str, request: SubmitRequest) ->
     if request.max_cost_usd is not None:  # a different cap is a different request
         normalized["max_cost_usd"] = request.max_cost_usd
     _check_request_size(normalized, settings)
-    return Target(provider=provider, transport="process", normalized=normalized, model=model,
-                  working_dir=working_dir, login_hint=adapter.login_hint,
-                  install_hint=adapter.install_hint, adapter=adapter, invocation=invocation,
-                  provider_request=preq, repository=repository,
-                  reservations=budget.reservations,
-                  idle_timeout=adapter.output_discipline(options) == OutputDiscipline.STREAMS)
+    return CliLaunch(provider=provider, normalized=normalized, model=model,
+                     working_dir=working_dir, login_hint=adapter.login_hint,
+                     install_hint=adapter.install_hint, adapter=adapter, options=options,
+                     invocation=invocation, repository=repository,
+                     reservations=budget.reservations,
+                     idle_timeout=adapter.output_discipline(options) == OutputDiscipline.STREAMS)
 
 
-def _http_target(settings: Settings, provider: str, request: SubmitRequest) -> Target:
+def http_target(settings: Settings, provider: str, request: SubmitRequest) -> HttpTarget:
+    """Validate a request for the configured API provider `provider` and normalize it: the
+    one normalization, which the call sends and the row stores. Raises
+    GatewayError(invalid_input)."""
+    _check_timeout(request.timeout_s)
     from providers.http.request import ApiRequest, normalized_request
 
     config = settings.api_providers[provider]
@@ -243,12 +285,12 @@ def _http_target(settings: Settings, provider: str, request: SubmitRequest) -> T
     except InvalidRequest as exc:
         raise _invalid(str(exc)) from None
     _check_request_size(normalized, settings)
-    return Target(provider=provider, transport="http", normalized=normalized,
-                  reservations=plan(settings, provider, None).reservations,
-                  model=normalized.get("model"), working_dir=None,
-                  login_hint=f"Check the API key in the environment variable "
-                             f"{config.api_key_env} and retry." if config.api_key_env else "",
-                  api_config=config, api_request=api_request, idle_timeout=False)
+    login_hint = (f"Check the API key in the environment variable {config.api_key_env} and "
+                  f"retry." if config.api_key_env else "")
+    return HttpTarget(provider=provider, normalized=normalized,
+                      reservations=plan(settings, provider, None).reservations,
+                      model=normalized.get("model"), working_dir=None, login_hint=login_hint,
+                      api_config=config)
 
 
 def request_of_row(request_json: str) -> tuple[str | None, SubmitRequest]:
@@ -277,7 +319,8 @@ def request_of_row(request_json: str) -> tuple[str | None, SubmitRequest]:
         max_cost_usd=float(cap) if isinstance(cap, (int, float)) else None)
 
 
-def target_for_row(settings: Settings, provider: str, request_json: str) -> Target:
+def target_for_row(settings: Settings, provider: str,
+                   request_json: str) -> CliLaunch | HttpTarget:
     """The Target of a stored job: to run it again (re-queue) or to parse what an adopted
     run wrote. Raises GatewayError when it cannot be rebuilt (provider gone from the config,
     CLI uninstalled, working_dir removed)."""
@@ -287,14 +330,14 @@ def target_for_row(settings: Settings, provider: str, request_json: str) -> Targ
     return target
 
 
-def parsing_target(settings: Settings, provider: str, request_json: str) -> Target:
-    """What an adopter needs to finalize a run it did not start: the adapter and the
+def parsing_target(settings: Settings, provider: str, request_json: str) -> CliTarget:
+    """What an adopter needs to finalize a CLI run it did not start: the adapter and the
     options to parse its output with. Unlike target_for_row it needs neither the CLI nor
     the working dir any more (the run is over or running). Raises GatewayError."""
-    try:
-        return target_for_row(settings, provider, request_json)
-    except GatewayError:
-        pass
+    with contextlib.suppress(GatewayError):
+        target = target_for_row(settings, provider, request_json)
+        if isinstance(target, CliTarget):  # a run is a CLI's: never an API call's target
+            return target
     from providers.registry import CLI_PROVIDERS
 
     adapter = CLI_PROVIDERS.get(provider)
@@ -305,10 +348,7 @@ def parsing_target(settings: Settings, provider: str, request_json: str) -> Targ
         options = adapter.options_model.model_validate(dict(request.options or {}))
     except ValidationError as exc:
         raise _invalid(f"invalid {provider} options: {_pydantic_problem(exc)}") from None
-    preq = ProviderRequest(prompt=request.prompt or "", model=request.model,
-                           working_dir=request.working_dir, session_id=request.session_id,
-                           options=options)
-    return Target(provider=provider, transport="process", normalized={}, model=request.model,
-                  working_dir=request.working_dir, login_hint=adapter.login_hint,
-                  install_hint=adapter.install_hint, adapter=adapter, provider_request=preq,
-                  worktree=plan_of(request_json))
+    return CliTarget(provider=provider, normalized={}, model=request.model,
+                     working_dir=request.working_dir, login_hint=adapter.login_hint,
+                     install_hint=adapter.install_hint, adapter=adapter, options=options,
+                     worktree=plan_of(request_json))

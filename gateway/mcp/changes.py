@@ -35,7 +35,7 @@ MAX_DIFF_PAGE_BYTES = 400_000  # like llm_job_result: the page travels twice in 
 
 
 def change_tools(state: _State) -> list[tuple[str, ToolBody, ToolAnnotations]]:
-    """[(name, body, annotations)] like tools.job_tools."""
+    """[(name, body, annotations)] like job_tools.JobTools.tools()."""
 
     async def llm_job_changes(
         job_id: JOB_ID,

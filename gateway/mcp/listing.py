@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from mcp.server.session import ServerSession
     from mcp.server.subscriptions import SubscriptionBus
 
-    from gateway.mcp.tools import ServerState
+    from gateway.mcp.server_state import ServerState
 
 log = structlog.get_logger(__name__)
 

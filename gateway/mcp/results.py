@@ -29,9 +29,8 @@ def ok(text: str, data: dict[str, Any]) -> CallToolResult:
 def failure(kind: ErrorKind | str, message: str, *, text: str | None = None,
             **extra: Any) -> CallToolResult:
     """An `isError` answer a caller can branch on (`error_kind`, `retryable`)."""
-    kind = ErrorKind(kind) if kind in ErrorKind._value2member_map_ else kind
     data: dict[str, Any] = {"error_kind": str(kind), "error": message,
-                            "retryable": kind in RETRYABLE, **extra}
+                            "retryable": ErrorKind.of(kind) in RETRYABLE, **extra}
     shown = text if text is not None else f"Error ({kind}): {message}"
     return CallToolResult(content=[TextContent(type="text", text=shown)],
                           structured_content=_jsonable(data), is_error=True)

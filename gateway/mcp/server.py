@@ -35,10 +35,10 @@ from gateway.mcp.listing import (
     unlisted_answer,
 )
 from gateway.mcp.results import failure, invalid_arguments
+from gateway.mcp.server_state import ServerState
 from gateway.mcp.task_state import TASK_TOOLS
 from gateway.mcp.tasks import TasksExtension
 from gateway.mcp.tasks_legacy import LegacyTasksMiddleware
-from gateway.mcp.tools import ServerState
 from gateway.mcp.unicode_errors import unencodable_path
 from gateway.model import ErrorKind
 from gateway.versions import CliVersions
@@ -210,9 +210,9 @@ class GatewayServer(MCPServer[ServerState]):
         except UnexpectedToolError as exc:
             log.error("tool crashed", action="tool_error", tool=name,
                       error=repr(exc.__cause__))
-            return failure("internal_error", f"Internal gateway error in {name}. Retry once; "
-                                             f"if it persists, report it with the gateway's "
-                                             f"stderr log.")
+            return failure(ErrorKind.INTERNAL_ERROR,
+                           f"Internal gateway error in {name}. Retry once; if it persists, "
+                           f"report it with the gateway's stderr log.")
         except ToolError as exc:
             if isinstance(exc.__cause__, ValidationError):
                 return invalid_arguments(name, exc.__cause__)

@@ -20,7 +20,8 @@ from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, RequestPar
 from pydantic import ConfigDict, Field
 
 from gateway.mcp.principal import owned
-from gateway.mcp.tools import TASK_ADMISSION, ServerState, TaskAdmission, final_answer
+from gateway.mcp.server_state import ServerState
+from gateway.mcp.tools import TASK_ADMISSION, TaskAdmission, final_answer
 from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 
 if TYPE_CHECKING:  # the job machinery loads after the handshake (startup stays light)

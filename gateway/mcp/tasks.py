@@ -30,6 +30,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from gateway.mcp import tasks_legacy
+from gateway.mcp.server_state import ServerState
 from gateway.mcp.task_state import (
     LEGACY_TASKS_VERSION,
     TaskIdParams,
@@ -39,7 +40,6 @@ from gateway.mcp.task_state import (
     task_result,
     view,
 )
-from gateway.mcp.tools import ServerState
 from gateway.model import GatewayError
 
 EXTENSION_ID = "io.modelcontextprotocol/tasks"

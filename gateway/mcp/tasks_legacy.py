@@ -34,7 +34,9 @@ from mcp.types import (
 )
 from pydantic import ConfigDict
 
+from gateway.mcp.job_tools import MAX_WAIT_S
 from gateway.mcp.principal import may_see
+from gateway.mcp.server_state import ServerState
 from gateway.mcp.task_state import (
     LEGACY_TASKS_VERSION,
     TaskIdParams,
@@ -45,7 +47,6 @@ from gateway.mcp.task_state import (
     task_result,
     view,
 )
-from gateway.mcp.tools import MAX_WAIT_S, ServerState
 from gateway.model import GatewayError
 
 if TYPE_CHECKING:

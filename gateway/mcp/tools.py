@@ -1,4 +1,5 @@
-"""The MCP tools: one request path for every provider, plus the llm_job_* family.
+"""The MCP tools: one request path for every provider (`ProviderTools`), and the listing of
+the llm_job_* family (its bodies are job_tools.py's `JobTools`).
 
 Every tool answers readable text and `structuredContent` (results.py); every failure
 is an `isError` answer with `error_kind`, `error`, `retryable` and a text that says what to
@@ -10,27 +11,22 @@ answer at once.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, ToolAnnotations
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
-from gateway import __version__, platform
-from gateway.config import MAX_OUTPUT_BYTES_BOUND
-from gateway.jobs.budgets import budget_status
 from gateway.jobs.requests import SubmitRequest
 from gateway.jobs.worktrees.finish import worktree_of
-from gateway.mcp.changes import change_tools
-from gateway.mcp.principal import LOCAL, may_see, owned
+from gateway.mcp.job_tools import DEFAULT_RESULT_PAGE_BYTES, JobTools
+from gateway.mcp.progress import Progress
 from gateway.mcp.results import (
     describe_status,
     duration_s,
@@ -46,7 +42,6 @@ from gateway.mcp.results import (
     stderr_excerpt,
 )
 from gateway.mcp.signatures import (
-    JOB_ID,
     Param,
     api_common_params,
     cli_common_params,
@@ -59,27 +54,12 @@ from gateway.mcp.signatures import (
 from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 
 if TYPE_CHECKING:
-    from gateway.config import Settings
     from gateway.jobs.manager import JobManager, Submission
-    from gateway.runtime import Gateway
-    from gateway.versions import CliVersions
+    from gateway.mcp.server_state import ServerState
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_RESULT_PAGE_BYTES = 200_000  # one page of llm_job_result: comfortable in any client
-# The page travels twice (text and structuredContent) in one message, and MCP clients cap
-# message size (the SDK's HTTP client refuses an SSE event over 1 MiB): stay well under.
-MAX_RESULT_PAGE_BYTES = 400_000
 INLINE_ANSWER_BYTES = DEFAULT_RESULT_PAGE_BYTES  # a sync answer longer than this is paged
-DEFAULT_WAIT_S = 30.0  # llm_job_wait's default: well under the common 60 s tool timeout
-MAX_WAIT_S = 50.0  # llm_job_wait's bound: under the common 60 s client tool timeout
-DEFAULT_LIST_LIMIT = 20
-MAX_LIST_LIMIT = 200
-# gateway_status waits this long for the store like any tool's first call (runtime.py
-# READY_WAIT_S): a first contact answers the real state, not "not ready".
-STATUS_READY_WAIT_S = 10.0
-PROGRESS_STEP = 0.001  # progress values must strictly increase between notifications
-
 
 
 @dataclass(slots=True)
@@ -92,45 +72,6 @@ class TaskAdmission:
 
 
 TASK_ADMISSION: ContextVar[TaskAdmission | None] = ContextVar("task_admission", default=None)
-
-
-class ServerState:
-    """What the tools share: the settings, the running gateway (set by the lifespan) and
-    the background-probed CLI versions."""
-
-    def __init__(self, settings: Settings, role: str, setup_error: str | None = None) -> None:
-        from gateway.versions import CliVersions
-
-        self.settings = settings
-        self.role = role
-        # The configuration could not be loaded: the server still answers (a client that
-        # sees only "connection closed" tells the user nothing), and every tool says this.
-        self.setup_error = setup_error
-        self.gateway: Gateway | None = None
-        self.versions: CliVersions = CliVersions(settings)
-        # Re-check which provider CLIs are installed; True if the tool list changed.
-        self.recheck_tools: Callable[[], Awaitable[bool]] | None = None
-        self.listed_providers: tuple[str, ...] = ()  # whose request tools are listed
-        # Who this server's callers are (principal.py): "local" unless an HTTP gateway with
-        # a token sets its own (http.py).
-        self.principal = LOCAL
-
-    async def manager(self) -> JobManager:
-        """The job manager; GatewayError(unavailable) while starting or shutting down,
-        (setup_error) when the setup is broken in a way no retry fixes."""
-        if self.setup_error is not None:
-            raise GatewayError(ErrorKind.SETUP_ERROR, self.setup_error)
-        gateway = self.gateway
-        if gateway is None:
-            raise GatewayError(ErrorKind.UNAVAILABLE,
-                               "The gateway is not running (it is starting or shutting "
-                               "down). Retry in a few seconds.")
-        return await gateway.manager()
-
-    def ready_manager(self) -> JobManager | None:
-        """The manager if the gateway is already up, without waiting (status reports)."""
-        gateway = self.gateway
-        return gateway.current_manager if gateway is not None else None
 
 
 # -- error handling -------------------------------------------------------------------------
@@ -151,26 +92,12 @@ def guarded(name: str, body: ToolBody) -> ToolBody:
             return invalid_arguments(name, exc)
         except Exception as exc:
             log.exception("tool failed unexpectedly", action="tool_error", tool=name)
-            return failure("internal_error",
+            return failure(ErrorKind.INTERNAL_ERROR,
                            f"Internal gateway error in {name}: {type(exc).__name__}: {exc}. "
                            f"Retry once; if it persists, report it with the gateway's "
                            f"stderr log.")
 
     return wrapper
-
-
-async def _report(ctx: Context, state: dict[str, float], output_bytes: int, message: str) -> None:
-    """A progress notification (a no-op unless the caller sent a progress token). Progress
-    is the job's output bytes so far, made strictly increasing (the protocol wants it) by a
-    tiny step when no output came; failures to notify never fail the call."""
-    value = max(float(output_bytes), state["last"] + PROGRESS_STEP)
-    state["last"] = value
-    with contextlib.suppress(Exception):
-        await ctx.report_progress(round(value, 3), None, message)
-
-
-def _progress_state() -> dict[str, float]:
-    return {"started": time.monotonic(), "last": -PROGRESS_STEP}
 
 
 # -- provider request tools ----------------------------------------------------------------
@@ -240,7 +167,7 @@ class ProviderTools:
         return ok(text, data)
 
     async def run_sync(self, request: SubmitRequest, ctx: Context) -> CallToolResult:
-        progress = _progress_state()
+        progress = Progress(ctx)
         manager = await self.state.manager()
         submission = await manager.submit(self.provider, request)
         admission = TASK_ADMISSION.get()
@@ -249,24 +176,23 @@ class ProviderTools:
             return ok(f"job {submission.job.id} is task {submission.job.id}",
                       job_fields(submission.job))
         job_id = submission.job.id
-        await _report(ctx, progress, submission.job.output_bytes,
-                      f"{self.provider} job {job_id} {submission.job.status}")
+        await progress.report(submission.job.output_bytes,
+                              f"{self.provider} job {job_id} {submission.job.status}")
 
         async def on_progress(output_bytes: int, elapsed: float) -> None:
-            await _report(ctx, progress, output_bytes,
-                          f"{self.provider} job {job_id} running: {output_bytes} bytes of "
-                          f"output after {elapsed:.0f} s")
+            await progress.report(output_bytes, f"{self.provider} job {job_id} running: "
+                                                f"{output_bytes} bytes of output after "
+                                                f"{elapsed:.0f} s")
 
-        budget = self.state.settings.limits.sync_defer_after_s - (
-            time.monotonic() - progress["started"])
+        budget = self.state.settings.limits.sync_defer_after_s - progress.elapsed_s
         row = await manager.wait(job_id, max(0.0, budget), on_progress)
         if row.status.is_active:
             return self.deferred(row, submission.deduplicated, progress)
         return await final_answer(manager, row, submission.deduplicated)
 
     def deferred(self, row: JobRow, deduplicated: bool,
-                 progress: dict[str, float]) -> CallToolResult:
-        elapsed = time.monotonic() - progress["started"]
+                 progress: Progress) -> CallToolResult:
+        elapsed = progress.elapsed_s
         text = (f"The {self.provider} job {row.id} is still {row.status} after {elapsed:.0f} s, "
                 f"so this call returns now and the job keeps running in the background. Call "
                 f"llm_job_wait(job_id=\"{row.id}\") (repeat until its status is no longer "
@@ -334,7 +260,8 @@ def _next_step(kind: str, row: JobRow) -> str:
         ErrorKind.NOT_FOUND: "Install the CLI or set [providers.<name>].command to its path.",
         ErrorKind.ORPHANED: "Its gateway instance went away; submit the request again.",
     }
-    hint = hints.get(ErrorKind(kind)) if kind in ErrorKind._value2member_map_ else None
+    known = ErrorKind.of(kind)
+    hint = hints.get(known) if known is not None else None
     return hint or (f"See stderr_tail, or the full output with llm_job_result(job_id="
                     f"\"{row.id}\", raw=true), fix the cause and retry.")
 
@@ -359,280 +286,6 @@ def provider_tools(state: ServerState, name: str) -> ProviderTools:
     return ProviderTools(state, name, "cli", option_params(adapter.options_model),
                          cli_common_params(default_timeout, name),
                          name if command == name else f"{name} (the `{command}` CLI)")
-
-
-# -- job tools ------------------------------------------------------------------------------
-
-
-def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]:
-    """The llm_job_* tools, list_models and gateway_status."""
-    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-
-    async def llm_job_status(job_id: JOB_ID) -> CallToolResult:
-        """A job's status, exit code, error and output size (any gateway's)."""
-        manager = await state.manager()
-        row = owned(state.principal, await manager.get(job_id))
-        text = describe_status(row)
-        return ok(text, {**job_fields(row), "message": text, "next": follow_up(row)})
-
-    async def llm_job_result(
-        job_id: JOB_ID,
-        offset: Annotated[int, Field(ge=0, le=MAX_OUTPUT_BYTES_BOUND, description=(
-            "The previous page's next_offset."))] = 0,
-        max_bytes: Annotated[int, Field(ge=1, le=MAX_RESULT_PAGE_BYTES, description=(
-            "Page size in bytes."))] = DEFAULT_RESULT_PAGE_BYTES,
-        raw: Annotated[bool, Field(description="Stdout instead of the answer.")] = False,
-    ) -> CallToolResult:
-        """A page of a job's answer (raw: its stdout), also while it runs; repeat with
-        offset=next_offset until null."""
-        manager = await state.manager()
-        owned(state.principal, await manager.get(job_id))
-        page = await manager.read_result(job_id, offset, max_bytes, raw)
-        row = page.job
-        # A job still running has no parsed answer yet: what it has is the CLI's stdout
-        # so far (stream-json, JSONL), and the answer says so rather than `raw: false`.
-        is_raw = raw or row.status.is_active
-        data: dict[str, Any] = {
-            **job_fields(row), "output": page.output, "offset": page.offset,
-            "next_offset": page.next_offset, "complete": page.complete,
-            "total_bytes": page.total_bytes, "raw": is_raw,
-        }
-        message: str | None = None
-        still = (f"The job is still {row.status}; this is the CLI's raw output so far, not "
-                 f"the answer." if row.status.is_active else "")
-        if page.next_offset is not None:
-            data["next"] = next_call("llm_job_result", "more output follows", job_id=row.id,
-                                     offset=page.next_offset, raw=raw)
-            message = (f"More output: bytes {page.offset}-{page.next_offset} of "
-                       f"{page.total_bytes} shown. Call llm_job_result(job_id=\"{row.id}\", "
-                       f"offset={page.next_offset}) for the next page. {still}").rstrip()
-        elif row.status.is_active:
-            data["next"] = follow_up(row)
-            message = (f"{still} Call llm_job_wait(job_id=\"{row.id}\") and read again once "
-                       f"it is done.")
-        elif not page.output:
-            message = f"(no output) {describe_status(row)}"
-        # The model of some clients sees only the structured content: the note is there too.
-        data["message"] = message
-        if message is None:
-            return ok(page.output, data)
-        return ok(f"{page.output}\n\n[{message}]" if page.output else message, data)
-
-    async def llm_job_cancel(job_id: JOB_ID) -> CallToolResult:
-        """Stop a job wherever it runs (another gateway's within seconds)."""
-        manager = await state.manager()
-        owned(state.principal, await manager.get(job_id))
-        outcome = await manager.cancel(job_id)
-        row = outcome.job
-        texts = {
-            "cancelled": f"Job {row.id} is {row.status}.",
-            "cancel_requested": (f"Cancel requested for job {row.id}: the gateway instance "
-                                 f"that runs it will stop it within about "
-                                 f"{state.settings.lease.cancel_poll_s:g} s. Check with "
-                                 f"llm_job_status(job_id=\"{row.id}\")."),
-            "already_terminal": f"Job {row.id} had already finished ({row.status}); "
-                                f"nothing to cancel.",
-        }
-        text = texts.get(outcome.outcome, describe_status(row))
-        data = {**job_fields(row), "outcome": outcome.outcome, "message": text,
-                "next": (next_call("llm_job_status", "its owner stops it shortly",
-                                   job_id=row.id)
-                         if outcome.outcome == "cancel_requested" else None)}
-        return ok(text, data)
-
-    async def llm_job_wait(
-        job_id: JOB_ID,
-        ctx: Context,
-        timeout_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S, description=(
-            "Seconds at most (returns when it ends)."))] = DEFAULT_WAIT_S,
-    ) -> CallToolResult:
-        """Wait up to timeout_s for a job to end; call again while done is false."""
-        progress = _progress_state()
-        manager = await state.manager()
-
-        async def on_progress(output_bytes: int, elapsed: float) -> None:
-            await _report(ctx, progress, output_bytes, f"job {job_id} running: {output_bytes} "
-                                                       f"bytes of output after {elapsed:.0f} s "
-                                                       f"of waiting")
-
-        owned(state.principal, await manager.get(job_id))
-        row = await manager.wait(job_id, timeout_s, on_progress)
-        done = row.status.is_terminal
-        text = describe_status(row)
-        if not done:
-            text = (f"Job {row.id} is still {row.status} after waiting {timeout_s:g} s "
-                    f"({row.output_bytes} bytes of output so far). Call "
-                    f"llm_job_wait(job_id=\"{row.id}\") again.")
-        return ok(text, {**job_fields(row), "done": done, "message": text,
-                         "next": follow_up(row)})
-
-    async def llm_job_list(
-        status: Annotated[Literal["queued", "running", "completed", "failed", "cancelled",
-                                  "timed_out", "orphaned"] | None,
-                          Field(description="Only this status.")] = None,
-        provider: Annotated[str | None, Field(description="Only this provider's.")] = None,
-        limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="At most this many "
-                                    "jobs.")] = DEFAULT_LIST_LIMIT,
-    ) -> CallToolResult:
-        """Recent jobs, newest first."""
-        manager = await state.manager()
-        rows = [r for r in await manager.list_jobs(status=status, provider=provider,
-                                                   limit=limit)
-                if may_see(state.principal, r)]
-        jobs = [job_fields(r) for r in rows]
-        lines = [f"{r.id}  {r.provider:<8} {r.status:<10} {_when(r)}" for r in rows]
-        text = "\n".join(lines) if lines else "No jobs match."
-        return ok(text, {"jobs": jobs, "count": len(jobs)})
-
-    async def list_models(
-        provider: Annotated[str | None, Field(description="Only this provider.")] = None,
-    ) -> CallToolResult:
-        """Each provider's known model names and its default."""
-        from providers.registry import CLI_PROVIDERS
-
-        settings = state.settings
-        catalog: dict[str, Any] = {}
-        for name, config in settings.providers.items():
-            adapter = CLI_PROVIDERS.get(name)
-            if adapter is None or not config.enabled:
-                continue
-            catalog[name] = {"kind": "cli", "default_model": config.default_model,
-                             "known_models": list(adapter.known_models)}
-        for name, api in settings.api_providers.items():
-            catalog[name] = {"kind": "api", "api_kind": api.kind,
-                             "default_model": api.default_model, "known_models": []}
-        if provider is not None:
-            if provider not in catalog:
-                raise GatewayError(ErrorKind.INVALID_INPUT,
-                                   f"Unknown or disabled provider {provider!r}; known: "
-                                   f"{sorted(catalog)}.")
-            catalog = {provider: catalog[provider]}
-        lines = []
-        for name, entry in catalog.items():
-            models = ", ".join(entry["known_models"]) or "(any name the API accepts)"
-            default = entry["default_model"] or "the CLI's own default"
-            lines.append(f"{name}: {models}; default: {default}")
-        return ok("\n".join(lines), {"providers": catalog})
-
-    async def gateway_status() -> CallToolResult:
-        """Readiness (or what is broken, and the fix), jobs, limits, the store, and where
-        each CLI is."""
-        from providers.http.request import redact_url
-
-        settings = state.settings
-        gateway = state.gateway
-        if state.recheck_tools is not None:
-            await state.recheck_tools()  # a CLI installed since: list it now
-        manager = None
-        if gateway is not None and state.setup_error is None:
-            # The first call of a session waits (bounded) for the store like any other tool:
-            # "not ready" only when it really is not, with the cause.
-            manager = (gateway.current_manager
-                       if await gateway.wait_settled(STATUS_READY_WAIT_S) else None)
-        problem = state.setup_error
-        if problem is None and gateway is not None and manager is None:
-            problem = gateway.not_ready_error().message
-        persistence = settings.persistence
-        store = (str(persistence.path) if persistence.backend == "sqlite"
-                 else "postgresql (dsn not shown)" if persistence.backend == "postgres"
-                 else "in memory")
-        data: dict[str, Any] = {
-            "version": __version__,
-            "platform": platform.describe(),
-            "instance_id": gateway.instance_id if gateway else None,
-            "role": state.role,
-            "backend": persistence.backend,
-            "store": store,
-            "ready": manager is not None,
-            "admitting": bool(manager.snapshot()["admitting"]) if manager else False,
-            "start_error": gateway.start_error if gateway else None,
-            "problem": problem,
-            "problem_permanent": state.setup_error is not None or bool(
-                gateway is not None and gateway.failed),
-            "listed_providers": list(state.listed_providers),
-            "store_problem": manager.store_problem if manager else None,
-            "jobs": manager.snapshot() if manager else None,
-            "budgets": await budget_status(settings, manager.store) if manager else None,
-            "limits": settings.limits.model_dump(mode="json"),
-            "lease": settings.lease.model_dump(mode="json"),
-            "connections": gateway.connection_report() if gateway else None,
-            "providers": state.versions.snapshot(),
-            "versions_probed": state.versions.finished.is_set(),
-            "api_providers": {
-                name: {"kind": api.kind, "base_url": redact_url(api.base_url),
-                       "default_model": api.default_model, "api_key_env": api.api_key_env}
-                for name, api in settings.api_providers.items()},
-        }
-        return ok(_status_text(data), data)
-
-    return [
-        ("llm_job_status", llm_job_status, read_only),
-        ("llm_job_result", llm_job_result, read_only),
-        ("llm_job_cancel", llm_job_cancel,
-         ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False)),
-        ("llm_job_wait", llm_job_wait, read_only),
-        ("llm_job_list", llm_job_list, read_only),
-        ("list_models", list_models, read_only),
-        ("gateway_status", gateway_status, read_only),
-        *change_tools(state),
-    ]
-
-
-def _when(row: JobRow) -> str:
-    stamp = row.finished_at or row.started_at or row.created_at
-    return stamp.isoformat(timespec="seconds") if stamp else ""
-
-
-def _status_text(data: dict[str, Any]) -> str:
-    lines = [f"agent-cli-gateway {data['version']} instance {data['instance_id']} "
-             f"({data['role']}), store: {data['backend']} {data['store']}, platform: "
-             f"{data['platform']['implementation']} on {data['platform']['os']}"]
-    if not data["ready"]:
-        state = "BROKEN SETUP" if data["problem_permanent"] else "NOT READY YET"
-        lines.append(f"{state}: {data['problem']}")
-    else:
-        jobs = data["jobs"] or {}
-        lines.append(f"admitting: {data['admitting']}; running {jobs.get('running')}/"
-                     f"{jobs.get('max_running_jobs')}, queued {jobs.get('queued')}/"
-                     f"{jobs.get('max_queued_jobs')}; by provider: running "
-                     f"{jobs.get('running_by_provider')}, queued {jobs.get('queued_by_provider')}")
-    if data["store_problem"]:
-        lines.append(f"STORE PROBLEM: {data['store_problem']}")
-    lines.extend(_connections_text(data.get("connections")))
-    for name, info in data["providers"].items():
-        if not info["enabled"]:
-            lines.append(f"  {name}: disabled")
-        elif not info["found"]:
-            lines.append(f"  {name}: NOT FOUND (configured command: "
-                         f"{info['configured_command'] or 'default'})")
-        else:
-            version = info["version"] or info["version_error"] or "version not probed yet"
-            lines.append(f"  {name}: {info['path']} ({version})")
-    for name, api in data["api_providers"].items():
-        lines.append(f"  {name}: {api['kind']} API at {api['base_url']}")
-    for budget in data.get("budgets") or []:
-        lines.append(f"  budget {budget['budget']}: spent {budget['spent']}, reserved "
-                     f"{budget['reserved']}, left {budget['left']} of {budget['limit']} "
-                     f"{budget['unit']} (resets {budget['resets_at']})")
-    return "\n".join(lines)
-
-
-def _connections_text(connections: dict[str, Any] | None) -> list[str]:
-    """The PostgreSQL pools and the worst renewal wait: a full pool or server shows here."""
-    if not connections:
-        return []
-    lines = []
-    pools = connections.get("pool") or {}
-    for name in ("work", "heartbeat"):
-        if stats := pools.get(name):
-            lines.append(f"  postgres {name} pool: {stats['size']}/{stats['max']} connections "
-                         f"({stats['idle']} idle), {stats['waited']} waits, "
-                         f"{stats['refused_connects']} refused connects, worst wait "
-                         f"{stats['worst_wait_ms_1h']} ms in the last hour")
-    if connections.get("renewal_pending_ms_max_1h") is not None:
-        lines.append(f"  worst lease renewal wait in the last hour: "
-                     f"{connections['renewal_pending_ms_max_1h']} ms")
-    return lines
 
 
 REQUEST_ANNOTATIONS = ToolAnnotations(open_world_hint=True, read_only_hint=False)
@@ -664,7 +317,7 @@ def build_job_tools(state: ServerState) -> list[Tool]:
     tools = []
     from gateway.mcp.usage_tools import usage_tools
 
-    for name, body, hints in [*job_tools(state), *usage_tools(state)]:
+    for name, body, hints in [*JobTools(state).tools(), *usage_tools(state)]:
         # One line: a docstring's indentation is bytes in every model's context.
         description = " ".join((body.__doc__ or "").split())
         wrapped = guarded(name, body)

@@ -18,7 +18,7 @@ ToolBody = Callable[..., Awaitable[CallToolResult]]
 
 
 class ManagerSource(Protocol):
-    """What the tool needs of the server's state (tools.ServerState): the manager, once
+    """What the tool needs of the server's state (server_state.ServerState): the manager, once
     the store is open."""
 
     async def manager(self) -> JobManager: ...

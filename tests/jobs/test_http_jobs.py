@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -49,6 +50,22 @@ async def test_an_api_request_streams_to_a_completed_http_job_with_usage(
     assert page.output == "Hello, world"
     assert page.parsed["usage"]["input_tokens"] == 11
     assert api.requests[0].body["stream"] is True
+
+
+async def test_an_api_job_sends_exactly_the_request_its_row_stores(
+    http_settings, start_gateway, api: FakeApiServer
+) -> None:
+    manager = await (await start_gateway(http_settings)).manager()
+    sub = await manager.submit("openrouter", SubmitRequest(
+        prompt="hi", options={"system": "be terse", "temperature": 0.25}))
+    row = await manager.wait(sub.job.id, 20)
+    assert row.status == JobStatus.COMPLETED, row.error
+    stored = json.loads(row.request_json)
+    body = api.requests[0].body
+    assert body["model"] == stored["model"] == "m-1"
+    assert body["temperature"] == stored["temperature"] == 0.25
+    assert body["messages"] == [{"role": "system", "content": stored["system"]},
+                                *stored["messages"]]
 
 
 async def test_identical_api_requests_are_deduplicated(http_settings, start_gateway, api) -> None:
