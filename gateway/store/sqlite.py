@@ -48,7 +48,6 @@ from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
     RETENTION_BATCH_ROWS,
-    SCHEMA_VERSION,
     AdoptionCandidate,
     DuplicateActiveJob,
     StoreFull,
