@@ -1377,12 +1377,13 @@ class ChaosRun:
         unmapped_orphanings: list[str] = []
         orphan_margins: list[tuple[float, str]] = []  # (after its lease could lapse, job)
         for job_id, t, source, owner_then in sorted(orphan_times):
-            row = by_id.get(job_id)
+            found = by_id.get(job_id)
+            if found is None:
+                continue
+            row = found
             # Judged against the owner it had when it was orphaned (adoption and re-queue
             # move a row to another instance later).
-            owner_id = owner_then or (row.owner_instance if row else None)
-            if row is None:
-                continue
+            owner_id = owner_then or row.owner_instance
             if owner_id not in intervals:
                 # Not judged, so not silently passed either: an orphaning whose owner
                 # then is no instance the driver started is a row it cannot explain.

@@ -78,14 +78,10 @@ for path in (str(ROOT), str(BENCH)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-import runner_bench  # noqa: E402
-import store_bench  # noqa: E402
-import supervision_bench  # noqa: E402
-import tasks_bench  # noqa: E402
-import worktree_bench  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 
+from bench import runner_bench, store_bench, supervision_bench, tasks_bench, worktree_bench  # noqa: E402
 from gateway.config import load_settings  # noqa: E402
 from gateway.jobs.requests import SubmitRequest  # noqa: E402
 from gateway.jobs.run.runner import PROVIDER_NICE_INCREMENT  # noqa: E402
@@ -262,7 +258,7 @@ class Servers:
         before = {p.pid for p in me.children()}
         errlog: TextIO
         with (self.logs / f"{label}.stderr").open("a") as errlog:
-            async with Client(stdio_client(params, errlog=errlog), mode=mode,  # type: ignore[arg-type]
+            async with Client(stdio_client(params, errlog=errlog), mode=mode,
                               extensions=extensions or [],
                               read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
                 spawned = [p for p in me.children() if p.pid not in before]

@@ -118,7 +118,9 @@ def start_postgres() -> tuple[Any | None, str | None]:
 
 class BenchDb(Protocol):
     backend: str
-    store: JobStore
+
+    @property
+    def store(self) -> JobStore: ...  # read-only here: each backend holds its own store type
 
     async def seed(self, n: int, *, prefix: str, status: str, owner: str,
                    lease_offset_s: float | None, finished: bool) -> None: ...

@@ -24,10 +24,10 @@ import sys
 import time
 import tomllib
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import httpx2
@@ -35,6 +35,7 @@ import pytest
 import tomli_w
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import TextContent
 
 from gateway.config import merge_tables
 
@@ -56,6 +57,20 @@ HTTP_STOP_TIMEOUT_S = 10.0
 TOKEN = f"test-token-{os.getpid()}"
 
 TRANSPORTS = ["inproc", "stdio-legacy", "stdio-auto", "http"]
+
+
+class ToolAnswer(Protocol):
+    """A tool call's result, as the SDK's client or fastmcp's client returns it."""
+
+    @property
+    def content(self) -> Sequence[object]: ...
+
+
+def first_text(result: ToolAnswer) -> str:
+    """The text of a tool result's first content block (every gateway tool answers text)."""
+    block = result.content[0]
+    assert isinstance(block, TextContent), f"expected text content, got {block!r}"
+    return block.text
 
 
 def free_port() -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from tests.server.conftest import Harness
+from tests.server.conftest import Harness, first_text
 from tests.server.test_tools import TEST_TIMEOUT_S, call, fake_spawns, succeed, tag
 
 pytestmark = pytest.mark.anyio
@@ -34,7 +34,7 @@ async def test_a_completed_answer_reused_within_the_window_says_it_is_a_replay(
     assert reuse["finished_at"] and 0 <= reuse["finished_s_ago"] < TEST_TIMEOUT_S
     assert "force_refresh=true" in reuse["notice"] and first["job_id"] in reuse["notice"]
     assert data["text"] == first["text"]  # the answer itself is still there, unchanged
-    text = again.content[0].text
+    text = first_text(again)
     assert text.startswith("[REPLAYED ANSWER, not a new run: job " + first["job_id"])
     assert "s ago" in text and "force_refresh=true" in text
     assert forced["job_id"] != first["job_id"] and forced["reuse"] is None

@@ -73,7 +73,7 @@ async def connect(harness: Harness, *, opt_in: bool = True, mode: str = "auto",
 
         harness.monkeypatch.setenv("HOME", str(harness.home))
         harness.monkeypatch.setenv("PATH", server_env(harness.home, config)["PATH"])
-        async with Client(build_server(load_settings(config)), mode=mode,  # type: ignore[arg-type]
+        async with Client(build_server(load_settings(config)), mode=mode,
                           extensions=extensions,
                           read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
             yield client
@@ -81,7 +81,7 @@ async def connect(harness: Harness, *, opt_in: bool = True, mode: str = "auto",
         params = StdioServerParameters(command=sys.executable, args=["-m", "gateway"],
                                        env=server_env(harness.home, config),
                                        cwd=str(harness.home))
-        async with Client(params, mode=mode, extensions=extensions,  # type: ignore[arg-type]
+        async with Client(params, mode=mode, extensions=extensions,
                           read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
             yield client
     else:
@@ -90,7 +90,7 @@ async def connect(harness: Harness, *, opt_in: bool = True, mode: str = "auto",
             httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"},
                                timeout=httpx2.Timeout(30, read=120)) as http,
             Client(streamable_http_client(server.url, http_client=http),
-                   mode=mode, extensions=extensions,  # type: ignore[arg-type]
+                   mode=mode, extensions=extensions,
                    read_timeout_seconds=CLIENT_TIMEOUT_S) as client,
         ):
             yield client

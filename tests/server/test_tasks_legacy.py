@@ -30,7 +30,7 @@ TEST_TIMEOUT_S = 60.0
 TS_CLIENT = REPO / "tests" / "clients" / "ts_tasks_client.mjs"
 TS_SDK = Path(os.environ.get("TS_MCP_SDK_PREFIX", REPO / ".tools" / "ts-mcp-sdk"))
 TS_SDK_MANIFEST = TS_SDK / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
-TASKS_CAPABILITY = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+TASKS_CAPABILITY: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 
 
 @pytest.fixture

@@ -135,9 +135,9 @@ async def test_connection_uses_wal_normal_sync_and_a_busy_timeout(
     store: SqliteJobStore, db_path: Path
 ) -> None:
     conn = store._connection()
-    assert (await conn.execute_fetchall("PRAGMA journal_mode"))[0][0] == "wal"
-    assert (await conn.execute_fetchall("PRAGMA synchronous"))[0][0] == 1  # NORMAL
-    assert (await conn.execute_fetchall("PRAGMA busy_timeout"))[0][0] == BUSY_TIMEOUT_MS
+    assert next(iter(await conn.execute_fetchall("PRAGMA journal_mode")))[0] == "wal"
+    assert next(iter(await conn.execute_fetchall("PRAGMA synchronous")))[0] == 1  # NORMAL
+    assert next(iter(await conn.execute_fetchall("PRAGMA busy_timeout")))[0] == BUSY_TIMEOUT_MS
     other = raw(db_path)
     try:  # WAL is a property of the file: every other connection sees it too
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
