@@ -1,5 +1,5 @@
 """Jobs outlive their gateway: detach on shutdown, adoption by the next gateway, re-queue of
-unstarted work (DESIGN.md sections 4 and 5). Real gateways on a real store (SQLite file and
+unstarted work (docs/architecture.md, Shutdown). Real gateways on a real store (SQLite file and
 PostgreSQL), real supervisors and fake CLIs; an owner that must be SIGKILLed runs in a
 process of its own (tests/jobs/owner_gateway.py).
 """

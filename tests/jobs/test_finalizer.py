@@ -1,4 +1,4 @@
-"""A run's end is recorded with no gateway alive (DESIGN.md section 4, "finalize with no
+"""A run's end is recorded with no gateway alive (docs/architecture.md, Instance leases: "finalize with no
 gateway alive"): the supervisor of a run whose gateway is gone starts the gateway's own
 finalizer (`python -m gateway finalize <spool dir>`), which writes the terminal row through
 the normal store and completion path. Real gateway process, supervisor, fake CLI and store.

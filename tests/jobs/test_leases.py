@@ -1,4 +1,4 @@
-"""Instance leases on a real store: the rules of DESIGN.md section 4, one test each."""
+"""Instance leases on a real store: the rules of docs/architecture.md, Instance leases, one test each."""
 
 from __future__ import annotations
 

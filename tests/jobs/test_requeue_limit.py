@@ -1,4 +1,4 @@
-"""The uncharged re-queue lane is bounded (DESIGN.md section 4, lease.max_requeues): each
+"""The uncharged re-queue lane is bounded (docs/architecture.md; lease.max_requeues): each
 re-queue is recorded with its reason, and a job that keeps losing its owner ends failed
 (`requeue_limit`) instead of walking through every gateway. Real gateways, real store."""
 

@@ -1220,7 +1220,7 @@ async def test_mark_running_racing_the_reaper_has_exactly_one_winner(
         assert status is (JobStatus.ORPHANED if flipped else JobStatus.RUNNING)
 
 
-# -- detach, adoption, re-queue (DESIGN.md section 4) ---------------------------------------
+# -- detach, adoption, re-queue (docs/architecture.md) ---------------------------------------
 
 ADOPTERS = 4  # gateways adopting one job at once in the race below
 ORPHANED_WITHIN_S = 3600.0

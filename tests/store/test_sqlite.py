@@ -178,7 +178,7 @@ async def test_tables_have_exactly_the_columns_of_the_design(
         instances = [r[1] for r in conn.execute("PRAGMA table_info(gateway_instances)")]
     finally:
         conn.close()
-    # Same names as the row types (the table keeps DESIGN.md's order, the dataclass its own).
+    # Same names as the row types (the table keeps the documented column order, the dataclass its own).
     assert sorted(jobs) == sorted(JobRow.column_names())
     assert len(jobs) == len(set(jobs))
     assert sorted(instances) == sorted(InstanceRow.__dataclass_fields__)
