@@ -1269,7 +1269,8 @@ class ChaosRun:
             (self.workdir / "timeline.json").write_text(json.dumps(data, indent=1))
 
     # -- the audit -----------------------------------------------------------------------
-    async def audit(self, settings: Settings, leftovers: list[Spawn]) -> ChaosReport:
+    # One pass that reads every job's whole story once; its checks share that state (C901).
+    async def audit(self, settings: Settings, leftovers: list[Spawn]) -> ChaosReport:  # noqa: C901
         bounds = Bounds.of(settings)
         store = await open_store(settings)
         try:
