@@ -461,11 +461,11 @@ _POSTGRES_FIXTURES = frozenset({"postgres_server", "postgres_dsn", "make_postgre
 
 # The folders whose every test is `slow`: each starts whole gateways (in-process with their
 # supervisors, or as processes), real CLIs or MCP clients, at seconds a test.
-SLOW_DIRS = frozenset({"chaos", "cli", "clients", "jobs", "realcli", "server"})
+SLOW_DIRS = frozenset({"chaos", "cli", "clients", "jobs", "mcp", "realcli"})
 # Top-level files of the same kind: they build and install the package, run the benchmarks,
 # or run the operator CLI and the README's commands as processes.
-SLOW_FILES = frozenset({"test_bench_smoke.py", "test_cli.py", "test_docs_readme.py",
-                        "test_doctor.py", "test_packaging.py", "test_runtime.py"})
+SLOW_FILES = frozenset({"test_bench_smoke.py", "test_docs_readme.py", "test_packaging.py",
+                        "test_runtime.py"})
 TESTS_DIR = Path(__file__).resolve().parent
 
 

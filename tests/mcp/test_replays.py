@@ -2,7 +2,7 @@
 
 Claude Code and Codex hand the model only a successful result's `structuredContent`: what
 the model needs to act (the next call, the answer, that an answer is a replay) must be in
-it, not only in the text. Over every transport (tests/server/conftest.py).
+it, not only in the text. Over every transport (tests/mcp/conftest.py).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from tests.server.conftest import Harness, first_text
-from tests.server.test_tools import TEST_TIMEOUT_S, call, fake_spawns, succeed, tag
+from tests.mcp.conftest import Harness, first_text
+from tests.mcp.test_tools import TEST_TIMEOUT_S, call, fake_spawns, succeed, tag
 
 pytestmark = pytest.mark.anyio
 

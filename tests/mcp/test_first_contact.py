@@ -17,7 +17,7 @@ import anyio
 import pytest
 from mcp.types import CallToolResult
 
-from tests.server.conftest import Harness, first_text, free_port, own_harness, stdio_client
+from tests.mcp.conftest import Harness, first_text, free_port, own_harness, stdio_client
 
 pytestmark = pytest.mark.anyio
 

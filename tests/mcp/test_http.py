@@ -15,7 +15,7 @@ from mcp import MCPError
 
 from gateway.config import load_settings
 from gateway.mcp.serve import ServeError, serve
-from tests.server.conftest import (
+from tests.mcp.conftest import (
     TOKEN,
     Harness,
     HttpServer,

@@ -16,14 +16,14 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.server.conftest import (
+from tests.mcp.conftest import (
     CLIENT_TIMEOUT_S,
     TOKEN,
     Harness,
     own_harness,
     server_env,
 )
-from tests.server.task_client import (
+from tests.mcp.task_client import (
     CreatedTask,
     TasksClientExtension,
     call_as_task,
@@ -31,7 +31,7 @@ from tests.server.task_client import (
     send,
     spawned_pid,
 )
-from tests.server.test_tools import alive, tag
+from tests.mcp.test_tools import alive, tag
 
 pytestmark = pytest.mark.anyio
 

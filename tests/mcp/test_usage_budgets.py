@@ -16,8 +16,8 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult
 
-from tests.server.conftest import CLIENT_TIMEOUT_S, Harness, first_text, own_harness, server_env
-from tests.server.test_tools import tag
+from tests.mcp.conftest import CLIENT_TIMEOUT_S, Harness, first_text, own_harness, server_env
+from tests.mcp.test_tools import tag
 
 pytestmark = pytest.mark.anyio
 

@@ -19,7 +19,7 @@ from mcp.types import CallToolResult
 
 from gateway.config import LimitsConfig
 from tests.fakes.fake_api_server import run_fake_api_server
-from tests.server.conftest import BASE_LIMITS, JOB_TOOLS, REPO, Harness, first_text, free_port
+from tests.mcp.conftest import BASE_LIMITS, JOB_TOOLS, REPO, Harness, first_text, free_port
 
 pytestmark = pytest.mark.anyio
 

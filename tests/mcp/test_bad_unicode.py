@@ -16,8 +16,8 @@ import anyio
 import httpx2
 import pytest
 
-from tests.server.conftest import Harness, free_port, server_env, start_http_server
-from tests.server.test_http import INITIALIZE, MCP_HEADERS
+from tests.mcp.conftest import Harness, free_port, server_env, start_http_server
+from tests.mcp.test_http import INITIALIZE, MCP_HEADERS
 
 pytestmark = pytest.mark.anyio
 

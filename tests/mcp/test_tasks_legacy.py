@@ -20,9 +20,9 @@ import pytest
 
 from gateway.mcp.tasks_legacy import LIST_PAGE_SIZE
 from tests.conftest import in_ci
-from tests.server.conftest import REPO, Harness, own_harness, server_env
-from tests.server.task_client import RawStdioClient, raw_stdio
-from tests.server.test_tools import alive, fake_spawns, tag
+from tests.mcp.conftest import REPO, Harness, own_harness, server_env
+from tests.mcp.task_client import RawStdioClient, raw_stdio
+from tests.mcp.test_tools import alive, fake_spawns, tag
 
 pytestmark = pytest.mark.anyio
 

@@ -14,9 +14,9 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
-from tests.server.conftest import Harness, first_text, own_harness, server_env
-from tests.server.task_client import spawned_pid
-from tests.server.test_tools import alive, tag
+from tests.mcp.conftest import Harness, first_text, own_harness, server_env
+from tests.mcp.task_client import spawned_pid
+from tests.mcp.test_tools import alive, tag
 
 pytestmark = pytest.mark.anyio
 

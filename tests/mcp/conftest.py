@@ -52,7 +52,7 @@ SERVER_START_TIMEOUT_S = 30.0  # a cold `python -m gateway` on a loaded 2-core b
 CLIENT_TIMEOUT_S = 60.0  # no single request of these tests should take longer
 HTTP_STOP_TIMEOUT_S = 10.0
 # The same in every copy of this module: pytest imports a conftest.py without an __init__.py
-# as `conftest`, and the tests import it again as `tests.server.conftest`; a token drawn at
+# as `conftest`, and the tests import it again as `tests.mcp.conftest`; a token drawn at
 # import time made a server started by a fixture here refuse a test's requests (401).
 TOKEN = f"test-token-{os.getpid()}"
 

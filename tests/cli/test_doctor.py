@@ -19,7 +19,7 @@ from gateway.cli.doctor import Check, Report, run_doctor
 from gateway.config import PROVIDER_NAMES, load_settings
 from gateway.store.base import SCHEMA_VERSION
 
-FAKE_BIN = Path(__file__).resolve().parent / "fakes" / "bin"
+FAKE_BIN = Path(__file__).resolve().parents[1] / "fakes" / "bin"
 CLI_TIMEOUT_S = 60  # a cold interpreter plus seven --version probes on a busy 2-core box
 BINARIES = {"claude": "claude", "codex": "codex", "gemini": "agy", "grok": "grok",
             "mistral": "vibe", "devin": "devin", "cursor": "cursor-agent"}
