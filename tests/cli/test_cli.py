@@ -19,13 +19,6 @@ CLI_TIMEOUT_S = 60  # a cold interpreter on a busy 2-core box; a hang fails inst
 T = TypeVar("T")
 
 
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    return home
-
-
 def run_cli(
     home: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:

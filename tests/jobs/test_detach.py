@@ -473,27 +473,6 @@ async def test_a_started_run_is_never_requeued_even_if_its_supervisor_was_killed
     assert len(fake_log.spawns()) == 1  # the spool record decided: it started, never again
 
 
-async def test_on_shutdown_stop_fails_queued_and_stops_running_jobs_as_before(
-    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
-) -> None:
-    settings = make_settings(lease={"on_shutdown": "stop"},
-                             limits={"max_running_jobs": 1, "kill_grace_s": 5})
-    gw = await start_gateway(settings)
-    manager = await gw.manager()
-    running = await manager.submit("claude", SubmitRequest(prompt="busy @ignore-term @sleep=60"))
-    queued = await manager.submit("claude", SubmitRequest(prompt="queued"))
-    await wait_for(lambda: len(fake_log.spawns()) == 1)
-    pid = fake_log.spawns()[0]["pid"]
-    t0 = time.monotonic()
-    await gw.stop()
-    assert time.monotonic() - t0 < settings.lease.drain_timeout_s  # SIGKILL after 0.2 s
-    assert not alive(pid)
-    reader = await (await start_gateway(settings)).manager()
-    for sub in (running, queued):
-        row = await job_row(reader.store, sub.job.id)
-        assert (row.status, row.error_kind) == (JobStatus.FAILED, ErrorKind.SHUTDOWN)
-
-
 # -- an owner that is SIGKILLed ------------------------------------------------------------
 
 
