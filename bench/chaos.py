@@ -1269,7 +1269,8 @@ class ChaosRun:
             (self.workdir / "timeline.json").write_text(json.dumps(data, indent=1))
 
     # -- the audit -----------------------------------------------------------------------
-    async def audit(self, settings: Settings, leftovers: list[Spawn]) -> ChaosReport:
+    # One pass that reads every job's whole story once; its checks share that state (C901).
+    async def audit(self, settings: Settings, leftovers: list[Spawn]) -> ChaosReport:  # noqa: C901
         bounds = Bounds.of(settings)
         store = await open_store(settings)
         try:
@@ -1377,12 +1378,13 @@ class ChaosRun:
         unmapped_orphanings: list[str] = []
         orphan_margins: list[tuple[float, str]] = []  # (after its lease could lapse, job)
         for job_id, t, source, owner_then in sorted(orphan_times):
-            row = by_id.get(job_id)
+            found = by_id.get(job_id)
+            if found is None:
+                continue
+            row = found
             # Judged against the owner it had when it was orphaned (adoption and re-queue
             # move a row to another instance later).
-            owner_id = owner_then or (row.owner_instance if row else None)
-            if row is None:
-                continue
+            owner_id = owner_then or row.owner_instance
             if owner_id not in intervals:
                 # Not judged, so not silently passed either: an orphaning whose owner
                 # then is no instance the driver started is a row it cannot explain.

@@ -78,14 +78,10 @@ for path in (str(ROOT), str(BENCH)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-import runner_bench  # noqa: E402
-import store_bench  # noqa: E402
-import supervision_bench  # noqa: E402
-import tasks_bench  # noqa: E402
-import worktree_bench  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 
+from bench import runner_bench, store_bench, supervision_bench, tasks_bench, worktree_bench  # noqa: E402
 from gateway.config import load_settings  # noqa: E402
 from gateway.jobs.requests import SubmitRequest  # noqa: E402
 from gateway.jobs.run.runner import PROVIDER_NICE_INCREMENT  # noqa: E402
@@ -130,7 +126,7 @@ TARGETS = {
     "tools_largest": ("<=", 2000),
     "adopt_after_kill": ("<=", 2.0),  # sweeps: adoption runs every sweep (one may be late)
     "finalize_at_start": ("<=", 1.05),  # of start -> ready: adoption at start comes first
-    "detach_after_signal": ("<=", 1.0),  # of 300 ms: DESIGN section 4, the slowest sample
+    "detach_after_signal": ("<=", 1.0),  # of 300 ms (the lease design), the slowest sample
 }
 # What `tools/list` cost on main before issue 14 (21 tools whatever was installed). The
 # anchor gateway's reference notes give no byte figure for its listing.
@@ -264,7 +260,7 @@ class Servers:
         before = {p.pid for p in me.children()}
         errlog: TextIO
         with (self.logs / f"{label}.stderr").open("a") as errlog:
-            async with Client(stdio_client(params, errlog=errlog), mode=mode,  # type: ignore[arg-type]
+            async with Client(stdio_client(params, errlog=errlog), mode=mode,
                               extensions=extensions or [],
                               read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
                 spawned = [p for p in me.children() if p.pid not in before]
@@ -827,7 +823,7 @@ async def bench_supervision(sizes: Sizes, workdir: Path) -> list[Row]:
             "stdio gateway ended as Claude Code does -> detach written (instance stopped)",
             f"{_ms(detach['detach_median_s'])} (max {_ms(detach['detach_max_s'])}; "
             f"{detach['sigkilled']}/{detach['samples']} exits needed the SIGKILL)",
-            f"{_ms(detach['target_s'])} (DESIGN: about 300 ms)",
+            f"{_ms(detach['target_s'])} (target: about 300 ms)",
             round(detach["detach_max_s"] / detach["target_s"], 3),
             _target("detach_after_signal"),
             _met("detach_after_signal", detach["detach_max_s"] / detach["target_s"]), detach),

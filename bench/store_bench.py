@@ -7,7 +7,7 @@ large job table. Part of `bench/run.py`; runnable alone:
 1. heartbeat: one store holds `small` running jobs owned by the instance, another holds
    `large`; `store.heartbeat()` (the real call: renew the instance row, whose lease covers
    every job the instance owns) is timed on both, interleaved, and the medians are divided.
-   DESIGN.md section 4 promises a constant number of statements; this row shows whether the
+   The lease design promises a constant number of statements; this row shows whether the
    *time* is flat too. Target: large/small <= 3.
 2. reaper: a table of `total` rows of which 1% are running jobs whose owner's lease expired,
    1% are running jobs of a live owner (their own deadlines passed long ago, as for any job
@@ -118,7 +118,9 @@ def start_postgres() -> tuple[Any | None, str | None]:
 
 class BenchDb(Protocol):
     backend: str
-    store: JobStore
+
+    @property
+    def store(self) -> JobStore: ...  # read-only here: each backend holds its own store type
 
     async def seed(self, n: int, *, prefix: str, status: str, owner: str,
                    lease_offset_s: float | None, finished: bool) -> None: ...

@@ -10,7 +10,7 @@ their gateway.
 - a real stdio gateway (`python -m gateway`, on_shutdown = "detach") with a running job,
   ended as Claude Code ends a session (SIGINT, SIGTERM 100 ms later, SIGKILL 500 ms after
   that): the first signal -> its instance row marked stopped (the detach's last write, after
-  the leases were extended), against DESIGN's "about 300 ms", and whether it was done before
+  the leases were extended), against the target of "about 300 ms", and whether it was done before
   the SIGKILL.
 
 Gateways run in processes of their own (tests/jobs/owner_gateway.py: start, optionally
@@ -196,7 +196,7 @@ async def finalize_samples(pickled: Path, store: JobStore, spool_root: Path,
 
 CLAUDE_CODE_SIGTERM_AFTER_S = 0.1  # Claude Code 2.1.332 at the end of a session (issue 13)
 CLAUDE_CODE_SIGKILL_AFTER_S = 0.6  # SIGKILL 500 ms after the SIGTERM
-DETACH_TARGET_S = 0.3  # DESIGN section 4: a detach within about 300 ms of the first signal
+DETACH_TARGET_S = 0.3  # the lease design: a detach within about 300 ms of the first signal
 
 
 class StdioGateway:

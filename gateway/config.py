@@ -1,4 +1,4 @@
-"""Configuration: one pydantic model per `[section]` of DESIGN.md section 7.
+"""Configuration: one pydantic model per `[section]` of docs/configuration.md.
 
 Sources, strongest first: keyword arguments (tests), `AGENT_GATEWAY_<SECTION>__<KEY>` env
 vars, the TOML file (`$AGENT_GATEWAY_CONFIG` or `~/.agent-cli-gateway/config.toml`), defaults.

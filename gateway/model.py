@@ -1,6 +1,6 @@
 """The job as every layer sees it: statuses, error kinds and the row of the `jobs` table.
 
-Column names are the contract of DESIGN.md section 3; both store backends use them verbatim.
+Column names are the table contract (docs/architecture.md, The tables); both store backends use them verbatim.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ CANCELLED_ERROR = "cancelled at the caller's request"
 
 
 class ErrorKind(StrEnum):
-    """What a caller can branch on (DESIGN.md section 3)."""
+    """What a caller can branch on (docs/tools.md, Errors)."""
 
     NOT_FOUND = "not_found"  # CLI missing (127)
     LAUNCH_FAILED = "launch_failed"  # 126

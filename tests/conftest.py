@@ -459,11 +459,24 @@ _POSTGRES_FIXTURES = frozenset({"postgres_server", "postgres_dsn", "make_postgre
                                 "pgbouncer", "pgbouncer_dsn"})
 
 
+# The folders whose every test is `slow`: each starts whole gateways (in-process with their
+# supervisors, or as processes), real CLIs or MCP clients, at seconds a test.
+SLOW_DIRS = frozenset({"chaos", "cli", "clients", "jobs", "mcp", "realcli"})
+# Top-level files of the same kind: they build and install the package, run the benchmarks,
+# or run the operator CLI and the README's commands as processes.
+SLOW_FILES = frozenset({"test_bench_smoke.py", "test_docs_readme.py", "test_packaging.py",
+                        "test_runtime.py"})
+TESTS_DIR = Path(__file__).resolve().parent
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that needs the server `postgres` (so `-m "not postgres"` works).
+    """Mark every test that needs the server `postgres` (so `-m "not postgres"` works), and
+    every slow one `slow` (so `-m "not slow"` is the fast tier of the edit-test loop).
 
     Covers tests that request the fixtures directly and parametrized matrices whose
     parameter id names postgres (e.g. a `store` fixture over memory/sqlite/postgres).
+    A test is slow when it needs PostgreSQL or lives in SLOW_DIRS or SLOW_FILES; a slow
+    test elsewhere carries `pytest.mark.slow` itself.
     """
     for item in items:
         names: Any = getattr(item, "fixturenames", ())
@@ -471,6 +484,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         param_ids = callspec.id.split("-") if callspec is not None else []
         if _POSTGRES_FIXTURES & set(names) or {"postgres", "pgbouncer"} & set(param_ids):
             item.add_marker(pytest.mark.postgres)
+            item.add_marker(pytest.mark.slow)
+        relative = item.path.resolve().relative_to(TESTS_DIR)
+        if relative.parts[0] in SLOW_DIRS or relative.as_posix() in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(params=list(platform.IMPLEMENTATIONS))

@@ -63,9 +63,9 @@ CHECKS: dict[tuple[str, str, str], str] = {
     ("README.md", "sh", "export AGENT_GATEWAY_HTTP__AUTH_TOKEN"):
         "test_the_http_example_uses_real_names_and_defaults",
     ("README.md", "json", '{"mcpServers": {"agent-cli-gateway": {"command": "wsl.exe"'):
-        "tests/server/test_unsupported_platform.py",
+        "tests/mcp/test_unsupported_platform.py",
     ("README.md", "sh", "uv run pytest"): "test_the_readme_test_command_is_the_one_ci_runs",
-    ("README.md", "text", "codex_request_async("): "tests/server/test_docs_examples.py",
+    ("README.md", "text", "codex_request_async("): "tests/mcp/test_docs_examples.py",
     ("docs/architecture.md", "", "gateway/__main__.py"):
         "tests/test_docs_reference.py::test_every_repository_path_the_docs_and_the_code_name_exists",
     ("docs/architecture.md", "", "MCP tools (gateway/mcp/server.py"):
@@ -88,17 +88,17 @@ CHECKS: dict[tuple[str, str, str], str] = {
     ("docs/operations.md", "sh", "agent-cli-gateway jobs list"):
         "test_every_command_line_parses",
     ("docs/operations.md", "text", "From this shell:"):
-        "tests/test_doctor.py::test_doctor_on_a_shell_only_path_exits_0_with_a_verdict_per_context",
+        "tests/cli/test_doctor.py::test_doctor_on_a_shell_only_path_exits_0_with_a_verdict_per_context",
     **{("docs/providers.md", "", first): "test_each_provider_synopsis_names_only_flags_it_emits"
        for first in ("claude --print", "codex exec --json", "agy ", "grok ", "vibe ",
                      "devin --print", "cursor-agent --print")},
     ("docs/providers.md", "toml", "[api_providers.openrouter]"):
         "test_every_gateway_config_example_loads",
-    ("docs/tools.md", "json", '{"job_id": "3d9be3fb-'): "tests/server/test_docs_examples.py",
+    ("docs/tools.md", "json", '{"job_id": "3d9be3fb-'): "tests/mcp/test_docs_examples.py",
     ("docs/tools.md", "mermaid", "sequenceDiagram"): "tests/test_docs_claims.py",
-    ("docs/tools.md", "text", "→ codex_request_async("): "tests/server/test_docs_examples.py",
-    ("docs/tools.md", "text", "offset = 0"): "tests/server/test_docs_examples.py",
-    ("docs/tools.md", "text", "→ claude_request("): "tests/server/test_docs_examples.py",
+    ("docs/tools.md", "text", "→ codex_request_async("): "tests/mcp/test_docs_examples.py",
+    ("docs/tools.md", "text", "offset = 0"): "tests/mcp/test_docs_examples.py",
+    ("docs/tools.md", "text", "→ claude_request("): "tests/mcp/test_docs_examples.py",
 }
 
 

@@ -1,4 +1,4 @@
-"""Adoption and re-queue: settling the jobs of gateways that are gone (DESIGN.md section 4).
+"""Adoption and re-queue: settling the jobs of gateways that are gone (docs/architecture.md).
 
 Every sweep, and once at start before the first tool call is served, a gateway looks at the
 jobs of its host whose owner is *proven* gone: its instance row is stopped (it detached or

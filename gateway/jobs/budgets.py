@@ -1,6 +1,6 @@
 """Which `[budgets]` limits a request reserves against, and what gateway_status shows of them.
 
-Admission reserves an amount per job against every limit that applies (DESIGN.md section 8;
+Admission reserves an amount per job against every limit that applies (docs/architecture.md, Budgets;
 docs/architecture.md, *Budgets*): the caller's `max_cost_usd` if it gave one, else
 `[budgets] job_reservation_usd`, else DEFAULT_RESERVATION_USD. The store holds all of them in
 the insert's own transaction, one conditional write per budget in the fixed order built here

@@ -1,5 +1,5 @@
 """Finalize a run whose gateway is gone: the terminal row is written with no gateway alive
-(DESIGN.md section 4, "finalize with no gateway alive").
+(docs/architecture.md, Instance leases: a run's end is recorded with no gateway alive).
 
 A supervisor whose run ended while its gateway was gone (a closed window with the default
 `on_shutdown = "detach"`) starts `python -m gateway finalize <spool dir>`: this module, run

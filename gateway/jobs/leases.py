@@ -1,6 +1,6 @@
 """Instance leases: heartbeat, lease reaper, instances GC, cancel poller, retention purge.
 
-The invariant this file exists for (DESIGN.md section 4): **no job whose owner heartbeated
+The invariant this file exists for (docs/architecture.md, Instance leases): **no job whose owner heartbeated
 within `lease.ttl_s` is ever orphaned; every job whose owner is gone is orphaned within
 `ttl_s + sweep_interval_s` of the owner's last heartbeat or of its process group's exit,
 whichever is later.**
@@ -77,7 +77,7 @@ def instance_lease_held(instance: InstanceRow, now: float) -> bool:
 
 
 class LeaseKeeper:
-    """Owns this instance's lease and the background loops of DESIGN.md section 4."""
+    """Owns this instance's lease and the background loops of its `[lease]` config section."""
 
     def __init__(self, settings: Settings, store: JobStore, manager: JobManager,
                  identity: InstanceRow) -> None:

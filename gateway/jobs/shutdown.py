@@ -1,4 +1,4 @@
-"""Leaving with `lease.on_shutdown = "detach"` (DESIGN.md section 4): the runs go on.
+"""Leaving with `lease.on_shutdown = "detach"` (docs/architecture.md, Shutdown): the runs go on.
 
 A detaching gateway stops admitting, leaves every supervised run running, extends each
 running job's own lease to the latest moment its supervisor could still be running it (so no

@@ -2,7 +2,7 @@
 
 Each tool is a method of `JobTools`; its docstring is the tool's description and its
 signature the input schema (tools.build_job_tools derives both), so a docstring or an
-annotation here is bytes in every calling model's context (tests/server/test_listing.py).
+annotation here is bytes in every calling model's context (tests/mcp/test_listing.py).
 """
 
 from __future__ import annotations

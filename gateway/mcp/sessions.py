@@ -15,7 +15,7 @@ and has not sent its next request yet keeps it.
 
 The SDK offers no public way to list or close a session, so the two private names it needs
 (`_server_instances`, `_discard_session`) are used here and nowhere else;
-tests/server/test_http_sessions.py fails if the SDK renames them.
+tests/mcp/test_http_sessions.py fails if the SDK renames them.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A task *is* a job (task_state.py): the task id is the job id, `tasks/get` reads 
 the result is the sync tool's answer. So any gateway sharing the store answers `tasks/get`
 for any task, after the client, the window or the gateway that created it are gone.
 
-Two wire versions are served (the reference notes in DESIGN section 6 summarize both):
+Two wire versions are served (docs/tools.md, MCP Tasks, summarizes both):
 - protocol 2026-07-28, the extension (SEP-2663): a `tools/call` whose per-request client
   capabilities carry the extension gets a `CreateTaskResult` (`resultType: "task"`) once
   the row is durable; `tasks/get`, `tasks/update`, `tasks/cancel`. Built on the SDK's

@@ -33,7 +33,7 @@ def usage_tools(state: ManagerSource) -> list[tuple[str, ToolBody, ToolAnnotatio
     ) -> CallToolResult:
         """Usage totals of all jobs."""
         # Lean on purpose: every byte of the listing is in each model's context
-        # (tests/server/test_listing.py); docs/tools.md and the invalid_input message say more.
+        # (tests/mcp/test_listing.py); docs/tools.md and the invalid_input message say more.
         manager = await state.manager()
         report = await usage_report(manager.store, group_by or "provider", since, until)
         return ok(usage_table(report), report)

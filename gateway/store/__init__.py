@@ -1,4 +1,4 @@
-"""Job stores: pick the backend named in `[persistence]` and open it (DESIGN.md section 7)."""
+"""Job stores: pick the backend named in `[persistence]` and open it (docs/configuration.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The JobStore protocol: the persistence every backend implements (DESIGN.md sections 3, 4).
+"""The JobStore protocol: the persistence every backend implements (docs/architecture.md).
 
 The store is a dumb executor of named statements; the manager and the lease tasks own the
 meaning. Every state transition is a compare-and-set whose WHERE clause is the invariant, so
@@ -352,7 +352,7 @@ class JobStore(Protocol):
     async def now(self) -> float:
         """The store's clock (epoch seconds): the database clock on PostgreSQL."""
 
-    # -- detach, adoption, re-queue (DESIGN.md section 4) --------------------------------
+    # -- detach, adoption, re-queue (docs/architecture.md) --------------------------------
     async def extend_leases(self, instance_id: str, seconds: Mapping[str, float]) -> int:
         """Detach: lease_deadline = now + seconds[id] for each of this instance's RUNNING
         jobs named (never shortened), so no gateway orphans a run its supervisor may still be

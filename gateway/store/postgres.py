@@ -11,7 +11,7 @@ orphaned.
 
 Clocks: every time written and every time compared is the database clock `now()`; the client
 sends only durations in seconds (`now() + make_interval(secs => $n)`), never a timestamp, so
-no instance's wall clock decides another instance's fate (DESIGN.md section 3). Columns are
+no instance's wall clock decides another instance's fate (docs/architecture.md, Clocks). Columns are
 `timestamptz`; asyncpg decodes them as timezone-aware UTC datetimes whatever the session
 TimeZone is.
 

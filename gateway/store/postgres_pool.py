@@ -1,6 +1,6 @@
 """The PostgreSQL store's connections: a small budget, patience with a full server, PgBouncer.
 
-Why this module exists (DESIGN.md section 8, issue #29): every stdio gateway (one per client
+Why this module exists (docs/operations.md; issue #29): every stdio gateway (one per client
 window) and every shared HTTP gateway uses one database, whose `max_connections` is 100 by
 default. So a pool starts empty, holds at most `[persistence] pool_max` connections and closes
 one that sat idle for a few seconds; the heartbeat has a pool of one of its own, so neither

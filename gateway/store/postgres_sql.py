@@ -451,7 +451,7 @@ FROM pg_stat_activity"""
 
 
 
-# -- detach, adoption, re-queue (DESIGN.md section 4) --------------------------------------
+# -- detach, adoption, re-queue (docs/architecture.md) --------------------------------------
 
 # Detach: each named RUNNING job of this instance ($1) gets lease_deadline = now() + its
 # seconds ($2 ids, $3 seconds), never an earlier deadline than it had: until then its

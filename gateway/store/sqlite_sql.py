@@ -412,7 +412,7 @@ FROM jobs WHERE id = :job_id"""
 
 
 
-# -- detach, adoption, re-queue (DESIGN.md section 4) --------------------------------------
+# -- detach, adoption, re-queue (docs/architecture.md) --------------------------------------
 
 # Detach: each named RUNNING job of this instance gets lease_deadline = now + its seconds
 # (:seconds, a JSON object id -> seconds), never an earlier deadline than it had: until then

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cli_support import Cli, write_config
+
+from tests.cli.cli_support import Cli, write_config
 
 
 @pytest.fixture

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cli_support import Cli
-
 from gateway.model import InstanceRow, NewJob
+from tests.cli.cli_support import Cli
 
 
 def test_instances_shows_each_instance_its_lease_state_and_its_active_jobs(cli: Cli) -> None:
@@ -69,7 +68,7 @@ def test_instances_shows_each_instance_its_lease_state_and_its_active_jobs(cli: 
 
 
 def test_instances_of_a_store_not_created_yet_says_so(home: Any) -> None:
-    from cli_support import write_config
+    from tests.cli.cli_support import write_config
 
     cli = Cli(home, write_config(home, f'[persistence]\npath = "{home / "none.db"}"\n'), "sqlite")
     done = cli.run("instances")

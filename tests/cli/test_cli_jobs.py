@@ -11,9 +11,9 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from cli_support import CLI_TIMEOUT_S, Cli, hermetic_env, write_config
 
 from gateway.model import Completion, InstanceRow, JobStatus, NewJob
+from tests.cli.cli_support import CLI_TIMEOUT_S, Cli, hermetic_env, write_config
 
 ANSWER = "héllo wörld, " * 500  # multi-byte characters: pages split them mid-way
 LIVE_OWNER = "instance-live"
@@ -36,7 +36,7 @@ def seed(cli: Cli) -> dict[str, str]:
                                       ("failed", "codex", LIVE_OWNER),
                                       ("running", "claude", LIVE_OWNER),
                                       ("stray", "gemini", "instance-gone")]:
-            request = {"provider": provider, "prompt": PROMPTS[name], "model": None,
+            request: dict[str, Any] = {"provider": provider, "prompt": PROMPTS[name], "model": None,
                        "options": {}}
             await store.insert_job(NewJob(
                 id=IDS[name], provider=provider, request_key=f"key-{name}",
@@ -218,7 +218,7 @@ def test_jobs_show_never_prints_a_secret_of_the_request(cli: Cli) -> None:
     job_id = str(uuid.uuid4())
 
     async def run(store: Any) -> None:
-        request = {"provider": "api", "messages": [{"role": "user", "content": "hi"}],
+        request: dict[str, Any] = {"provider": "api", "messages": [{"role": "user", "content": "hi"}],
                    "headers": {"Authorization": "Bearer sk-secret-value"}}
         await store.insert_job(NewJob(id=job_id, provider="api", request_key="k",
                                       owner_instance=LIVE_OWNER, transport="http",

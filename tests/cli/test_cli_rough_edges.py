@@ -15,8 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from cli_support import CLI_TIMEOUT_S, Cli, hermetic_env, write_config
-
+from tests.cli.cli_support import CLI_TIMEOUT_S, Cli, hermetic_env, write_config
 from tests.test_packaging import REPO
 
 WAIT_LIMIT_S = 30.0  # a condition that takes longer than this on a busy box is a failure

@@ -12,9 +12,9 @@ import uuid
 from typing import IO, Any
 
 import pytest
-from cli_support import CLI_TIMEOUT_S, Cli
 
 from gateway.model import Completion, InstanceRow, JobStatus, NewJob, Progress
+from tests.cli.cli_support import CLI_TIMEOUT_S, Cli
 
 WAIT_LIMIT_S = 30.0  # a condition that takes longer than this on a busy box is a failure
 POLL_S = 0.05

@@ -15,10 +15,9 @@ import pty
 import subprocess
 from typing import Any
 
-from cli_support import CLI_TIMEOUT_S, Cli, hermetic_env
-
 from gateway.cli.format import VisibleWriter, visible
 from gateway.model import Completion, InstanceRow, JobStatus, NewJob
+from tests.cli.cli_support import CLI_TIMEOUT_S, Cli, hermetic_env
 
 HOSTILE = ("title\x1b]0;pwned\x07 clear\x1b[2J clip\x1b]52;c;ZXZpbA==\x07 erase\x1b[2K "
            "c1\u009b31m bs\x08end")
@@ -37,7 +36,7 @@ def seed(cli: Cli) -> None:
             instance_id=OWNER, hostname="h", boot_id="b", pid=1, pid_started_at=None,
             role="stdio", version="t"), ttl_s=3600)
         for name in IDS:
-            request = {"provider": "claude", "prompt": HOSTILE, "model": None, "options": {}}
+            request: dict[str, Any] = {"provider": "claude", "prompt": HOSTILE, "model": None, "options": {}}
             await store.insert_job(NewJob(
                 id=IDS[name], provider="claude", request_key=f"key-{name}",
                 owner_instance=OWNER, hostname="elsewhere", request_json=json.dumps(request)),

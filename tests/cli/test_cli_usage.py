@@ -7,10 +7,9 @@ import json
 import uuid
 from typing import Any
 
-from cli_support import Cli
-
 from gateway.jobs.usage_report import day_bars, parse_day, usage_table
 from gateway.model import Completion, JobStatus, NewJob, UsageFigures
+from tests.cli.cli_support import Cli
 
 OWNER = "cli-test"
 

@@ -1,6 +1,6 @@
 // The TypeScript MCP SDK's experimental tasks client (protocol 2025-11-25) driving the
 // gateway over stdio. Prints one JSON object per line on stdout, one per step, for
-// tests/server/test_tasks_legacy.py to check. Usage:
+// tests/mcp/test_tasks_legacy.py to check. Usage:
 //   node ts_tasks_client.mjs <scenario> <python> <gateway env as JSON> <cwd> [prompt]
 // The SDK is installed by scripts/install-ts-mcp-sdk.sh; TS_MCP_SDK is its prefix (ES
 // modules ignore NODE_PATH, so the SDK's files are imported by path).

@@ -4,7 +4,6 @@ tests and the real-CLI tests (so all three check the same invocations)."""
 from __future__ import annotations
 
 import itertools
-import sys
 import types
 import typing
 from collections.abc import Iterator
@@ -31,9 +30,7 @@ DIALECTS: tuple[tuple[str, str], ...] = (
 
 def load_fakecli() -> types.ModuleType:
     """tests/fakes/fakecli.py (the fakes' argv tables are the snapshot's flags)."""
-    if str(FAKES_DIR) not in sys.path:
-        sys.path.insert(0, str(FAKES_DIR))
-    import fakecli
+    from tests.fakes import fakecli
 
     return fakecli
 

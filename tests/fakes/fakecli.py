@@ -19,6 +19,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 CHUNK = 64 * 1024  # @bytes filler is written in chunks of this size
 DEFAULT_STREAM_INTERVAL_S = 0.05  # @stream=N without :I
@@ -202,11 +205,16 @@ class UsageError(Exception):
 # -- argv parsing --------------------------------------------------------------------------
 
 
-def parse(table_name: str, args: list[str]) -> tuple[dict[str, list], list[str]]:
+# A parsed command line: each long flag given and its values, in order (a string each, or
+# True for an optional value given bare).
+Flags = dict[str, list[Any]]
+
+
+def parse(table_name: str, args: list[str]) -> tuple[Flags, list[str]]:
     """Parse `args` against one flag table: ({long flag: [values]}, positionals)."""
     table, shorts = FLAGS[table_name], SHORT.get(table_name, {})
     choices = CHOICES.get(table_name, {})
-    flags: dict[str, list] = {}
+    flags: Flags = {}
     positionals: list[str] = []
     i = 0
     while i < len(args):
@@ -260,7 +268,7 @@ def parse(table_name: str, args: list[str]) -> tuple[dict[str, list], list[str]]
     return flags, positionals
 
 
-def last(flags: dict[str, list], name: str, default=None):
+def last(flags: Flags, name: str, default: Any = None) -> Any:
     values = flags.get(name)
     return values[-1] if values else default
 
@@ -285,7 +293,7 @@ def out(text: str) -> None:
     sys.stdout.flush()
 
 
-def line(obj) -> None:
+def line(obj: object) -> None:
     out(json.dumps(obj, separators=(",", ":")) + "\n")
 
 
@@ -299,7 +307,7 @@ def new_session_id() -> str:
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:32]}"
 
 
-def log_invocation(record: dict) -> None:
+def log_invocation(record: dict[str, Any]) -> None:
     path = os.environ.get("FAKE_CLI_LOG")
     if not path:
         return
@@ -319,6 +327,10 @@ def read_stdin() -> str:
 
 
 # -- the run -------------------------------------------------------------------------------
+
+
+# What a CLI's argument parser decided: the run to perform, or None and the exit code.
+Answered = tuple["Run | None", int]
 
 
 class Run:
@@ -350,7 +362,7 @@ def setup_signals(run: Run) -> None:
     elif "late" in run.d:
         late = int(run.d["late"] or 0)
 
-        def on_term(signum, frame):
+        def on_term(signum: int, frame: FrameType | None) -> None:
             try:
                 sys.stdout.flush()
                 remaining = late
@@ -485,7 +497,7 @@ def build_run(binary: str, args: list[str]) -> tuple[Run | None, int]:
 # -- per CLI: where the prompt is, and what it prints ----------------------------------------
 
 
-def _prompt_claude(binary, flags, positionals):
+def _prompt_claude(binary: str, flags: Flags, positionals: list[str]) -> Answered:
     if "--print" not in flags:
         raise UsageError("error: the fake claude only implements --print")
     fmt = last(flags, "--output-format", "text")
@@ -501,7 +513,7 @@ def _prompt_claude(binary, flags, positionals):
     return Run(binary, prompt, fmt, resume if isinstance(resume, str) else None), 0
 
 
-def _prompt_codex(binary, flags, positionals, resume):
+def _prompt_codex(binary: str, flags: Flags, positionals: list[str], resume: bool) -> Answered:
     resume_id = None
     if resume:
         if not positionals:
@@ -518,7 +530,7 @@ def _prompt_codex(binary, flags, positionals, resume):
     return Run(binary, prompt, "json" if "--json" in flags else "text", resume_id), 0
 
 
-def _prompt_agy(binary, flags, positionals):
+def _prompt_agy(binary: str, flags: Flags, positionals: list[str]) -> Answered:
     prompt = last(flags, "--print") or last(flags, "--prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise UsageError("error: the fake agy only implements --print <prompt>")
@@ -528,7 +540,7 @@ def _prompt_agy(binary, flags, positionals):
                last(flags, "--conversation")), 0
 
 
-def _prompt_gemini(binary, flags, positionals):
+def _prompt_gemini(binary: str, flags: Flags, positionals: list[str]) -> Answered:
     prompt = last(flags, "--prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise UsageError("error: the fake gemini only implements --prompt <prompt>")
@@ -538,7 +550,7 @@ def _prompt_gemini(binary, flags, positionals):
                last(flags, "--resume")), 0
 
 
-def _prompt_grok(binary, flags, positionals):
+def _prompt_grok(binary: str, flags: Flags, positionals: list[str]) -> Answered:
     prompt = last(flags, "--single")
     if not isinstance(prompt, str) or not prompt.strip():
         raise UsageError("error: the fake grok only implements -p <prompt>")
@@ -548,7 +560,7 @@ def _prompt_grok(binary, flags, positionals):
                last(flags, "--resume")), 0
 
 
-def _prompt_vibe(binary, flags, positionals):
+def _prompt_vibe(binary: str, flags: Flags, positionals: list[str]) -> Answered:
     prompt = last(flags, "--prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise UsageError("error: the fake vibe only implements --prompt=<prompt>")
@@ -559,7 +571,7 @@ def _prompt_vibe(binary, flags, positionals):
                resume if isinstance(resume, str) else None), 0
 
 
-def _prompt_after_dashdash(binary, flags, positionals):
+def _prompt_after_dashdash(binary: str, flags: Flags, positionals: list[str]) -> Answered:
     if "--print" not in flags:
         raise UsageError(f"error: the fake {binary} only implements --print")
     prompt = " ".join(positionals)
@@ -581,12 +593,13 @@ def _prompt_after_dashdash(binary, flags, positionals):
                resume if isinstance(resume, str) else None), 0
 
 
-PROMPT = {"claude": _prompt_claude, "agy": _prompt_agy,
-          "gemini": _prompt_gemini, "grok": _prompt_grok, "vibe": _prompt_vibe,
-          "devin": _prompt_after_dashdash, "cursor-agent": _prompt_after_dashdash}
+PROMPT: dict[str, Callable[[str, Flags, list[str]], Answered]] = {
+    "claude": _prompt_claude, "agy": _prompt_agy, "gemini": _prompt_gemini, "grok": _prompt_grok,
+    "vibe": _prompt_vibe, "devin": _prompt_after_dashdash, "cursor-agent": _prompt_after_dashdash,
+}
 
 
-def _claude_result(run: Run, text: str, *, is_error: bool = False) -> dict:
+def _claude_result(run: Run, text: str, *, is_error: bool = False) -> dict[str, Any]:
     tokens_in, tokens_out = run.usage()
     return {
         "type": "result", "subtype": "success", "is_error": is_error, "duration_ms": 12,
@@ -598,7 +611,7 @@ def _claude_result(run: Run, text: str, *, is_error: bool = False) -> dict:
     }
 
 
-def _claude_assistant(run: Run, text: str, **more) -> dict:
+def _claude_assistant(run: Run, text: str, **more: Any) -> dict[str, Any]:
     return {"type": "assistant", "session_id": run.session_id,
             "message": {"role": "assistant", "model": "fake-claude-model",
                         "content": [{"type": "text", "text": text}]}, **more}
@@ -761,7 +774,7 @@ def auth_grok(run: Run) -> int:
     return 1
 
 
-def _vibe_entry(role: str, text: str, number: int) -> dict:
+def _vibe_entry(role: str, text: str, number: int) -> dict[str, Any]:
     return {"id": f"entry-{number}", "type": "message", "role": role,
             "generationStatus": "completed", "content": [{"type": "text", "text": text}]}
 

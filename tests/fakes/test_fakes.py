@@ -22,7 +22,9 @@ from typing import Any
 
 import psutil
 import pytest
-from argv_cases import (
+
+from providers.base import Invocation
+from tests.fakes.argv_cases import (
     DIALECTS,
     FAKES_BIN,
     FAKES_DIR,
@@ -30,8 +32,6 @@ from argv_cases import (
     request,
     single_option_sets,
 )
-
-from providers.base import Invocation
 
 RUN_TIMEOUT_S = 20  # one fake run; they answer in well under a second
 WAIT_S = 10  # bound on every wait for a condition

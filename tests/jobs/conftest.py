@@ -6,13 +6,17 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypedDict
 
 import anyio
 import pytest
 
+from gateway import proc
 from gateway.config import Settings, load_settings
+from gateway.jobs.leases import LeaseKeeper
+from gateway.model import JobRow
 from gateway.runtime import Gateway
+from gateway.store.base import JobStore
 
 FAKES_BIN = Path(__file__).resolve().parents[1] / "fakes" / "bin"
 FAKE_COMMANDS = {
@@ -24,6 +28,47 @@ FAKE_COMMANDS = {
 FAST_LEASE = {"heartbeat_s": 0.2, "ttl_s": 1.0, "http_job_grace_s": 1.0,
               "sweep_interval_s": 0.2, "instance_gc_s": 1.0, "cancel_poll_s": 0.2,
               "drain_timeout_s": 1.5}
+
+
+MakeSettings = Callable[..., Settings]
+"""The `make_settings` fixture: section overrides (keyword per config section) -> Settings."""
+
+
+class StartGateway(Protocol):
+    """The `start_gateway` fixture: start a gateway as the server does (stopped at teardown)."""
+
+    async def __call__(self, settings: Settings, role: str = "stdio") -> Gateway: ...
+
+
+class HostIdentity(TypedDict):
+    """The host columns of a job or instance row (NewJob, InstanceRow keyword arguments)."""
+
+    hostname: str
+    boot_id: str
+
+
+def here() -> HostIdentity:
+    """This host's identity, for rows the test writes as if a process here had."""
+    return {"hostname": proc.hostname(), "boot_id": proc.boot_id()}
+
+
+def leases_of(gateway: Gateway) -> LeaseKeeper:
+    """A started gateway's lease keeper (it is None only before `start()`)."""
+    assert gateway.leases is not None, "the gateway is not started"
+    return gateway.leases
+
+
+def store_of(gateway: Gateway) -> JobStore:
+    """A started gateway's store (it is None only before `start()`)."""
+    assert gateway.store is not None, "the gateway is not started"
+    return gateway.store
+
+
+async def job_row(store: JobStore, job_id: str) -> JobRow:
+    """The job's row, which the test knows is there (an absent row fails the test here)."""
+    row = await store.get_job(job_id)
+    assert row is not None, f"job {job_id} is not in the store"
+    return row
 
 
 class FakeLog:
@@ -58,7 +103,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 def make_settings(
     backend: str, tmp_path: Path, fake_log: FakeLog, monkeypatch: pytest.MonkeyPatch,
     request: pytest.FixtureRequest,
-) -> Callable[..., Settings]:
+) -> MakeSettings:
     """Settings for a gateway on the test's store, with every provider pointing at its fake."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("AGENT_GATEWAY_CONFIG", raising=False)
@@ -90,7 +135,7 @@ def make_settings(
 
 
 @pytest.fixture
-async def start_gateway() -> AsyncIterator[Callable[..., Any]]:
+async def start_gateway() -> AsyncIterator[StartGateway]:
     """Start gateways (as the server does) and stop them all at the end of the test."""
     started: list[Gateway] = []
 

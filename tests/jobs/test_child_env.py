@@ -13,7 +13,7 @@ from gateway.childenv import secret_env_names
 from gateway.jobs.requests import SubmitRequest
 from gateway.model import JobStatus
 from gateway.versions import probe_version
-from tests.jobs.conftest import FAKES_BIN, FakeLog, wait_for
+from tests.jobs.conftest import FAKES_BIN, FakeLog, MakeSettings, StartGateway, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -46,7 +46,7 @@ def secret_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("backend", ["sqlite"])  # the environment does not depend on the store
 async def test_api_key_env_never_reaches_a_cli_child(
-    make_settings, start_gateway, fake_log: FakeLog, secret_environment: None,
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, secret_environment: None,
 ) -> None:
     settings = make_settings(api_providers=API_PROVIDERS)
     assert settings.http.auth_token == SECRETS["AGENT_GATEWAY_HTTP__AUTH_TOKEN"]  # it is held
@@ -61,7 +61,7 @@ async def test_api_key_env_never_reaches_a_cli_child(
 
 @pytest.mark.parametrize("backend", ["sqlite"])
 async def test_a_version_probe_gets_the_scrubbed_environment_of_a_run(
-    make_settings, fake_log: FakeLog, secret_environment: None,
+    make_settings: MakeSettings, fake_log: FakeLog, secret_environment: None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings = make_settings(api_providers=API_PROVIDERS)
@@ -74,7 +74,7 @@ async def test_a_version_probe_gets_the_scrubbed_environment_of_a_run(
 
 
 def test_the_secret_names_are_the_configured_keys_and_postgres_passwords(
-    make_settings, tmp_path: Path,
+    make_settings: MakeSettings, tmp_path: Path,
 ) -> None:
     settings = make_settings(api_providers=API_PROVIDERS)
     assert secret_env_names(settings) == {API_KEY_ENV, "PGPASSWORD", "PGPASSFILE"}

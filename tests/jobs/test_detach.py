@@ -1,11 +1,12 @@
 """Jobs outlive their gateway: detach on shutdown, adoption by the next gateway, re-queue of
-unstarted work (DESIGN.md sections 4 and 5). Real gateways on a real store (SQLite file and
+unstarted work (docs/architecture.md, Shutdown). Real gateways on a real store (SQLite file and
 PostgreSQL), real supervisors and fake CLIs; an owner that must be SIGKILLed runs in a
 process of its own (tests/jobs/owner_gateway.py).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pickle
@@ -30,7 +31,16 @@ from gateway.model import Completion, ErrorKind, InstanceRow, JobStatus, NewJob
 from gateway.store import open_store
 from gateway.store.base import TakeOver
 from tests.conftest import in_ci
-from tests.jobs.conftest import FakeLog, wait_for
+from tests.jobs.conftest import (
+    FakeLog,
+    MakeSettings,
+    StartGateway,
+    here,
+    job_row,
+    leases_of,
+    store_of,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
@@ -55,13 +65,9 @@ def spool_of(settings: Settings, job_id: str) -> Path:
     return settings.state_dir / "spool" / job_id / "0"
 
 
-def here() -> dict[str, str]:
-    return {"hostname": proc.hostname(), "boot_id": proc.boot_id()}
-
-
 def claude_job(n: int, prompt: str, owner: str) -> NewJob:
     """A claude job of this host, as `owner` would have admitted it (a ghost: no row)."""
-    request = {"provider": "claude", "prompt": prompt, "model": None, "working_dir": None,
+    request: dict[str, Any] = {"provider": "claude", "prompt": prompt, "model": None, "working_dir": None,
                "session_id": None, "options": {}}
     return NewJob(id=f"00000000-0000-4000-8000-{n:012d}", provider="claude",
                   request_key=f"k-{n}", owner_instance=owner,
@@ -87,19 +93,19 @@ async def detached_job(make_settings: Any, start_gateway: Any, fake_log: FakeLog
 
 
 async def test_a_detached_run_goes_on_and_the_next_gateway_finalizes_its_answer(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     settings, job_id = await detached_job(make_settings, start_gateway, fake_log,
                                           "survive the window @sleep=1.5")
     pid = fake_log.spawns()[-1]["pid"]
     assert alive(pid)  # nothing was killed
     reader = await start_gateway(make_settings())
-    row = await reader.store.get_job(job_id)
+    row = await store_of(reader).get_job(job_id)
     assert row is not None and row.status is JobStatus.RUNNING
     # Its lease covers the supervisor's worst case: no other host may orphan it meanwhile.
     assert row.lease_deadline is not None
     assert row.lease_deadline.timestamp() > time.time() + settings.limits.default_timeout_s
-    stopped = {i.instance_id: i.stopped_at for i in await reader.store.list_instances()}
+    stopped = {i.instance_id: i.stopped_at for i in await store_of(reader).list_instances()}
     assert all(stopped[i] is not None for i in stopped if i != reader.instance_id)
     manager = await reader.manager()
     done = await wait_for(lambda: terminal(manager, job_id), DONE_S)
@@ -112,7 +118,7 @@ async def test_a_detached_run_goes_on_and_the_next_gateway_finalizes_its_answer(
 
 
 async def test_a_run_that_ended_with_no_gateway_alive_is_finalized_at_start(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     settings, job_id = await detached_job(make_settings, start_gateway, fake_log,
                                           "finish alone @sleep=0.3 @exit=3")
@@ -129,7 +135,7 @@ async def test_a_run_that_ended_with_no_gateway_alive_is_finalized_at_start(
 
 
 async def test_the_timeout_holds_while_no_gateway_is_alive(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     settings, job_id = await detached_job(make_settings, start_gateway, fake_log,
                                           "too slow @sleep=30 @ignore-term", timeout_s=3)
@@ -144,7 +150,7 @@ async def test_the_timeout_holds_while_no_gateway_is_alive(
 
 
 async def test_a_duplicate_request_joins_a_detached_job(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     _, job_id = await detached_job(make_settings, start_gateway, fake_log, "once @sleep=1.5")
     manager = await (await start_gateway(make_settings())).manager()
@@ -155,7 +161,7 @@ async def test_a_duplicate_request_joins_a_detached_job(
 
 
 async def test_three_gateways_starting_together_adopt_once_and_run_once(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     _, job_id = await detached_job(make_settings, start_gateway, fake_log, "one answer @sleep=1")
     gateways: list[Any] = []
@@ -176,7 +182,7 @@ async def test_three_gateways_starting_together_adopt_once_and_run_once(
 
 
 async def test_queued_work_released_at_detach_is_requeued_once_and_runs_once(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     settings = make_settings(limits={"max_running_jobs": 1, "kill_grace_s": 1.0})
     gw = await start_gateway(settings)
@@ -187,16 +193,16 @@ async def test_queued_work_released_at_detach_is_requeued_once_and_runs_once(
     await gw.stop()
     next_manager = await (await start_gateway(settings)).manager()
     for sub in (first, second):
-        row = await wait_for(lambda s=sub: terminal(next_manager, s.job.id), DONE_S)
+        row = await wait_for(functools.partial(terminal, next_manager, sub.job.id), DONE_S)
         assert row.status is JobStatus.COMPLETED
-    requeued = await next_manager.store.get_job(second.job.id)
+    requeued = await job_row(next_manager.store, second.job.id)
     assert requeued.requeued_at is not None  # the row shows it was retried
-    assert (await next_manager.store.get_job(first.job.id)).requeued_at is None
+    assert (await job_row(next_manager.store, first.job.id)).requeued_at is None
     assert sorted(fake_log.prompts()) == ["first @sleep=1", "second"]
 
 
 async def test_a_requeued_job_keeps_the_callers_timeout(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     settings = make_settings(limits={"max_running_jobs": 1, "kill_grace_s": 0.5})
     gw = await start_gateway(settings)
@@ -213,7 +219,7 @@ async def test_a_requeued_job_keeps_the_callers_timeout(
 
 
 async def test_a_run_marked_running_whose_owner_died_before_its_supervisor_is_run_once(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     # The owner marked the row running and made its spool dir, then died before the
     # supervisor claimed the run. The adopter claims it in the spool and re-queues it.
@@ -231,7 +237,7 @@ async def test_a_run_marked_running_whose_owner_died_before_its_supervisor_is_ru
 
 
 async def test_a_run_left_unstarted_twice_is_queued_again_and_runs_once(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     # Found by the detach chaos run: re-queued once, marked running by its second owner,
     # which detached (lease extended to timeout_s) before its supervisor started. It used
@@ -257,7 +263,7 @@ async def test_a_run_left_unstarted_twice_is_queued_again_and_runs_once(
 
 
 async def test_a_runs_spool_dir_exists_before_its_row_says_running(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     # What the test above relies on: an owner SIGKILLed right after its queued -> running
     # CAS left a spool dir, so the adopter can claim and re-queue the run. Without it the
@@ -272,7 +278,7 @@ async def test_a_runs_spool_dir_exists_before_its_row_says_running(
         seen.append(spool_of(settings, job_id).is_dir())
         return await cas(job_id, *args, **kwargs)
 
-    manager.store.mark_running = observed
+    manager.store.mark_running = observed  # type: ignore[method-assign]  # observe the CAS
     sub = await manager.submit("claude", SubmitRequest(prompt="spool first"))
     row = await wait_for(lambda: terminal(manager, sub.job.id), DONE_S)
     assert row.status is JobStatus.COMPLETED
@@ -311,7 +317,7 @@ async def never_orphaned_for(manager: Any, job_id: str, sweeps: int, gw: Any) ->
 
 
 async def test_a_queued_job_of_a_stalled_owner_is_never_orphaned_and_requeued_after_the_grace(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     # Found by the detach chaos run: an owner SIGSTOPped past its lease had its queued job
     # orphaned, then re-queued and completed: a terminal state that changed (a poller that
@@ -324,7 +330,7 @@ async def test_a_queued_job_of_a_stalled_owner_is_never_orphaned_and_requeued_af
     manager = await gw.manager()
     await never_orphaned_for(manager, job.id, 5, gw)
     assert fake_log.prompts() == []
-    gw.leases.stalled_owner_grace_s = 0.2  # the grace passes
+    leases_of(gw).stalled_owner_grace_s = 0.2  # the grace passes
     row = await wait_for(lambda: terminal(manager, job.id), DONE_S)
     assert row.status is JobStatus.COMPLETED and row.requeued_at is not None
     assert row.owner_instance == manager.instance_id
@@ -332,7 +338,7 @@ async def test_a_queued_job_of_a_stalled_owner_is_never_orphaned_and_requeued_af
 
 
 async def test_a_cancelled_queued_job_of_a_stalled_owner_ends_cancelled_never_orphaned(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     # Found by the detach chaos run: cancelled while queued, then orphaned before the
     # stopped owner's poller saw the cancel. It must end cancelled, never via `orphaned`.
@@ -342,7 +348,7 @@ async def test_a_cancelled_queued_job_of_a_stalled_owner_ends_cancelled_never_or
     gw = await start_gateway(settings)
     manager = await gw.manager()
     await never_orphaned_for(manager, job.id, 3, gw)
-    gw.leases.stalled_owner_grace_s = 0.2
+    leases_of(gw).stalled_owner_grace_s = 0.2
     row = await wait_for(lambda: terminal(manager, job.id), DONE_S)
     assert row.status is JobStatus.CANCELLED
     assert row.error_kind == ErrorKind.CANCELLED and row.requeued_at is None
@@ -350,7 +356,7 @@ async def test_a_cancelled_queued_job_of_a_stalled_owner_ends_cancelled_never_or
 
 
 async def test_an_owner_that_lost_its_job_leaves_the_spool_to_the_job_s_new_owner(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     # Found by the detach chaos run ("the supervisor ended without recording how the run
     # ended"): an owner stopped past its lease had its running job adopted, woke, saw the
@@ -369,7 +375,7 @@ async def test_an_owner_that_lost_its_job_leaves_the_spool_to_the_job_s_new_owne
     await wait_for(lambda: sub.job.id not in manager.local_job_ids(), DONE_S)
     spool = spool_of(settings, sub.job.id)
     assert sup.read_record(spool, sup.END_NAME) is not None  # kept, not deleted
-    assert (await manager.store.get_job(sub.job.id)).status is JobStatus.RUNNING
+    assert (await job_row(manager.store, sub.job.id)).status is JobStatus.RUNNING
     # Its new owner is gone too (no instance row): the next sweep finalizes it from there.
     row = await wait_for(lambda: terminal(manager, sub.job.id), DONE_S)
     assert row.status is JobStatus.COMPLETED and row.owner_instance == manager.instance_id
@@ -379,7 +385,7 @@ async def test_an_owner_that_lost_its_job_leaves_the_spool_to_the_job_s_new_owne
 
 
 async def test_a_supervisor_that_lost_the_claim_to_a_requeue_leaves_the_job_to_it(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     # Found by the detach chaos run ("the supervisor ended without recording how the run
     # ended"): a peer judged the owner gone and claimed the spool for a re-queue just
@@ -394,11 +400,11 @@ async def test_a_supervisor_that_lost_the_claim_to_a_requeue_leaves_the_job_to_i
         assert sup.claim_for_requeue(spool_of(settings, job_id), by="peer")
         return marked
 
-    manager.store.mark_running = claimed_by_a_peer
+    manager.store.mark_running = claimed_by_a_peer  # type: ignore[method-assign]  # observe the CAS
     sub = await manager.submit("claude", SubmitRequest(prompt="claimed by a peer"))
     await wait_for(lambda: sub.job.id not in manager.local_job_ids(), DONE_S)
-    manager.store.mark_running = cas
-    row = await manager.store.get_job(sub.job.id)
+    manager.store.mark_running = cas  # type: ignore[method-assign]  # observe the CAS
+    row = await job_row(manager.store, sub.job.id)
     assert row.status is JobStatus.RUNNING  # nothing written: not launch_failed
     assert fake_log.spawns() == []
     # The peer's re-queue lands, and the peer dies: this gateway re-queues and runs it.
@@ -411,7 +417,7 @@ async def test_a_supervisor_that_lost_the_claim_to_a_requeue_leaves_the_job_to_i
 
 
 async def test_an_owner_that_wakes_after_its_job_was_requeued_and_run_never_launches_it(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     # Found by the stop chaos run on PostgreSQL (duplicate_runs=1): an owner SIGSTOPped
     # between its queued -> running CAS and its launch; a peer claimed the spool, re-queued
@@ -440,19 +446,19 @@ async def test_an_owner_that_wakes_after_its_job_was_requeued_and_run_never_laun
         woke.set()
         return marked
 
-    manager.store.mark_running = stopped_after_the_cas
+    manager.store.mark_running = stopped_after_the_cas  # type: ignore[method-assign]  # observe the CAS
     sub = await manager.submit("claude", SubmitRequest(prompt="run by the peer"))
     await woke.wait()
     await wait_for(lambda: sub.job.id not in manager.local_job_ids(), DONE_S)
-    manager.store.mark_running = cas
-    row = await store.get_job(sub.job.id)
+    manager.store.mark_running = cas  # type: ignore[method-assign]  # observe the CAS
+    row = await job_row(store, sub.job.id)
     assert (row.status, row.owner_instance) == (JobStatus.COMPLETED, "peer")
     assert fake_log.spawns() == []  # it ran once, at the peer (simulated here)
     assert not (settings.state_dir / "spool" / sub.job.id).exists()  # not made again
 
 
 async def test_a_started_run_is_never_requeued_even_if_its_supervisor_was_killed(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     settings, job_id = await detached_job(make_settings, start_gateway, fake_log,
                                           "started @sleep=60")
@@ -465,27 +471,6 @@ async def test_a_started_run_is_never_requeued_even_if_its_supervisor_was_killed
     row = await wait_for(lambda: terminal(manager, job_id), DONE_S)
     assert row.status is JobStatus.FAILED and row.requeued_at is None
     assert len(fake_log.spawns()) == 1  # the spool record decided: it started, never again
-
-
-async def test_on_shutdown_stop_fails_queued_and_stops_running_jobs_as_before(
-    make_settings, start_gateway, fake_log: FakeLog
-) -> None:
-    settings = make_settings(lease={"on_shutdown": "stop"},
-                             limits={"max_running_jobs": 1, "kill_grace_s": 5})
-    gw = await start_gateway(settings)
-    manager = await gw.manager()
-    running = await manager.submit("claude", SubmitRequest(prompt="busy @ignore-term @sleep=60"))
-    queued = await manager.submit("claude", SubmitRequest(prompt="queued"))
-    await wait_for(lambda: len(fake_log.spawns()) == 1)
-    pid = fake_log.spawns()[0]["pid"]
-    t0 = time.monotonic()
-    await gw.stop()
-    assert time.monotonic() - t0 < settings.lease.drain_timeout_s  # SIGKILL after 0.2 s
-    assert not alive(pid)
-    reader = await (await start_gateway(settings)).manager()
-    for sub in (running, queued):
-        row = await reader.store.get_job(sub.job.id)
-        assert (row.status, row.error_kind) == (JobStatus.FAILED, ErrorKind.SHUTDOWN)
 
 
 # -- an owner that is SIGKILLed ------------------------------------------------------------
@@ -507,7 +492,7 @@ def start_owner(settings: Settings, tmp_path: Path, prompt: str,
 
 
 async def test_a_sigkilled_owners_run_is_adopted_by_a_running_peer_and_completes(
-    make_settings, start_gateway, fake_log: FakeLog, tmp_path: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path
 ) -> None:
     settings = make_settings()
     peer = await (await start_gateway(settings)).manager()
@@ -525,7 +510,7 @@ async def test_a_sigkilled_owners_run_is_adopted_by_a_running_peer_and_completes
 
 
 async def test_cancel_after_adoption_kills_a_grandchild_that_ignores_sigterm(
-    make_settings, start_gateway, fake_log: FakeLog, tmp_path: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path
 ) -> None:
     settings = make_settings(limits={"kill_grace_s": 0.5})
     peer = await (await start_gateway(settings)).manager()
@@ -543,17 +528,17 @@ async def test_cancel_after_adoption_kills_a_grandchild_that_ignores_sigterm(
 
 
 async def test_a_cancel_of_a_job_orphaned_elsewhere_stops_its_process_here(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     settings = make_settings()
     owner_gw = await start_gateway(settings)
     owner = await owner_gw.manager()
     judge = await start_gateway(settings)
-    judge.leases.identity.hostname = "another-host"  # sees only the lease, not the process
+    leases_of(judge).identity.hostname = "another-host"  # sees only the lease, not the process
     sub = await owner.submit("claude", SubmitRequest(prompt="orphaned but alive @sleep=60"))
     await wait_for(lambda: len(fake_log.spawns()) == 1)
     pid = fake_log.spawns()[0]["pid"]
-    await owner_gw.leases.stop()  # the owner stops heartbeating (as if SIGSTOPped)
+    await leases_of(owner_gw).stop()  # the owner stops heartbeating (as if SIGSTOPped)
     await wait_for(lambda: _status_is(owner, sub.job.id, JobStatus.ORPHANED), 10)
     assert alive(pid)
     here = await (await start_gateway(settings)).manager()
@@ -578,7 +563,7 @@ def unshare_available() -> bool:
 
 @pytest.mark.parametrize("backend", ["postgres"])  # hosts share a store only on PostgreSQL
 async def test_a_gateway_on_another_host_never_orphans_a_running_detached_job(
-    backend: str, make_settings, start_gateway, fake_log: FakeLog, tmp_path: Path
+    backend: str, make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path
 ) -> None:
     if not unshare_available():
         message = "needs root and unshare -u (a UTS namespace with another hostname)"
@@ -620,7 +605,7 @@ async def test_a_gateway_on_another_host_never_orphans_a_running_detached_job(
 
 
 async def test_a_run_detached_in_the_previous_releases_spool_layout_is_adopted(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     # Regression of 5869058: a 0.1.0 gateway kept a run's records in spool/<job id>/ itself
     # (no attempt dir); a newer gateway looked only in spool/<job id>/0 and the reaper

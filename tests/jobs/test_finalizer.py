@@ -1,4 +1,4 @@
-"""A run's end is recorded with no gateway alive (DESIGN.md section 4, "finalize with no
+"""A run's end is recorded with no gateway alive (docs/architecture.md, Instance leases: "finalize with no
 gateway alive"): the supervisor of a run whose gateway is gone starts the gateway's own
 finalizer (`python -m gateway finalize <spool dir>`), which writes the terminal row through
 the normal store and completion path. Real gateway process, supervisor, fake CLI and store.
@@ -23,7 +23,7 @@ from gateway.config import Settings
 from gateway.jobs.run import supervisor as sup
 from gateway.model import JobStatus
 from gateway.store import open_store
-from tests.jobs.conftest import FakeLog, wait_for
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
 from tests.jobs.owner_gateway import NO_FINALIZER_ENV
 from tests.jobs.test_detach import start_owner
 
@@ -42,7 +42,7 @@ def gone(pid: int) -> bool:
 
 
 async def test_a_closed_windows_job_reads_completed_within_seconds_with_no_gateway_running(
-    make_settings, fake_log: FakeLog, tmp_path: Path
+    make_settings: MakeSettings, fake_log: FakeLog, tmp_path: Path
 ) -> None:
     settings = make_settings()
     owner, job_id = start_owner(settings, tmp_path, "finish with nobody watching @sleep=1.5")
@@ -91,7 +91,7 @@ def _without_none(value: Any) -> Any:
 
 
 async def test_jobs_show_finalizes_a_run_that_ended_while_no_gateway_was_alive(
-    make_settings, fake_log: FakeLog, tmp_path: Path
+    make_settings: MakeSettings, fake_log: FakeLog, tmp_path: Path
 ) -> None:
     # Its supervisor started no finalizer (as under a gateway of the previous release): the
     # operator's read finalizes it, and says the truth, instead of "running (no process)".
@@ -115,7 +115,7 @@ async def test_jobs_show_finalizes_a_run_that_ended_while_no_gateway_was_alive(
 
 
 async def test_a_new_gateways_first_answer_about_an_ended_run_is_final_and_dated_by_its_end(
-    make_settings, start_gateway, fake_log: FakeLog, tmp_path: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path
 ) -> None:
     # Tried with real clients: the first llm_job_status after a restart read `running`, and
     # finished_at (the RAN column) was the time the next gateway finalized it.

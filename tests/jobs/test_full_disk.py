@@ -14,7 +14,7 @@ import pytest
 from gateway.jobs.full_store import FULL_STORE_KEPT_BYTES
 from gateway.jobs.requests import SubmitRequest
 from gateway.model import ErrorKind, JobStatus
-from tests.jobs.conftest import FakeLog, wait_for
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -38,7 +38,7 @@ def small_state_fs(tmp_path: Path) -> Iterator[Path]:
 @pytest.mark.parametrize("output_bytes", [3 * MIB, 6 * MIB],
                          ids=["fits_the_spool_not_the_store", "fills_the_filesystem"])
 async def test_full_disk_ends_the_run_truncated_frees_its_spool_and_keeps_serving(
-    make_settings, start_gateway, small_state_fs: Path, output_bytes: int
+    make_settings: MakeSettings, start_gateway: StartGateway, small_state_fs: Path, output_bytes: int
 ) -> None:
     """Regression: one large output on a full state filesystem made `complete` retry
     "database or disk is full" forever; heartbeats failed, admission went off, and the
@@ -67,7 +67,7 @@ async def test_full_disk_ends_the_run_truncated_frees_its_spool_and_keeps_servin
 
 @pytest.mark.parametrize("backend", ["sqlite"])
 async def test_a_provider_that_keeps_writing_on_a_full_disk_is_stopped_not_left_running(
-    make_settings, start_gateway, fake_log: FakeLog, small_state_fs: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, small_state_fs: Path
 ) -> None:
     """ENOSPC ends the run: a CLI that ignores its failing writes (and would run until its
     timeout, holding a slot and the disk) is stopped with the output written so far."""

@@ -10,9 +10,11 @@ import anyio
 import pytest
 import structlog
 
+from gateway.config import Settings
 from gateway.jobs.requests import SubmitRequest
 from gateway.model import ErrorKind, GatewayError, JobStatus
 from tests.fakes.fake_api_server import FakeApiServer, Script, run_fake_api_server
+from tests.jobs.conftest import MakeSettings, StartGateway
 
 pytestmark = pytest.mark.anyio
 
@@ -27,7 +29,9 @@ async def api() -> AsyncIterator[FakeApiServer]:
 
 
 @pytest.fixture
-def http_settings(make_settings, api: FakeApiServer, monkeypatch: pytest.MonkeyPatch):
+def http_settings(
+    make_settings: MakeSettings, api: FakeApiServer, monkeypatch: pytest.MonkeyPatch,
+) -> Settings:
     monkeypatch.setenv(KEY_ENV, KEY)
     return make_settings(api_providers={
         "openrouter": {"kind": "openai", "base_url": api.base_url + "/v1",
@@ -39,7 +43,7 @@ def http_settings(make_settings, api: FakeApiServer, monkeypatch: pytest.MonkeyP
 
 @pytest.mark.parametrize("provider", ["openrouter", "claude_api"])
 async def test_an_api_request_streams_to_a_completed_http_job_with_usage(
-    http_settings, start_gateway, api: FakeApiServer, provider: str
+    http_settings: Settings, start_gateway: StartGateway, api: FakeApiServer, provider: str
 ) -> None:
     manager = await (await start_gateway(http_settings)).manager()
     sub = await manager.submit(provider, SubmitRequest(prompt="hi"))
@@ -48,12 +52,13 @@ async def test_an_api_request_streams_to_a_completed_http_job_with_usage(
     assert row.status == JobStatus.COMPLETED, row.error
     page = await manager.read_result(sub.job.id)
     assert page.output == "Hello, world"
+    assert page.parsed is not None
     assert page.parsed["usage"]["input_tokens"] == 11
     assert api.requests[0].body["stream"] is True
 
 
 async def test_an_api_job_sends_exactly_the_request_its_row_stores(
-    http_settings, start_gateway, api: FakeApiServer
+    http_settings: Settings, start_gateway: StartGateway, api: FakeApiServer,
 ) -> None:
     manager = await (await start_gateway(http_settings)).manager()
     sub = await manager.submit("openrouter", SubmitRequest(
@@ -68,7 +73,9 @@ async def test_an_api_job_sends_exactly_the_request_its_row_stores(
                                 *stored["messages"]]
 
 
-async def test_identical_api_requests_are_deduplicated(http_settings, start_gateway, api) -> None:
+async def test_identical_api_requests_are_deduplicated(
+    http_settings: Settings, start_gateway: StartGateway, api: FakeApiServer,
+) -> None:
     manager = await (await start_gateway(http_settings)).manager()
     a = await manager.submit("openrouter", SubmitRequest(prompt="same", options={"temperature": 0.5}))
     await manager.wait(a.job.id, 20)
@@ -80,13 +87,14 @@ async def test_identical_api_requests_are_deduplicated(http_settings, start_gate
 
 
 async def test_a_401_fails_the_job_as_auth_and_429_then_500_are_retried(
-    http_settings, start_gateway, api: FakeApiServer
+    http_settings: Settings, start_gateway: StartGateway, api: FakeApiServer
 ) -> None:
     manager = await (await start_gateway(http_settings)).manager()
     api.push(Script(status=401))
     bad = await manager.submit("openrouter", SubmitRequest(prompt="denied"))
     row = await manager.wait(bad.job.id, 20)
     assert row.status == JobStatus.FAILED and row.error_kind == ErrorKind.AUTH
+    assert row.error is not None
     assert KEY_ENV in row.error and KEY not in row.error
     api.push(Script(status=429, headers={"Retry-After": "1"}), Script(status=500), Script())
     ok = await manager.submit("openrouter", SubmitRequest(prompt="retry me"))
@@ -95,7 +103,7 @@ async def test_a_401_fails_the_job_as_auth_and_429_then_500_are_retried(
 
 
 async def test_a_hanging_api_times_out_and_a_cancel_aborts_mid_stream(
-    http_settings, start_gateway, api: FakeApiServer
+    http_settings: Settings, start_gateway: StartGateway, api: FakeApiServer
 ) -> None:
     manager = await (await start_gateway(http_settings)).manager()
     api.push(Script(hang=True))
@@ -111,7 +119,9 @@ async def test_a_hanging_api_times_out_and_a_cancel_aborts_mid_stream(
         await requests[1].disconnected.wait()  # the HTTP request really was aborted
 
 
-async def test_bad_api_input_is_refused_before_anything_is_stored(http_settings, start_gateway, api) -> None:
+async def test_bad_api_input_is_refused_before_anything_is_stored(
+    http_settings: Settings, start_gateway: StartGateway, api: FakeApiServer,
+) -> None:
     manager = await (await start_gateway(http_settings)).manager()
     for options in ({"temperature": 9}, {"max_output_tokens": 0}, {"nonsense": 1}):
         with pytest.raises(GatewayError) as err:
@@ -121,7 +131,7 @@ async def test_bad_api_input_is_refused_before_anything_is_stored(http_settings,
 
 
 async def test_the_api_key_reaches_neither_the_store_nor_the_logs(
-    http_settings, start_gateway, api: FakeApiServer, tmp_path: Path, backend: str
+    http_settings: Settings, start_gateway: StartGateway, api: FakeApiServer, tmp_path: Path, backend: str
 ) -> None:
     with structlog.testing.capture_logs() as logs:
         manager = await (await start_gateway(http_settings)).manager()
@@ -139,7 +149,7 @@ async def test_the_api_key_reaches_neither_the_store_nor_the_logs(
 
 
 async def test_an_api_call_cut_off_by_detach_is_requeued_once_and_its_row_says_so(
-    http_settings, start_gateway, api: FakeApiServer
+    http_settings: Settings, start_gateway: StartGateway, api: FakeApiServer
 ) -> None:
     gw = await start_gateway(http_settings)
     manager = await gw.manager()

@@ -1,10 +1,12 @@
-"""Instance leases on a real store: the rules of DESIGN.md section 4, one test each."""
+"""Instance leases on a real store: the rules of docs/architecture.md, Instance leases, one test each."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
+from typing import Any
 
 import anyio
 import psutil
@@ -12,20 +14,22 @@ import pytest
 import structlog
 
 from gateway import proc
+from gateway.jobs.manager import JobManager
 from gateway.jobs.requests import SubmitRequest
-from gateway.model import ORPHANED_ERROR, ErrorKind, GatewayError, JobStatus, NewJob
-from tests.jobs.conftest import FakeLog, wait_for
+from gateway.model import ORPHANED_ERROR, ErrorKind, GatewayError, JobRow, JobStatus, NewJob
+from gateway.store.base import JobStore
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, job_row, leases_of, store_of, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
 
-def new_row(owner: str, **kw) -> NewJob:
+def new_row(owner: str, **kw: Any) -> NewJob:
     job_id = str(uuid.uuid4())
     return NewJob(id=job_id, provider="claude", request_key=job_id, owner_instance=owner, **kw)
 
 
 async def test_a_fresh_instance_starting_never_orphans_a_live_instances_jobs(
-    make_settings, start_gateway
+    make_settings: MakeSettings, start_gateway: StartGateway
 ) -> None:
     settings = make_settings()
     owner = await (await start_gateway(settings)).manager()
@@ -36,7 +40,7 @@ async def test_a_fresh_instance_starting_never_orphans_a_live_instances_jobs(
     deadline = time.monotonic() + 3 * settings.lease.ttl_s
     while time.monotonic() < deadline:
         for gw in newcomers:
-            await gw.leases.sweep_once()
+            await leases_of(gw).sweep_once()
         row = await owner.get(sub.job.id)
         assert row.status in (JobStatus.QUEUED, JobStatus.RUNNING), row.status
         await anyio.sleep(0.05)
@@ -44,7 +48,7 @@ async def test_a_fresh_instance_starting_never_orphans_a_live_instances_jobs(
 
 
 async def test_a_dead_instances_jobs_are_orphaned_within_ttl_plus_sweep(
-    make_settings, start_gateway
+    make_settings: MakeSettings, start_gateway: StartGateway
 ) -> None:
     settings = make_settings()
     survivor = await start_gateway(settings)
@@ -56,28 +60,30 @@ async def test_a_dead_instances_jobs_are_orphaned_within_ttl_plus_sweep(
                    timeout=settings.lease.ttl_s + settings.lease.sweep_interval_s + 5)
     elapsed = time.monotonic() - t0
     assert elapsed >= settings.lease.ttl_s * 0.9  # never before its own lease passed
-    orphan = await store.get_job(row.id)
+    orphan = await job_row(store, row.id)
     assert (orphan.error_kind, orphan.error) == (ErrorKind.ORPHANED, ORPHANED_ERROR)
 
 
-async def _status(store, job_id: str, status: JobStatus) -> bool:
+async def _status(store: JobStore, job_id: str, status: JobStatus) -> bool:
     row = await store.get_job(job_id)
     return row is not None and row.status == status
 
 
-async def test_an_http_job_keeps_its_extra_grace(make_settings, start_gateway) -> None:
+async def test_an_http_job_keeps_its_extra_grace(
+    make_settings: MakeSettings, start_gateway: StartGateway,
+) -> None:
     settings = make_settings(lease={"http_job_grace_s": 2.5})
     gw = await start_gateway(settings)
     store = (await gw.manager()).store
     process_job = await store.insert_job(new_row("gone"), settings.lease.ttl_s)
     http_job = await store.insert_job(new_row("gone", transport="http"), settings.lease.ttl_s)
     await wait_for(lambda: _status(store, process_job.id, JobStatus.ORPHANED), 10)
-    assert (await store.get_job(http_job.id)).status == JobStatus.QUEUED
+    assert (await job_row(store, http_job.id)).status == JobStatus.QUEUED
     await wait_for(lambda: _status(store, http_job.id, JobStatus.ORPHANED), 10)
 
 
 async def test_a_provably_alive_process_is_left_alone_but_a_reused_pid_is_not(
-    make_settings, start_gateway
+    make_settings: MakeSettings, start_gateway: StartGateway
 ) -> None:
     settings = make_settings()
     gw = await start_gateway(settings)
@@ -92,12 +98,12 @@ async def test_a_provably_alive_process_is_left_alone_but_a_reused_pid_is_not(
     await wait_for(lambda: _status(store, reused.id, JobStatus.ORPHANED), 10)
     # Several more sweeps: the job whose process provably runs here is never orphaned.
     for _ in range(5):
-        await gw.leases.sweep_once()
-    assert (await store.get_job(live.id)).status == JobStatus.RUNNING
+        await leases_of(gw).sweep_once()
+    assert (await job_row(store, live.id)).status == JobStatus.RUNNING
 
 
 async def test_a_cross_instance_cancel_ends_the_run_on_the_owner(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     settings = make_settings()
     owner = await (await start_gateway(settings)).manager()
@@ -113,23 +119,23 @@ async def test_a_cross_instance_cancel_ends_the_run_on_the_owner(
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
-async def _terminal(manager, job_id):
+async def _terminal(manager: JobManager, job_id: str) -> JobRow | None:
     row = await manager.get(job_id)
     return row if row.status.is_terminal else None
 
 
 async def test_a_stale_owner_that_revives_writes_the_real_result_over_orphaned(
-    make_settings, start_gateway
+    make_settings: MakeSettings, start_gateway: StartGateway
 ) -> None:
     settings = make_settings()
     owner_gw = await start_gateway(settings)
     owner = await owner_gw.manager()
     judge = await start_gateway(settings)
     # The judge sits on another host: it cannot see the owner's process, only its lease.
-    judge.leases.identity.hostname = "another-host"
+    leases_of(judge).identity.hostname = "another-host"
     sub = await owner.submit("claude", SubmitRequest(prompt="outlive my lease @sleep=2.5"))
     await wait_for(lambda: _status(owner.store, sub.job.id, JobStatus.RUNNING))
-    await owner_gw.leases.stop()  # the owner stops heartbeating (as if SIGSTOPped)
+    await leases_of(owner_gw).stop()  # the owner stops heartbeating (as if SIGSTOPped)
     await wait_for(lambda: _status(owner.store, sub.job.id, JobStatus.ORPHANED), 10)
     assert judge.leases is not None  # the other instance is the one that orphaned it
     # The run finishes on its revived owner, whose guarded write self-heals the row.
@@ -137,7 +143,7 @@ async def test_a_stale_owner_that_revives_writes_the_real_result_over_orphaned(
 
 
 async def test_heartbeat_failures_turn_admission_off_and_recovery_turns_it_back_on(
-    make_settings, start_gateway
+    make_settings: MakeSettings, start_gateway: StartGateway
 ) -> None:
     settings = make_settings()
     gw = await start_gateway(settings)
@@ -155,8 +161,10 @@ async def test_heartbeat_failures_turn_admission_off_and_recovery_turns_it_back_
 
 
 async def test_a_stopping_drain_fails_queued_and_stops_running_jobs_then_marks_the_instance_stopped(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
+    # `on_shutdown = "stop"`, as before detach existed (this test also stands for
+    # tests/jobs/test_detach.py's "stop as before", which it replaces: #24).
     settings = make_settings(lease={"on_shutdown": "stop"},
                              limits={"max_running_jobs": 1, "kill_grace_s": 5})
     gw = await start_gateway(settings)
@@ -164,24 +172,28 @@ async def test_a_stopping_drain_fails_queued_and_stops_running_jobs_then_marks_t
     running = await manager.submit("claude", SubmitRequest(prompt="busy @ignore-term @sleep=60"))
     queued = await manager.submit("claude", SubmitRequest(prompt="queued"))
     await wait_for(lambda: len(fake_log.spawns()) == 1)
-    reader = await (await start_gateway(settings)).manager()
+    (spawn,) = fake_log.spawns()  # the queued job never starts
     t0 = time.monotonic()
     await gw.stop()
-    assert time.monotonic() - t0 < settings.lease.drain_timeout_s + 1.0
-    r = await reader.get(running.job.id)
-    q = await reader.get(queued.job.id)
-    assert r.status == JobStatus.FAILED and r.error_kind == ErrorKind.SHUTDOWN
-    assert q.status == JobStatus.FAILED and q.error_kind == ErrorKind.SHUTDOWN
+    assert time.monotonic() - t0 < settings.lease.drain_timeout_s  # SIGKILL after 0.2 s
+    assert not proc.group_alive(spawn["pgid"]), "the drain left the provider's group behind"
+    with contextlib.suppress(psutil.NoSuchProcess):  # gone, or at most a zombie
+        assert psutil.Process(spawn["pid"]).status() == psutil.STATUS_ZOMBIE
+    reader = await (await start_gateway(settings)).manager()
+    for sub in (running, queued):
+        row = await reader.get(sub.job.id)
+        assert (row.status, row.error_kind) == (JobStatus.FAILED, ErrorKind.SHUTDOWN)
     instances = {i.instance_id: i for i in await reader.store.list_instances()}
     assert instances[gw.instance_id].stopped_at is not None
-    (spawn,) = fake_log.spawns()  # the queued job never started; the running one is gone
-    assert not proc.group_alive(spawn["pgid"]), "the drain left the provider's group behind"
+    assert len(fake_log.spawns()) == 1
 
 
-async def test_a_late_heartbeat_skips_the_next_sweep(make_settings, start_gateway) -> None:
+async def test_a_late_heartbeat_skips_the_next_sweep(
+    make_settings: MakeSettings, start_gateway: StartGateway,
+) -> None:
     gw = await start_gateway(make_settings())
     t0 = time.monotonic()
-    await wait_for(lambda: (gw.leases.last_heartbeat_ok or 0) > t0)  # the loops are running
+    await wait_for(lambda: (leases_of(gw).last_heartbeat_ok or 0) > t0)  # the loops are running
     with structlog.testing.capture_logs() as logs:
         time.sleep(0.7)  # the event loop stalls for over three heartbeat intervals
         await wait_for(lambda: any(e.get("action") == "heartbeat_drift" for e in logs), 5)
@@ -204,7 +216,7 @@ class SteppingClock:
 
 @pytest.mark.parametrize("backend", ["sqlite"])
 async def test_wall_clock_step_never_orphans_live_peers_queued_jobs(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     """Regression: after a suspend and resume, two live heartbeating instances on one
     SQLite file orphaned each other's queued jobs (never launched): every lease looked
@@ -213,7 +225,7 @@ async def test_wall_clock_step_never_orphans_live_peers_queued_jobs(
     gateways = [await start_gateway(settings) for _ in range(2)]
     clock = SteppingClock()
     for gw in gateways:
-        gw.store.clock = clock  # both instances share the one host clock
+        store_of(gw).clock = clock  # type: ignore[attr-defined]  # both share the one host clock
     jobs = []
     for n, gw in enumerate(gateways):
         manager = await gw.manager()
@@ -221,8 +233,8 @@ async def test_wall_clock_step_never_orphans_live_peers_queued_jobs(
         for q in range(3):
             jobs.append(await manager.submit("claude", SubmitRequest(prompt=f"queued {n} {q}")))
     await wait_for(lambda: len(fake_log.spawns()) == 2)
-    store = gateways[0].store
-    a, b = (gw.leases for gw in gateways)
+    store = store_of(gateways[0])
+    a, b = (leases_of(gw) for gw in gateways)
     # The host suspends: every loop freezes. B renewed last half a ttl before A did.
     for keeper in (a, b):
         await keeper.stop()
@@ -242,30 +254,30 @@ async def test_wall_clock_step_never_orphans_live_peers_queued_jobs(
         await wait_for(lambda: time.monotonic() > resumed + 5 * settings.lease.sweep_interval_s,
                        3 * settings.lease.ttl_s + 5)
     for sub in jobs:
-        row = await store.get_job(sub.job.id)
-        assert row is not None and row.status.is_active, (row.status, row.error)
+        row = await job_row(store, sub.job.id)
+        assert row.status.is_active, (row.status, row.error)
 
 
 async def test_an_instance_whose_own_lease_lapsed_on_the_store_clock_judges_nobody(
-    make_settings, start_gateway
+    make_settings: MakeSettings, start_gateway: StartGateway
 ) -> None:
     """An instance that stopped renewing (its heartbeat loop is stuck) while its reaper
     runs judges no other instance until its own lease is renewed again."""
     settings = make_settings()
     gw = await start_gateway(settings)
     store = (await gw.manager()).store
-    (heartbeat,) = [t for t in gw.leases._tasks if t.get_name() == "heartbeat"]
+    (heartbeat,) = [t for t in leases_of(gw)._tasks if t.get_name() == "heartbeat"]
     heartbeat.cancel()
     row = await store.insert_job(new_row("dead-instance"), settings.lease.ttl_s)
-    renewed_at = gw.leases.renewed_at
+    renewed_at = leases_of(gw).renewed_at
     assert renewed_at is not None
     # Well past the dead owner's lease and our own renewal's ttl: sweeps judge nobody.
     while await store.now() < renewed_at + 3 * settings.lease.ttl_s:
-        assert await gw.leases.sweep_once() == []
+        assert await leases_of(gw).sweep_once() == []
         await anyio.sleep(settings.lease.sweep_interval_s)
-    assert (await store.get_job(row.id)).status == JobStatus.QUEUED
-    await gw.leases.heartbeat_once()  # renewed again: it judges, and the dead job goes
-    assert [r.id for r in await gw.leases.sweep_once()] == [row.id]
+    assert (await job_row(store, row.id)).status == JobStatus.QUEUED
+    await leases_of(gw).heartbeat_once()  # renewed again: it judges, and the dead job goes
+    assert [r.id for r in await leases_of(gw).sweep_once()] == [row.id]
 
 
 # -- the SQLite file deleted while running (issue 15, item 9) -------------------------------
@@ -273,7 +285,7 @@ async def test_an_instance_whose_own_lease_lapsed_on_the_store_clock_judges_nobo
 
 @pytest.mark.parametrize("backend", ["sqlite"])
 async def test_a_deleted_sqlite_file_stops_admission_and_no_write_vanishes_into_it(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     """Regression: with its file deleted the gateway went on writing into the unlinked
     inode (results vanished at stop), and a second gateway created an empty file, so an
@@ -291,6 +303,7 @@ async def test_a_deleted_sqlite_file_stops_admission_and_no_write_vanishes_into_
         await wait_for(lambda: manager.store_problem is not None, 10)
         assert not manager.admitting
         assert any(e.get("action") == "store_replaced" for e in logs)
+        assert manager.store_problem is not None
         assert "deleted" in manager.store_problem and str(db) in manager.store_problem
         with pytest.raises(GatewayError) as refused:
             await manager.submit("claude", SubmitRequest(prompt="mine @sleep=1"))

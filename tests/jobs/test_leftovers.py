@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from anyio.from_thread import BlockingPortal
@@ -23,19 +24,15 @@ from gateway.jobs.run import spool
 from gateway.model import Completion, InstanceRow, JobStatus, NewJob
 from gateway.store import open_store
 from gateway.store.base import TakeOver
-from tests.jobs.conftest import FakeLog, wait_for
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, here, job_row, wait_for
 
 pytestmark = pytest.mark.anyio
 
 DONE_S = 20.0
 
 
-def here() -> dict[str, str]:
-    return {"hostname": proc.hostname(), "boot_id": proc.boot_id()}
-
-
 async def test_a_run_requeued_after_its_temp_cwd_was_made_leaves_no_temp_cwd(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     # Its owner was SIGKILLed after it made the run's temp cwd and before the supervisor's
     # claim; the re-queue removed the spool, the only record of that dir, and it stayed.
@@ -43,7 +40,7 @@ async def test_a_run_requeued_after_its_temp_cwd_was_made_leaves_no_temp_cwd(
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     started = proc.process_start_time(dead.pid)
     dead.wait()
-    request = {"provider": "claude", "prompt": "re-queued before its claim", "model": None,
+    request: dict[str, Any] = {"provider": "claude", "prompt": "re-queued before its claim", "model": None,
                "working_dir": None, "session_id": None, "options": {}}
     job = NewJob(id="00000000-0000-4000-8000-000000000023", provider="claude",
                  request_key="leftover-temp-cwd", owner_instance="killed-owner",
@@ -74,7 +71,8 @@ async def test_a_run_requeued_after_its_temp_cwd_was_made_leaves_no_temp_cwd(
 
 
 async def test_a_woken_owner_whose_cas_is_refused_leaves_no_attempt_dir(
-    make_settings, start_gateway, fake_log: FakeLog, monkeypatch: pytest.MonkeyPatch
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # An owner stopped while its job waited: a peer re-queued it, ran it and removed its
     # spool; the owner woke, made its old attempt's dir, had its CAS refused and kept it.
@@ -102,7 +100,7 @@ async def test_a_woken_owner_whose_cas_is_refused_leaves_no_attempt_dir(
         monkeypatch.setattr(spool, "make_run_dir", peer_ran_it_meanwhile)
         sub = await manager.submit("claude", SubmitRequest(prompt="run by the peer"))
         await wait_for(lambda: sub.job.id not in manager.local_job_ids(), DONE_S)
-    row = await store.get_job(sub.job.id)
+    row = await job_row(store, sub.job.id)
     assert (row.status, row.owner_instance) == (JobStatus.COMPLETED, "peer")
     assert fake_log.spawns() == []
     assert not spool.job_dir(manager.spool_root, sub.job.id).exists()

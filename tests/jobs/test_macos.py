@@ -18,7 +18,7 @@ import pytest
 from gateway.jobs.requests import SubmitRequest
 from gateway.model import JobStatus
 from providers.registry import USER_BIN_DIRS, extended_path
-from tests.jobs.conftest import FAKES_BIN, FakeLog
+from tests.jobs.conftest import FAKES_BIN, FakeLog, MakeSettings, StartGateway
 
 pytestmark = pytest.mark.anyio
 
@@ -59,7 +59,8 @@ def test_the_user_bin_dirs_of_homebrew_and_npm_are_searched_after_a_minimal_path
 @pytest.mark.parametrize("backend", ["sqlite"])  # the PATH does not depend on the store
 @pytest.mark.parametrize("bin_dir", [".nvm/versions/node/v22.11.0/bin", ".npm-global/bin"])
 async def test_a_node_script_cli_finds_node_when_the_gateway_has_the_minimal_path(
-    make_settings, start_gateway, fake_log: FakeLog, monkeypatch: pytest.MonkeyPatch,
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
+    monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path, bin_dir: str,
 ) -> None:
     settings = make_settings(providers={"claude": {
@@ -76,7 +77,7 @@ async def test_a_node_script_cli_finds_node_when_the_gateway_has_the_minimal_pat
 
 @pytest.mark.parametrize("backend", ["sqlite"])
 async def test_no_two_names_in_the_state_dir_differ_only_by_case(
-    make_settings, start_gateway, fake_log: FakeLog,
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
 ) -> None:
     settings = make_settings()
     manager = await (await start_gateway(settings)).manager()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,11 @@ import anyio
 import psutil
 import pytest
 
+from gateway.jobs.manager import JobManager
 from gateway.jobs.requests import SubmitRequest
 from gateway.model import ErrorKind, GatewayError, JobStatus
 from providers.parsing import plain_text
-from tests.jobs.conftest import FakeLog, wait_for
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -31,7 +33,9 @@ def alive(pid: int) -> bool:
         return False
 
 
-async def test_a_request_runs_to_completion_with_the_parsed_answer(make_settings, start_gateway) -> None:
+async def test_a_request_runs_to_completion_with_the_parsed_answer(
+    make_settings: MakeSettings, start_gateway: StartGateway,
+) -> None:
     gw = await start_gateway(make_settings())
     manager = await gw.manager()
     sub = await manager.submit("claude", req("hello there"))
@@ -44,7 +48,7 @@ async def test_a_request_runs_to_completion_with_the_parsed_answer(make_settings
 
 
 async def test_an_identical_running_request_is_deduplicated_without_a_second_spawn(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     first = await manager.submit("codex", req("work @sleep=1"))
@@ -57,7 +61,9 @@ async def test_an_identical_running_request_is_deduplicated_without_a_second_spa
     assert len(fake_log.spawns()) == 1
 
 
-async def test_force_refresh_runs_again(make_settings, start_gateway, fake_log: FakeLog) -> None:
+async def test_force_refresh_runs_again(
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
+) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     a = await manager.submit("grok", req("same"))
     await manager.wait(a.job.id, 20)
@@ -68,7 +74,7 @@ async def test_force_refresh_runs_again(make_settings, start_gateway, fake_log: 
 
 
 async def test_no_dedup_across_prompts_models_working_dirs_or_providers(
-    make_settings, start_gateway, fake_log: FakeLog, tmp_path: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path
 ) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     other_dir = tmp_path / "wd"
@@ -88,14 +94,14 @@ async def test_no_dedup_across_prompts_models_working_dirs_or_providers(
 
 
 async def test_concurrent_identical_requests_on_two_managers_start_exactly_one_run(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     settings = make_settings()
     m1 = await (await start_gateway(settings)).manager()
     m2 = await (await start_gateway(settings)).manager()
     results = []
 
-    async def submit(manager) -> None:
+    async def submit(manager: JobManager) -> None:
         results.append(await manager.submit("claude", req("race me @sleep=0.5")))
 
     async with anyio.create_task_group() as tg:
@@ -112,7 +118,7 @@ async def test_concurrent_identical_requests_on_two_managers_start_exactly_one_r
 
 
 async def test_fifo_order_without_cross_provider_head_of_line_blocking(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     settings = make_settings(limits={"max_running_jobs": 4, "max_running_per_provider": 1})
     manager = await (await start_gateway(settings)).manager()
@@ -131,7 +137,9 @@ async def test_fifo_order_without_cross_provider_head_of_line_blocking(
     assert claude_prompts == ["c0", "c1", "c2"]
 
 
-async def test_queue_timeout_and_saturation(make_settings, start_gateway, fake_log: FakeLog) -> None:
+async def test_queue_timeout_and_saturation(
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
+) -> None:
     settings = make_settings(limits={"max_running_jobs": 1, "max_queued_jobs": 1,
                                      "queue_timeout_s": 0.5})
     manager = await (await start_gateway(settings)).manager()
@@ -149,7 +157,7 @@ async def test_queue_timeout_and_saturation(make_settings, start_gateway, fake_l
 
 
 async def test_a_queue_timeout_names_the_per_provider_limit_when_that_is_the_one_hit(
-        make_settings, start_gateway) -> None:
+        make_settings: MakeSettings, start_gateway: StartGateway) -> None:
     settings = make_settings(limits={"max_running_jobs": 8, "max_running_per_provider": 1,
                                      "queue_timeout_s": 0.5})
     manager = await (await start_gateway(settings)).manager()
@@ -163,7 +171,7 @@ async def test_a_queue_timeout_names_the_per_provider_limit_when_that_is_the_one
 
 
 async def test_an_insert_failure_fails_the_request_with_nothing_left_running(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     gw = await start_gateway(make_settings())
     manager = await gw.manager()
@@ -176,7 +184,9 @@ async def test_an_insert_failure_fails_the_request_with_nothing_left_running(
     assert fake_log.spawns() == []
 
 
-async def test_cancel_of_a_queued_job_never_spawns_it(make_settings, start_gateway, fake_log) -> None:
+async def test_cancel_of_a_queued_job_never_spawns_it(
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
+) -> None:
     settings = make_settings(limits={"max_running_jobs": 1})
     manager = await (await start_gateway(settings)).manager()
     busy = await manager.submit("claude", req("busy @sleep=2"))
@@ -187,7 +197,9 @@ async def test_cancel_of_a_queued_job_never_spawns_it(make_settings, start_gatew
     assert "queued one" not in fake_log.prompts()
 
 
-async def test_cancel_of_a_running_job_kills_its_whole_group(make_settings, start_gateway, fake_log) -> None:
+async def test_cancel_of_a_running_job_kills_its_whole_group(
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
+) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     sub = await manager.submit("claude", req("stubborn @ignore-term @grandchild=60 @sleep=60"))
     await wait_for(lambda: any("grandchild_pid" in e for e in fake_log.entries()))
@@ -198,7 +210,9 @@ async def test_cancel_of_a_running_job_kills_its_whole_group(make_settings, star
     await wait_for(lambda: not any(alive(p) for p in pids), 10)
 
 
-async def test_result_paging_across_a_multi_mib_output(make_settings, start_gateway) -> None:
+async def test_result_paging_across_a_multi_mib_output(
+    make_settings: MakeSettings, start_gateway: StartGateway,
+) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     sub = await manager.submit("gemini", req("@bytes=3000000 big"))
     row = await manager.wait(sub.job.id, 30)
@@ -217,7 +231,7 @@ async def test_result_paging_across_a_multi_mib_output(make_settings, start_gate
 
 
 async def test_a_plain_text_answer_is_stored_once_as_a_range_of_the_output(
-    make_settings, start_gateway
+    make_settings: MakeSettings, start_gateway: StartGateway
 ) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     sub = await manager.submit("devin", req("@bytes=600000 plain"))  # devin prints text
@@ -239,7 +253,7 @@ async def test_a_plain_text_answer_is_stored_once_as_a_range_of_the_output(
 
 
 async def test_a_stream_past_the_output_limit_is_truncated_and_pages_the_capped_output(
-    make_settings, start_gateway
+    make_settings: MakeSettings, start_gateway: StartGateway
 ) -> None:
     limit = 1_000_000
     settings = make_settings(limits={"max_output_bytes": limit})
@@ -264,7 +278,7 @@ async def test_a_stream_past_the_output_limit_is_truncated_and_pages_the_capped_
 
 
 async def test_small_pages_of_a_finished_answer_never_split_a_character(
-    make_settings, start_gateway
+    make_settings: MakeSettings, start_gateway: StartGateway
 ) -> None:
     # Pages of a finished job are cut in the store, with a few bytes around them: every
     # page must still start and end on a character, even one smaller than a character.
@@ -287,7 +301,7 @@ async def test_small_pages_of_a_finished_answer_never_split_a_character(
 
 
 async def test_a_wait_past_the_deferral_deadline_returns_and_the_job_still_completes(
-    make_settings, start_gateway
+    make_settings: MakeSettings, start_gateway: StartGateway
 ) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     sub = await manager.submit("claude", req("slow @sleep=1.5"))
@@ -296,7 +310,9 @@ async def test_a_wait_past_the_deferral_deadline_returns_and_the_job_still_compl
     assert (await manager.wait(sub.job.id, 20)).status == JobStatus.COMPLETED
 
 
-async def test_results_survive_closing_and_reopening_on_the_same_store(make_settings, start_gateway) -> None:
+async def test_results_survive_closing_and_reopening_on_the_same_store(
+    make_settings: MakeSettings, start_gateway: StartGateway,
+) -> None:
     settings = make_settings()
     gw = await start_gateway(settings)
     manager = await gw.manager()
@@ -308,9 +324,11 @@ async def test_results_survive_closing_and_reopening_on_the_same_store(make_sett
     assert "remember me" in page.output and page.job.status == JobStatus.COMPLETED
 
 
-async def test_unknown_job_ids_and_bad_input_are_clear_errors(make_settings, start_gateway, tmp_path) -> None:
+async def test_unknown_job_ids_and_bad_input_are_clear_errors(
+    make_settings: MakeSettings, start_gateway: StartGateway, tmp_path: Path,
+) -> None:
     manager = await (await start_gateway(make_settings())).manager()
-    cases = [
+    cases: list[Callable[[], Awaitable[object]]] = [
         lambda: manager.get("nope"),
         lambda: manager.submit("claude", req("")),
         lambda: manager.submit("claude", req("a\x00b")),
@@ -328,7 +346,9 @@ async def test_unknown_job_ids_and_bad_input_are_clear_errors(make_settings, sta
     assert await manager.list_jobs() == []
 
 
-async def test_idle_timeout_applies_only_to_runs_that_stream(make_settings, start_gateway) -> None:
+async def test_idle_timeout_applies_only_to_runs_that_stream(
+    make_settings: MakeSettings, start_gateway: StartGateway,
+) -> None:
     """CLIs (or output formats) that print nothing until they exit are never idle-killed;
     a streaming run that goes silent is."""
     manager = await (await start_gateway(make_settings(limits={"idle_timeout_s": 0.5}))).manager()
@@ -347,7 +367,7 @@ async def test_idle_timeout_applies_only_to_runs_that_stream(make_settings, star
 
 
 async def test_regression_a_caller_that_gives_up_mid_admission_never_leaves_a_job_queued_forever(
-    make_settings, start_gateway
+    make_settings: MakeSettings, start_gateway: StartGateway
 ) -> None:
     """The chaos run found it on PostgreSQL: a client timing out while the INSERT was in
     flight cancelled the submit after the row committed; nothing drove the row and the
@@ -367,7 +387,7 @@ async def test_regression_a_caller_that_gives_up_mid_admission_never_leaves_a_jo
 
 
 async def test_every_directory_the_gateway_creates_is_0700_on_both_backends(
-        make_settings, start_gateway, backend: str) -> None:
+        make_settings: MakeSettings, start_gateway: StartGateway, backend: str) -> None:
     old_umask = os.umask(0o022)  # the usual umask: mkdir alone would leave 0755
     try:
         settings = make_settings()
@@ -386,7 +406,7 @@ async def test_every_directory_the_gateway_creates_is_0700_on_both_backends(
 
 
 async def test_a_working_dir_too_long_for_the_kernel_is_invalid_input_not_internal_error(
-        make_settings, start_gateway) -> None:
+        make_settings: MakeSettings, start_gateway: StartGateway) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     too_long = ["/" + "a" * 5000,  # one component over NAME_MAX
                 "/" + "/".join(["b" * 200] * 25)]  # each fine, the whole over PATH_MAX
@@ -399,7 +419,7 @@ async def test_a_working_dir_too_long_for_the_kernel_is_invalid_input_not_intern
 
 
 async def test_a_result_offset_of_2_62_on_a_running_job_is_an_empty_page_not_memory_error(
-        make_settings, start_gateway) -> None:
+        make_settings: MakeSettings, start_gateway: StartGateway) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     sub = await manager.submit("claude", req("hold @sleep=3"))
     await wait_for(lambda: manager.get(sub.job.id), 10)
@@ -416,12 +436,13 @@ async def test_a_result_offset_of_2_62_on_a_running_job_is_an_empty_page_not_mem
 
 def async_status(manager: Any, job_id: str, status: JobStatus) -> Any:
     async def check() -> bool:
-        return (await manager.get(job_id)).status == status
+        row = await manager.get(job_id)
+        return bool(row.status == status)
     return check
 
 
 async def test_an_unusable_state_dir_fails_the_run_with_a_clear_launch_error(
-        make_settings, start_gateway, backend: str, tmp_path: Path) -> None:
+        make_settings: MakeSettings, start_gateway: StartGateway, backend: str, tmp_path: Path) -> None:
     """The spool directory cannot be made (here a file is in the way: ENOTDIR, the same
     OSError path as EACCES, which root, running these tests, never gets)."""
     settings = make_settings()
@@ -439,7 +460,7 @@ async def test_an_unusable_state_dir_fails_the_run_with_a_clear_launch_error(
 
 @pytest.mark.parametrize("timeout_s", [1e308, float("inf"), float("nan"), 604_801, 0, -1])
 async def test_timeout_s_beyond_one_week_or_not_a_number_is_invalid_input(
-        make_settings, start_gateway, timeout_s: float) -> None:
+        make_settings: MakeSettings, start_gateway: StartGateway, timeout_s: float) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     with pytest.raises(GatewayError) as err:
         await manager.submit("claude", req("x", timeout_s=timeout_s))
@@ -449,7 +470,7 @@ async def test_timeout_s_beyond_one_week_or_not_a_number_is_invalid_input(
 
 
 async def test_max_prompt_bytes_bounds_the_whole_request_messages_and_system_too(
-        make_settings, start_gateway) -> None:
+        make_settings: MakeSettings, start_gateway: StartGateway) -> None:
     api = {"fake": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1",
                     "default_model": "m"}}
     manager = await (await start_gateway(make_settings(

@@ -164,7 +164,7 @@ async def test_a_pool_blocked_on_row_locks_for_twice_the_ttl_costs_a_live_gatewa
                 owner.instance_id)
 
             async def blocked_call() -> None:  # takes one work connection until the lock goes
-                async with owner.store._connection("blocked") as conn:  # type: ignore[union-attr]
+                async with owner.store._connection("blocked") as conn:
                     await conn.execute("SELECT id FROM jobs WHERE id = $1 FOR UPDATE", job.id)
 
             for _ in range(settings.persistence.pool_max_for("stdio")):
@@ -174,7 +174,7 @@ async def test_a_pool_blocked_on_row_locks_for_twice_the_ttl_costs_a_live_gatewa
                 while anyio.current_time() < deadline:
                     assert await peer.leases.sweep_once() == []
                     await anyio.sleep(settings.lease.sweep_interval_s)
-            pool = owner.connection_report()["pool"]["work"]  # type: ignore[index]
+            pool = owner.connection_report()["pool"]["work"]
             assert pool["size"] == pool["max"] and pool["idle"] == 0  # every one is blocked
             renewed_during = await outside.fetchval(
                 "SELECT heartbeat_at FROM gateway_instances WHERE instance_id = $1",

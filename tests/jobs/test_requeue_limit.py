@@ -1,4 +1,4 @@
-"""The uncharged re-queue lane is bounded (DESIGN.md section 4, lease.max_requeues): each
+"""The uncharged re-queue lane is bounded (docs/architecture.md; lease.max_requeues): each
 re-queue is recorded with its reason, and a job that keeps losing its owner ends failed
 (`requeue_limit`) instead of walking through every gateway. Real gateways, real store."""
 
@@ -13,14 +13,14 @@ from gateway.jobs.requests import SubmitRequest
 from gateway.model import ErrorKind, JobStatus
 from gateway.store import open_store
 from gateway.store.base import TakeOver
-from tests.jobs.conftest import FakeLog, wait_for
-from tests.jobs.test_detach import DONE_S, claude_job, here, terminal
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, here, wait_for
+from tests.jobs.test_detach import DONE_S, claude_job, terminal
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_a_requeue_records_its_reason_and_counts(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     settings = make_settings()
     job = claude_job(21, "requeued once", "ghost")  # its owner has no row: gone
@@ -38,7 +38,7 @@ async def test_a_requeue_records_its_reason_and_counts(
 
 
 async def test_a_job_that_keeps_losing_its_owner_ends_failed_and_its_gateway_serves_on(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     settings = make_settings(lease={"max_requeues": 3})
     job = claude_job(22, "poison", "ghost-0")

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from gateway import proc
 from gateway.jobs.run.spool import run_dir, spool_root
 from gateway.model import InstanceRow, JobStatus, NewJob
 from gateway.store import open_store
-from tests.jobs.conftest import FakeLog, wait_for
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -46,7 +47,7 @@ def owner_row(instance_id: str, pid: int, started_at: float | None) -> InstanceR
 
 
 def marked_running_job(n: int, owner: str) -> NewJob:
-    request = {"provider": "claude", "prompt": f"owner test {n}", "model": None,
+    request: dict[str, Any] = {"provider": "claude", "prompt": f"owner test {n}", "model": None,
                "working_dir": None, "session_id": None, "options": {}}
     return NewJob(id=f"00000000-0000-4000-8000-{n:012d}", provider="claude",
                   request_key=f"stopped-owner-{n}", owner_instance=owner,
@@ -55,7 +56,8 @@ def marked_running_job(n: int, owner: str) -> NewJob:
 
 
 async def test_an_owner_stopped_past_ttl_and_instance_gc_keeps_its_row_and_its_work(
-    make_settings, start_gateway, fake_log: FakeLog, stopped_process: subprocess.Popen[bytes]
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
+    stopped_process: subprocess.Popen[bytes],
 ) -> None:
     # Its row was collected and adoption read "collected" as proven gone: its in-flight API
     # call was sent again, and its runs could be taken from under it. A dead owner beside it
@@ -90,6 +92,6 @@ async def test_an_owner_stopped_past_ttl_and_instance_gc_keeps_its_row_and_its_w
     await wait_for(control_settled, DONE_S)
     instances = {i.instance_id for i in await manager.store.list_instances()}
     assert "stopped-owner" in instances  # past ttl_s + instance_gc_s, but alive
-    job = await manager.get(marked_running_job(1, "stopped-owner").id)
-    assert job.owner_instance == "stopped-owner" and job.requeued_at is None
+    owned = await manager.get(marked_running_job(1, "stopped-owner").id)
+    assert owned.owner_instance == "stopped-owner" and owned.requeued_at is None
     assert fake_log.prompts() == ["owner test 2"]  # the stopped owner's run never ran here

@@ -26,7 +26,7 @@ from gateway.jobs.worktrees import changes, create, records
 from gateway.jobs.worktrees.finish import worktree_of
 from gateway.jobs.worktrees.gc import expire_worktrees, list_worktrees
 from gateway.model import ErrorKind, GatewayError, JobStatus
-from tests.jobs.conftest import FakeLog, wait_for
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -82,7 +82,7 @@ async def finished(manager: Any, job_id: str) -> Any:
 
 
 async def test_an_isolated_job_runs_in_its_own_worktree_and_its_changes_are_committed(
-    make_settings, start_gateway, fake_log: FakeLog, repo: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, repo: Path
 ) -> None:
     manager = await (await start_gateway(make_settings(worktrees={"copy": [".env"]}))).manager()
     sub = await manager.submit("claude", isolated(repo, "edit @write=README.md,src/new.py"))
@@ -106,7 +106,7 @@ async def test_an_isolated_job_runs_in_its_own_worktree_and_its_changes_are_comm
 
 
 async def test_a_job_that_changed_nothing_leaves_no_worktree_and_no_branch(
-    make_settings, start_gateway, fake_log: FakeLog, repo: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, repo: Path
 ) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     sub = await manager.submit("claude", isolated(repo, "only read"))
@@ -123,7 +123,7 @@ async def test_a_job_that_changed_nothing_leaves_no_worktree_and_no_branch(
 
 @pytest.mark.parametrize("backend", ["sqlite"])
 async def test_eight_isolated_jobs_at_once_all_complete_each_in_its_own_worktree(
-    make_settings, start_gateway, fake_log: FakeLog, repo: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, repo: Path
 ) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     subs = [await manager.submit("claude", isolated(repo, f"job {n} @write=f{n}.txt"))
@@ -170,7 +170,7 @@ def full_fs(tmp_path: Path) -> Any:
 @pytest.mark.parametrize("backend", ["sqlite"])
 @pytest.mark.parametrize("fault", ["path_exists", "branch_exists", "lock_held", "disk_full"])
 async def test_a_worktree_that_cannot_be_made_fails_the_job_and_starts_no_cli(
-    make_settings, start_gateway, fake_log: FakeLog, repo: Path, tmp_path: Path,
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, repo: Path, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch, fault: str, request: pytest.FixtureRequest
 ) -> None:
     sections: dict[str, Any] = {}
@@ -210,7 +210,7 @@ async def test_a_worktree_that_cannot_be_made_fails_the_job_and_starts_no_cli(
 
 @pytest.mark.parametrize("backend", ["sqlite"])
 async def test_a_request_that_cannot_be_isolated_is_refused_and_nothing_runs(
-    make_settings, start_gateway, fake_log: FakeLog, repo: Path, tmp_path: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, repo: Path, tmp_path: Path
 ) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     plain_dir = tmp_path / "not-a-repo"
@@ -227,7 +227,7 @@ async def test_a_request_that_cannot_be_isolated_is_refused_and_nothing_runs(
 
 @pytest.mark.parametrize("backend", ["sqlite"])
 async def test_base_ref_chooses_the_commit_the_worktree_starts_from(
-    make_settings, start_gateway, fake_log: FakeLog, repo: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, repo: Path
 ) -> None:
     first = git(repo, "rev-parse", "HEAD")
     (repo / "later.txt").write_text("later\n")
@@ -242,7 +242,7 @@ async def test_base_ref_chooses_the_commit_the_worktree_starts_from(
 
 
 async def test_changes_are_diffable_appliable_and_discardable(
-    make_settings, start_gateway, fake_log: FakeLog, repo: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, repo: Path
 ) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     one = await manager.submit("claude", isolated(repo, "one @write=README.md,new.txt"))
@@ -268,7 +268,9 @@ async def test_changes_are_diffable_appliable_and_discardable(
     status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], text=True,
                             capture_output=True, check=True).stdout.splitlines()
     assert set(status) == {" M README.md", "?? new.txt"}  # uncommitted, nothing staged
-    assert worktree_of(row_one.request_json, row_one.result_json)["branch"] not in branches(repo)
+    worktree = worktree_of(row_one.request_json, row_one.result_json)
+    assert worktree is not None
+    assert worktree["branch"] not in branches(repo)
     discarded = changes.discard(row_two, host)
     shown = worktree_of(row_two.request_json, row_two.result_json)
     assert discarded["discarded"] and shown is not None
@@ -279,7 +281,7 @@ async def test_changes_are_diffable_appliable_and_discardable(
 
 @pytest.mark.parametrize("backend", ["sqlite"])
 async def test_after_retention_the_directory_is_gone_and_the_branch_keeps_the_commit(
-    make_settings, start_gateway, fake_log: FakeLog, repo: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, repo: Path
 ) -> None:
     settings = make_settings(worktrees={"retention_h": 1})
     manager = await (await start_gateway(settings)).manager()
@@ -300,7 +302,7 @@ async def test_after_retention_the_directory_is_gone_and_the_branch_keeps_the_co
 
 @pytest.mark.parametrize("backend", ["sqlite"])
 async def test_the_quota_refuses_a_new_isolated_job_naming_what_can_be_reclaimed(
-    make_settings, start_gateway, fake_log: FakeLog, repo: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, repo: Path
 ) -> None:
     manager = await (await start_gateway(make_settings(worktrees={"max_per_repo": 1}))).manager()
     sub = await manager.submit("claude", isolated(repo, "keep @write=a.txt"))
@@ -332,7 +334,7 @@ def start_owner(settings: Any, tmp_path: Path, request: dict[str, Any]) -> tuple
 
 
 async def test_a_sigkilled_gateways_isolated_run_is_adopted_and_its_worktree_committed(
-    make_settings, start_gateway, fake_log: FakeLog, repo: Path, tmp_path: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, repo: Path, tmp_path: Path
 ) -> None:
     settings = make_settings()
     peer = await (await start_gateway(settings)).manager()

@@ -102,6 +102,7 @@ async def test_a_serving_gateway_holds_its_token_where_no_child_can_read_it(
            "AGENT_GATEWAY_PLATFORM": platform_impl}
     prefix = as_user()
     command, *args = [*prefix, sys.executable, "-m", "gateway"]
+    assert isinstance(command, str)
     params = StdioServerParameters(command=command, args=args, env=env, cwd=str(private_home))
     with anyio.fail_after(DEADLINE_S):
         async with Client(params, mode="legacy", read_timeout_seconds=DEADLINE_S) as client:

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from argv_cases import (
+
+from providers.base import InvalidRequest
+from tests.fakes.argv_cases import (
     DIALECTS,
     MODEL_VALUES,
     SESSION_VALUES,
@@ -23,8 +25,6 @@ from argv_cases import (
     provider,
     request,
 )
-
-from providers.base import InvalidRequest
 
 fakecli = load_fakecli()
 

@@ -5,10 +5,9 @@ what to change."""
 from __future__ import annotations
 
 import os
-from typing import get_origin
+from typing import Any, get_origin
 
 import pytest
-from argv_cases import DIALECTS, provider, request
 from pydantic import ValidationError
 
 from providers.base import InvalidRequest, ProviderRequest
@@ -18,6 +17,7 @@ from providers.safety import (
     check_argv_size,
     check_request,
 )
+from tests.fakes.argv_cases import DIALECTS, provider, request
 
 
 @pytest.mark.parametrize(("name", "binary"), DIALECTS)
@@ -58,7 +58,8 @@ def test_a_list_option_value_that_starts_with_a_dash_or_holds_nul_is_refused(
         with pytest.raises(ValidationError, match="absolute path"):
             request(adapter, {list_field: ["/fine", value]})
     # The argv check holds even for options built without validation (defence in depth).
-    options = adapter.options_model.model_construct(**{list_field: ["/fine", value]})
+    values: dict[str, Any] = {list_field: ["/fine", value]}
+    options = adapter.options_model.model_construct(**values)
     req = ProviderRequest(prompt="say hi", options=options)
     with pytest.raises(InvalidRequest, match=f"options.{list_field} item"):
         adapter.build_invocation(req, adapter.commands[0])

@@ -140,10 +140,9 @@ def test_usage_figures_are_none_for_a_job_that_reported_nothing() -> None:
 
 
 def test_a_cost_cap_reaches_claude_and_vibe_as_their_own_flags() -> None:
-    from argv_cases import load_fakecli
-
     from providers.base import ProviderRequest
     from providers.common import usd_arg
+    from tests.fakes.argv_cases import load_fakecli
 
     flags = load_fakecli().FLAGS
     capped = ProviderRequest(prompt="x", max_cost_usd=0.25)

@@ -27,7 +27,6 @@ from typing import Any
 import anyio
 import psutil
 import pytest
-from argv_cases import covering_cases, provider, request
 
 from gateway.config import load_settings
 from gateway.jobs.requests import SubmitRequest
@@ -35,6 +34,7 @@ from gateway.jobs.run.runner import ProcessRun, RunSpec
 from gateway.model import ErrorKind, JobStatus
 from gateway.runtime import Gateway
 from providers.base import Invocation
+from tests.fakes.argv_cases import covering_cases, provider, request
 
 pytestmark = pytest.mark.realcli
 

@@ -12,9 +12,10 @@ import dataclasses
 import inspect
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -92,7 +93,8 @@ def done(status: JobStatus = JobStatus.COMPLETED, **changes: object) -> Completi
 
 def epoch(moment: datetime | None) -> float:
     assert moment is not None
-    assert moment.utcoffset() is not None and moment.utcoffset().total_seconds() == 0
+    offset = moment.utcoffset()
+    assert offset is not None and offset.total_seconds() == 0
     return moment.timestamp()
 
 
@@ -137,8 +139,16 @@ async def orphaned(store: JobStore, job: NewJob, *, run: bool = True) -> JobRow:
     return await get(store, job.id)
 
 
-async def race(round_no: int, one: Callable[[], Awaitable[None]],
-               other: Callable[[], Awaitable[None]]) -> None:
+async def output_page(store: JobStore, job_id: str, offset: int, length: int, *,
+                      answer: bool = False) -> tuple[bytes, int]:
+    """A page of a job whose output the test wrote (absent output fails the test here)."""
+    page = await store.read_output(job_id, offset, length, answer=answer)
+    assert page is not None, f"job {job_id} has no output"
+    return page
+
+
+async def race(round_no: int, one: Callable[[], Coroutine[Any, Any, None]],
+               other: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """Run both at once, started in the one order on odd rounds and the other on even."""
     async with anyio.create_task_group() as tg:
         for task in (one, other) if round_no % 2 else (other, one):
@@ -924,7 +934,7 @@ async def test_read_output_pages_the_output_or_the_answer_in_bytes(store: JobSto
     assert await store.read_output(job.id, 2, 3) == (data[2:5], len(data))  # mid-character
     assert await store.read_output(job.id, len(data) - 4, 100) == (data[-4:], len(data))
     assert await store.read_output(job.id, len(data) + 5, 10) == (b"", len(data))
-    pages = [(await store.read_output(job.id, off, 997))[0] for off in range(0, len(data), 997)]
+    pages = [(await output_page(store, job.id, off, 997))[0] for off in range(0, len(data), 997)]
     assert b"".join(pages) == data
 
     answer = "the ánswer".encode()
@@ -953,7 +963,7 @@ async def test_an_answer_stored_as_a_range_of_the_output_pages_that_range(
     assert await store.read_output(job.id, 4, 3, answer=True) == (answer[4:7], len(answer))
     assert await store.read_output(job.id, 50, 3, answer=True) == (b"", len(answer))
     assert await store.read_output(job.id, 0, 100) == (data, len(data))  # raw: all of it
-    pages = [(await store.read_output(job.id, off, 2, answer=True))[0]
+    pages = [(await output_page(store, job.id, off, 2, answer=True))[0]
              for off in range(0, len(answer), 2)]
     assert b"".join(pages) == answer
     # A range past the end is cut at the end; a range that is not one pages the output.
@@ -1135,7 +1145,7 @@ async def test_two_racing_inserts_of_one_request_key_leave_exactly_one_active_jo
         assert len(winners) == 1 and len(losers) == 1, outcome
         assert losers[0].existing_id == winners[0].id  # type: ignore[union-attr]
         reused = await store.find_reusable(key, 3600)
-        assert reused is not None and reused.id == winners[0].id  # never the forced one
+        assert reused is not None and reused.id == winners[0].id  # type: ignore[union-attr]  # a JobRow
 
     active = await store.list_jobs(
         statuses=[JobStatus.QUEUED, JobStatus.RUNNING], limit=10 * RACE_ROUNDS
@@ -1224,7 +1234,7 @@ async def test_mark_running_racing_the_reaper_has_exactly_one_winner(
         assert status is (JobStatus.ORPHANED if flipped else JobStatus.RUNNING)
 
 
-# -- detach, adoption, re-queue (DESIGN.md section 4) ---------------------------------------
+# -- detach, adoption, re-queue (docs/architecture.md) ---------------------------------------
 
 ADOPTERS = 4  # gateways adopting one job at once in the race below
 ORPHANED_WITHIN_S = 3600.0

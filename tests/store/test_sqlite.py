@@ -135,9 +135,9 @@ async def test_connection_uses_wal_normal_sync_and_a_busy_timeout(
     store: SqliteJobStore, db_path: Path
 ) -> None:
     conn = store._connection()
-    assert (await conn.execute_fetchall("PRAGMA journal_mode"))[0][0] == "wal"
-    assert (await conn.execute_fetchall("PRAGMA synchronous"))[0][0] == 1  # NORMAL
-    assert (await conn.execute_fetchall("PRAGMA busy_timeout"))[0][0] == BUSY_TIMEOUT_MS
+    assert next(iter(await conn.execute_fetchall("PRAGMA journal_mode")))[0] == "wal"
+    assert next(iter(await conn.execute_fetchall("PRAGMA synchronous")))[0] == 1  # NORMAL
+    assert next(iter(await conn.execute_fetchall("PRAGMA busy_timeout")))[0] == BUSY_TIMEOUT_MS
     other = raw(db_path)
     try:  # WAL is a property of the file: every other connection sees it too
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -178,7 +178,7 @@ async def test_tables_have_exactly_the_columns_of_the_design(
         instances = [r[1] for r in conn.execute("PRAGMA table_info(gateway_instances)")]
     finally:
         conn.close()
-    # Same names as the row types (the table keeps DESIGN.md's order, the dataclass its own).
+    # Same names as the row types (the table keeps the documented column order, the dataclass its own).
     assert sorted(jobs) == sorted(JobRow.column_names())
     assert len(jobs) == len(set(jobs))
     assert sorted(instances) == sorted(InstanceRow.__dataclass_fields__)

@@ -1,4 +1,4 @@
-"""A run's outcome, read from its supervisor's end record (DESIGN.md section 5).
+"""A run's outcome, read from its supervisor's end record (docs/architecture.md, Running a provider).
 
 One reading for every gateway that finalizes a run: the one that started it, and one that
 adopted it after its owner died. The rules that decide how a run ends (timeouts, output cap,

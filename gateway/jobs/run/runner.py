@@ -1,4 +1,4 @@
-"""Runs one provider invocation under its supervisor (DESIGN.md section 5).
+"""Runs one provider invocation under its supervisor (docs/architecture.md, Running a provider).
 
 `ProcessRun(spec)`: `await start()` writes the run's spec into its spool dir and starts the
 supervisor (`supervisor.py`) with the gateway's own interpreter in a new session, so the

@@ -1,4 +1,4 @@
-"""One supervisor started ahead of need (DESIGN.md section 5: every run is supervised).
+"""One supervisor started ahead of need (every run is supervised: docs/architecture.md, Running a provider).
 
 A run's supervisor is an interpreter of its own, and every run used to wait for one to start
 (about 35 ms on a 2-core box, the largest part of bench/'s sync_overhead). So each gateway

@@ -1,4 +1,4 @@
-"""The supervisor of one run: a small program that outlives its gateway (DESIGN.md section 5).
+"""The supervisor of one run: a small program that outlives its gateway (docs/architecture.md).
 
 The gateway starts it with its own interpreter in isolated mode, no shell, in a new session,
 so the supervisor leads the run's process group: ahead of need, waiting for its run (spool

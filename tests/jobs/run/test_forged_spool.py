@@ -16,25 +16,23 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from gateway import platform, proc
+from gateway.config import Settings
 from gateway.jobs.run import spool
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.spare import SUPERVISOR_BOOT
 from gateway.model import InstanceRow, JobStatus, NewJob
 from gateway.store import open_store
-from tests.jobs.conftest import FakeLog
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, here, job_row, leases_of, store_of
 
 pytestmark = pytest.mark.anyio
 
 TOKEN = "a" * 32
-
-
-def here() -> dict[str, str]:
-    return {"hostname": proc.hostname(), "boot_id": proc.boot_id()}
 
 
 @pytest.fixture
@@ -92,14 +90,14 @@ TAMPERS: dict[str, Callable[[Path], None]] = {
 }
 
 
-async def forged_job(settings, n: int, claimed: subprocess.Popen[bytes]) -> tuple[str, Path]:
+async def forged_job(settings: Settings, n: int, claimed: subprocess.Popen[bytes]) -> tuple[str, Path]:
     """A running job of a dead owner of this host whose spool names `claimed` as its
     supervisor and holds an end record and an answer."""
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     started = proc.process_start_time(dead.pid)
     dead.wait()
     owner = f"dead-owner-{n}"
-    request = {"provider": "claude", "prompt": f"forged {n}", "model": None,
+    request: dict[str, Any] = {"provider": "claude", "prompt": f"forged {n}", "model": None,
                "working_dir": None, "session_id": None, "options": {}}
     job = NewJob(id=f"00000000-0000-4000-8000-{n:012d}", provider="claude",
                  request_key=f"forged-{n}", owner_instance=owner,
@@ -136,18 +134,18 @@ async def forged_job(settings, n: int, claimed: subprocess.Popen[bytes]) -> tupl
     return job.id, attempt
 
 
-async def assert_not_adopted(start_gateway, settings, job_id: str,
+async def assert_not_adopted(start_gateway: StartGateway, settings: Settings, job_id: str,
                              claimed: subprocess.Popen[bytes]) -> None:
     gateway = await start_gateway(settings)  # its start ran one adoption sweep already
-    assert await gateway.leases.adopter.sweep() == 0
-    row = await gateway.store.get_job(job_id)
+    assert await leases_of(gateway).adopter.sweep() == 0
+    row = await job_row(store_of(gateway), job_id)
     assert row.status is JobStatus.RUNNING and row.owner_instance != gateway.instance_id
     assert psutil.Process(claimed.pid).status() != psutil.STATUS_ZOMBIE  # never signalled
 
 
 @pytest.mark.parametrize("tamper", list(TAMPERS))
 async def test_a_tampered_spool_is_never_adopted(
-    make_settings, start_gateway, fake_log: FakeLog,
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
     fake_supervisor: subprocess.Popen[bytes], tamper: str,
 ) -> None:
     settings = make_settings()
@@ -157,7 +155,8 @@ async def test_a_tampered_spool_is_never_adopted(
 
 
 async def test_a_claim_naming_a_process_that_is_not_a_supervisor_is_never_adopted(
-    make_settings, start_gateway, fake_log: FakeLog, victim: subprocess.Popen[bytes]
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
+    victim: subprocess.Popen[bytes],
 ) -> None:
     # The forged claim named a root process; adopted, its group was SIGKILLed.
     settings = make_settings()
@@ -166,12 +165,13 @@ async def test_a_claim_naming_a_process_that_is_not_a_supervisor_is_never_adopte
 
 
 async def test_an_untampered_spool_of_the_same_shape_is_adopted(
-    make_settings, start_gateway, fake_log: FakeLog, fake_supervisor: subprocess.Popen[bytes]
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
+    fake_supervisor: subprocess.Popen[bytes],
 ) -> None:
     # The control: the same spool untouched passes every check, so the checks above are
     # what refused (the claimed process looks like a supervisor; it ends the run here).
     settings = make_settings()
     job_id, _ = await forged_job(settings, 3, fake_supervisor)
     gateway = await start_gateway(settings)
-    row = await gateway.store.get_job(job_id)
+    row = await job_row(store_of(gateway), job_id)
     assert row.owner_instance == gateway.instance_id

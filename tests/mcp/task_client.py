@@ -22,8 +22,8 @@ from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp_types import CallToolResult, RequestParams, Result
 from pydantic import ConfigDict, Field
 
-from tests.server.conftest import Harness, server_env
-from tests.server.test_tools import fake_spawns
+from tests.mcp.conftest import Harness, server_env
+from tests.mcp.test_tools import fake_spawns
 
 EXTENSION_ID = "io.modelcontextprotocol/tasks"
 

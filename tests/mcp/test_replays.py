@@ -2,7 +2,7 @@
 
 Claude Code and Codex hand the model only a successful result's `structuredContent`: what
 the model needs to act (the next call, the answer, that an answer is a replay) must be in
-it, not only in the text. Over every transport (tests/server/conftest.py).
+it, not only in the text. Over every transport (tests/mcp/conftest.py).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from tests.server.conftest import Harness
-from tests.server.test_tools import TEST_TIMEOUT_S, call, fake_spawns, succeed, tag
+from tests.mcp.conftest import Harness, first_text
+from tests.mcp.test_tools import TEST_TIMEOUT_S, call, fake_spawns, succeed, tag
 
 pytestmark = pytest.mark.anyio
 
@@ -34,7 +34,7 @@ async def test_a_completed_answer_reused_within_the_window_says_it_is_a_replay(
     assert reuse["finished_at"] and 0 <= reuse["finished_s_ago"] < TEST_TIMEOUT_S
     assert "force_refresh=true" in reuse["notice"] and first["job_id"] in reuse["notice"]
     assert data["text"] == first["text"]  # the answer itself is still there, unchanged
-    text = again.content[0].text
+    text = first_text(again)
     assert text.startswith("[REPLAYED ANSWER, not a new run: job " + first["job_id"])
     assert "s ago" in text and "force_refresh=true" in text
     assert forced["job_id"] != first["job_id"] and forced["reuse"] is None

@@ -14,16 +14,9 @@ import pytest
 from gateway import __version__
 from gateway.config import Settings, load_settings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CLI_TIMEOUT_S = 60  # a cold interpreter on a busy 2-core box; a hang fails instead of blocking
 T = TypeVar("T")
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    return home
 
 
 def run_cli(
@@ -137,7 +130,7 @@ BAD_CONFIGS = {
 
 
 # Every case through `serve` over HTTP (an operator's command; a stdio server keeps serving
-# and lets every tool say what is wrong: tests/server/test_first_contact.py); the entry
+# and lets every tool say what is wrong: tests/mcp/test_first_contact.py); the entry
 # points that load config another way get one case each.
 HTTP_SERVE = ["serve", "--transport", "http"]
 CONFIG_CASES = [(HTTP_SERVE, case) for case in sorted(BAD_CONFIGS)] + [

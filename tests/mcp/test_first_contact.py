@@ -17,7 +17,7 @@ import anyio
 import pytest
 from mcp.types import CallToolResult
 
-from tests.server.conftest import Harness, free_port, own_harness, stdio_client
+from tests.mcp.conftest import Harness, first_text, free_port, own_harness, stdio_client
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +42,7 @@ def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness
 
 
 def data_of(result: CallToolResult) -> dict[str, Any]:
-    assert result.structured_content is not None, result.content
+    assert isinstance(result.structured_content, dict), result.content
     return result.structured_content
 
 
@@ -88,7 +88,7 @@ async def test_an_invalid_config_still_serves_and_every_tool_names_the_problem(
     assert not status.is_error  # it answers: the problem is its content
     assert shown["ready"] is False and shown["problem_permanent"] is True
     assert all(fragment in shown["problem"] for fragment in fragments)
-    assert "BROKEN SETUP" in status.content[0].text
+    assert "BROKEN SETUP" in first_text(status)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -13,8 +13,8 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.server.conftest import REPO, own_harness, server_env, stdio_client
-from tests.server.test_tools import succeed, wait_done
+from tests.mcp.conftest import REPO, own_harness, server_env, stdio_client
+from tests.mcp.test_tools import succeed, wait_done
 
 pytestmark = pytest.mark.anyio
 

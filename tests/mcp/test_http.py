@@ -15,7 +15,7 @@ from mcp import MCPError
 
 from gateway.config import load_settings
 from gateway.mcp.serve import ServeError, serve
-from tests.server.conftest import (
+from tests.mcp.conftest import (
     TOKEN,
     Harness,
     HttpServer,
@@ -27,7 +27,7 @@ from tests.server.conftest import (
 pytestmark = pytest.mark.anyio
 
 TEST_TIMEOUT_S = 60.0
-INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+INITIALIZE: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {},
     "clientInfo": {"name": "raw-http-test", "version": "0"}}}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream",

@@ -28,7 +28,7 @@ from mcp.types import INTERNAL_ERROR, Tool
 from gateway.config import load_settings
 from gateway.mcp.server import build_server
 from tests.fakes.fake_api_server import run_fake_api_server
-from tests.server.conftest import Harness, server_env
+from tests.mcp.conftest import Harness, server_env
 
 MAX_EXAMPLES = 120  # about 20 s on an idle 2-core box; each CLI call spawns a fake
 STRICT_EXAMPLES = 80  # refused before any job: cheap

@@ -12,16 +12,16 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.server.conftest import CLIENT_TIMEOUT_S, Harness, own_harness, server_env
-from tests.server.task_client import (
+from tests.mcp.conftest import CLIENT_TIMEOUT_S, Harness, own_harness, server_env
+from tests.mcp.task_client import (
     CreatedTask,
     TasksClientExtension,
     call_as_task,
     send,
     spawned_pid,
 )
-from tests.server.test_tasks import poll_until_done
-from tests.server.test_tools import alive, tag
+from tests.mcp.test_tasks import poll_until_done
+from tests.mcp.test_tools import alive, tag
 
 pytestmark = pytest.mark.anyio
 

@@ -16,14 +16,14 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.server.conftest import (
+from tests.mcp.conftest import (
     CLIENT_TIMEOUT_S,
     TOKEN,
     Harness,
     own_harness,
     server_env,
 )
-from tests.server.task_client import (
+from tests.mcp.task_client import (
     CreatedTask,
     TasksClientExtension,
     call_as_task,
@@ -31,7 +31,7 @@ from tests.server.task_client import (
     send,
     spawned_pid,
 )
-from tests.server.test_tools import alive, tag
+from tests.mcp.test_tools import alive, tag
 
 pytestmark = pytest.mark.anyio
 
@@ -73,7 +73,7 @@ async def connect(harness: Harness, *, opt_in: bool = True, mode: str = "auto",
 
         harness.monkeypatch.setenv("HOME", str(harness.home))
         harness.monkeypatch.setenv("PATH", server_env(harness.home, config)["PATH"])
-        async with Client(build_server(load_settings(config)), mode=mode,  # type: ignore[arg-type]
+        async with Client(build_server(load_settings(config)), mode=mode,
                           extensions=extensions,
                           read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
             yield client
@@ -81,7 +81,7 @@ async def connect(harness: Harness, *, opt_in: bool = True, mode: str = "auto",
         params = StdioServerParameters(command=sys.executable, args=["-m", "gateway"],
                                        env=server_env(harness.home, config),
                                        cwd=str(harness.home))
-        async with Client(params, mode=mode, extensions=extensions,  # type: ignore[arg-type]
+        async with Client(params, mode=mode, extensions=extensions,
                           read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
             yield client
     else:
@@ -90,7 +90,7 @@ async def connect(harness: Harness, *, opt_in: bool = True, mode: str = "auto",
             httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"},
                                timeout=httpx2.Timeout(30, read=120)) as http,
             Client(streamable_http_client(server.url, http_client=http),
-                   mode=mode, extensions=extensions,  # type: ignore[arg-type]
+                   mode=mode, extensions=extensions,
                    read_timeout_seconds=CLIENT_TIMEOUT_S) as client,
         ):
             yield client

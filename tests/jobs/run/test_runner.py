@@ -39,7 +39,7 @@ from providers.base import Invocation
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
-FAKES_BIN = Path(__file__).resolve().parents[1] / "fakes" / "bin"
+FAKES_BIN = Path(__file__).resolve().parents[2] / "fakes" / "bin"
 DEADLINE_S = 15.0  # bound on every wait in these tests; never reached when things work
 SHORT_GRACE_S = 0.3  # kill grace for tests that expect the SIGKILL to be needed
 LONG_S = 60.0  # a limit that must not be what ends the run

@@ -16,8 +16,8 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult
 
-from tests.server.conftest import CLIENT_TIMEOUT_S, Harness, own_harness, server_env
-from tests.server.test_tools import tag
+from tests.mcp.conftest import CLIENT_TIMEOUT_S, Harness, first_text, own_harness, server_env
+from tests.mcp.test_tools import tag
 
 pytestmark = pytest.mark.anyio
 
@@ -46,12 +46,13 @@ def gateway(harness: Harness, config: Path) -> Client:
 
 async def data_of(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
     result = await client.call_tool(tool, args)
-    assert not result.is_error, result.content[0].text  # type: ignore[union-attr]
-    assert result.structured_content is not None
+    assert not result.is_error, first_text(result)
+    assert isinstance(result.structured_content, dict)
     return result.structured_content
 
 
 def group(report: dict[str, Any], provider: str) -> dict[str, Any]:
+    found: dict[str, Any]
     (found,) = [g for g in report["groups"] if g["provider"] == provider]
     return found
 

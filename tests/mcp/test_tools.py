@@ -19,7 +19,7 @@ from mcp.types import CallToolResult
 
 from gateway.config import LimitsConfig
 from tests.fakes.fake_api_server import run_fake_api_server
-from tests.server.conftest import BASE_LIMITS, JOB_TOOLS, REPO, Harness, free_port
+from tests.mcp.conftest import BASE_LIMITS, JOB_TOOLS, REPO, Harness, first_text, free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -43,8 +43,8 @@ async def call(client: Client, tool: str, args: dict[str, Any], **kw: Any) -> Ca
 
 async def succeed(client: Client, tool: str, args: dict[str, Any], **kw: Any) -> dict[str, Any]:
     result = await call(client, tool, args, **kw)
-    assert not result.is_error, f"{tool} failed: {result.content[0].text}"
-    assert result.structured_content is not None
+    assert not result.is_error, f"{tool} failed: {first_text(result)}"
+    assert isinstance(result.structured_content, dict)
     return result.structured_content
 
 
@@ -105,13 +105,13 @@ async def test_a_sync_request_answers_with_the_parsed_text_and_native_session(
             for provider in PROVIDERS:
                 prompt = f"hello {provider} {tag()}"
                 result = await call(client, f"{provider}_request", {"prompt": prompt})
-                assert not result.is_error, result.content[0].text
+                assert not result.is_error, first_text(result)
                 data = result.structured_content
                 assert data is not None
                 answer = f"fake-{provider} answer: {prompt}"
                 assert data["status"] == "completed"
                 assert data["text"].strip() == answer
-                assert result.content[0].text.strip() == answer
+                assert first_text(result).strip() == answer
                 assert data["provider"] == provider
                 assert data["exit_code"] == 0
                 assert data["error_kind"] is None
@@ -227,7 +227,7 @@ async def test_a_running_jobs_result_says_in_its_structured_content_that_it_is_r
     assert page["raw"] is True and page["complete"] is False
     assert '"type"' in page["output"]  # stream-json events, not an answer
     assert "still running" in page["message"] and "raw output" in page["message"]
-    assert page["message"] in result.content[0].text
+    assert page["message"] in first_text(result)
     assert page["next"]["tool"] in {"llm_job_wait", "llm_job_result"}
 
 
@@ -275,7 +275,7 @@ async def test_a_sync_request_past_the_deferral_point_returns_a_job_to_poll(
             assert data["status"] in ACTIVE
             assert data["next"] == {"tool": "llm_job_wait", "arguments": {"job_id": data["job_id"]},
                                     "why": data["next"]["why"]}
-            assert "llm_job_wait" in result.content[0].text
+            assert "llm_job_wait" in first_text(result)
             done = await wait_done(client, data["job_id"])
             assert done["status"] == "completed"
             page = await succeed(client, "llm_job_result", {"job_id": data["job_id"]})
@@ -291,7 +291,7 @@ async def test_a_failed_run_is_an_error_answer_with_its_kind_and_next_step(
             assert auth.structured_content is not None
             assert auth.structured_content["error_kind"] == "auth"
             assert auth.structured_content["status"] == "failed"
-            assert "log" in auth.content[0].text.lower()
+            assert "log" in first_text(auth).lower()
 
             failed = await call(client, "cursor_request",
                                 {"prompt": f"boom {tag()} @exit=3 @stderr=kaputt"})
@@ -307,7 +307,7 @@ async def test_a_failed_run_is_an_error_answer_with_its_kind_and_next_step(
             assert late.structured_content is not None
             assert late.structured_content["status"] == "timed_out"
             assert late.structured_content["error_kind"] == "timeout"
-            assert "timeout_s" in late.content[0].text
+            assert "timeout_s" in first_text(late)
 
 
 BAD_INPUTS: list[tuple[str, str, dict[str, Any], str]] = [
@@ -359,7 +359,7 @@ async def test_bad_inputs_get_a_clear_error_with_a_kind_and_what_to_do(gateway: 
                 assert data["error_kind"] == kind, (label, data)
                 assert data["retryable"] is False, label
                 assert len(data["error"]) > 20, (label, data["error"])
-                assert result.content[0].text, label
+                assert first_text(result), label
             # Nothing was started by any of them.
             listed = await succeed(client, "llm_job_list", {})
             assert listed["count"] == 0
@@ -567,10 +567,10 @@ async def test_a_deleted_sqlite_file_is_reported_by_gateway_status_and_admission
             while not status["store_problem"]:
                 await anyio.sleep(0.1)
                 status = await succeed(client, "gateway_status", {})
-            text = (await call(client, "gateway_status", {})).content[0].text
+            text = first_text(await call(client, "gateway_status", {}))
             refused = await call(client, "claude_request_async", {"prompt": f"x {tag()}"})
     assert status["admitting"] is False and "deleted" in status["store_problem"]
     assert "STORE PROBLEM" in text and str(db) in text
     assert refused.is_error and refused.structured_content is not None
     assert refused.structured_content["error_kind"] == "unavailable"
-    assert "deleted" in refused.content[0].text
+    assert "deleted" in first_text(refused)

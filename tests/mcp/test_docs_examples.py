@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.server.conftest import Harness, own_harness
+from tests.mcp.conftest import Harness, own_harness
 
 pytestmark = pytest.mark.anyio
 

@@ -10,13 +10,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
 import pytest
 
-from tests.server.conftest import Harness, free_port, server_env, start_http_server
-from tests.server.test_http import INITIALIZE, MCP_HEADERS
+from tests.mcp.conftest import Harness, free_port, server_env, start_http_server
+from tests.mcp.test_http import INITIALIZE, MCP_HEADERS
 
 pytestmark = pytest.mark.anyio
 
@@ -128,10 +129,12 @@ async def test_a_lone_surrogate_that_reaches_a_tool_is_invalid_input_with_nothin
     monkeypatch.setenv("PATH", server_env(harness.home, config)["PATH"])
     with anyio.fail_after(ANSWER_TIMEOUT_S):
         async with Client(build_server(load_settings(config))) as client:
-            for name, arguments in [("claude_request", {"prompt": "x\udfff"}),
-                                    ("claude_request_async", {"prompt": "ok",
-                                                              "add_dirs": ["\ud800"]}),
-                                    ("llm_job_status", {"job_id": "\ud800"})]:
+            cases: list[tuple[str, dict[str, Any]]] = [
+                ("claude_request", {"prompt": "x\udfff"}),
+                ("claude_request_async", {"prompt": "ok", "add_dirs": ["\ud800"]}),
+                ("llm_job_status", {"job_id": "\ud800"}),
+            ]
+            for name, arguments in cases:
                 result = await client.call_tool(name, arguments)
                 assert result.is_error
                 assert result.structured_content is not None

@@ -20,9 +20,9 @@ import pytest
 
 from gateway.mcp.tasks_legacy import LIST_PAGE_SIZE
 from tests.conftest import in_ci
-from tests.server.conftest import REPO, Harness, own_harness, server_env
-from tests.server.task_client import RawStdioClient, raw_stdio
-from tests.server.test_tools import alive, fake_spawns, tag
+from tests.mcp.conftest import REPO, Harness, own_harness, server_env
+from tests.mcp.task_client import RawStdioClient, raw_stdio
+from tests.mcp.test_tools import alive, fake_spawns, tag
 
 pytestmark = pytest.mark.anyio
 
@@ -30,7 +30,7 @@ TEST_TIMEOUT_S = 60.0
 TS_CLIENT = REPO / "tests" / "clients" / "ts_tasks_client.mjs"
 TS_SDK = Path(os.environ.get("TS_MCP_SDK_PREFIX", REPO / ".tools" / "ts-mcp-sdk"))
 TS_SDK_MANIFEST = TS_SDK / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
-TASKS_CAPABILITY = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+TASKS_CAPABILITY: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
-from tests.server.conftest import Harness, own_harness, server_env
-from tests.server.task_client import spawned_pid
-from tests.server.test_tools import alive, tag
+from tests.mcp.conftest import Harness, first_text, own_harness, server_env
+from tests.mcp.task_client import spawned_pid
+from tests.mcp.test_tools import alive, tag
 
 pytestmark = pytest.mark.anyio
 
@@ -49,13 +49,13 @@ async def test_fastmcp_gets_a_task_handle_and_the_real_answer(harness: Harness) 
             assert status.task_id == task.task_id
             result = await task.result()
             assert not result.is_error
-            assert result.content[0].text.strip() == f"fake-claude answer: {prompt}"
+            assert first_text(result).strip() == f"fake-claude answer: {prompt}"
             assert result.structured_content is not None
             assert result.structured_content["job_id"] == task.task_id
 
             # Its plain call_tool drives a task transparently: the caller sees the answer.
             again = await client.call_tool("gemini_request", {"prompt": f"{prompt} plain"})
-            assert again.content[0].text.strip() == f"fake-gemini answer: {prompt} plain"
+            assert first_text(again).strip() == f"fake-gemini answer: {prompt} plain"
 
 
 async def test_fastmcp_cancels_a_task_and_sees_a_failed_run_as_an_error(

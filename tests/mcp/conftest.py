@@ -24,10 +24,10 @@ import sys
 import time
 import tomllib
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import httpx2
@@ -35,6 +35,7 @@ import pytest
 import tomli_w
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import TextContent
 
 from gateway.config import merge_tables
 
@@ -51,11 +52,25 @@ SERVER_START_TIMEOUT_S = 30.0  # a cold `python -m gateway` on a loaded 2-core b
 CLIENT_TIMEOUT_S = 60.0  # no single request of these tests should take longer
 HTTP_STOP_TIMEOUT_S = 10.0
 # The same in every copy of this module: pytest imports a conftest.py without an __init__.py
-# as `conftest`, and the tests import it again as `tests.server.conftest`; a token drawn at
+# as `conftest`, and the tests import it again as `tests.mcp.conftest`; a token drawn at
 # import time made a server started by a fixture here refuse a test's requests (401).
 TOKEN = f"test-token-{os.getpid()}"
 
 TRANSPORTS = ["inproc", "stdio-legacy", "stdio-auto", "http"]
+
+
+class ToolAnswer(Protocol):
+    """A tool call's result, as the SDK's client or fastmcp's client returns it."""
+
+    @property
+    def content(self) -> Sequence[object]: ...
+
+
+def first_text(result: ToolAnswer) -> str:
+    """The text of a tool result's first content block (every gateway tool answers text)."""
+    block = result.content[0]
+    assert isinstance(block, TextContent), f"expected text content, got {block!r}"
+    return block.text
 
 
 def free_port() -> int:

@@ -22,7 +22,7 @@ from gateway.jobs.requests import SubmitRequest
 from gateway.jobs.run import runner
 from gateway.jobs.run import supervisor as sup
 from gateway.model import ErrorKind, JobStatus
-from tests.jobs.conftest import FakeLog, wait_for
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -30,7 +30,7 @@ DONE_S = 20.0
 
 
 def spool_of(settings: Any, job_id: str) -> Path:
-    return settings.state_dir / "spool" / job_id / "0"
+    return Path(settings.state_dir) / "spool" / job_id / "0"
 
 
 def alive(pid: int) -> bool:
@@ -45,7 +45,7 @@ def handed_over(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Every supervisor a run is handed to is SIGSTOPped first: it holds its run but has not
     read it, so it has not claimed it. The pids, in order."""
     pids: list[int] = []
-    real = runner.hand_over
+    real = runner.hand_over  # type: ignore[attr-defined]  # the name the runner calls
 
     def stop_then_hand_over(popen: subprocess.Popen[bytes], *args: Any) -> None:
         os.kill(popen.pid, signal.SIGSTOP)
@@ -63,7 +63,8 @@ async def terminal(manager: Any, job_id: str) -> Any:
 
 @pytest.mark.parametrize("then", ["nothing", "cancel", "identical request"])
 async def test_a_supervisor_killed_between_its_hand_over_and_its_claim_ends_the_job(
-    make_settings, start_gateway, fake_log: FakeLog, handed_over: list[int], then: str
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
+    handed_over: list[int], then: str,
 ) -> None:
     # Issue 23, item 1: the job stayed running for good while its gateway lived (its lease
     # renewed, a cancel never applied, an identical request joining it and waiting), because
@@ -91,7 +92,7 @@ async def test_a_supervisor_killed_between_its_hand_over_and_its_claim_ends_the_
 
 
 async def test_a_supervisor_killed_from_outside_while_its_run_ran_reads_failed_with_the_signal(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     # Issue 23, item 14: it read launch_failed although the CLI had run.
     settings = make_settings()
@@ -111,7 +112,7 @@ async def test_a_supervisor_killed_from_outside_while_its_run_ran_reads_failed_w
 
 
 async def test_a_stopped_supervisor_s_run_is_stopped_by_the_gateway_past_its_wall_clock(
-    make_settings, start_gateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
     # Issue 23, item 6: a SIGSTOPped supervisor of a timeout_s=3 job enforced nothing; at
     # 15 s the job was still running and its CLI alive.

@@ -21,8 +21,8 @@ import pytest
 
 from gateway.mcp.principal import LOCAL, may_see, principal_of
 from gateway.model import JobRow, JobStatus
-from tests.server.conftest import Harness, free_port, own_harness, start_http_server
-from tests.server.test_tools import tag
+from tests.mcp.conftest import Harness, free_port, own_harness, start_http_server
+from tests.mcp.test_tools import tag
 
 pytestmark = pytest.mark.anyio
 

@@ -20,7 +20,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from gateway import platform
-from tests.server.conftest import CLIENT_TIMEOUT_S, server_env
+from tests.mcp.conftest import CLIENT_TIMEOUT_S, server_env
 
 pytestmark = pytest.mark.anyio
 

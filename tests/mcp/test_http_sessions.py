@@ -20,8 +20,8 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from gateway.config import load_settings
 from gateway.mcp.http import build_http_app
 from gateway.mcp.sessions import eviction_floor_s
-from tests.server.conftest import TOKEN, Harness, HttpServer
-from tests.server.test_http import INITIALIZE, MCP_HEADERS, post
+from tests.mcp.conftest import TOKEN, Harness, HttpServer
+from tests.mcp.test_http import INITIALIZE, MCP_HEADERS, post
 
 pytestmark = pytest.mark.anyio
 

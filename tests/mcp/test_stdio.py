@@ -17,7 +17,7 @@ import psutil
 import pytest
 from anyio.abc import Process
 
-from tests.server.conftest import Harness, server_env
+from tests.mcp.conftest import Harness, server_env
 
 pytestmark = pytest.mark.anyio
 

@@ -52,6 +52,7 @@ def test_each_launch_attempt_of_a_job_has_a_dir_of_its_own_under_the_job_s(
     root = spool.spool_root(tmp_path)
     first = JobRow(id="job-1", provider="claude", status=JobStatus.RUNNING, request_key="k")
     again = replace(first, requeued_at=datetime(2026, 12, 1, 15, 0, 0, 123456, tzinfo=UTC))
+    assert again.requeued_at is not None
     later = replace(again, requeued_at=again.requeued_at + timedelta(microseconds=1))
     dirs = [spool.run_dir(root, row) for row in (first, again, later)]
     assert dirs[0] == root / "job-1" / "0"

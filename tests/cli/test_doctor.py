@@ -20,7 +20,7 @@ from gateway.cli.doctor import Check, Report, run_doctor
 from gateway.config import PROVIDER_NAMES, load_settings
 from gateway.store.base import SCHEMA_VERSION
 
-FAKE_BIN = Path(__file__).resolve().parent / "fakes" / "bin"
+FAKE_BIN = Path(__file__).resolve().parents[1] / "fakes" / "bin"
 CLI_TIMEOUT_S = 60  # a cold interpreter plus seven --version probes on a busy 2-core box
 BINARIES = {"claude": "claude", "codex": "codex", "gemini": "agy", "grok": "grok",
             "mistral": "vibe", "devin": "devin", "cursor": "cursor-agent"}
@@ -248,7 +248,7 @@ def test_a_cli_only_the_shells_path_finds_is_a_warning_naming_the_dir(home: Path
 
 
 def documented_verdict() -> str:
-    text = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text("utf-8")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text("utf-8")
     found = re.search(r"^```text\n(From this shell:.*?)^```", text, re.MULTILINE | re.DOTALL)
     assert found, "docs/operations.md lost its doctor verdict example"
     return found.group(1)

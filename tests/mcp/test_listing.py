@@ -20,7 +20,7 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.types import Tool, ToolListChangedNotification
 
-from tests.server.conftest import (
+from tests.mcp.conftest import (
     CLIENT_TIMEOUT_S,
     FAKES_BIN,
     JOB_TOOLS,
