@@ -391,10 +391,11 @@ async def bench_launchers(servers: Servers, sizes: Sizes) -> list[Row]:
                 async with servers.connect(params, f"launch-{form}", mode="legacy"):
                     elapsed = time.perf_counter() - started
             except Exception as exc:  # e.g. uvx behind a dead proxy: the row says so
-                while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-                    exc = exc.exceptions[0]
+                cause: BaseException = exc
+                while isinstance(cause, BaseExceptionGroup) and len(cause.exceptions) == 1:
+                    cause = cause.exceptions[0]
                 return [Row("launchers", "first answer: uvx --from vs uv run --directory",
-                            f"not measured: {form} failed ({exc})", "", None, "report", None)]
+                            f"not measured: {form} failed ({cause})", "", None, "report", None)]
             if run:
                 samples[form].append(elapsed)
     uvx, uv_run = _median(samples["uvx"]), _median(samples["uv_run"])

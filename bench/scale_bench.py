@@ -38,8 +38,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import store_bench
-from store_bench import (
+from bench import store_bench
+from bench.store_bench import (
     LIVE_OWNER,
     PostgresDb,
     _keeper,
@@ -47,7 +47,6 @@ from store_bench import (
     _seed_reaper_table,
     quiet_logs,
 )
-
 from gateway import proc
 from gateway.config import load_settings
 from gateway.jobs.leases import LeaseKeeper

@@ -19,7 +19,7 @@ import pytest
 from gateway.config import Settings
 from gateway.model import ErrorKind, JobStatus
 from gateway.store import open_store
-from tests.jobs.conftest import FakeLog
+from tests.jobs.conftest import FakeLog, MakeSettings
 from tests.jobs.poison_gateway import POISON_ENV
 from tests.jobs.test_detach import REPO, claude_job
 
@@ -39,7 +39,7 @@ def start_poison_gateway(settings: Settings, tmp_path: Path, job_id: str) -> sub
 
 
 async def test_a_job_whose_owner_dies_at_each_launch_ends_failed_and_its_last_gateway_serves(
-    make_settings, fake_log: FakeLog, tmp_path: Path
+    make_settings: MakeSettings, fake_log: FakeLog, tmp_path: Path
 ) -> None:
     settings = make_settings(lease={"max_requeues": MAX_REQUEUES})
     job = claude_job(31, "poison: it kills its gateway", "ghost")  # its owner is gone
@@ -66,7 +66,7 @@ async def test_a_job_whose_owner_dies_at_each_launch_ends_failed_and_its_last_ga
                 await anyio.sleep(POLL_S)
             assert row is not None and row.status is JobStatus.FAILED
             assert row.error_kind == ErrorKind.REQUEUE_LIMIT
-            assert row.requeue_count == MAX_REQUEUES and f"{MAX_REQUEUES} re-queues" in row.error
+            assert row.requeue_count == MAX_REQUEUES and f"{MAX_REQUEUES} re-queues" in (row.error or "")
             reasons = json.loads(row.requeue_reasons or "[]")
             assert [r["reason"] for r in reasons] == ["owner_collected", "owner_dead"]
             assert fake_log.prompts() == []  # the CLI never ran

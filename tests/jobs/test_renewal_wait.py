@@ -4,12 +4,10 @@ instance row that `agent-cli-gateway instances` shows. A real gateway, a real st
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from gateway.model import InstanceRow
-from tests.jobs.conftest import wait_for
+from tests.jobs.conftest import MakeSettings, StartGateway, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -17,9 +15,9 @@ WAIT_S = 30.0  # a few heartbeats of FAST_LEASE, with a loaded box's slack
 
 
 async def test_each_heartbeat_writes_the_gauges_worst_renewal_wait_into_the_instance_row(
-    make_settings, start_gateway
+    make_settings: MakeSettings, start_gateway: StartGateway
 ) -> None:
-    gateway: Any = await start_gateway(make_settings())
+    gateway = await start_gateway(make_settings())
     manager = await gateway.manager()
     assert gateway.leases is not None
 
@@ -34,4 +32,5 @@ async def test_each_heartbeat_writes_the_gauges_worst_renewal_wait_into_the_inst
     # The row holds the worst wait as of its heartbeat; the gauge may have grown since.
     assert worst is not None and 0 <= row.renewal_wait_ms_max_1h <= worst
     # gateway_status reads the same gauge (a heartbeat in between can only raise it).
-    assert gateway.connection_report()["renewal_pending_ms_max_1h"] >= round(worst, 1)
+    reported = gateway.connection_report()["renewal_pending_ms_max_1h"]
+    assert isinstance(reported, float | int) and reported >= round(worst, 1)

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from gateway.jobs.run import supervisor as sup
-from tests.jobs.test_supervisor import DEADLINE_S, end_record, start
+from tests.jobs.run.test_supervisor import DEADLINE_S, end_record, start
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 

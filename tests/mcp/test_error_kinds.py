@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gateway.mcp.results import failure
 from gateway.model import ErrorKind
+from tests.mcp.conftest import first_text
 
 
 def test_a_known_kind_is_looked_up_and_an_unknown_one_is_none() -> None:
@@ -20,4 +21,4 @@ def test_a_stored_kind_answers_as_its_member_and_an_unknown_one_as_it_is() -> No
     unknown = failure("a_newer_gateways_kind", "odd")
     assert unknown.structured_content == {
         "error_kind": "a_newer_gateways_kind", "error": "odd", "retryable": False}
-    assert unknown.content[0].text == "Error (a_newer_gateways_kind): odd"
+    assert first_text(unknown) == "Error (a_newer_gateways_kind): odd"
