@@ -15,6 +15,7 @@ from gateway.config import (
     load_settings,
     origin_label,
     source_plan,
+    unknown_env_warnings,
 )
 
 
@@ -118,3 +119,7 @@ def test_without_the_variable_no_secret_file_is_read(home: Path, tmp_path: Path)
     (tmp_path / "secrets").mkdir()
     write(tmp_path / "secrets" / "http__auth_token", "tok")
     assert load_settings().http.auth_token is None
+
+
+def test_the_secrets_dir_variable_is_no_unknown_setting(tmp_path: Path) -> None:
+    assert unknown_env_warnings({SECRETS_DIR_ENV: str(tmp_path), "AGENT_GATEWAY_CONFIG": "x"}) == []
