@@ -154,8 +154,9 @@ def json_problem(setting: Setting) -> str | None:
     """Why a value that must be JSON is not (never quoting it: it may hold a secret)."""
     if setting.shape is None:
         return None
-    what = f"{'.'.join(setting.keys)}: the {setting.origin.kind} {setting.origin.name} must be " \
-           f"JSON for {setting.shape}; it"
+    noun = "environment variable" if setting.origin.kind == ENV else setting.origin.kind
+    what = (f"{'.'.join(setting.keys)}: the {noun} {setting.origin.name} must be JSON for "
+            f"{setting.shape}; it")
     if json_depth(setting.value) > MAX_JSON_DEPTH:
         return f"{what} nests deeper than {MAX_JSON_DEPTH} levels"
     try:
