@@ -1,31 +1,48 @@
-"""Configuration: one pydantic model per `[section]` of docs/configuration.md.
+"""Configuration: one pydantic model per `[section]` (docs/configuration.md), loaded by
+pydantic-settings.
 
 Sources, strongest first: keyword arguments (tests), `AGENT_GATEWAY_<SECTION>__<KEY>` env
-vars, the TOML file (`$AGENT_GATEWAY_CONFIG` or `~/.agent-cli-gateway/config.toml`), defaults.
-No file is needed to start. Unknown keys are rejected everywhere: a typo must never be
-silently ignored. `load_settings` turns every validation problem into one readable line
-(`ConfigError`), so the CLI can exit 2 without a traceback.
-
-The environment is read here rather than through pydantic-settings: that package and the
-dotenv, CLI and cloud-secret sources it imports cost about a tenth of the gateway's share of
-its startup (bench/: startup), for the one source it was used for.
+vars, secret files (`$AGENT_GATEWAY_SECRETS_DIR`, opt-in), the TOML file
+(`$AGENT_GATEWAY_CONFIG` or `~/.agent-cli-gateway/config.toml`), defaults. No file is needed
+to start. Unknown keys are rejected everywhere: a typo must never be silently ignored.
+`load_settings` turns every validation problem into one readable line (`ConfigError`,
+gateway/config_errors.py), so the CLI can exit 2 without a traceback. The sources and the
+rules pydantic-settings does not know (ASCII-only names, bounded JSON) are in
+gateway/config_sources.py.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import os
-import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
-ENV_PREFIX = "AGENT_GATEWAY_"
-CONFIG_ENV = "AGENT_GATEWAY_CONFIG"
+from gateway.config_errors import ENV, ConfigError, Origin, ascii_lower, ascii_upper, describe
+from gateway.config_sources import (
+    CONFIG_ENV,
+    ENV_PREFIX,
+    SECRETS_DIR_ENV,
+    SOURCE_VARIABLES,
+    SourcePlan,
+    field_by_key,
+    gateway_variables,
+    is_setting,
+)
+
+__all__ = ["CONFIG_ENV", "ENV_PREFIX", "SECRETS_DIR_ENV", "ConfigError", "field_by_key"]
+
 # The longest a run may be given (timeout_s, default_timeout_s): a bound, so that 1e308 or
 # infinity is refused rather than taken as "no limit".
 MAX_TIMEOUT_S = 7 * 24 * 3600
@@ -42,14 +59,6 @@ PROVIDER_NAMES = ("claude", "codex", "gemini", "grok", "mistral", "devin", "curs
 # or 10**40 is refused as the typo it is rather than taken as "no limit" (#23 item 10).
 MAX_COUNT = 1_000_000  # jobs, sessions, heartbeat failures
 MAX_RETENTION_DAYS = 36_500
-# A variable holding JSON (a list or a table) may nest this deep: real values nest two or
-# three levels; `[` * 50000 would exhaust the parser's recursion and kill `serve`.
-MAX_JSON_DEPTH = 32
-# A value longer than this is never quoted in an error (it may be a pasted secret or a
-# megabyte of junk); shorter ones are, unless their key holds secrets (`_may_echo`).
-MAX_ECHOED_CHARS = 40
-# Keys whose values are secrets, or may hold them: never quoted in an error.
-SECRET_KEY_PARTS = frozenset({"env", "headers", "auth_token", "dsn"})
 
 
 def gateway_home() -> Path:
@@ -319,166 +328,9 @@ class Settings(_Section):
         return gateway_home()
 
 
-class ConfigError(Exception):
-    """The configuration is invalid. `problems` holds one readable line per problem;
-    `env_names` the environment variables at fault and `in_file` whether the file is too,
-    so every message can name the source that is wrong (`source`)."""
-
-    def __init__(self, path: Path | None, problems: list[str],
-                 env_names: list[str] | None = None, *, in_file: bool | None = None) -> None:
-        self.path = path
-        self.problems = problems
-        self.env_names = sorted(set(env_names or []))
-        self.in_file = path is not None if in_file is None else in_file
-        super().__init__(f"invalid configuration in {self.where}:\n"
-                         + "\n".join(f"  - {p}" for p in problems))
-
-    @property
-    def where(self) -> str:
-        """The file's path and/or the variables' names: the short form, for the header."""
-        parts = [str(self.path)] if self.in_file and self.path else []
-        if self.env_names:
-            noun = "variable" if len(self.env_names) == 1 else "variables"
-            parts.append(f"the environment {noun} {', '.join(self.env_names)}")
-        return " and ".join(parts) or "the configuration"
-
-    @property
-    def source(self) -> str:
-        """The source that is wrong, in words: `the config file P`, `the environment
-        variable X` (set in the MCP client's env block or the shell), or both."""
-        parts = [f"the config file {self.path}"] if self.in_file and self.path else []
-        if self.env_names:
-            noun = "variable" if len(self.env_names) == 1 else "variables"
-            parts.append(f"the environment {noun} {', '.join(self.env_names)} (set in the "
-                         f"MCP client's env block or the shell that started the gateway)")
-        return " and ".join(parts) or "the configuration"
-
-
-# -- keys: compared in ASCII only -----------------------------------------------------------
-
-
-def ascii_lower(text: str) -> str:
-    """Lower-case A-Z only. `str.lower` folds the Kelvin sign (U+212A) to `k`, which would
-    let a look-alike key name a real one; a non-ASCII letter stays and names no key."""
-    return text.translate(_ASCII_LOWER)
-
-
-def ascii_upper(text: str) -> str:
-    """Upper-case a-z only (see ascii_lower)."""
-    return text.translate(_ASCII_UPPER)
-
-
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-_ASCII_UPPER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-
-
-# -- values: what an error may quote --------------------------------------------------------
-
-
-def _may_echo(parts: list[str], value: Any) -> bool:
-    """Whether an error may quote this value: not under a key that holds secrets (a CLI's
-    `env`, HTTP `headers`, `auth_token`, `dsn`, anything named like a token or key), not a
-    table, and short."""
-    if value is None or isinstance(value, dict):
-        return False
-    if any(part in SECRET_KEY_PARTS or _secret_name(part) for part in parts):
-        return False
-    return len(repr(value)) <= MAX_ECHOED_CHARS
-
-
-def _secret_name(key: str) -> bool:
-    lowered = ascii_lower(key)
-    return any(word in lowered for word in ("token", "secret", "password", "api_key", "apikey"))
-
-
-# -- JSON in a variable: bounded depth ------------------------------------------------------
-
-
-def json_depth(text: str) -> int:
-    """The deepest nesting of `[`/`{` in a JSON text (strings skipped), without parsing it:
-    the parser itself recurses, and `[` * 50000 would exhaust the stack."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
-    return deepest
-
-
-def parse_env_json(name: str, value: str, shape: str) -> Any:
-    """An env var's JSON value; ValueError (whose text never quotes the value: it may hold
-    a secret) when it does not parse or nests deeper than MAX_JSON_DEPTH."""
-    if json_depth(value) > MAX_JSON_DEPTH:
-        raise ValueError(f"the environment variable {name} must be JSON for {shape}; it "
-                         f"nests deeper than {MAX_JSON_DEPTH} levels")
-    try:
-        return json.loads(value)
-    except (ValueError, RecursionError) as exc:
-        reason = exc if isinstance(exc, ValueError) else "nested too deeply"
-        raise ValueError(f"the environment variable {name} must be JSON for {shape}; it "
-                         f"does not parse ({reason})") from None
-
-
-# -- environment variables ------------------------------------------------------------------
-
-
-def _json_shape(annotation: Any) -> str | None:
-    """What an env var for a key of this type must spell as JSON: a list, a table (or a
-    whole section), or nothing (a plain value, converted like the file's)."""
-    if get_origin(annotation) is list:
-        return """a list, e.g. '["--flag"]'"""
-    if get_origin(annotation) is dict or (isinstance(annotation, type)
-                                          and issubclass(annotation, BaseModel)):
-        return """a table, e.g. '{"key": "value"}'"""
-    return None
-
-
-def field_by_key(model: type[BaseModel], key: str) -> FieldInfo | None:
-    """The field a config key names: its alias when it has one (`[worktrees] copy`, a name
-    BaseModel itself uses), else its own name."""
-    for name, field in model.model_fields.items():
-        if (field.alias or name) == key:
-            return field
-    return None
-
-
-def _env_keys(parts: list[str]) -> tuple[list[str], str | None]:
-    """The config keys an env var's name parts stand for, and the JSON its value must be.
-
-    Sections, keys and provider names are matched case-insensitively in ASCII (they are all
-    lower case); the keys of a table of strings (a CLI's `env`, HTTP `headers`) are the
-    user's own names and keep their case. A part that names no key is kept (lower case),
-    so that validation rejects it as an unknown key naming the variable."""
-    node: Any = Settings
-    keys: list[str] = []
-    for part in parts:
-        if isinstance(node, type) and issubclass(node, BaseModel):
-            key = ascii_lower(part)
-            field = field_by_key(node, key)
-            node = field.annotation if field is not None else None
-        elif get_origin(node) is dict:
-            node = get_args(node)[1]
-            key = part if node is str else ascii_lower(part)
-        else:
-            key, node = ascii_lower(part), None
-        keys.append(key)
-    return keys, _json_shape(node)
-
-
 def merge_tables(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """`override` over `base`, table by table (an env var sets one key, not its section)."""
+    """Config data shaped like the file: `override` over `base`, table by table, as the
+    loader merges its sources (for code that writes a config file, such as the tests)."""
     merged = dict(base)
     for key, value in override.items():
         if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
@@ -486,46 +338,6 @@ def merge_tables(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str,
         else:
             merged[key] = value
     return merged
-
-
-def _gateway_variables(environ: Mapping[str, str]) -> list[tuple[str, list[str], str]]:
-    """(name, the parts after the prefix, value) of every AGENT_GATEWAY_* variable."""
-    return [(name, name[len(ENV_PREFIX):].split("__"), value)
-            for name, value in environ.items() if ascii_upper(name).startswith(ENV_PREFIX)]
-
-
-def _is_setting(parts: list[str]) -> bool:
-    """A variable without `__` that names no section (`AGENT_GATEWAY_CONFIG`, the file's
-    path, or a typo) is not a setting."""
-    return len(parts) > 1 or ascii_lower(parts[0]) in Settings.model_fields
-
-
-def environment_settings(environ: Mapping[str, str]) -> dict[str, Any]:
-    """The `AGENT_GATEWAY_<SECTION>__<KEY>[__<KEY>]` variables as data shaped like the file.
-
-    Deeper variables win over a section or table given as JSON. Raises ConfigError naming
-    the variable when a value that must be JSON is not (or nests too deep).
-    """
-    data: dict[str, Any] = {}
-    problems: list[str] = []
-    names: list[str] = []
-    found = [v for v in _gateway_variables(environ) if _is_setting(v[1])]
-    for name, parts, value in sorted(found, key=lambda item: len(item[1])):
-        keys, shape = _env_keys(parts)
-        parsed: Any = value
-        if shape is not None:
-            try:
-                parsed = parse_env_json(name, value, shape)
-            except ValueError as exc:
-                problems.append(f"{'.'.join(keys)}: {exc}")
-                names.append(name)
-                continue
-        for key in reversed(keys):
-            parsed = {key: parsed}
-        data = merge_tables(data, parsed)
-    if problems:
-        raise ConfigError(None, problems, names)
-    return data
 
 
 def known_env_names() -> list[str]:
@@ -543,13 +355,13 @@ def known_env_names() -> list[str]:
 
 
 def unknown_env_warnings(environ: Mapping[str, str]) -> list[str]:
-    """One warning per AGENT_GATEWAY_* variable that is no setting and not CONFIG (it is
-    ignored: a one-underscore typo such as AGENT_GATEWAY_LEASE_TTL_S), with the nearest
+    """One warning per AGENT_GATEWAY_* variable that is no setting and names no source (it
+    is ignored: a one-underscore typo such as AGENT_GATEWAY_LEASE_TTL_S), with the nearest
     variable that is one."""
     known = known_env_names()
     warnings = []
-    for name, parts, _value in _gateway_variables(environ):
-        if _is_setting(parts) or ascii_upper(name) == CONFIG_ENV:
+    for name, parts, _value in gateway_variables(environ):
+        if is_setting(Settings, parts) or ascii_upper(name) in SOURCE_VARIABLES:
             continue
         near = difflib.get_close_matches(ascii_upper(name), known, n=1, cutoff=0.6)
         hint = f"; did you mean {near[0]}?" if near else (
@@ -559,71 +371,104 @@ def unknown_env_warnings(environ: Mapping[str, str]) -> list[str]:
     return warnings
 
 
-def _env_source(parts: list[str]) -> str | None:
-    """The env var that supplied this key (or keys below it), if one did: the file does
-    not contain it then."""
-    if not parts:
-        return None
-    name = ENV_PREFIX + "__".join(ascii_upper(p) for p in parts)
-    for key in os.environ:
-        upper = ascii_upper(key)
-        if upper == name or upper.startswith(name + "__"):
-            return key
-    return None
+# -- loading: pydantic-settings does it -----------------------------------------------------
+
+# The sources of the load under way: `settings_customise_sources` is a classmethod that
+# pydantic-settings calls with no room for a path, so the plan travels beside the call.
+_PLAN: ContextVar[SourcePlan] = ContextVar("config_source_plan")
 
 
-def _describe(err: Mapping[str, Any]) -> tuple[str, str | None]:
-    """One problem as a line naming its key (and its variable when one set it), and that
-    variable. The value is quoted only when `_may_echo` allows."""
-    parts = [str(p) for p in err.get("loc", ()) if p not in ("function-after",)]
-    loc = ".".join(parts)
-    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-    variable = _env_source(parts)
-    source = f" (set by env {variable})" if variable else ""
-    if err.get("type") == "extra_forbidden":
-        return (f"unknown key '{loc}'{source} (check the spelling; see config.example.toml "
-                "for every key)"), variable
-    value = err.get("input")
-    shown = f" (got {value!r})" if _may_echo(parts, value) else ""
-    if not loc or msg.startswith(loc.split(".")[0]):
-        return f"{msg}{shown}{source}", variable
-    return f"{loc}: {msg}{shown}{source}", variable
+class _FromSources(BaseSettings, Settings):
+    """`Settings`, filled by pydantic-settings from the sources of `_PLAN`. Only
+    `load_settings` builds it; `Settings()` itself stays the plain defaults."""
+
+    model_config: ClassVar[SettingsConfigDict] = SettingsConfigDict(
+        extra="forbid", env_prefix=ENV_PREFIX, env_nested_delimiter="__",
+        case_sensitive=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Keyword arguments, then the environment, the secret files and the file; no .env.
+        return (init_settings, *_PLAN.get().build(settings_cls))
 
 
-def read_config_file(path: Path) -> dict[str, Any]:
+def source_plan(path: Path | None = None,
+                environ: Mapping[str, str] | None = None) -> SourcePlan:
+    """The sources a load reads: the config file (`path`, else $AGENT_GATEWAY_CONFIG, else
+    the default, which may be absent), the secrets directory (if set) and the environment.
+    ConfigError when a file or directory named explicitly is missing or no file."""
+    environ = os.environ if environ is None else environ
+    explicit = path is not None or CONFIG_ENV in environ
+    path = path or default_config_path()
+    file: Path | None = path
+    if not path.exists():
+        if explicit:
+            raise ConfigError(path, ["config file does not exist (run `agent-cli-gateway init`)"])
+        file = None
+    elif not path.is_file():
+        raise ConfigError(path, ["cannot read config file: "
+                                 + ("Is a directory" if path.is_dir() else "not a regular file")])
+    secrets = environ.get(SECRETS_DIR_ENV)
+    secrets_dir = Path(secrets).expanduser() if secrets else None
+    if secrets_dir is not None and not secrets_dir.is_dir():
+        raise ConfigError(None, [f"the secrets directory {secrets_dir} is not a directory"],
+                          [SECRETS_DIR_ENV], in_file=False)
+    return SourcePlan(file, secrets_dir, environ)
+
+
+@contextmanager
+def _planned(plan: SourcePlan) -> Iterator[SourcePlan]:
+    token = _PLAN.set(plan)
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(path, [f"not valid TOML: {exc}"]) from None
-    except RecursionError:
-        raise ConfigError(path, ["not valid TOML: arrays or tables nested too deeply"]) from None
-    except OSError as exc:
-        raise ConfigError(path, [f"cannot read config file: {exc.strerror}"]) from None
+        yield plan
+    finally:
+        _PLAN.reset(token)
 
 
 def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
     """Load and validate the configuration.
 
     Raises ConfigError (never a pydantic traceback) with one line per problem, naming the
-    source of each: the variable, or the file and key.
+    source of each: the variable, the secret file, or the file and key.
     """
-    explicit = path is not None or CONFIG_ENV in os.environ
-    path = path or default_config_path()
-    data: dict[str, Any] = {}
-    if path.exists():
-        data = read_config_file(path)
-    elif explicit:
-        raise ConfigError(path, ["config file does not exist (run `agent-cli-gateway init`)"])
-    data = merge_tables(merge_tables(data, environment_settings(os.environ)), overrides)
-    try:
-        return Settings.model_validate(data)
-    except (ValidationError, RecursionError) as exc:
-        if isinstance(exc, RecursionError):  # a structure too deep to validate
-            raise ConfigError(path if path.exists() else None,
-                              ["the configuration nests too deeply"]) from None
-        described = [_describe(e) for e in exc.errors()]
-        variables = [v for _, v in described if v is not None]
-        from_file = path.exists() and any(v is None for _, v in described)
-        raise ConfigError(path if path.exists() else None, [line for line, _ in described],
-                          variables, in_file=from_file) from None
+    return load_planned(source_plan(path), **overrides)
+
+
+def load_planned(plan: SourcePlan, **overrides: Any) -> Settings:
+    """`load_settings` from a plan made already (`config show` asks it who set what)."""
+    with _planned(plan):
+        try:
+            return _FromSources(**overrides)
+        except RecursionError:  # a structure too deep to validate
+            raise ConfigError(plan.file, ["the configuration nests too deeply"]) from None
+        except SettingsError as exc:  # the secrets directory (too big, too many entries)
+            raise ConfigError(None, [str(exc)], [SECRETS_DIR_ENV], in_file=False) from None
+        except ValidationError as exc:
+            raise _config_error(plan, exc) from None
+
+
+def _config_error(plan: SourcePlan, exc: ValidationError) -> ConfigError:
+    described = [describe(e, plan.origin_of) for e in exc.errors()]
+    origins = [origin for _, origin in described if origin is not None]
+    return ConfigError(plan.file, [line for line, _ in described],
+                       [o.name for o in origins if o.kind == ENV],
+                       in_file=plan.file is not None and any(o is None for _, o in described),
+                       secret_files=[o.name for o in origins if o.kind != ENV])
+
+
+def origin_label(plan: SourcePlan, parts: tuple[str, ...]) -> str:
+    """Where the effective value of a key came from, as `config show` prints it:
+    `env NAME`, `secret file PATH`, `file PATH` or `default`."""
+    origin: Origin | None = plan.origin_of(parts, below=False)
+    if origin is not None:
+        return str(origin)
+    node: Any = plan.file_data()
+    for part in parts:
+        if not isinstance(node, dict) or part not in node:
+            return "default"
+        node = node[part]
+    return f"file {plan.file}"

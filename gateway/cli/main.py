@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from gateway import __version__
-from gateway.cli import worktrees
+from gateway.cli import config_show, worktrees
 from gateway.cli.common import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -277,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("id")
     cancel.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_cancel"))
     worktrees.add_parsers(commands, jobs_commands, common)  # jobs diff|apply|discard, worktrees
+    config_show.add_parsers(commands, common)  # config show
     return parser
 
 
