@@ -12,7 +12,8 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from cli_support import Cli
+
+from tests.cli.cli_support import Cli
 
 PASSWORD = "pw-never-shown-7f3a"
 TOKEN = "tok-never-shown-91c2"
