@@ -40,8 +40,9 @@ from gateway.config import (
     default_config_path,
     load_settings,
 )
-from gateway.logs import configure_logging, redact_text
+from gateway.logs import configure_logging
 from gateway.store.base import SCHEMA_VERSION
+from providers.redaction import redact_text
 
 STORE_PROBE_TIMEOUT_S = 10.0  # a database that does not answer is "unreachable", not a hang
 # What MCP clients (Claude Desktop, editors launched from a desktop) typically give a server

@@ -43,9 +43,9 @@ from gateway.cli.format import (
     visible_data,
 )
 from gateway.config import Settings
-from gateway.logs import redact_value
 from gateway.model import InstanceRow, JobRow, JobStatus
 from gateway.store.base import JobStore
+from providers.redaction import redact_value
 
 # `jobs result` copies the answer in pieces this big: a 50 MB answer (the output cap) never
 # sits whole in memory, and each piece is one store read.
