@@ -29,6 +29,7 @@ import aiosqlite
 import anyio
 import structlog
 
+from gateway.backoff import Backoff
 from gateway.fs import ensure_private_dir
 from gateway.model import (
     CANCELLED_ERROR,
@@ -112,8 +113,9 @@ FILE_MODE = 0o600  # job rows hold prompts and outputs: owner only
 # interrupted call); any other (no such directory, permission, read-only) is permanent.
 TRANSIENT_OS_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE,
                                  errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.EIO})
-WAL_RETRY_FIRST_S = 0.01  # concurrent openers clear in milliseconds; back off from there
-WAL_RETRY_MAX_S = 0.2
+# Switching to WAL while another opener holds the file: concurrent openers clear in
+# milliseconds, so back off from 10 ms, never more than 0.2 s at a time.
+WAL_RETRY = Backoff(first_s=0.01, max_s=0.2)
 
 
 @contextmanager
@@ -209,7 +211,7 @@ class SqliteJobStore:
         together, as MCP clients do when they spawn one per window.
         """
         deadline = time.monotonic() + self.busy_timeout_ms / 1000
-        delay = WAL_RETRY_FIRST_S
+        waits = WAL_RETRY.waits()
         while True:
             try:
                 await conn.execute("PRAGMA journal_mode = WAL")
@@ -217,10 +219,10 @@ class SqliteJobStore:
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise
+                delay = next(waits)
                 if time.monotonic() + delay > deadline:
                     raise
             await anyio.sleep(delay)
-            delay = min(delay * 2, WAL_RETRY_MAX_S)
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

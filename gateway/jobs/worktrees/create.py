@@ -26,6 +26,7 @@ from typing import Any
 import structlog
 
 from gateway import proc
+from gateway.backoff import Backoff
 from gateway.config import Settings
 from gateway.fs import ensure_private_dir
 from gateway.jobs.requests import WORKTREE_KEY
@@ -39,7 +40,7 @@ LOCK_NAME = "agent-cli-gateway.lock"  # in the repository's common dir: one per 
 LOCK_WAIT_S = 60.0  # how long a creation waits for another one on the same repository
 LOCK_POLL_S = 0.05
 CREATE_ATTEMPTS = 3  # tries of `git worktree add` + checkout while another git holds a lock
-RETRY_BACKOFF_S = 0.25  # doubled after each lock error
+LOCK_RETRY = Backoff(first_s=0.25)  # after a git lock error: 0.25 s, doubled after each one
 JOB_PREFIX_CHARS = 8  # of the job id: the worktree's directory and branch name
 REPO_KEY_CHARS = 12  # of sha256(real path of the common dir)
 
@@ -237,7 +238,6 @@ def create_worktree(settings: Settings, plan: WorktreePlan, owner: Owner | None 
         except OSError as exc:
             raise WorktreeError(f"cannot write the worktree's record: "
                                 f"{exc.strerror or exc}") from None
-        delay = RETRY_BACKOFF_S
         for attempt in range(1, CREATE_ATTEMPTS + 1):
             try:
                 _add_and_check_out(settings, plan)
@@ -250,8 +250,7 @@ def create_worktree(settings: Settings, plan: WorktreePlan, owner: Owner | None 
                     raise WorktreeError(_why(exc)) from None
                 log.warning("worktree creation met a git lock; retrying", action="worktree_add",
                             job_id=owner.job_id, attempt=attempt)
-                time.sleep(delay)
-                delay *= 2
+                time.sleep(LOCK_RETRY.wait(attempt))
         try:
             _verify(plan)
             seed_files(settings.worktrees.copy_files, Path(plan.toplevel), path)
