@@ -264,7 +264,7 @@ def check_cli_providers(providers: dict[str, ProviderConfig],
     this shell's), which version, logged in? (probed with a provider run's environment:
     without `secret_env`)."""
     try:
-        from providers.registry import CLI_PROVIDERS, resolve_command
+        from providers.registry import CLI_PROVIDERS, provider_binary
     except ImportError as exc:
         return [Check("providers", "error", f"the provider registry cannot be loaded: {exc}")]
 
@@ -281,8 +281,8 @@ def check_cli_providers(providers: dict[str, ProviderConfig],
         if not config.enabled:
             checks[name] = Check(name, "disabled", f"disabled in the config ({wanted})", details)
             continue
-        resolved = resolve_command(name, config.command, client_path)
-        in_shell = resolve_command(name, config.command, os.environ.get("PATH", ""))
+        resolved = provider_binary(name, config.command, client_path)
+        in_shell = provider_binary(name, config.command, os.environ.get("PATH", ""))
         if resolved is None and in_shell is None:
             checks[name] = Check(
                 name, "warning",

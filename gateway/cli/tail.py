@@ -15,7 +15,6 @@ prints the CLI's stdout byte for byte.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from gateway import proc
 from gateway.cli.common import PROG
 from gateway.cli.format import duration
 from gateway.config import Settings
+from gateway.jobs.requests import stored_fields
 from gateway.jobs.run.spool import run_dir, spool_root, stdout_path
 from gateway.model import JobRow
 from gateway.store.base import JobStore
@@ -46,9 +46,9 @@ def _parser(row: JobRow) -> tuple[Any, Any] | None:
     if adapter is None:
         return None
     try:
-        request = json.loads(row.request_json or "{}")
-        options = adapter.options_model.model_validate(request.get("options") or {})
-    except ValueError:
+        options = adapter.options_model.model_validate(
+            stored_fields(row.request_json).get("options") or {})
+    except ValueError:  # pydantic's ValidationError: options this adapter no longer takes
         return None
     return adapter, options
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import shutil
 import stat
@@ -29,7 +28,7 @@ from gateway import proc
 from gateway.backoff import Backoff
 from gateway.config import Settings
 from gateway.fs import ensure_private_dir
-from gateway.jobs.requests import WORKTREE_KEY
+from gateway.jobs.requests import WORKTREE_KEY, stored_fields
 from gateway.jobs.worktrees import records
 from gateway.jobs.worktrees.git import GitError, git, git_text
 from gateway.model import ErrorKind, GatewayError
@@ -130,13 +129,7 @@ def repo_key(common_dir: str) -> str:
 
 def plan_of(request_json: str | None) -> WorktreePlan | None:
     """The worktree an isolated job was planned at admission (None: not isolated)."""
-    if not request_json:
-        return None
-    try:
-        stored = json.loads(request_json)
-    except ValueError:
-        return None
-    return WorktreePlan.from_dict(stored.get(WORKTREE_KEY)) if isinstance(stored, dict) else None
+    return WorktreePlan.from_dict(stored_fields(request_json).get(WORKTREE_KEY))
 
 
 def plan_for(settings: Settings, repo: Repository | None, base_ref: str | None,
