@@ -14,12 +14,13 @@ prints the CLI's stdout byte for byte.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import anyio
 
 from gateway import proc
 from gateway.cli.common import PROG
@@ -129,7 +130,7 @@ class Follower:
         spool = stdout_path(run_dir(spool_root(self.settings.state_dir), row))
         if row.hostname == proc.hostname() and spool.exists():
             self.from_spool = True
-            data = await asyncio.to_thread(_read_from, spool, self.pos)
+            data = await anyio.to_thread.run_sync(_read_from, spool, self.pos)
             self.pos += len(data)
             return data
         if self.from_spool:
@@ -225,7 +226,7 @@ async def follow_job(settings: Settings, store: JobStore, job_id: str, *, follow
             if follower.printed_any and not follower.ended_with_newline:
                 follower.emit(b"\n")
             return row
-        await asyncio.sleep(TAIL_POLL_S)
+        await anyio.sleep(TAIL_POLL_S)
         fresh = await store.get_job(job_id, with_output=False)
         if fresh is None:  # purged under us
             follower.clear_waiting()

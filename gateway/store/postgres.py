@@ -23,10 +23,10 @@ again as soon as the server is back.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 
+import anyio
 import asyncpg
 import structlog
 
@@ -151,7 +151,7 @@ async def _output_pieces(source: OutputFile) -> AsyncIterator[tuple[int, str]]:
     pieces = source.text_chunks()
     try:
         seq = 0
-        while (piece := await asyncio.to_thread(next, pieces, None)) is not None:
+        while (piece := await anyio.to_thread.run_sync(next, pieces, None)) is not None:
             yield seq, piece
             seq += 1
     finally:

@@ -23,12 +23,12 @@ session reset (`RESET ALL`, `UNLISTEN *` outside any transaction) is not sent.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
+import anyio
 import asyncpg
 import structlog
 
@@ -165,7 +165,7 @@ class ConnectionPool:
                 delay = BUSY_RETRY.delay(failures)
                 if time.monotonic() + delay >= deadline:
                     raise
-                await asyncio.sleep(BUSY_RETRY.jittered(delay))
+                await anyio.sleep(BUSY_RETRY.jittered(delay))
         waited_ms = (time.monotonic() - started) * 1000
         self.acquired += 1
         if waited_ms > WAITED_MS:
@@ -210,7 +210,8 @@ class ConnectionPool:
 
     async def close(self) -> None:
         try:
-            await asyncio.wait_for(self._pool.close(), CLOSE_TIMEOUT_S)
+            with anyio.fail_after(CLOSE_TIMEOUT_S):
+                await self._pool.close()
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             log.warning("postgres pool did not close cleanly; terminating",
                         action="close_store", pool=self.name, error=type(exc).__name__)
