@@ -56,11 +56,8 @@ PAGE_MARGIN_BYTES = 8
 # Offsets beyond any output are clamped to this (2**53: exact in JSON, and offset + length
 # stays inside SQLite's and PostgreSQL's 64-bit integers).
 MAX_RESULT_OFFSET = 2**53
-# Re-reading a row after an unconfirmed insert, while the store is down: from 0.5 s, at most
-# 5 s apart.
-ADOPT_RETRY = Backoff(first_s=0.5, max_s=5.0)
-# The terminal write while the store is down or full: from 0.2 s, at most 5 s apart.
-TERMINAL_WRITE_RETRY = Backoff(first_s=0.2, max_s=5.0)
+ADOPT_RETRY = Backoff(first_s=0.5, max_s=5.0)  # re-reading a row after an unconfirmed insert
+TERMINAL_WRITE_RETRY = Backoff(first_s=0.2, max_s=5.0)  # the terminal write, store down or full
 # on_shutdown = "stop": the grace between SIGTERM and SIGKILL of each run. Claude Code sends
 # SIGINT, SIGTERM 100 ms later and SIGKILL 500 ms after that: 0.2 s of grace, the
 # supervisor's 50 ms poll and the terminal writes fit before the SIGKILL.
