@@ -13,12 +13,13 @@ import sys
 import tarfile
 import tomllib
 import zipfile
-from importlib.metadata import packages_distributions
+from importlib.metadata import packages_distributions, version
 from pathlib import Path
 
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
+from packaging.requirements import Requirement
 
 pytestmark = pytest.mark.anyio
 
@@ -257,6 +258,22 @@ def test_every_package_the_code_imports_is_a_declared_dependency() -> None:
     # The scan itself sees what it must: direct imports that mcp also pulls in.
     assert {"httpx2", "starlette", "uvicorn", "pydantic"} <= set(
         imported_top_level_modules("gateway", "providers"))
+
+
+# Used through private names behind one module each (gateway/mcp/sdk_fence.py,
+# gateway/store/aiosqlite_fence.py), which are checked on one minor release only.
+FENCED_LIBRARIES = ("mcp", "aiosqlite")
+
+
+@pytest.mark.parametrize("library", FENCED_LIBRARIES)
+def test_a_library_used_through_private_names_is_pinned_below_its_next_minor(library: str) -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    (pin,) = (Requirement(spec) for spec in project["dependencies"]
+              if Requirement(spec).name == library)
+    installed = version(library)
+    assert pin.specifier.contains(installed)
+    major, minor = (int(part) for part in installed.split(".")[:2])
+    assert not pin.specifier.contains(f"{major}.{minor + 1}.0"), f"{library}: {pin}"
 
 
 MAX_MODULE_LINES = 700  # a module past this does more than one job: split it by concern

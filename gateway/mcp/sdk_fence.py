@@ -19,7 +19,7 @@ underscore here and nowhere else (the rest of gateway/mcp/ calls the functions b
 
 pyproject pins mcp to the minor release these were checked on (`mcp>=2.3,<2.4`), and
 tests/server/test_sdk_fence.py asserts each name exists and behaves as used here, so an SDK
-upgrade that moves one fails there, by name, first.
+upgrade that moves one fails there, by name, first (tests/test_packaging.py holds the pin).
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ README.md, async admission). Its own methods do it with `Connection._execute(fn)
 wrapped `Connection._conn`; so does `on_connection_thread`, and nothing else in the gateway
 names either. pyproject pins aiosqlite to the minor release these names were checked on,
 and tests/store/test_aiosqlite_fence.py asserts each exists and behaves as used, so an
-upgrade that changes them fails there, by name, first.
+upgrade that changes them fails there, by name, first (tests/test_packaging.py holds
+the pin).
 """
 
 from __future__ import annotations

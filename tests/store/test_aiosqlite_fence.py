@@ -2,29 +2,23 @@
 
 One test per name, on a real connection to a real file: each asserts the name exists and
 behaves as the fence uses it, so an aiosqlite release that renames or changes one fails
-here, by name, instead of somewhere inside a write. The last test holds the pin: the
-installed aiosqlite is one the pyproject range admits, and that range ends before the next
-minor release (where the names would have to be checked again).
+here, by name, instead of somewhere inside a write.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-import tomllib
 from collections.abc import AsyncIterator
-from importlib.metadata import version
 from pathlib import Path
 
 import aiosqlite
 import pytest
-from packaging.requirements import Requirement
 
 from gateway.store.aiosqlite_fence import PRIVATE_NAMES, on_connection_thread
 
 pytestmark = pytest.mark.anyio
 
-PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
 @pytest.fixture
@@ -77,11 +71,3 @@ async def test_on_connection_thread_stays_inside_a_transaction_aiosqlite_opened(
     rows = await conn.execute_fetchall("SELECT n FROM t")
     assert list(rows) == []  # the insert was part of the rolled-back transaction
 
-
-def test_the_installed_aiosqlite_is_inside_a_pin_that_excludes_the_next_minor() -> None:
-    dependencies = tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]
-    (pin,) = (Requirement(d) for d in dependencies if Requirement(d).name == "aiosqlite")
-    installed = version("aiosqlite")
-    assert pin.specifier.contains(installed)
-    major, minor = (int(part) for part in installed.split(".")[:2])
-    assert not pin.specifier.contains(f"{major}.{minor + 1}.0")
