@@ -190,6 +190,6 @@ def test_a_missing_or_non_executable_command_resolves_to_none(
     assert find("devin", str(plain), str(tmp_path)) is None
 
 
-def test_resolve_command_accepts_the_adapter_itself(home: Path, tmp_path: Path) -> None:
+def test_provider_binary_accepts_the_adapter_itself(home: Path, tmp_path: Path) -> None:
     grok = _executable(tmp_path / "grok")
     assert provider_binary(CLI_PROVIDERS["grok"], None, str(tmp_path), HOME_BIN_DIRS) == str(grok)
