@@ -4,24 +4,23 @@ stdout is the MCP stdio channel: a single stray byte there corrupts the protocol
 structlog's default logger prints to stdout), so every record, ours and the stdlib's
 (mcp, httpx2, asyncpg, uvicorn), goes to stderr. A redaction processor runs last before
 rendering as a safety net: callers must still never log secrets, but if one slips into a
-key that looks secret or into a URL, it is masked before it reaches a terminal or a file.
+key that looks secret or into a URL, it is masked before it reaches a terminal or a file
+(the rules and the marker: providers/redaction.py).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
-from collections.abc import Mapping
-from typing import Any, Literal, TextIO
+from typing import Literal, TextIO
 
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
-LogFormat = Literal["auto", "json", "console"]
+from providers.redaction import REDACTED, is_secret_key, redact_value
 
-REDACTED = "***"
+LogFormat = Literal["auto", "json", "console"]
 
 LEVELS: dict[str, int] = {
     "debug": logging.DEBUG,
@@ -33,47 +32,7 @@ LEVELS: dict[str, int] = {
 # Libraries that log every request at INFO; they are useful only when debugging.
 CHATTY_LOGGERS = ("httpx2", "httpx", "httpcore", "httpcore2", "asyncio", "uvicorn.access")
 
-# A key whose value must never be shown: it ends with one of these words
-# ("auth_token", "x-api-key", "Authorization", "OPENAI_API_KEY", "client_secret"), while
-# look-alikes such as "input_tokens", "api_key_env" (a variable NAME) or "no_auth" do not.
-_SECRET_KEY = re.compile(
-    r"(?:^|_)(?:token|secret|password|passwd|pwd|authorization|cookie|credentials?"
-    r"|api_?key|private_?key|access_?key|secret_?key)$"
-)
-# userinfo of a URL: scheme://user:password@host -> scheme://user:***@host
-# (greedy up to the last "@" of the token, so an unencoded "@" in the password is covered).
-_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:)(?P<pw>\S+)(?=@[^@\s]*)")
-# An HTTP credential written inline: "Bearer abc.def", "Authorization: Basic xyz".
-_INLINE_CREDENTIAL = re.compile(r"(?P<scheme>\b(?:Bearer|Basic)\s+)(?P<cred>[A-Za-z0-9._~+/=-]+)")
-
 _HANDLER_MARK = "_agent_gateway_handler"
-
-
-def is_secret_key(key: object) -> bool:
-    """Whether a mapping key names a secret (case, `-` and `_` insensitive)."""
-    if not isinstance(key, str):
-        return False
-    return _SECRET_KEY.search(key.lower().replace("-", "_")) is not None
-
-
-def redact_text(text: str) -> str:
-    """Mask URL passwords (a DSN) and inline bearer/basic credentials in free text."""
-    text = _URL_PASSWORD.sub(lambda m: m.group("head") + REDACTED, text)
-    return _INLINE_CREDENTIAL.sub(lambda m: m.group("scheme") + REDACTED, text)
-
-
-def redact_value(value: Any) -> Any:
-    """Return `value` with secrets masked, recursing into mappings and sequences."""
-    if isinstance(value, str):
-        return redact_text(value)
-    if isinstance(value, Mapping):
-        return {
-            k: (REDACTED if is_secret_key(k) and v is not None else redact_value(v))
-            for k, v in value.items()
-        }
-    if isinstance(value, (list, tuple)):
-        return type(value)(redact_value(v) for v in value)
-    return value
 
 
 def redact_secrets(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:

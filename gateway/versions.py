@@ -63,14 +63,14 @@ class CliVersions:
 
     def locate(self, provider: str) -> CliInfo:
         """Where the provider's CLI is (a PATH scan: stat calls only, no process)."""
-        from providers.registry import resolve_command
+        from providers.registry import provider_binary
 
         config = self.settings.providers[provider]
         cached = self._info.get(provider)
         if cached is not None:
             return cached
         try:
-            path = resolve_command(provider, config.command, os.environ.get("PATH", ""))
+            path = provider_binary(provider, config.command, os.environ.get("PATH", ""))
         except Exception as exc:
             return CliInfo(provider, config.enabled, config.command, None,
                            version_error=f"lookup failed: {exc}")

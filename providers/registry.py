@@ -23,7 +23,7 @@ from providers.mistral import MistralProvider
 from providers.safety import check_argv_size
 
 __all__ = ["CLI_PROVIDERS", "USER_BIN_DIRS", "check_argv_size", "extended_path",
-           "missing_command", "resolve_command", "user_bin_dirs"]
+           "missing_command", "provider_binary", "user_bin_dirs"]
 
 CLI_PROVIDERS: dict[str, CliProvider] = {
     provider.name: provider
@@ -136,7 +136,7 @@ def _executable(path: str) -> str | None:
     return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
 
 
-def resolve_command(provider: str | CliProvider, configured_command: str | None,
+def provider_binary(provider: str | CliProvider, configured_command: str | None,
                     search_path: str, bin_dirs: Sequence[str] = USER_BIN_DIRS) -> str | None:
     """The absolute path of the binary to run for `provider`, or None if there is none.
 
@@ -161,7 +161,7 @@ def resolve_command(provider: str | CliProvider, configured_command: str | None,
 
 
 def missing_command(provider: str, configured_command: str | None, search_path: str) -> str:
-    """Why `resolve_command` found nothing, and what to do, for a user to act on.
+    """Why `provider_binary` found nothing, and what to do, for a user to act on.
 
     A configured path is reported as that path (it does not exist, or is not an executable
     file): "install it from npm" would be wrong advice for a typo in the config. A name is

@@ -18,7 +18,7 @@ from typing import Any
 from gateway.cli.common import EXIT_OK
 from gateway.config import load_planned, origin_label, source_plan
 from gateway.config_errors import is_secret_path
-from gateway.logs import REDACTED, redact_value
+from providers.redaction import REDACTED, redact_value
 
 # (key path, value as printed, source)
 Entry = tuple[tuple[str, ...], Any, str]
@@ -37,7 +37,7 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         description="Print the configuration the gateway would run with: the defaults, the "
                     "config file, the secret files ($AGENT_GATEWAY_SECRETS_DIR) and the "
                     "AGENT_GATEWAY_* variables merged, as TOML with each value's source "
-                    "beside it. Secrets are shown as ***.")
+                    "beside it. Secrets are shown as " + REDACTED + ".")
     show.add_argument("--json", action="store_true",
                       help="a JSON array, one {key, value, source} object per key")
     show.set_defaults(handler=cmd_config_show)

@@ -40,8 +40,9 @@ from gateway.config import (
     default_config_path,
     load_settings,
 )
-from gateway.logs import configure_logging, redact_text
+from gateway.logs import configure_logging
 from gateway.store.base import SCHEMA_VERSION
+from providers.redaction import redact_text
 
 STORE_PROBE_TIMEOUT_S = 10.0  # a database that does not answer is "unreachable", not a hang
 # What MCP clients (Claude Desktop, editors launched from a desktop) typically give a server
@@ -263,7 +264,7 @@ def check_cli_providers(providers: dict[str, ProviderConfig],
     this shell's), which version, logged in? (probed with a provider run's environment:
     without `secret_env`)."""
     try:
-        from providers.registry import CLI_PROVIDERS, resolve_command
+        from providers.registry import CLI_PROVIDERS, provider_binary
     except ImportError as exc:
         return [Check("providers", "error", f"the provider registry cannot be loaded: {exc}")]
 
@@ -280,8 +281,8 @@ def check_cli_providers(providers: dict[str, ProviderConfig],
         if not config.enabled:
             checks[name] = Check(name, "disabled", f"disabled in the config ({wanted})", details)
             continue
-        resolved = resolve_command(name, config.command, client_path)
-        in_shell = resolve_command(name, config.command, os.environ.get("PATH", ""))
+        resolved = provider_binary(name, config.command, client_path)
+        in_shell = provider_binary(name, config.command, os.environ.get("PATH", ""))
         if resolved is None and in_shell is None:
             checks[name] = Check(
                 name, "warning",

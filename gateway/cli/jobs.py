@@ -43,9 +43,10 @@ from gateway.cli.format import (
     visible_data,
 )
 from gateway.config import Settings
-from gateway.logs import redact_value
+from gateway.jobs.requests import stored_fields
 from gateway.model import InstanceRow, JobRow, JobStatus
 from gateway.store.base import JobStore
+from providers.redaction import redact_value
 
 # `jobs result` copies the answer in pieces this big: a 50 MB answer (the output cap) never
 # sits whole in memory, and each piece is one store read.
@@ -58,11 +59,7 @@ WAIT_POLL_S = 0.5  # `jobs wait` re-reads the row this often: a person notices n
 
 def request_of(job: JobRow) -> dict[str, Any]:
     """The normalized request (already secret-free by construction; redacted again)."""
-    try:
-        data = json.loads(job.request_json or "{}")
-    except ValueError:
-        return {}
-    redacted = redact_value(data)
+    redacted = redact_value(stored_fields(job.request_json))
     return redacted if isinstance(redacted, dict) else {}
 
 

@@ -14,18 +14,19 @@ prints the CLI's stdout byte for byte.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import anyio
+
 from gateway import proc
 from gateway.cli.common import PROG
 from gateway.cli.format import duration
 from gateway.config import Settings
+from gateway.jobs.requests import stored_fields
 from gateway.jobs.run.spool import run_dir, spool_root, stdout_path
 from gateway.model import JobRow
 from gateway.store.base import JobStore
@@ -46,9 +47,9 @@ def _parser(row: JobRow) -> tuple[Any, Any] | None:
     if adapter is None:
         return None
     try:
-        request = json.loads(row.request_json or "{}")
-        options = adapter.options_model.model_validate(request.get("options") or {})
-    except ValueError:
+        options = adapter.options_model.model_validate(
+            stored_fields(row.request_json).get("options") or {})
+    except ValueError:  # pydantic's ValidationError: options this adapter no longer takes
         return None
     return adapter, options
 
@@ -129,7 +130,7 @@ class Follower:
         spool = stdout_path(run_dir(spool_root(self.settings.state_dir), row))
         if row.hostname == proc.hostname() and spool.exists():
             self.from_spool = True
-            data = await asyncio.to_thread(_read_from, spool, self.pos)
+            data = await anyio.to_thread.run_sync(_read_from, spool, self.pos)
             self.pos += len(data)
             return data
         if self.from_spool:
@@ -225,7 +226,7 @@ async def follow_job(settings: Settings, store: JobStore, job_id: str, *, follow
             if follower.printed_any and not follower.ended_with_newline:
                 follower.emit(b"\n")
             return row
-        await asyncio.sleep(TAIL_POLL_S)
+        await anyio.sleep(TAIL_POLL_S)
         fresh = await store.get_job(job_id, with_output=False)
         if fresh is None:  # purged under us
             follower.clear_waiting()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import anyio
 import httpx2
 import structlog
 
+from gateway.backoff import Backoff
 from gateway.config import ApiProviderConfig
 from gateway.model import ErrorKind, GatewayError
 from providers.base import InvalidRequest, ProviderResult
@@ -80,8 +80,7 @@ class RetryPolicy:
 
     def backoff(self, failed_attempts: int) -> float:
         """The wait before the next attempt after `failed_attempts` failures (>= 1)."""
-        full = min(self.max_delay_s, self.base_delay_s * 2.0 ** (failed_attempts - 1))
-        return full * (1 - self.jitter * random.random())
+        return Backoff(self.base_delay_s, self.max_delay_s, self.jitter).wait(failed_attempts)
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy()

@@ -20,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from gateway.backoff import Backoff
 from gateway.config import Settings
 from gateway.jobs.completion import completion_of
 from gateway.jobs.execution import STDERR_TAIL_BYTES, Execution, build_execution
@@ -55,8 +56,8 @@ PAGE_MARGIN_BYTES = 8
 # Offsets beyond any output are clamped to this (2**53: exact in JSON, and offset + length
 # stays inside SQLite's and PostgreSQL's 64-bit integers).
 MAX_RESULT_OFFSET = 2**53
-ADOPT_RETRY_FIRST_S = 0.5  # re-reading a row after an unconfirmed insert, while the store is down
-ADOPT_RETRY_MAX_S = 5.0  # the longest pause between those re-reads
+ADOPT_RETRY = Backoff(first_s=0.5, max_s=5.0)  # re-reading a row after an unconfirmed insert
+TERMINAL_WRITE_RETRY = Backoff(first_s=0.2, max_s=5.0)  # the terminal write, store down or full
 # on_shutdown = "stop": the grace between SIGTERM and SIGKILL of each run. Claude Code sends
 # SIGINT, SIGTERM 100 ms later and SIGKILL 500 ms after that: 0.2 s of grace, the
 # supervisor's 50 ms poll and the terminal writes fit before the SIGKILL.
@@ -250,7 +251,7 @@ class JobManager:
 
     async def _adopt_if_stored(self, new: NewJob, target: Target, request: SubmitRequest) -> None:
         """After an unconfirmed insert: drive the row if it was stored after all."""
-        delay = ADOPT_RETRY_FIRST_S
+        waits = ADOPT_RETRY.waits()
         while True:
             if self.closing:
                 return  # our lease lapses with us; other instances orphan the row
@@ -258,8 +259,7 @@ class JobManager:
                 row = await self.store.get_job(new.id)
                 break
             except StoreUnavailable:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, ADOPT_RETRY_MAX_S)
+                await asyncio.sleep(next(waits))
         if row is None or row.status != JobStatus.QUEUED or row.owner_instance != self.instance_id:
             return
         log.warning("an unconfirmed insert was stored; running the job", action="adopt",
@@ -406,7 +406,7 @@ class JobManager:
         dropped: if it cannot be written before the lease lapses, the row is orphaned and
         this write self-heals it later). A full disk is different: the same write would
         fail forever, so it is made smaller until it fits (full_store.py)."""
-        delay = 0.2
+        waits = TERMINAL_WRITE_RETRY.waits()
         original, refused_full = completion, 0
         while True:
             try:
@@ -427,8 +427,7 @@ class JobManager:
                 await asyncio.to_thread(shutil.rmtree, job.spool_dir, ignore_errors=True)
                 if self.closing:
                     return
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                await asyncio.sleep(next(waits))
             except StoreUnavailable as exc:
                 if self.closing:
                     log.warning("terminal write failed during shutdown", action="complete",
@@ -436,8 +435,7 @@ class JobManager:
                     return
                 log.warning("terminal write failed; retrying", action="complete",
                             job_id=job.row.id, error=str(exc))
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                await asyncio.sleep(next(waits))
         log.info("job finished", action="complete", job_id=job.row.id,
                  status=str(completion.status), error_kind=completion.error_kind, applied=applied)
         if not applied:

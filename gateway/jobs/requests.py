@@ -64,6 +64,21 @@ def stored_request(normalized: dict[str, Any], timeout_s: float | None,
     return canonical_json(stored)
 
 
+def stored_fields(request_json: str | None) -> dict[str, Any]:
+    """The fields of a job's request_json, as `stored_request` wrote them: the one reader of
+    a stored request (re-queue and adoption rebuild the request from it, the worktree plan
+    and the CLI's job views read it). A row without one, or whose text is not a JSON object
+    (a gateway never writes such a row), reads as no fields: each caller then finds what it
+    looks for missing, as it would on a row from before that field existed."""
+    if not request_json:
+        return {}
+    try:
+        stored = json.loads(request_json)
+    except ValueError:
+        return {}
+    return stored if isinstance(stored, dict) else {}
+
+
 def request_key(normalized: dict[str, Any], principal: str | None = None) -> str:
     """sha256 of the canonical JSON of the normalized request (and of who asks).
 

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from gateway.config import MAX_TIMEOUT_S, ApiProviderConfig, Settings
 from gateway.jobs.budgets import plan
-from gateway.jobs.requests import TIMEOUT_KEY, SubmitRequest
+from gateway.jobs.requests import TIMEOUT_KEY, SubmitRequest, stored_fields
 from gateway.jobs.worktrees.create import Repository, WorktreePlan, inspect_repository, plan_of
 from gateway.model import ErrorKind, GatewayError, Reservation
 from providers.base import (
@@ -203,7 +203,7 @@ def cli_target(settings: Settings, provider: str, request: SubmitRequest) -> Cli
         CLI_PROVIDERS,
         check_argv_size,
         missing_command,
-        resolve_command,
+        provider_binary,
     )
 
     adapter = CLI_PROVIDERS.get(provider)
@@ -229,7 +229,7 @@ def cli_target(settings: Settings, provider: str, request: SubmitRequest) -> Cli
     preq = ProviderRequest(prompt=prompt, model=model, working_dir=working_dir,
                            session_id=request.session_id, options=options,
                            max_cost_usd=budget.cap_usd)
-    command = resolve_command(provider, config.command, os.environ.get("PATH", ""))
+    command = provider_binary(provider, config.command, os.environ.get("PATH", ""))
     if command is None:
         raise GatewayError(ErrorKind.NOT_FOUND,
                            missing_command(provider, config.command, os.environ.get("PATH", "")))
@@ -297,9 +297,7 @@ def request_of_row(request_json: str) -> tuple[str | None, SubmitRequest]:
     """The SubmitRequest a stored job was admitted with, rebuilt from its normalized request
     (for a re-queued job: the row is all that is left of it), with the caller's timeout_s
     (stored beside it, outside the request key; None: the default)."""
-    import json
-
-    normalized = json.loads(request_json)
+    normalized = stored_fields(request_json)
     timeout = normalized.get(TIMEOUT_KEY)
     timeout_s = float(timeout) if isinstance(timeout, (int, float)) else None
     if normalized.get("transport") == "http":

@@ -41,12 +41,12 @@ REQUEST_SUFFIXES = ("_request_async", "_request")  # longest first
 def listed_providers(settings: Settings) -> tuple[str, ...]:
     """The providers whose tools are listed: enabled CLI providers whose binary is found
     (PATH plus the user bin dirs), then every configured HTTP API provider."""
-    from providers.registry import CLI_PROVIDERS, resolve_command
+    from providers.registry import CLI_PROVIDERS, provider_binary
 
     search = os.environ.get("PATH", "")
     found = [name for name, config in settings.providers.items()
              if name in CLI_PROVIDERS and config.enabled
-             and resolve_command(name, config.command, search) is not None]
+             and provider_binary(name, config.command, search) is not None]
     return (*found, *settings.api_providers)
 
 

@@ -84,7 +84,7 @@ async def run_stdio(server: GatewayServer) -> None:
     from gateway.mcp.unicode_errors import answer_unparsable
 
     stdin = DaemonStdin()
-    lowlevel = server._lowlevel_server
+    lowlevel = server.lowlevel
     try:
         async with (
             stdio_server(stdin=stdin) as (read_stream, write_stream),  # type: ignore[arg-type]

@@ -35,6 +35,7 @@ from gateway.mcp.listing import (
     unlisted_answer,
 )
 from gateway.mcp.results import failure, invalid_arguments
+from gateway.mcp.sdk_fence import FencedMCPServer
 from gateway.mcp.server_state import ServerState
 from gateway.mcp.task_state import TASK_TOOLS
 from gateway.mcp.tasks import TasksExtension
@@ -93,7 +94,7 @@ UNSERVED_METHODS = ("prompts/list", "prompts/get", "resources/list", "resources/
                     "resources/templates/list")
 
 
-class GatewayServer(MCPServer[ServerState]):
+class GatewayServer(FencedMCPServer[ServerState]):
     """MCPServer whose argument errors, unknown arguments and unknown tools also come back
     as structured `isError` answers (error_kind invalid_input), like every other failure;
     whose provider tools follow what is installed (listing.py); and which advertises only
@@ -107,9 +108,8 @@ class GatewayServer(MCPServer[ServerState]):
         state.recheck_tools = self.recheck_tools
         self._accepted: dict[str, frozenset[str]] = {}
         self._tools_built = False
-        lowlevel = self._lowlevel_server
-        for method in UNSERVED_METHODS:
-            lowlevel._request_handlers.pop(method, None)
+        self.drop_request_handlers(UNSERVED_METHODS)
+        lowlevel = self.lowlevel
         handshake_options = lowlevel.create_initialization_options
 
         def with_list_changed(notification_options: NotificationOptions | None = None,
@@ -130,12 +130,11 @@ class GatewayServer(MCPServer[ServerState]):
         self._describe_listing()
         for tool in tools:
             self._refuse_unknown_arguments(tool)
-        others = self._tool_manager.list_tools()  # added by add_tool meanwhile
-        self._tool_manager = ToolManager(tools=[*tools, *others], warn_on_duplicate_tools=False)
+        others = self.tool_manager.list_tools()  # added by add_tool meanwhile
+        self.tool_manager = ToolManager(tools=[*tools, *others], warn_on_duplicate_tools=False)
 
-    def _tool_input_schema(self, name: str) -> dict[str, Any] | None:
-        self._ensure_tools()  # the SDK reads it before a tools/call reaches call_tool
-        return super()._tool_input_schema(name)
+    def prepare_tools(self) -> None:
+        self._ensure_tools()  # the SDK reads a tool's schema before a tools/call reaches call_tool
 
     async def _remember_session(self, ctx: Any, call_next: Any) -> Any:
         self.listing.remember(ctx)
@@ -143,7 +142,7 @@ class GatewayServer(MCPServer[ServerState]):
 
     def add_tool(self, fn: Any, name: str | None = None, *args: Any, **kwargs: Any) -> None:
         super().add_tool(fn, name, *args, **kwargs)
-        tool = self._tool_manager.get_tool(name or fn.__name__)
+        tool = self.tool_manager.get_tool(name or fn.__name__)
         if tool is not None:
             self._refuse_unknown_arguments(tool)
 
@@ -159,17 +158,17 @@ class GatewayServer(MCPServer[ServerState]):
         tools = self.listing.recheck()
         if tools is None:
             return False
-        others = [t for t in self._tool_manager.list_tools() if not self.listing.managed(t.name)]
+        others = [t for t in self.tool_manager.list_tools() if not self.listing.managed(t.name)]
         for tool in tools:
             self._refuse_unknown_arguments(tool)
-        self._tool_manager = ToolManager(tools=[*tools, *others], warn_on_duplicate_tools=False)
+        self.tool_manager = ToolManager(tools=[*tools, *others], warn_on_duplicate_tools=False)
         self._describe_listing()
         await self.listing.announce()
         return True
 
     def _describe_listing(self) -> None:
         """Keep the `instructions` (read at each handshake) in step with the tool list."""
-        self._lowlevel_server.instructions = instructions_for(
+        self.lowlevel.instructions = instructions_for(
             self.listing.listed, self.state.setup_error)
 
     async def list_tools(self) -> list[MCPTool]:
@@ -185,7 +184,7 @@ class GatewayServer(MCPServer[ServerState]):
         setup_error = self.state.setup_error
         if setup_error is not None and name != "gateway_status":
             return failure(ErrorKind.SETUP_ERROR, setup_error)
-        if self._tool_manager.get_tool(name) is None:
+        if self.tool_manager.get_tool(name) is None:
             unlisted = await self._unlisted(name)
             if unlisted is not None:
                 return unlisted
@@ -225,7 +224,7 @@ class GatewayServer(MCPServer[ServerState]):
         if provider is None:
             return None
         await self.recheck_tools()
-        if self._tool_manager.get_tool(name) is not None:
+        if self.tool_manager.get_tool(name) is not None:
             return None
         return unlisted_answer(self.state.settings, provider)
 

@@ -28,6 +28,8 @@ from collections.abc import Iterator
 import structlog
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
+from gateway.mcp.sdk_fence import discard_session, open_session_ids, session_transport
+
 log = structlog.get_logger(__name__)
 
 # A session idle for less than this is never evicted (capped at half the idle timeout, so
@@ -63,8 +65,8 @@ class SessionTable:
         self._last_used: dict[str, float] = {}
 
     def open_ids(self) -> list[str]:
-        """The ids of the sessions the SDK holds open (its private registry)."""
-        return list(self._manager._server_instances)
+        """The ids of the sessions the SDK holds open."""
+        return open_session_ids(self._manager)
 
     def opened(self, session_id: str) -> None:
         """The SDK answered an opening request with this new session id."""
@@ -82,7 +84,7 @@ class SessionTable:
                 self._in_flight[session_id] = left
             else:
                 self._in_flight.pop(session_id, None)
-            if session_id in self._manager._server_instances:
+            if session_transport(self._manager, session_id) is not None:
                 self._last_used[session_id] = time.monotonic()
             else:  # an unknown id (404) or a session just ended: nothing to remember
                 self._last_used.pop(session_id, None)
@@ -119,9 +121,9 @@ class SessionTable:
             return False
         victim = min(idle, key=lambda s: self._last_used[s])
         idle_for = time.monotonic() - self._last_used.pop(victim)
-        transport = self._manager._server_instances.get(victim)
+        transport = session_transport(self._manager, victim)
         if transport is not None:
-            await self._manager._discard_session(victim, transport)
+            await discard_session(self._manager, victim, transport)
         log.info("evicted the least recently used idle HTTP session", action="session_evict",
                  idle_s=round(idle_for, 1), open_sessions=len(open_ids))
         return True

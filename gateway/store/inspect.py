@@ -9,11 +9,12 @@ PostgreSQL in a read-only session that only reads information_schema and the ver
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
+
+import anyio
 
 from gateway.config import Settings
 from gateway.store.base import SCHEMA_VERSION, StoreUnavailable
@@ -59,11 +60,11 @@ async def inspect_schema(settings: Settings) -> SchemaState:
     """
     persistence = settings.persistence
     if persistence.backend == "sqlite":
-        return await asyncio.to_thread(_inspect_sqlite, persistence.path)
+        return await anyio.to_thread.run_sync(_inspect_sqlite, persistence.path)
     if persistence.backend == "postgres":
         if not persistence.dsn:
             raise StoreUnavailable("persistence.dsn is required for the postgres backend")
-        from gateway.store.postgres import read_schema_version  # asyncpg: only when used
+        from gateway.store.postgres_inspect import read_schema_version  # asyncpg: when used
 
         version, connections = await read_schema_version(persistence.dsn, persistence.pooler)
         return SchemaState(version, connections=connections)

@@ -1,7 +1,7 @@
 """In-process JobStore: the same rules as SQLite and PostgreSQL, held in two dicts.
 
 For tests and ephemeral runs (`persistence.backend = "memory"`): nothing survives the
-process, and only this process can see the jobs. Every method takes one asyncio lock for its
+process, and only this process can see the jobs. Every method takes one anyio lock for its
 whole body, so each call is atomic exactly like one SQL transaction; the checks inside each
 method are the same WHERE clauses the SQL backends use (see `sqlite.py` for the reasons).
 Rows are copied in and out, so a caller can never mutate the stored state by accident.

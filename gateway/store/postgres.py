@@ -23,11 +23,10 @@ again as soon as the server is back.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext, suppress
-from urllib.parse import unquote, urlsplit
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 
+import anyio
 import asyncpg
 import structlog
 
@@ -50,7 +49,6 @@ from gateway.store.base import (
     RETENTION_BATCH_ROWS,
     AdoptionCandidate,
     DuplicateActiveJob,
-    StoreFull,
     StoreUnavailable,
     TakeOver,
     answer_in,
@@ -60,12 +58,16 @@ from gateway.store.base import (
     page_of,
     without_output,
 )
+from gateway.store.owner_columns import owner_fields
+from gateway.store.postgres_errors import (
+    _UNAVAILABLE_ERRORS,
+    redact_dsn,
+    secrets_of,
+    unavailable_error,
+)
 from gateway.store.postgres_notices import JobNotices
 from gateway.store.postgres_pool import (
-    APPLICATION_NAME,
-    CLOSE_TIMEOUT_S,
     COMMAND_TIMEOUT_S,
-    CONNECT_TIMEOUT_S,
     IDLE_RELEASE_S,
     LEASE_COMMAND_TIMEOUT_S,
     LEASE_IDLE_RELEASE_S,
@@ -91,7 +93,6 @@ from gateway.store.postgres_sql import (
     GC_INSTANCES,
     GET_JOB,
     GET_JOB_LIGHT,
-    HAS_SCHEMA_VERSION_TABLE,
     INSERT_JOB,
     LIST_ADOPTION_CANDIDATES,
     LIST_CANCEL_REQUESTED,
@@ -106,7 +107,6 @@ from gateway.store.postgres_sql import (
     MIGRATIONS,
     OUTPUT_PIECES_TABLE,
     PURGE_TERMINAL,
-    READ_CONNECTION_USAGE,
     READ_NOW,
     READ_OUTPUT,
     READ_RESULT_JSON,
@@ -125,102 +125,6 @@ from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 log = structlog.get_logger(__name__)
 
 MAX_SQL_POSITION = 2**31 - 2  # substring(... FROM start + 1 FOR n) with int4 arguments
-
-
-# -- errors -------------------------------------------------------------------------------
-
-# Failures that mean "the store cannot be reached or refused the statement right now":
-# connection lost/refused (class 08), server shutting down or a statement cancelled by
-# timeout (57), out of resources or disk (53), lock timeout (55P03), serialization or
-# deadlock (40), read-only standby after a failover (25006), bad credentials or unknown
-# database (28, 3D), client-side connection state, OS and timeout errors. Everything else
-# (syntax, constraint) is a bug and propagates unchanged.
-# Causes that do not pass by themselves: the credentials are refused (InvalidPasswordError is
-# one of these), the database does not exist, the DSN cannot be parsed.
-PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
-    asyncpg.InvalidAuthorizationSpecificationError,
-    asyncpg.InvalidCatalogNameError,
-    asyncpg.ClientConfigurationError,
-    ValueError,
-)
-_UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
-    asyncpg.PostgresConnectionError,
-    asyncpg.OperatorInterventionError,
-    asyncpg.InsufficientResourcesError,
-    asyncpg.LockNotAvailableError,
-    asyncpg.TransactionRollbackError,
-    asyncpg.ReadOnlySQLTransactionError,
-    asyncpg.InvalidAuthorizationSpecificationError,
-    asyncpg.InvalidCatalogNameError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-    OSError,  # includes ConnectionRefusedError, ConnectionResetError
-    TimeoutError,  # asyncio.TimeoutError is TimeoutError on 3.11
-    EOFError,
-)
-
-
-def _secrets_of(dsn: str) -> list[str]:
-    """The DSN's password (raw and percent-decoded) so error text can be scrubbed of it."""
-    try:
-        password = urlsplit(dsn).password
-    except ValueError:
-        password = None
-    secrets = [dsn]
-    if password:
-        secrets.extend({password, unquote(password)})
-    return [s for s in secrets if s]
-
-
-def redact_dsn(dsn: str) -> str:
-    """The DSN with its password replaced by `***` (for logs and error messages)."""
-    try:
-        parts = urlsplit(dsn)
-    except ValueError:
-        return "<unparseable dsn>"
-    if parts.password is None:
-        return dsn
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
-
-
-async def read_schema_version(dsn: str, pooler: Pooler = "none",
-                              ) -> tuple[int | None, dict[str, int]]:
-    """The database's schema version (None when no gateway has created one) and how many
-    server connections the gateways hold of how many (`doctor`: is the budget near the
-    server's max_connections?), read in a read-only transaction that creates nothing
-    (gateway/store/inspect.py: doctor and the CLI's reading commands must never create or
-    migrate a shared schema). Behind PgBouncer no startup parameter but application_name,
-    and no named prepared statement; the counts are then of PgBouncer's server side.
-
-    Raises StoreUnavailable (its text free of the DSN's password)."""
-    secrets = _secrets_of(dsn)
-
-    def unavailable(action: str, exc: BaseException) -> StoreUnavailable:
-        detail = str(exc) or type(exc).__name__
-        for secret in secrets:
-            detail = detail.replace(secret, "***")
-        return StoreUnavailable(f"postgres store: {action} failed ({type(exc).__name__}: "
-                                f"{detail})")
-
-    try:
-        conn = await asyncpg.connect(
-            dsn, timeout=CONNECT_TIMEOUT_S, statement_cache_size=0,
-            server_settings={"application_name": APPLICATION_NAME})
-    except (*_UNAVAILABLE_ERRORS, ValueError, asyncpg.ClientConfigurationError) as exc:
-        raise unavailable("connect", exc) from None
-    try:
-        async with conn.transaction(readonly=True):
-            usage = await conn.fetchrow(READ_CONNECTION_USAGE, APPLICATION_NAME)
-            connections = {key: int(value) for key, value in usage.items()}
-            if not await conn.fetchval(HAS_SCHEMA_VERSION_TABLE):
-                return None, connections
-            return int(await conn.fetchval(READ_SCHEMA_VERSION)), connections
-    except (*_UNAVAILABLE_ERRORS, asyncpg.PostgresError) as exc:
-        raise unavailable("read-only inspection", exc) from None
-    finally:
-        with suppress(*_UNAVAILABLE_ERRORS):
-            await conn.close(timeout=CLOSE_TIMEOUT_S)
 
 
 def _status_count(status: str) -> int:
@@ -248,7 +152,7 @@ async def _output_pieces(source: OutputFile) -> AsyncIterator[tuple[int, str]]:
     pieces = source.text_chunks()
     try:
         seq = 0
-        while (piece := await asyncio.to_thread(next, pieces, None)) is not None:
+        while (piece := await anyio.to_thread.run_sync(next, pieces, None)) is not None:
             yield seq, piece
             seq += 1
     finally:
@@ -268,7 +172,7 @@ class PostgresJobStore:
         self._dsn = dsn
         self._max_size = max_size
         self._pooler: Pooler = pooler
-        self._secrets = _secrets_of(dsn)
+        self._secrets = secrets_of(dsn)
         self._pool: ConnectionPool | None = None
         # The heartbeat, registration and the clock read go through a pool of one of their
         # own: result reads and COPYs of large outputs can hold every connection of the work
@@ -281,17 +185,8 @@ class PostgresJobStore:
         return f"PostgresJobStore({redact_dsn(self._dsn)!r})"
 
     # -- errors and connections -----------------------------------------------------------
-    def _scrub(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
-
     def _unavailable(self, action: str, exc: BaseException) -> StoreUnavailable:
-        detail = self._scrub(str(exc)) or type(exc).__name__
-        kind = StoreFull if isinstance(exc, asyncpg.DiskFullError) else StoreUnavailable
-        return kind(
-            f"postgres store: {action} failed ({type(exc).__name__}: {detail})",
-            permanent=isinstance(exc, PERMANENT_ERRORS))
+        return unavailable_error(action, exc, self._secrets)
 
     @asynccontextmanager
     async def _connection(self, action: str, *, lease: bool = False,
@@ -676,9 +571,5 @@ class PostgresJobStore:
 
 
 def _candidate(row: asyncpg.Record) -> AdoptionCandidate:
-    owner = None
-    if row["owner_instance_id"] is not None:
-        owner = InstanceRow(**{name: row[f"owner_{name}"] for name in (
-            "instance_id", "hostname", "boot_id", "pid", "pid_started_at", "role", "version",
-            "started_at", "heartbeat_at", "lease_expires_at", "stopped_at")})
-    return AdoptionCandidate(job=_job(row), owner=owner)
+    owner = owner_fields(row)
+    return AdoptionCandidate(job=_job(row), owner=None if owner is None else InstanceRow(**owner))

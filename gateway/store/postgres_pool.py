@@ -23,16 +23,16 @@ session reset (`RESET ALL`, `UNLISTEN *` outside any transaction) is not sent.
 
 from __future__ import annotations
 
-import asyncio
-import random
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
+import anyio
 import asyncpg
 import structlog
 
+from gateway.backoff import Backoff
 from gateway.store.gauges import WorstOfLastHour
 
 log = structlog.get_logger(__name__)
@@ -64,8 +64,9 @@ LEASE_COMMAND_TIMEOUT_S = 5.0
 READ_PATIENCE_S = 10.0  # a tool's read or an admission; then `unavailable` (retry)
 WORK_PATIENCE_S = 120.0  # an admitted job's own writes: it waits rather than fails
 LEASE_PATIENCE_S = 5.0  # a renewal; its caller counts failures (max_heartbeat_failures)
-BUSY_RETRY_FIRST_S = 0.05
-BUSY_RETRY_MAX_S = 2.0
+# A server refusing connects (too many clients): retry from 50 ms up to 2 s apart, each wait
+# jittered so gateways refused together do not all come back in step.
+BUSY_RETRY = Backoff(first_s=0.05, max_s=2.0, jitter=0.5)
 # After the server refused one of our connects, a connection is closed as soon as its call
 # is done instead of idling for IDLE_RELEASE_S: gateways sharing a full server hand slots to
 # each other instead of each keeping one it does not use.
@@ -151,7 +152,7 @@ class ConnectionPool:
         runs inside a transaction that set the timeouts (SET LOCAL)."""
         started = time.monotonic()
         deadline = started + patience_s
-        delay = BUSY_RETRY_FIRST_S
+        failures = 0
         while True:
             try:
                 conn = await self._pool.acquire(timeout=max(deadline - time.monotonic(), 0.01))
@@ -160,10 +161,11 @@ class ConnectionPool:
                 self.refused += 1
                 self._full_server.refused()
                 self._log_busy(exc)
+                failures += 1
+                delay = BUSY_RETRY.delay(failures)
                 if time.monotonic() + delay >= deadline:
                     raise
-                await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # jitter: no retry in step
-                delay = min(delay * 2, BUSY_RETRY_MAX_S)
+                await anyio.sleep(BUSY_RETRY.jittered(delay))
         waited_ms = (time.monotonic() - started) * 1000
         self.acquired += 1
         if waited_ms > WAITED_MS:
@@ -208,7 +210,8 @@ class ConnectionPool:
 
     async def close(self) -> None:
         try:
-            await asyncio.wait_for(self._pool.close(), CLOSE_TIMEOUT_S)
+            with anyio.fail_after(CLOSE_TIMEOUT_S):
+                await self._pool.close()
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             log.warning("postgres pool did not close cleanly; terminating",
                         action="close_store", pool=self.name, error=type(exc).__name__)

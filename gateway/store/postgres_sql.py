@@ -15,6 +15,7 @@ from gateway.store.base import (
     REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
+from gateway.store.owner_columns import INSTANCE_COLUMN_LIST, OWNER_COLUMN_LIST
 from gateway.store.postgres_meta import SCHEMA_V7
 from gateway.store.postgres_notices import NOTIFY_SCHEMA
 from gateway.store.postgres_sweeps import SWEEPS_SCHEMA
@@ -24,10 +25,6 @@ ACTIVE_INDEX_NAME = "jobs_active_request_key"
 
 _JOB_COLUMNS = ", ".join(JobRow.column_names())
 _REAPER_COLUMNS = ", ".join(REAPER_COLUMNS)
-_INSTANCE_COLUMNS = (
-    "instance_id, hostname, boot_id, pid, pid_started_at, role, version, started_at, "
-    "heartbeat_at, lease_expires_at, stopped_at, renewal_wait_ms_max_1h"
-)
 
 # -- schema -------------------------------------------------------------------------------
 
@@ -151,7 +148,7 @@ assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION
 # Upsert: a re-registering instance (after a heartbeat outage) keeps its first started_at
 # and is alive again (stopped_at cleared); its lease restarts from the database's now().
 UPSERT_INSTANCE = f"""
-INSERT INTO gateway_instances ({_INSTANCE_COLUMNS})
+INSERT INTO gateway_instances ({INSTANCE_COLUMN_LIST})
 VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now(), now() + make_interval(secs => $8), NULL,
         NULL)
 ON CONFLICT (instance_id) DO UPDATE SET
@@ -188,7 +185,7 @@ WHERE (stopped_at IS NOT NULL AND stopped_at < now() - make_interval(secs => $1)
        AND NOT (instance_id = ANY($3::text[])))"""
 
 LIST_INSTANCES = f"""
-SELECT {_INSTANCE_COLUMNS} FROM gateway_instances ORDER BY started_at, instance_id"""
+SELECT {INSTANCE_COLUMN_LIST} FROM gateway_instances ORDER BY started_at, instance_id"""
 
 # -- admission and transitions ------------------------------------------------------------
 
@@ -473,12 +470,7 @@ _CANDIDATE_COLUMNS = ", ".join(
     for name in JobRow.column_names())
 LIST_ADOPTION_CANDIDATES = f"""
 SELECT {_CANDIDATE_COLUMNS},
-       owner.instance_id AS owner_instance_id, owner.hostname AS owner_hostname,
-       owner.boot_id AS owner_boot_id, owner.pid AS owner_pid,
-       owner.pid_started_at AS owner_pid_started_at, owner.role AS owner_role,
-       owner.version AS owner_version, owner.started_at AS owner_started_at,
-       owner.heartbeat_at AS owner_heartbeat_at,
-       owner.lease_expires_at AS owner_lease_expires_at, owner.stopped_at AS owner_stopped_at
+       {OWNER_COLUMN_LIST}
 FROM jobs LEFT JOIN gateway_instances AS owner ON owner.instance_id = jobs.owner_instance
 WHERE jobs.hostname = $2 AND jobs.owner_instance IS DISTINCT FROM $1
   AND jobs.status IN ('queued','running')

@@ -20,9 +20,8 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,6 +29,7 @@ import aiosqlite
 import anyio
 import structlog
 
+from gateway.backoff import Backoff
 from gateway.fs import ensure_private_dir
 from gateway.model import (
     CANCELLED_ERROR,
@@ -40,10 +40,10 @@ from gateway.model import (
     JobRow,
     JobStatus,
     NewJob,
-    OutputFile,
     Progress,
 )
 from gateway.store import sqlite_meta, sqlite_sweeps, sqlite_usage
+from gateway.store.aiosqlite_fence import on_connection_thread
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
@@ -54,16 +54,21 @@ from gateway.store.base import (
     StoreReplaced,
     StoreUnavailable,
     TakeOver,
-    answer_in,
     like_prefix,
     output_to_bind,
-    page_bounds,
-    page_of,
-    without_output,
+)
+from gateway.store.sqlite_rows import (
+    _candidate,
+    _changed,
+    _epoch,
+    _fetch_light,
+    _instance,
+    _job,
+    _read_output,
+    _run_transaction,
+    _write_output,
 )
 from gateway.store.sqlite_sql import (
-    _INSTANCE_TIME_FIELDS,
-    _JOB_TIME_FIELDS,
     ADOPT_JOB,
     COMPLETE_JOB,
     CREATE_SCHEMA_VERSION_TABLE,
@@ -76,7 +81,6 @@ from gateway.store.sqlite_sql import (
     GET_JOB,
     GET_JOB_LIGHT,
     INSERT_JOB,
-    JOB_ROWID,
     LIST_ADOPTION_CANDIDATES,
     LIST_CANCEL_REQUESTED,
     LIST_EXPIRED_CANDIDATES,
@@ -87,7 +91,6 @@ from gateway.store.sqlite_sql import (
     MARK_RUNNING,
     MIGRATIONS,
     PURGE_TERMINAL,
-    READ_OUTPUT_SOURCE,
     READ_SCHEMA_VERSION,
     RECORD_PROCESS,
     RECORD_SCHEMA_VERSION,
@@ -110,108 +113,9 @@ FILE_MODE = 0o600  # job rows hold prompts and outputs: owner only
 # interrupted call); any other (no such directory, permission, read-only) is permanent.
 TRANSIENT_OS_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE,
                                  errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.EIO})
-WAL_RETRY_FIRST_S = 0.01  # concurrent openers clear in milliseconds; back off from there
-WAL_RETRY_MAX_S = 0.2
-
-# -- helpers ------------------------------------------------------------------------------
-
-def _utc(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, UTC)
-
-
-def _epoch(value: datetime | None) -> float | None:
-    return None if value is None else value.timestamp()
-
-
-def _job(row: sqlite3.Row) -> JobRow:
-    data = {name: row[name] for name in row.keys()}  # noqa: SIM118 - a Row iterates values
-    for name in _JOB_TIME_FIELDS:
-        if name in data:  # a narrow read (the reaper's) has some columns only
-            data[name] = _utc(data[name])
-    if isinstance(data.get("output"), bytes):  # a large output, written in place as a blob
-        data["output"] = data["output"].decode("utf-8", errors="replace")
-    return JobRow.from_mapping(data)
-
-
-async def _on_connection_thread(conn: aiosqlite.Connection,
-                                work: Callable[[sqlite3.Connection], T]) -> T:
-    """Run `work` with the sqlite3 connection on aiosqlite's thread, the one thread that may
-    use it: for incremental blob I/O, which aiosqlite does not wrap, and for a whole write
-    transaction in one hand-off. aiosqlite has no public call for this; `_execute` is how
-    its own methods run (a call inside a transaction stays inside it). tests/store pin it."""
-    run_on_thread: Callable[[Callable[[], T]], Awaitable[T]] = conn._execute
-    return await run_on_thread(lambda: work(conn._conn))
-
-
-def _write_output(conn: sqlite3.Connection, job_id: str, source: OutputFile) -> None:
-    """Fill the zero blob COMPLETE_JOB reserved with the output file, piece by piece."""
-    (rowid,) = conn.execute(JOB_ROWID, {"job_id": job_id}).fetchone()
-    with conn.blobopen("jobs", "output", rowid) as blob:
-        for chunk in source.chunks():
-            blob.write(chunk)
-
-
-def _read_output(conn: sqlite3.Connection, job_id: str, offset: int, length: int,
-                 answer: bool) -> tuple[bytes, int] | None:
-    """read_output's page, read in place. One read transaction: the row and its value are
-    seen as of one moment."""
-    conn.execute("BEGIN")
-    try:
-        row = conn.execute(READ_OUTPUT_SOURCE, {"job_id": job_id, "answer": answer}).fetchone()
-        if row is None:
-            return None
-        where = answer_in(row["result_json"]) if answer else None
-        if isinstance(where, str):  # a parsed answer (JSON-escaped in result_json)
-            return page_of(where.encode("utf-8"), offset, length)
-        if row["output_type"] not in ("text", "blob"):
-            return b"", 0
-        with conn.blobopen("jobs", "output", row["rowid"], readonly=True) as blob:
-            first, count, total = page_bounds(len(blob), offset, length, where)
-            blob.seek(first)
-            return blob.read(count), total
-    finally:
-        conn.execute("COMMIT")
-
-
-def _instance(row: sqlite3.Row) -> InstanceRow:
-    data = dict(zip(row.keys(), row, strict=True))  # iterating a Row yields its values
-    for name in _INSTANCE_TIME_FIELDS:
-        data[name] = _utc(data[name])
-    return InstanceRow(**data)
-
-
-def _run_transaction(db: sqlite3.Connection, clock: Callable[[], float],
-                     work: Callable[[sqlite3.Connection, float], T]) -> T:
-    """On the connection's thread: BEGIN IMMEDIATE, `work(db, now)`, COMMIT; ROLLBACK on any
-    error. `now` is read once the write lock is held: a lease computed by one writer is
-    never older than a decision taken by the next."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        result = work(db, clock())
-        db.execute("COMMIT")
-    except BaseException:
-        # ROLLBACK fails harmlessly when BEGIN itself failed (nothing open).
-        with suppress(sqlite3.Error):
-            db.execute("ROLLBACK")
-        raise
-    return result
-
-
-def _fetch_light(db: sqlite3.Connection, light_sql: str, full_sql: str,
-                 params: Mapping[str, Any]) -> list[JobRow]:
-    """Rows without output or answer text, stripped in SQL; a result_json that is not
-    JSON (never written by complete()) makes json_remove fail: then strip in Python."""
-    try:
-        return [_job(r) for r in db.execute(light_sql, params)]
-    except sqlite3.OperationalError as exc:
-        if "JSON" not in str(exc):
-            raise
-    return [without_output(_job(r)) for r in db.execute(full_sql, params)]
-
-
-def _changed(db: sqlite3.Connection, sql: str, params: Mapping[str, Any]) -> int:
-    """Rows changed by one statement (on the connection's thread)."""
-    return db.execute(sql, params).rowcount
+# Switching to WAL while another opener holds the file: concurrent openers clear in
+# milliseconds, so back off from 10 ms, never more than 0.2 s at a time.
+WAL_RETRY = Backoff(first_s=0.01, max_s=0.2)
 
 
 @contextmanager
@@ -237,6 +141,7 @@ def _ensure_private_file(path: Path) -> None:
     os.close(fd)
     if stat.S_IMODE(path.stat().st_mode) != FILE_MODE:
         os.chmod(path, FILE_MODE)
+
 
 
 class SqliteJobStore:
@@ -306,7 +211,7 @@ class SqliteJobStore:
         together, as MCP clients do when they spawn one per window.
         """
         deadline = time.monotonic() + self.busy_timeout_ms / 1000
-        delay = WAL_RETRY_FIRST_S
+        waits = WAL_RETRY.waits()
         while True:
             try:
                 await conn.execute("PRAGMA journal_mode = WAL")
@@ -314,10 +219,10 @@ class SqliteJobStore:
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise
+                delay = next(waits)
                 if time.monotonic() + delay > deadline:
                     raise
             await anyio.sleep(delay)
-            delay = min(delay * 2, WAL_RETRY_MAX_S)
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -385,7 +290,7 @@ class SqliteJobStore:
                 # Shielded: a cancelled caller still waits for the COMMIT or ROLLBACK, so the
                 # lock (and the file's write lock) is never handed on mid-transaction.
                 with anyio.CancelScope(shield=True):
-                    result = await _on_connection_thread(
+                    result = await on_connection_thread(
                         conn, lambda db: _run_transaction(db, self.clock, work))
         return result
 
@@ -596,14 +501,14 @@ class SqliteJobStore:
     async def _light_rows(self, action: str, light_sql: str, full_sql: str,
                           params: Mapping[str, Any]) -> list[JobRow]:
         async with self._read(action) as conn:
-            return await _on_connection_thread(
+            return await on_connection_thread(
                 conn, lambda db: _fetch_light(db, light_sql, full_sql, params))
 
     async def read_output(
         self, job_id: str, offset: int, length: int, *, answer: bool = False
     ) -> tuple[bytes, int] | None:
         async with self._read("read_output") as conn:
-            return await _on_connection_thread(
+            return await on_connection_thread(
                 conn, lambda raw: _read_output(raw, job_id, offset, length, answer))
 
     async def list_jobs(
@@ -659,13 +564,13 @@ class SqliteJobStore:
     async def usage_totals(self, group_by: GroupBy, since_day: str | None = None,
                            until_day: str | None = None) -> list[UsageRow]:
         async with self._read("usage_totals") as conn:
-            return await _on_connection_thread(conn, lambda db: sqlite_usage.usage_totals(
+            return await on_connection_thread(conn, lambda db: sqlite_usage.usage_totals(
                 db, group_by, since_day, until_day))
 
     async def budget_windows(self, budgets: Sequence[tuple[str, str]]) -> list[BudgetWindow]:
         now = self.clock()
         async with self._read("budget_windows") as conn:
-            return await _on_connection_thread(
+            return await on_connection_thread(
                 conn, lambda db: sqlite_usage.budget_windows(db, budgets, now))
 
     async def wait_for_change(self, job_id: str, timeout_s: float) -> None:
@@ -685,15 +590,3 @@ class SqliteJobStore:
 
     async def requeue_job(self, take: TakeOver) -> JobRow | None:
         return await self._take_over("requeue_job", REQUEUE_JOB, take)
-
-
-def _candidate(row: sqlite3.Row) -> AdoptionCandidate:
-    owner = None
-    if row["owner_instance_id"] is not None:
-        data = {name: row[f"owner_{name}"] for name in (
-            "instance_id", "hostname", "boot_id", "pid", "pid_started_at", "role", "version",
-            "started_at", "heartbeat_at", "lease_expires_at", "stopped_at")}
-        for name in _INSTANCE_TIME_FIELDS:
-            data[name] = _utc(data[name])
-        owner = InstanceRow(**data)
-    return AdoptionCandidate(job=_job(row), owner=owner)

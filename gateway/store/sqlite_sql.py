@@ -15,6 +15,7 @@ from gateway.store.base import (
     REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
+from gateway.store.owner_columns import INSTANCE_COLUMN_LIST, OWNER_COLUMN_LIST
 from gateway.store.sqlite_meta import SCHEMA_V7
 from gateway.store.sqlite_sweeps import SWEEPS_SCHEMA
 from gateway.store.sqlite_usage import SCHEMA_V5
@@ -24,10 +25,6 @@ _REAPER_COLUMNS = ", ".join(REAPER_COLUMNS)
 _JOB_TIME_FIELDS = (
     "lease_deadline", "created_at", "started_at", "finished_at", "updated_at",
     "cancel_requested_at", "requeued_at",
-)
-_INSTANCE_COLUMNS = (
-    "instance_id, hostname, boot_id, pid, pid_started_at, role, version, started_at, "
-    "heartbeat_at, lease_expires_at, stopped_at, renewal_wait_ms_max_1h"
 )
 _INSTANCE_TIME_FIELDS = ("started_at", "heartbeat_at", "lease_expires_at", "stopped_at")
 
@@ -225,7 +222,7 @@ WHERE (stopped_at IS NOT NULL AND stopped_at < :now - :older_than_s)
        AND instance_id NOT IN (SELECT value FROM json_each(:keep)))"""
 
 LIST_INSTANCES = f"""
-SELECT {_INSTANCE_COLUMNS} FROM gateway_instances ORDER BY started_at, instance_id"""
+SELECT {INSTANCE_COLUMN_LIST} FROM gateway_instances ORDER BY started_at, instance_id"""
 
 # -- admission and transitions ------------------------------------------------------------
 
@@ -436,12 +433,7 @@ _CANDIDATE_COLUMNS = ", ".join(
     for name in JobRow.column_names())
 LIST_ADOPTION_CANDIDATES = f"""
 SELECT {_CANDIDATE_COLUMNS},
-       owner.instance_id AS owner_instance_id, owner.hostname AS owner_hostname,
-       owner.boot_id AS owner_boot_id, owner.pid AS owner_pid,
-       owner.pid_started_at AS owner_pid_started_at, owner.role AS owner_role,
-       owner.version AS owner_version, owner.started_at AS owner_started_at,
-       owner.heartbeat_at AS owner_heartbeat_at,
-       owner.lease_expires_at AS owner_lease_expires_at, owner.stopped_at AS owner_stopped_at
+       {OWNER_COLUMN_LIST}
 FROM jobs LEFT JOIN gateway_instances AS owner ON owner.instance_id = jobs.owner_instance
 WHERE jobs.hostname = :hostname AND jobs.owner_instance IS NOT :instance_id
   AND jobs.status IN ('queued','running')

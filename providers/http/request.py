@@ -9,12 +9,11 @@ raises `InvalidRequest`, which the job layer turns into an `invalid_input` answe
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -22,14 +21,15 @@ from providers.base import InvalidRequest
 from providers.http import anthropic
 from providers.loopback import is_loopback_host
 
-REDACTED = "[redacted]"
+# The secret rules live in providers/redaction.py; these two are named here as well because
+# the job layer reads them beside the request (gateway/jobs/http_call.py).
+from providers.redaction import REDACTED, is_secret_header
+from providers.redaction import redact_url as redact_url
+from providers.redaction import scrub as scrub
+
 # A bound on max_output_tokens: past any model's output window, so 2**70 is refused at the
 # tool instead of sent to the API.
 MAX_OUTPUT_TOKENS = 1_000_000
-
-# Header names and URL query keys whose values are treated as secrets.
-_SECRET_NAME = re.compile(
-    r"auth|key|token|secret|passw|cookie|session|credential|signature", re.IGNORECASE)
 
 
 class ApiEndpoint(Protocol):
@@ -108,31 +108,10 @@ def is_loopback_url(url: str) -> bool:
     return is_loopback_host(host or "")
 
 
-def redact_url(url: str) -> str:
-    """The URL without a userinfo password or secret-looking query values."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if parts.password is not None:
-        netloc = f"{parts.username or ''}:{REDACTED}@{netloc.rpartition('@')[2]}"
-    query = "&".join(
-        f"{pair.partition('=')[0]}={REDACTED}"
-        if "=" in pair and _SECRET_NAME.search(pair.partition("=")[0]) else pair
-        for pair in parts.query.split("&")
-    ) if parts.query else ""
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
 def public_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """Configured headers for the request key: secret-looking values replaced, names sorted."""
-    return {name: (REDACTED if _SECRET_NAME.search(name) else value)
+    return {name: (REDACTED if is_secret_header(name) else value)
             for name, value in sorted(headers.items(), key=lambda kv: kv[0].lower())}
-
-
-def scrub(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, REDACTED)
-    return text
 
 
 # -- the request -----------------------------------------------------------------------

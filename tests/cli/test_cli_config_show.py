@@ -13,6 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from providers.redaction import REDACTED
 from tests.cli.cli_support import Cli
 
 PASSWORD = "pw-never-shown-7f3a"
@@ -66,14 +67,14 @@ def test_config_show_prints_toml_with_each_value_s_source_and_no_secret(
     data = tomllib.loads(text)  # it is TOML
     assert data["lease"]["ttl_s"] == 40 and data["lease"]["heartbeat_s"] == 10
     assert data["persistence"]["backend"] == cli.backend
-    assert data["http"]["auth_token"] == "***"
-    assert data["providers"]["claude"]["env"] == {"ANTHROPIC_API_KEY": "***"}
+    assert data["http"]["auth_token"] == REDACTED
+    assert data["providers"]["claude"]["env"] == {"ANTHROPIC_API_KEY": REDACTED}
     assert source_of(text, "ttl_s") == "env AGENT_GATEWAY_LEASE__TTL_S"
     assert source_of(text, "heartbeat_s") == f"file {cli.config}"
     assert source_of(text, "auth_token") == f"secret file {secrets / 'http__auth_token'}"
     assert source_of(text, "max_running_jobs") == "default"
     if cli.backend == "postgres":
-        assert data["persistence"]["dsn"] == "***"
+        assert data["persistence"]["dsn"] == REDACTED
         assert source_of(text, "dsn") == f"secret file {secrets / 'persistence__dsn'}"
     else:
         assert "dsn" not in data["persistence"]  # unset: a comment, TOML has no null
@@ -90,10 +91,10 @@ def test_config_show_json_is_one_object_per_key(shown: tuple[Cli, Path, dict[str
     entries = {entry["key"]: entry for entry in json.loads(done.stdout)}
     assert entries["lease.ttl_s"] == {"key": "lease.ttl_s", "value": 40.0,
                                       "source": "env AGENT_GATEWAY_LEASE__TTL_S"}
-    assert entries["providers.claude.env.ANTHROPIC_API_KEY"]["value"] == "***"
+    assert entries["providers.claude.env.ANTHROPIC_API_KEY"]["value"] == REDACTED
     assert entries["persistence.pool_max"] == {"key": "persistence.pool_max", "value": None,
                                                "source": "default"}
-    expected_dsn = ("***", f"secret file {secrets / 'persistence__dsn'}") \
+    expected_dsn = (REDACTED, f"secret file {secrets / 'persistence__dsn'}") \
         if cli.backend == "postgres" else (None, "default")
     assert (entries["persistence.dsn"]["value"],
             entries["persistence.dsn"]["source"]) == expected_dsn

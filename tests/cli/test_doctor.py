@@ -19,6 +19,7 @@ import pytest
 from gateway.cli.doctor import Check, Report, run_doctor
 from gateway.config import PROVIDER_NAMES, load_settings
 from gateway.store.base import SCHEMA_VERSION
+from providers.redaction import REDACTED
 
 FAKE_BIN = Path(__file__).resolve().parents[1] / "fakes" / "bin"
 CLI_TIMEOUT_S = 60  # a cold interpreter plus seven --version probes on a busy 2-core box
@@ -213,7 +214,7 @@ def test_a_reachable_postgres_reports_its_schema_and_hides_the_password(
     assert check.status == "ok", check.summary
     assert check.details["schema_version"] == SCHEMA_VERSION
     assert "hunter2" not in json.dumps(report.as_dict())
-    assert "postgres:***@" in check.summary
+    assert f"postgres:{REDACTED}@" in check.summary
 
 
 def test_an_unreachable_postgres_is_an_error_without_the_password(home: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.config import PROVIDER_NAMES
 from providers.base import OutputDiscipline
-from providers.registry import CLI_PROVIDERS, USER_BIN_DIRS, extended_path, resolve_command
+from providers.registry import CLI_PROVIDERS, USER_BIN_DIRS, extended_path, provider_binary
 
 STREAMING = {"claude", "codex", "grok"}
 # The user bin dirs that live under HOME: the machine-wide ones (/usr/local/bin,
@@ -92,7 +92,7 @@ def bare(tmp_path: Path) -> str:
 
 
 def find(provider: str, command: str | None, search_path: str) -> str | None:
-    return resolve_command(provider, command, search_path, HOME_BIN_DIRS)
+    return provider_binary(provider, command, search_path, HOME_BIN_DIRS)
 
 
 def search_dirs(path: str) -> list[str]:
@@ -190,6 +190,6 @@ def test_a_missing_or_non_executable_command_resolves_to_none(
     assert find("devin", str(plain), str(tmp_path)) is None
 
 
-def test_resolve_command_accepts_the_adapter_itself(home: Path, tmp_path: Path) -> None:
+def test_provider_binary_accepts_the_adapter_itself(home: Path, tmp_path: Path) -> None:
     grok = _executable(tmp_path / "grok")
-    assert resolve_command(CLI_PROVIDERS["grok"], None, str(tmp_path), HOME_BIN_DIRS) == str(grok)
+    assert provider_binary(CLI_PROVIDERS["grok"], None, str(tmp_path), HOME_BIN_DIRS) == str(grok)

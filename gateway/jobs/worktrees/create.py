@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import shutil
 import stat
@@ -26,9 +25,10 @@ from typing import Any
 import structlog
 
 from gateway import proc
+from gateway.backoff import Backoff
 from gateway.config import Settings
 from gateway.fs import ensure_private_dir
-from gateway.jobs.requests import WORKTREE_KEY
+from gateway.jobs.requests import WORKTREE_KEY, stored_fields
 from gateway.jobs.worktrees import records
 from gateway.jobs.worktrees.git import GitError, git, git_text
 from gateway.model import ErrorKind, GatewayError
@@ -39,7 +39,7 @@ LOCK_NAME = "agent-cli-gateway.lock"  # in the repository's common dir: one per 
 LOCK_WAIT_S = 60.0  # how long a creation waits for another one on the same repository
 LOCK_POLL_S = 0.05
 CREATE_ATTEMPTS = 3  # tries of `git worktree add` + checkout while another git holds a lock
-RETRY_BACKOFF_S = 0.25  # doubled after each lock error
+LOCK_RETRY = Backoff(first_s=0.25)  # after a git lock error: 0.25 s, doubled after each one
 JOB_PREFIX_CHARS = 8  # of the job id: the worktree's directory and branch name
 REPO_KEY_CHARS = 12  # of sha256(real path of the common dir)
 
@@ -129,13 +129,7 @@ def repo_key(common_dir: str) -> str:
 
 def plan_of(request_json: str | None) -> WorktreePlan | None:
     """The worktree an isolated job was planned at admission (None: not isolated)."""
-    if not request_json:
-        return None
-    try:
-        stored = json.loads(request_json)
-    except ValueError:
-        return None
-    return WorktreePlan.from_dict(stored.get(WORKTREE_KEY)) if isinstance(stored, dict) else None
+    return WorktreePlan.from_dict(stored_fields(request_json).get(WORKTREE_KEY))
 
 
 def plan_for(settings: Settings, repo: Repository | None, base_ref: str | None,
@@ -237,7 +231,6 @@ def create_worktree(settings: Settings, plan: WorktreePlan, owner: Owner | None 
         except OSError as exc:
             raise WorktreeError(f"cannot write the worktree's record: "
                                 f"{exc.strerror or exc}") from None
-        delay = RETRY_BACKOFF_S
         for attempt in range(1, CREATE_ATTEMPTS + 1):
             try:
                 _add_and_check_out(settings, plan)
@@ -250,8 +243,7 @@ def create_worktree(settings: Settings, plan: WorktreePlan, owner: Owner | None 
                     raise WorktreeError(_why(exc)) from None
                 log.warning("worktree creation met a git lock; retrying", action="worktree_add",
                             job_id=owner.job_id, attempt=attempt)
-                time.sleep(delay)
-                delay *= 2
+                time.sleep(LOCK_RETRY.wait(attempt))
         try:
             _verify(plan)
             seed_files(settings.worktrees.copy_files, Path(plan.toplevel), path)
