@@ -207,3 +207,23 @@ def make_non_dumpable() -> bool:
         return int(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+# -- detaching (the same on every POSIX system; each implementation says it for its OS) ----
+
+
+def detach_kwargs() -> dict[str, Any]:
+    """Popen arguments for a process that outlives this one: setsid() in the child, so it
+    has a session and process group of its own (pgid == pid), away from our terminal's
+    signals and from any stop sent to our group."""
+    return {"start_new_session": True}
+
+
+def fork_detached() -> bool:
+    """Fork; the child leaves this session (setsid) before anything else. True in the
+    child, which must end with os._exit (it shares our buffers), False in the parent.
+    Raises OSError when the fork fails."""
+    if os.fork() > 0:
+        return False
+    os.setsid()
+    return True

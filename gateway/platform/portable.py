@@ -213,3 +213,23 @@ def set_autogroup_nice(pid: int, value: int) -> bool:
 def make_non_dumpable() -> bool:
     """No portable equivalent (see NON_DUMPABLE): False, nothing done."""
     return False
+
+
+# -- detaching (the same on every POSIX system; each implementation says it for its OS) ----
+
+
+def detach_kwargs() -> dict[str, Any]:
+    """Popen arguments for a process that outlives this one: setsid() in the child, so it
+    has a session and process group of its own (pgid == pid), away from our terminal's
+    signals and from any stop sent to our group."""
+    return {"start_new_session": True}
+
+
+def fork_detached() -> bool:
+    """Fork; the child leaves this session (setsid) before anything else. True in the
+    child, which must end with os._exit (it shares our buffers), False in the parent.
+    Raises OSError when the fork fails."""
+    if os.fork() > 0:
+        return False
+    os.setsid()
+    return True

@@ -269,3 +269,39 @@ def test_the_linux_implementation_imports_nothing_but_the_stdlib() -> None:
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(platform.PLATFORM_DIR)],
                          capture_output=True, text=True, check=True, timeout=DEADLINE_S)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_detached_process_leads_a_session_and_group_of_its_own(
+        implementation: platform.Platform) -> None:
+    # A supervisor's pid is its run's pgid (the runner records pgid = pid), and a stop sent
+    # to the gateway's group or terminal never reaches it.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             **implementation.detach_kwargs())
+    try:
+        assert os.getpgid(child.pid) == os.getsid(child.pid) == child.pid
+        assert os.getsid(child.pid) != os.getsid(0)
+    finally:
+        child.kill()
+        child.wait(DEADLINE_S)
+
+
+def test_a_detached_fork_has_left_our_session_before_it_runs_anything(
+        implementation: platform.Platform) -> None:
+    read_fd, write_fd = os.pipe()
+    try:
+        if implementation.fork_detached():  # the child: report, then leave at once
+            try:
+                os.write(write_fd, f"{os.getpid()} {os.getsid(0)} {os.getpgrp()}".encode())
+            finally:
+                os._exit(0)
+        os.close(write_fd)
+        write_fd = -1
+        with os.fdopen(read_fd, "rb") as fh:
+            read_fd = -1
+            pid, sid, pgid = (int(field) for field in fh.read().split())
+    finally:
+        for fd in (read_fd, write_fd):
+            if fd >= 0:
+                os.close(fd)
+    os.waitpid(pid, 0)
+    assert sid == pgid == pid and sid != os.getsid(0)
