@@ -92,7 +92,8 @@ class Platform(Protocol):
 
     def fork_detached(self) -> bool:
         """Fork a child that leaves this session at once: True in it (it must end with
-        os._exit), False in this process. Raises OSError when the fork fails."""
+        os._exit), False in this process once the child has left our process group.
+        Raises OSError when the fork fails."""
         ...
 
 

@@ -227,9 +227,25 @@ def detach_kwargs() -> dict[str, Any]:
 
 def fork_detached() -> bool:
     """Fork; the child leaves this session (setsid) before anything else. True in the
-    child, which must end with os._exit (it shares our buffers), False in the parent.
-    Raises OSError when the fork fails."""
-    if os.fork() > 0:
-        return False
-    os.setsid()
-    return True
+    child, which must end with os._exit (it shares our buffers), False in the parent, once
+    the child has left our group: a supervisor forks this way right before it exits, and
+    its gateway, seeing it gone, kills whatever is still in the run's group (a child not
+    yet scheduled on a busy box would be). Raises OSError when the fork fails."""
+    left_read, left_write = os.pipe()
+    try:
+        child = os.fork()
+    except OSError:
+        os.close(left_read)
+        os.close(left_write)
+        raise
+    if child == 0:
+        os.close(left_read)
+        os.setsid()
+        os.close(left_write)  # EOF: the parent may go
+        return True
+    os.close(left_write)
+    try:
+        os.read(left_read, 1)  # EOF once the child has left our session, or died
+    finally:
+        os.close(left_read)
+    return False
