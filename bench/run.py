@@ -454,7 +454,8 @@ def _direct_argv(config: Path, prompt: str) -> tuple[list[str], bytes | None]:
 
 async def bench_portable_overhead(servers: Servers, sizes: Sizes, workdir: Path) -> list[Row]:
     """The sync request overhead with the `portable` platform forced (what a Mac runs:
-    psutil instead of procfs, a poll instead of an exit descriptor), over the direct spawn."""
+    psutil instead of procfs, a waiting thread's pipe instead of kqueue), over the direct
+    spawn."""
     config = servers.config()
     direct: list[float] = []
     sync: list[float] = []

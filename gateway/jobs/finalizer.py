@@ -26,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from gateway import __version__, proc
+from gateway import __version__, platform, proc
 from gateway.config import Settings
 from gateway.jobs.adoption import Adopter
 from gateway.jobs.manager import JobManager
@@ -46,9 +46,11 @@ FINALIZE_TIMEOUT_S = 60.0
 # (the output cap), logging and the CLI providers (parsing the answer). Not [http] (its bearer
 # token) nor [api_providers] (an HTTP call has no supervisor).
 HANDOFF_SECTIONS = ("persistence", "lease", "limits", "logging", "providers")
-# The environment a finalizer needs to start the gateway's own code the way it was started.
+# The environment a finalizer needs to start the gateway's own code the way it was started,
+# on its gateway's platform implementation: a forced `portable` reads another boot id than
+# `linux`, and the finalizer would then take its own host's gone owner for another host's.
 HANDOFF_ENV = ("HOME", "PATH", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV",
-               "PYTHONPATH", "XDG_STATE_HOME", "XDG_CONFIG_HOME")
+               "PYTHONPATH", "XDG_STATE_HOME", "XDG_CONFIG_HOME", platform.ENV_VAR)
 
 
 def handoff(settings: Settings) -> dict[str, Any]:

@@ -85,6 +85,17 @@ class Platform(Protocol):
         """Keep processes of the same user from reading this one's memory and environment."""
         ...
 
+    def detach_kwargs(self) -> dict[str, Any]:
+        """subprocess.Popen arguments that start a process detached from this one: in a
+        session and process group of its own whose id is its pid (what a run's pgid is)."""
+        ...
+
+    def fork_detached(self) -> bool:
+        """Fork a child that leaves this session at once: True in it (it must end with
+        os._exit), False in this process once the child has left our process group.
+        Raises OSError when the fork fails."""
+        ...
+
 
 if TYPE_CHECKING:  # mypy checks that each implementation module has the whole interface
     from gateway.platform import linux as _linux

@@ -3,7 +3,8 @@
 The same names as linux.py, meaning the same (gateway/platform/__init__.py). Process facts come
 from psutil (on macOS: `create_time` is the kernel's p_starttime, the boot time is
 `kern.boottime`); exit waits use a kqueue `KQ_FILTER_PROC`/`KQ_NOTE_EXIT` filter where
-`select.kqueue` exists, and elsewhere the caller's bounded poll. CI runs the run-lifecycle
+`select.kqueue` exists, and elsewhere, for a child of ours, a thread blocked in waitid() that
+writes to a pipe (for any other process the caller's bounded poll). CI runs the run-lifecycle
 tests under this implementation on Linux, so every line here runs there except the kqueue
 call itself (tests/platform/ gives it a stand-in).
 
@@ -18,6 +19,7 @@ import contextlib
 import os
 import select
 import subprocess
+import threading
 
 import psutil
 
@@ -123,16 +125,69 @@ class _KqueueExit:
             self._queue.close()
 
 
-def exit_watch(pid: int, selector: Any = select) -> _KqueueExit | None:
-    """A selectable handle that turns readable when `pid` exits, or None where the OS offers
-    none (no kqueue: Linux, when this implementation is forced there); the caller then polls.
+class _WaitedExit:
+    """The read end of a pipe that a daemon thread writes to once child `pid` has exited.
+
+    Where there is no kqueue (Linux, with this implementation forced) the parent of a
+    process can still learn of its exit without a poll: a thread blocks in waitid() with
+    WNOWAIT, which wakes at the exit but leaves the child unreaped, so the caller's own
+    waitpid() (its ChildExit, the supervisor's Popen.poll) stays the only one that collects
+    it. The thread alone owns the write end and closes it: closing the watch closes only the
+    read end, so no write can ever land on a reused descriptor number (a late write gets
+    EPIPE, which Python reports as an OSError rather than a signal).
+    """
+
+    def __init__(self, pid: int) -> None:
+        self._read, write = os.pipe()  # close-on-exec (PEP 446): no child inherits either end
+        threading.Thread(target=_signal_exit, args=(pid, write), name=f"exit-watch-{pid}",
+                         daemon=True).start()
+
+    def fileno(self) -> int:
+        return self._read
+
+    def close(self) -> None:
+        fd, self._read = self._read, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _signal_exit(pid: int, write_fd: int) -> None:
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    except ChildProcessError:
+        pass  # reaped by its waiter already: the watch is late, not wrong
+    finally:
+        with contextlib.suppress(OSError):
+            os.write(write_fd, b"x")
+        os.close(write_fd)
+
+
+def _is_our_child(pid: int) -> bool:
+    """Whether `pid` is a child of this process that nobody has reaped yet (exited or not)."""
+    waitid: Any = getattr(os, "waitid", None)
+    if waitid is None:
+        return False  # no waitid (macOS before Python 3.13, which has kqueue anyway)
+    try:
+        waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
+def exit_watch(pid: int, selector: Any = select) -> _KqueueExit | _WaitedExit | None:
+    """A selectable handle that turns readable when `pid` exits, or None (the caller then
+    polls): a kqueue filter where the OS has one (macOS, the BSDs), else, for a child of
+    this process, a waiting thread's pipe (_WaitedExit), else None.
 
     `selector` is the `select` module (a stand-in in the tests). Registering on a process
     that is already gone fails (ESRCH): None, and the caller's poll sees the exit at once.
+    Like the linux one, open it before the child can be reaped (right after the spawn, by
+    its parent): until then the pid names this child even if it already exited.
     """
     kqueue = getattr(selector, "kqueue", None)
     if kqueue is None:
-        return None
+        return _WaitedExit(pid) if _is_our_child(pid) else None
     queue = kqueue()
     try:
         event = selector.kevent(pid, filter=selector.KQ_FILTER_PROC,
@@ -157,4 +212,40 @@ def set_autogroup_nice(pid: int, value: int) -> bool:
 
 def make_non_dumpable() -> bool:
     """No portable equivalent (see NON_DUMPABLE): False, nothing done."""
+    return False
+
+
+# -- detaching (the same on every POSIX system; each implementation says it for its OS) ----
+
+
+def detach_kwargs() -> dict[str, Any]:
+    """Popen arguments for a process that outlives this one: setsid() in the child, so it
+    has a session and process group of its own (pgid == pid), away from our terminal's
+    signals and from any stop sent to our group."""
+    return {"start_new_session": True}
+
+
+def fork_detached() -> bool:
+    """Fork; the child leaves this session (setsid) before anything else. True in the
+    child, which must end with os._exit (it shares our buffers), False in the parent, once
+    the child has left our group: a supervisor forks this way right before it exits, and
+    its gateway, seeing it gone, kills whatever is still in the run's group (a child not
+    yet scheduled on a busy box would be). Raises OSError when the fork fails."""
+    left_read, left_write = os.pipe()
+    try:
+        child = os.fork()
+    except OSError:
+        os.close(left_read)
+        os.close(left_write)
+        raise
+    if child == 0:
+        os.close(left_read)
+        os.setsid()
+        os.close(left_write)  # EOF: the parent may go
+        return True
+    os.close(left_write)
+    try:
+        os.read(left_read, 1)  # EOF once the child has left our session, or died
+    finally:
+        os.close(left_read)
     return False

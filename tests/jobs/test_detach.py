@@ -46,6 +46,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
 REPO = Path(__file__).resolve().parents[2]
 DONE_S = 20.0  # a bound on any job of these tests reaching its end
+# A lease no test outlives: an instance row the test holds alive until it says stopped.
+ADOPTER_LEASE_S = 3600.0
 
 
 def alive(pid: int) -> bool:
@@ -362,21 +364,31 @@ async def test_an_owner_that_lost_its_job_leaves_the_spool_to_the_job_s_new_owne
     # ended"): an owner stopped past its lease had its running job adopted, woke, saw the
     # run end first and, its terminal write refused, deleted the spool: the adopter then
     # read no end record. The spool is the new owner's evidence.
+    # The adopter is alive (this process, on this host and boot) until the checks are done:
+    # with no row it would be gone at once, and this gateway's sweep could adopt the job
+    # back and finalize it (spool removed), or the reaper orphan it when the 1 s lease of
+    # the adoption lapsed with the 1 s run, before the checks below ran (a loaded CI box).
     settings = make_settings()
     gw = await start_gateway(settings)
     manager = await gw.manager()
+    adopter = InstanceRow(instance_id="adopter", pid=os.getpid(),
+                          pid_started_at=proc.process_start_time(os.getpid()), role="stdio",
+                          version="test", **here())
+    await manager.store.register_instance(adopter, ADOPTER_LEASE_S)
     sub = await manager.submit("claude", SubmitRequest(prompt="taken from me @sleep=1"))
     await wait_for(lambda: len(fake_log.spawns()) == 1)
     taken = await manager.store.adopt_job(TakeOver(
         job_id=sub.job.id, expected_owner=manager.instance_id,
-        expected_status=JobStatus.RUNNING, instance_id="adopter-that-died",
+        expected_status=JobStatus.RUNNING, instance_id=adopter.instance_id,
         ttl_s=settings.lease.ttl_s, **here()))
     assert taken is not None
     await wait_for(lambda: sub.job.id not in manager.local_job_ids(), DONE_S)
     spool = spool_of(settings, sub.job.id)
     assert sup.read_record(spool, sup.END_NAME) is not None  # kept, not deleted
-    assert (await job_row(manager.store, sub.job.id)).status is JobStatus.RUNNING
-    # Its new owner is gone too (no instance row): the next sweep finalizes it from there.
+    row = await job_row(manager.store, sub.job.id)
+    assert (row.status, row.owner_instance) == (JobStatus.RUNNING, adopter.instance_id)
+    # Its new owner stops too (gone): the next sweep finalizes it from the spool.
+    await manager.store.mark_instance_stopped(adopter.instance_id)
     row = await wait_for(lambda: terminal(manager, sub.job.id), DONE_S)
     assert row.status is JobStatus.COMPLETED and row.owner_instance == manager.instance_id
     page = await manager.read_result(sub.job.id)

@@ -27,7 +27,7 @@ from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
 from tests.jobs.owner_gateway import NO_FINALIZER_ENV
 from tests.jobs.test_detach import start_owner
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
 # The bound the issue sets: a closed window's job reads completed within 5 s of its CLI's exit.
 FINALIZED_WITHIN_S = 5.0

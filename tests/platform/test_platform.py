@@ -4,6 +4,7 @@ Both implementations must give the same answers about the same process (start ti
 or not, group members), since a gateway and its supervisors, and two gateways, compare them.
 The kqueue exit watch cannot run on Linux: it gets a stand-in `select` module here, which
 checks what is registered and that a failed registration falls back to the caller's poll.
+Without kqueue (Linux) a child's exit watch is a waiting thread's pipe, tested for real.
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -186,8 +190,47 @@ def test_a_process_gone_before_its_kqueue_filter_leaves_the_poll_to_see_it() -> 
     assert fake.queues[0].closed  # nothing leaks
 
 
-def test_without_kqueue_the_portable_exit_watch_is_a_poll() -> None:
-    assert portable.exit_watch(os.getpid(), selector=object()) is None
+NO_KQUEUE = object()  # a `select` without kqueue: what Linux offers portable.py
+
+
+def readable(watch: platform.ExitWatch, timeout_s: float) -> bool:
+    return bool(select.select([watch], [], [], timeout_s)[0])
+
+
+def test_without_kqueue_a_child_s_exit_watch_wakes_at_its_exit_and_leaves_it_unreaped(
+        sleeper: subprocess.Popen[bytes]) -> None:
+    # The supervisor (the CLI's parent) and the gateway (the supervisor's) learn of the exit
+    # the moment it happens, without a poll; the one waitpid() that collects it stays theirs.
+    watch = portable.exit_watch(sleeper.pid, selector=NO_KQUEUE)
+    assert watch is not None
+    try:
+        assert not readable(watch, 0.0)
+        sleeper.kill()
+        assert readable(watch, DEADLINE_S)
+        pid, status = os.waitpid(sleeper.pid, 0)  # still ours to reap
+        assert pid == sleeper.pid and os.waitstatus_to_exitcode(status) == -signal.SIGKILL
+        sleeper.returncode = -signal.SIGKILL
+    finally:
+        watch.close()
+
+
+def test_without_kqueue_an_exit_watch_closed_first_ends_its_thread_at_the_exit(
+        sleeper: subprocess.Popen[bytes]) -> None:
+    # The gateway closes a watch it no longer needs (a detach hands the reaping to a
+    # thread): the waiting thread's late write must fail quietly and the thread end.
+    watch = portable.exit_watch(sleeper.pid, selector=NO_KQUEUE)
+    assert watch is not None
+    watch.close()
+    watch.close()  # idempotent
+    sleeper.kill()
+    sleeper.wait(DEADLINE_S)
+    wait_until(lambda: not any(t.name == f"exit-watch-{sleeper.pid}"
+                               for t in threading.enumerate()), "the watch's thread to end")
+
+
+def test_without_kqueue_a_process_that_is_not_our_child_is_left_to_the_caller_s_poll() -> None:
+    assert portable.exit_watch(os.getpid(), selector=NO_KQUEUE) is None
+    assert portable.exit_watch(os.getppid(), selector=NO_KQUEUE) is None
 
 
 @pytest.mark.usefixtures("platform_impl")
@@ -226,3 +269,39 @@ def test_the_linux_implementation_imports_nothing_but_the_stdlib() -> None:
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(platform.PLATFORM_DIR)],
                          capture_output=True, text=True, check=True, timeout=DEADLINE_S)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_detached_process_leads_a_session_and_group_of_its_own(
+        implementation: platform.Platform) -> None:
+    # A supervisor's pid is its run's pgid (the runner records pgid = pid), and a stop sent
+    # to the gateway's group or terminal never reaches it.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             **implementation.detach_kwargs())
+    try:
+        assert os.getpgid(child.pid) == os.getsid(child.pid) == child.pid
+        assert os.getsid(child.pid) != os.getsid(0)
+    finally:
+        child.kill()
+        child.wait(DEADLINE_S)
+
+
+def test_a_detached_fork_has_left_our_session_before_it_runs_anything(
+        implementation: platform.Platform) -> None:
+    read_fd, write_fd = os.pipe()
+    try:
+        if implementation.fork_detached():  # the child: report, then leave at once
+            try:
+                os.write(write_fd, f"{os.getpid()} {os.getsid(0)} {os.getpgrp()}".encode())
+            finally:
+                os._exit(0)
+        os.close(write_fd)
+        write_fd = -1
+        with os.fdopen(read_fd, "rb") as fh:
+            read_fd = -1
+            pid, sid, pgid = (int(field) for field in fh.read().split())
+    finally:
+        for fd in (read_fd, write_fd):
+            if fd >= 0:
+                os.close(fd)
+    os.waitpid(pid, 0)
+    assert sid == pgid == pid and sid != os.getsid(0)

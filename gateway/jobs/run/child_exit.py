@@ -5,10 +5,11 @@ Why not asyncio's own subprocess support: on Python 3.11 it watches every child 
 fork/exec on the event loop. Under a burst of jobs both cost the loop milliseconds per job
 (bench/README.md, "async admission"). The platform (gateway/platform) gives an exit watch: a
 descriptor that becomes readable when its process exits (on Linux a process fd, on macOS a
-kqueue with a process-exit filter), so the event loop watches any number of children through
-its selector; waitpid() then collects the status and reaps the zombie. Where the platform has
-none (an old kernel, a seccomp filter, portable forced on Linux) one daemon thread per child
-waits instead, which is what asyncio does anyway.
+kqueue with a process-exit filter, with `portable` forced on Linux a pipe that a thread
+blocked in waitid(WNOWAIT) writes to), so the event loop watches any number of children
+through its selector; waitpid() then collects the status and reaps the zombie. Where the
+platform has none (an old kernel, a seccomp filter) one daemon thread per child waits
+instead, which is what asyncio does anyway.
 
 Invariant: exactly one waitpid() collects each child, and only after it exited. The watcher
 is the only caller of waitpid() for its pid (the `Popen` object it holds is told the

@@ -289,7 +289,7 @@ class ProcessRun:
         pid = spawned.popen.pid
         # On the loop, before anything can await: from here the exit is watched and reaped.
         self._exit = ChildExit(spawned.popen, spawned.exit_watch)
-        # start_new_session=True made the supervisor's pid the pgid; asking getpgid() instead
+        # Started detached (platform.detach_kwargs): its pid is the pgid; asking getpgid()
         # would fail once it is reaped.
         self._identity = ProcessIdentity(pid=pid, pgid=pid, started_at=spawned.started_at)
         self._backstop_at = time.monotonic() + self._wall_backstop_s()

@@ -92,7 +92,7 @@ class Spares:
              *chosen["platform_path"]],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             cwd="/", env={},  # holds no directory and no secret of anyone's
-            start_new_session=True,  # its own session and process group: pgid == pid
+            **platform.current().detach_kwargs(),  # a session and group of its own: pgid == pid
         )
         # At once: its start (an interpreter) must not compete with this gateway's heartbeat
         # at full priority. The run's own values come with its spec.

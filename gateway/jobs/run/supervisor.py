@@ -1,8 +1,9 @@
 """The supervisor of one run: a small program that outlives its gateway (docs/architecture.md).
 
-The gateway starts it with its own interpreter in isolated mode, no shell, in a new session,
-so the supervisor leads the run's process group: ahead of need, waiting for its run (spool
-dir, token, the CLI's environment) on stdin (gateway/jobs/run/spare.py), or for one run as
+The gateway starts it with its own interpreter in isolated mode, no shell, detached (a new
+session: gateway/platform `detach_kwargs`), so the supervisor leads the run's process group:
+ahead of need, waiting for its run (spool dir, token, the CLI's environment) on stdin
+(gateway/jobs/run/spare.py), or for one run as
 `python -I -S .../gateway/jobs/run/supervisor.py <spool_dir> <token>`. It reads the run's spec
 (`run.json`, written by the gateway), claims the run, starts the CLI in its own group with
 stdout/stderr on the spool files, and enforces by itself what must hold while no gateway is
@@ -470,19 +471,19 @@ def start_finalizer_if_alone(spool_dir: str, finalizer: dict[str, Any] | None,
     The gateway removes the spool once the row is terminal: a spool without the end record
     is finalized. A gateway still alive after FINALIZER_PATIENCE_S finalizes it itself.
 
-    The watch runs in a forked child in a session of its own, and the supervisor leaves at
-    once: a gateway that watches the run waits for the run's whole group to be gone before
-    it finalizes, so nothing of the run's group may linger for the finalizer's sake."""
+    The watch runs in a forked child in a session of its own (platform.fork_detached), and
+    the supervisor leaves at once: a gateway that watches the run waits for the run's whole
+    group to be gone before it finalizes, so nothing of the run's group may linger for the
+    finalizer's sake."""
     if not finalizer:
         return False
     try:
-        child = os.fork()
+        detached = platform.fork_detached()
     except OSError:
         return False
-    if child > 0:
+    if not detached:
         return False  # the supervisor: its run is recorded, it exits now
     try:
-        os.setsid()
         _watch_for_finalizer(spool_dir, finalizer, platform)
     finally:
         os._exit(0)
@@ -512,7 +513,7 @@ def _watch_for_finalizer(spool_dir: str, finalizer: dict[str, Any], platform: An
         popen = subprocess.Popen(
             [*finalizer["argv"], spool_dir], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=log_fd, cwd="/", env=dict(finalizer["env"]),
-            start_new_session=True)  # not in the run's group: the group's end is the run's
+            **platform.detach_kwargs())  # not in the run's group: the group's end is the run's
     except OSError as exc:
         sys.stderr.write(f"supervisor: cannot start the finalizer: {exc}\n")
         return False

@@ -208,7 +208,7 @@ async def test_the_leader_is_reaped_and_leaves_no_zombie(tmp_path: Path) -> None
 async def test_running_children_are_watched_without_a_thread_each(tmp_path: Path) -> None:
     # Python 3.11's asyncio starts one waitpid thread per child; a burst of jobs then pays
     # a thread start per spawn. The runner watches exits through the platform's exit watch
-    # on the event loop (portable forced on Linux has none: a thread each, as asyncio).
+    # on the event loop (portable forced on Linux waits in a thread each, as asyncio).
     probe = platform.current().exit_watch(os.getpid())
     if probe is None:
         pytest.skip("this platform implementation has no exit watch here")
