@@ -21,10 +21,10 @@ from typing import Any
 import structlog
 
 from gateway.config import Settings
-from gateway.jobs.completion import completion_of
 from gateway.jobs.execution import STDERR_TAIL_BYTES, Execution, build_execution
 from gateway.jobs.full_store import fitted_completion
 from gateway.jobs.limiter import Limiter, Ticket
+from gateway.jobs.outcome_to_completion import completion_of
 from gateway.jobs.requests import SubmitRequest, request_key, stored_request
 from gateway.jobs.run import spool
 from gateway.jobs.run.runner import RunClaimedElsewhere, directories_error, stop_supervised_run

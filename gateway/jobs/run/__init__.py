@@ -4,5 +4,5 @@ Below admission (gateway/jobs/manager.py) and above the platform facts (gateway/
 gateway/platform/):
 the runner hands a run to a supervisor (supervisor.py, started ahead of need by spare.py),
 learns the run's end (child_exit.py), reads the spool files (spool.py) and turns the
-supervisor's end record into a run outcome (outcome.py).
+supervisor's end record into a run outcome (record_to_outcome.py).
 """

@@ -43,7 +43,7 @@ from gateway.childenv import child_env
 from gateway.jobs.run import spool
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.child_exit import ChildExit, open_exit_watch
-from gateway.jobs.run.outcome import (
+from gateway.jobs.run.record_to_outcome import (
     Limits,
     RunOutcome,
     outcome_from_record,

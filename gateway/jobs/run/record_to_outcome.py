@@ -1,4 +1,6 @@
-"""A run's outcome, read from its supervisor's end record (DESIGN.md section 5).
+"""Supervisor end record -> `RunOutcome`: what a run's end means (DESIGN.md section 5).
+
+The next step, outcome -> the store's `Completion`, is gateway/jobs/outcome_to_completion.py.
 
 One reading for every gateway that finalizes a run: the one that started it, and one that
 adopted it after its owner died. The rules that decide how a run ends (timeouts, output cap,
