@@ -39,7 +39,7 @@ from gateway import proc
 from gateway.jobs.execution import ProcessExecution
 from gateway.jobs.manager import JobManager
 from gateway.jobs.run import supervisor as sup
-from gateway.jobs.run.runner import ProcessIdentity, spec_from_spool
+from gateway.jobs.run.spec import ProcessIdentity, spec_from_spool
 from gateway.jobs.run.spool import remove_job_dir, run_dir
 from gateway.jobs.run.trust import adoption_problem
 from gateway.jobs.targets import parsing_target, request_of_row, resolve_target

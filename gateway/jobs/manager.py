@@ -27,7 +27,7 @@ from gateway.jobs.limiter import Limiter, Ticket
 from gateway.jobs.outcome_to_completion import completion_of
 from gateway.jobs.requests import SubmitRequest, request_key, stored_request
 from gateway.jobs.run import spool
-from gateway.jobs.run.runner import RunClaimedElsewhere, directories_error, stop_supervised_run
+from gateway.jobs.run.spec import RunClaimedElsewhere, directories_error, stop_supervised_run
 from gateway.jobs.targets import Target, resolve_target
 from gateway.jobs.worktrees.create import plan_for
 from gateway.model import (
