@@ -46,7 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gateway import proc  # noqa: E402
-from gateway.jobs.run.runner import ProcessRun, RunSpec  # noqa: E402
+from gateway.jobs.run.runner import ProcessRun  # noqa: E402
+from gateway.jobs.run.spec import RunSpec  # noqa: E402
 from providers.base import Invocation  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "runner.json"

@@ -50,7 +50,8 @@ from bench.store_bench import (
 from gateway import proc
 from gateway.config import load_settings
 from gateway.jobs.leases import LeaseKeeper
-from gateway.jobs.manager import REMOTE_POLL_S, JobManager
+from gateway.jobs.manager import JobManager
+from gateway.jobs.reads import REMOTE_POLL_S
 from gateway.model import Completion, InstanceRow, JobStatus, NewJob
 from gateway.store.base import RETENTION_BATCH_ROWS
 from gateway.store.postgres import PostgresJobStore
@@ -177,7 +178,7 @@ async def bench_sweepers(pg: Any, workdir: Path, instances: int, seconds: float,
             stores.append(store)
             instance_id = f"bench-sweeper-{uuid.uuid4().hex[:8]}"
             manager = JobManager(settings, store, instance_id, proc.hostname(), proc.boot_id())
-            manager.admitting = True
+            manager.admission.lease_renewed()
             keeper = LeaseKeeper(settings, store, manager, InstanceRow(
                 instance_id=instance_id, hostname=proc.hostname(), boot_id=proc.boot_id(),
                 pid=0, pid_started_at=None, role="bench", version="bench"))

@@ -418,7 +418,7 @@ def _keeper(store: JobStore, workdir: Path) -> LeaseKeeper:
                              lease={"http_job_grace_s": HTTP_GRACE_S})
     instance_id = f"bench-reaper-{uuid.uuid4().hex[:8]}"
     manager = JobManager(settings, store, instance_id, proc.hostname(), proc.boot_id())
-    manager.admitting = True
+    manager.admission.lease_renewed()
     keeper = LeaseKeeper(settings, store, manager, _identity(instance_id))
     return keeper
 

@@ -8,7 +8,8 @@ import math
 import pytest
 
 from gateway.backoff import Backoff
-from gateway.jobs.manager import ADOPT_RETRY, TERMINAL_WRITE_RETRY
+from gateway.jobs.drive import TERMINAL_WRITE_RETRY
+from gateway.jobs.manager import ADOPT_RETRY
 from gateway.store.postgres_pool import BUSY_RETRY
 from gateway.store.sqlite import WAL_RETRY
 

@@ -1,10 +1,11 @@
 """`jobs tail ID [-f] [--raw]`: a job's output so far and, with -f, as it arrives.
 
-Where the bytes come from: a job running on this host (same hostname, and its spool file is
-in our state dir) is read from its spool file, every byte; a job running elsewhere from its
-row, where the owner flushes the last part of stdout every few seconds (a gap the flushes
-skipped is announced on stderr, never invented). Once the job is terminal the rest comes
-from the stored output, which is the whole of it.
+Where the bytes come from is the rule result pages follow (`gateway.jobs.reads.live_stdout`):
+a job running on this host (same hostname, and its spool file is in our state dir and
+readable) is read from its spool file, every byte; any other running job from its row, where
+the owner flushes the last part of stdout every few seconds (a gap the flushes skipped is
+announced on stderr, never invented). Once the job is terminal the rest comes from the
+stored output, which is the whole of it.
 
 Parsed (the default): the provider's own parser turns what arrived so far into the answer
 text, and what extends the text already shown is printed; at the end the stored answer
@@ -17,7 +18,6 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, BinaryIO
 
 import anyio
@@ -26,8 +26,9 @@ from gateway import proc
 from gateway.cli.common import PROG
 from gateway.cli.format import duration
 from gateway.config import Settings
+from gateway.jobs.reads import live_stdout
 from gateway.jobs.requests import stored_fields
-from gateway.jobs.run.spool import run_dir, spool_root, stdout_path
+from gateway.jobs.run.spool import spool_root
 from gateway.model import JobRow
 from gateway.store.base import JobStore
 
@@ -127,10 +128,12 @@ class Follower:
             self.shown = text
 
     async def _new_stdout(self, row: JobRow) -> bytes:
-        spool = stdout_path(run_dir(spool_root(self.settings.state_dir), row))
-        if row.hostname == proc.hostname() and spool.exists():
+        found = await anyio.to_thread.run_sync(
+            live_stdout, spool_root(self.settings.state_dir), proc.hostname(), row, self.pos,
+            READ_CHUNK_BYTES)
+        if found is not None:
             self.from_spool = True
-            data = await anyio.to_thread.run_sync(_read_from, spool, self.pos)
+            data, _ = found
             self.pos += len(data)
             return data
         if self.from_spool:
@@ -194,16 +197,6 @@ class Follower:
             offset += len(page)
             if offset >= total:
                 return
-
-
-def _read_from(path: Path, offset: int) -> bytes:
-    """Up to READ_CHUNK_BYTES of `path` from `offset` (b"" if it is gone)."""
-    try:
-        with path.open("rb") as fh:
-            fh.seek(offset)
-            return fh.read(READ_CHUNK_BYTES)
-    except FileNotFoundError:
-        return b""
 
 
 async def follow_job(settings: Settings, store: JobStore, job_id: str, *, follow: bool,

@@ -39,13 +39,13 @@ from gateway import proc
 from gateway.jobs.execution import ProcessExecution
 from gateway.jobs.manager import JobManager
 from gateway.jobs.run import supervisor as sup
-from gateway.jobs.run.runner import ProcessIdentity, spec_from_spool
+from gateway.jobs.run.spec import ProcessIdentity, spec_from_spool
 from gateway.jobs.run.spool import remove_job_dir, run_dir
 from gateway.jobs.run.trust import adoption_problem
 from gateway.jobs.targets import parsing_target, request_of_row, resolve_target
 from gateway.jobs.worktrees.create import plan_of
 from gateway.model import Completion, ErrorKind, GatewayError, InstanceRow, JobRow, JobStatus
-from gateway.store.base import AdoptionCandidate, TakeOver
+from gateway.store.base import AdoptionCandidate, JobStore, TakeOver
 
 CANCELLED_UNSTARTED = Completion(status=JobStatus.CANCELLED, error_kind=ErrorKind.CANCELLED,
                                  error="Cancelled before it started.")
@@ -67,9 +67,10 @@ ORPHANED_WITHIN_MIN_S = 600.0
 class Adopter:
     """Settles the jobs of gone owners on this host (one per gateway)."""
 
-    def __init__(self, manager: JobManager, identity: InstanceRow,
+    def __init__(self, manager: JobManager, store: JobStore, identity: InstanceRow,
                  stalled_owner_grace_s: Callable[[], float] = lambda: 300.0) -> None:
-        self.manager = manager
+        self.manager = manager  # takes over what is settled here: drives, re-queues
+        self.store = store
         self.identity = identity
         self.stalled_owner_grace_s = stalled_owner_grace_s
 
@@ -114,9 +115,9 @@ class Adopter:
     async def sweep(self) -> int:
         """One pass; returns how many jobs this instance took over."""
         manager = self.manager
-        if not manager.admitting or manager.closing:
+        if not manager.admission.open:
             return 0  # an instance that cannot renew its own lease takes over nothing
-        candidates = await manager.store.list_adoption_candidates(
+        candidates = await self.store.list_adoption_candidates(
             self.identity.instance_id, self.identity.hostname, self.identity.boot_id,
             max(manager.settings.lease.instance_gc_s, ORPHANED_WITHIN_MIN_S), ADOPT_BATCH)
         taken = 0
@@ -132,7 +133,7 @@ class Adopter:
                 continue
             why = _why_taken(candidate) if gone[owner] else "owner_stalled"
             if not gone[owner]:
-                now = now if now is not None else await manager.store.now()
+                now = now if now is not None else await self.store.now()
                 if not self._stalled_past_grace(candidate, now):
                     continue
                 log.warning("taking over a job of an owner alive on this host but stalled "
@@ -164,7 +165,7 @@ class Adopter:
                 return await self._adopt_run(job, spool, start)
         if job.cancel_requested_at is not None:
             return await self._finish_unstarted(job, CANCELLED_UNSTARTED)
-        return await self._requeue(job, why)
+        return await self.requeue(job, why)
 
     async def _adopt_run(self, job: JobRow, spool: Path, start: dict[str, Any]) -> int:
         manager = self.manager
@@ -183,7 +184,7 @@ class Adopter:
             log.warning("run not adoptable: its request cannot be read", action="adopt",
                         job_id=job.id, error=err.message)
             return 0
-        row = await manager.store.adopt_job(self._take(job))
+        row = await self.store.adopt_job(self._take(job))
         if row is None:
             return 0  # another gateway won the compare-and-set
         identity = ProcessIdentity(pid=int(start["pid"]), pgid=int(start["pgid"]),
@@ -194,8 +195,8 @@ class Adopter:
         if row.status is JobStatus.RUNNING and row.pid != identity.pid:
             # Its owner died before it named the supervisor on the row: the reaper's probe
             # needs it.
-            await manager.store.record_process(row.id, self.identity.instance_id, identity.pid,
-                                               identity.pgid, identity.started_at)
+            await self.store.record_process(row.id, self.identity.instance_id, identity.pid,
+                                            identity.pgid, identity.started_at)
         if ended:
             # Its run ended while no gateway was alive: finalized before this sweep returns,
             # so the start sweep (before the first tool call) leaves no answer to be built
@@ -215,19 +216,20 @@ class Adopter:
         one orphaned since: its owner was stopped before its cancel poller saw it)."""
         if job.status not in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.ORPHANED):
             return 0
-        if await self.manager.store.adopt_job(self._take(job)) is None:
+        if await self.store.adopt_job(self._take(job)) is None:
             return 0
-        if await self.manager.store.complete(job.id, self.identity.instance_id, completion):
+        if await self.store.complete(job.id, self.identity.instance_id, completion):
             remove_job_dir(self.manager.spool_root, job.id)  # no leftovers (issue 23, item 12)
         return 1
 
-    async def _requeue(self, job: JobRow, why: str) -> int:
-        """Queue it again here (the store's CAS is the one winner and the rules), uncharged
-        but counted: past lease.max_requeues in an hour it ends failed (requeue_limit)."""
+    async def requeue(self, job: JobRow, why: str) -> int:
+        """Queue it again here (the store's CAS is the one winner and the rules; the manager
+        holds the queue slot and drives it), uncharged but counted: past lease.max_requeues
+        in an hour it ends failed (requeue_limit). 1 if this instance took it."""
         manager = self.manager
         if job.transport == "http" and job.started_at is not None and job.requeued_at is not None:
             return 0  # an API call that started is retried once: the reaper orphans it
-        now = await manager.store.now()
+        now = await self.store.now()
         reasons = _reasons(job.requeue_reasons)
         recent = [r for r in reasons if float(r.get("at", 0)) >= now - REQUEUE_WINDOW_S]
         limit = manager.settings.lease.max_requeues
@@ -250,20 +252,11 @@ class Adopter:
             log.warning("job not re-queued: its request cannot run here", action="requeue",
                         job_id=job.id, error=err.message)
             return 0
-        try:
-            ticket = manager.limiter.acquire(job.provider)
-        except GatewayError:
-            return 0  # the queue is full: the next sweep tries again
         take = dataclasses.replace(self._take(job), requeue_reasons=json.dumps(reasons))
-        row = await manager.store.requeue_job(take)
-        if row is None:
-            ticket.release()
-            return 0
-        # The old attempt's spool (its re-queue claim) goes: the new run has a dir of its own
-        # (run_dir), and a late launcher of the old attempt finds its dir gone.
-        remove_job_dir(manager.spool_root, job.id)  # and its temp cwds (issue 23, item 12)
         request.correlation_id = job.correlation_id
-        manager.start_local(row, target, ticket, request)
+        row = await manager.requeue(take, job.provider, target, request)
+        if row is None:
+            return 0  # the queue is full (the next sweep tries again), or another won the CAS
         log.info("job re-queued: its owner left it unstarted", action="requeue", job_id=job.id,
                  previous_owner=job.owner_instance, reason=why,
                  requeue_count=row.requeue_count)

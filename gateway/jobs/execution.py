@@ -16,7 +16,8 @@ from typing import Any, BinaryIO, Protocol
 
 from gateway.childenv import secret_env_names
 from gateway.config import Settings
-from gateway.jobs.run.runner import ProcessIdentity, ProcessRun, RunSpec
+from gateway.jobs.run.runner import ProcessRun
+from gateway.jobs.run.spec import ProcessIdentity, RunSpec
 from gateway.jobs.run.spool import clean_stdout_path, read_tail, stderr_path, stdout_path
 from gateway.jobs.targets import CliLaunch, CliTarget, HttpTarget, Target
 from gateway.jobs.worktrees.create import WorktreeError, create_worktree

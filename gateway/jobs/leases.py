@@ -99,7 +99,7 @@ class LeaseKeeper:
         self._tasks: list[asyncio.Task[None]] = []
         self._last_purge = 0.0
         self.stalled_owner_grace_s = STALLED_OWNER_GRACE_S
-        self.adopter = Adopter(manager, identity, lambda: self.stalled_owner_grace_s)
+        self.adopter = Adopter(manager, store, identity, lambda: self.stalled_owner_grace_s)
         # How long each renewal was pending, from its tick to the store's answer (Paperclip's
         # renewalPendingMs): a saturated pool or a slow database shows here long before a
         # lease lapses (`gateway_status`).
@@ -165,16 +165,16 @@ class LeaseKeeper:
             log.warning("instance registration failed; admission stays off",
                         action="register", error=repr(exc))
             self.registered = False
-            self.manager.admitting = False
+            self.manager.admission.lease_lost()
             return False
         self.registered = True
         self.heartbeat_failures = 0
         self.last_heartbeat_ok = time.monotonic()
         self.renewed_at = before
-        if not self.manager.admitting:
+        if not self.manager.admission.lease_held:
             log.info("durable admission on", action="register",
                      instance_id=self.identity.instance_id)
-        self.manager.admitting = True
+        self.manager.admission.lease_renewed()
         return True
 
     async def heartbeat_once(self) -> None:
@@ -194,8 +194,9 @@ class LeaseKeeper:
             self.heartbeat_failures += 1
             log.warning("heartbeat failed", action="heartbeat", failures=self.heartbeat_failures,
                         error=repr(exc))
-            if self.heartbeat_failures >= self.lease.max_heartbeat_failures and self.manager.admitting:
-                self.manager.admitting = False
+            admission = self.manager.admission
+            if self.heartbeat_failures >= self.lease.max_heartbeat_failures and admission.lease_held:
+                admission.lease_lost()
                 log.error("durable admission off after repeated heartbeat failures",
                           action="heartbeat", failures=self.heartbeat_failures)
             return
@@ -203,7 +204,7 @@ class LeaseKeeper:
         self.renewal_pending_ms.record((self.last_heartbeat_ok - pending_since) * 1000)
         if renewed:
             self.renewed_at = before
-        if renewed == 0 or not self.manager.admitting:
+        if renewed == 0 or not self.manager.admission.lease_held:
             # The instance row is gone (GC'd while we were stopped) or we had failed closed:
             # re-register (an upsert) before admitting again; never trust a heartbeat that
             # renewed nothing.
@@ -215,8 +216,7 @@ class LeaseKeeper:
         """The store's file was deleted or replaced: admission goes off at once (not after
         max_heartbeat_failures) and stays off, saying why, until the gateway restarts."""
         if isinstance(exc, StoreReplaced):
-            self.manager.admitting = False
-            self.manager.store_problem = str(exc)
+            self.manager.admission.store_replaced(str(exc))
 
     # -- clock steps -----------------------------------------------------------------------
     async def _read_clock(self) -> float:
@@ -306,7 +306,7 @@ class LeaseKeeper:
             self.skip_next_sweep = False
             log.info("sweep skipped after a late heartbeat", action="sweep")
             return None
-        if not self.manager.admitting or self.manager.closing:
+        if not self.manager.admission.open:
             return None  # an instance that cannot renew its own lease judges nobody
         now = await self._read_clock()
         if not self.may_judge(now):

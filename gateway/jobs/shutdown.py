@@ -33,8 +33,7 @@ async def detach(manager: JobManager, drain_timeout_s: float) -> list[asyncio.Ta
     """Leave the runs running; returns the tasks of HTTP jobs still in flight (the caller
     gives them what is left of the drain time, then cancels them without a terminal write).
     """
-    manager.closing = True
-    manager.detached = True
+    manager.admission.detach()
     grace = manager.settings.limits.kill_grace_s
     extend: dict[str, float] = {}
     http: list[asyncio.Task[None]] = []
@@ -53,7 +52,7 @@ async def detach(manager: JobManager, drain_timeout_s: float) -> list[asyncio.Ta
         elif not job.ticket.granted:
             pass  # waiting for a run slot: released (it stays queued, owned by a stopped row)
         else:
-            continue  # being marked running: it starts detached by itself (manager.detached)
+            continue  # being marked running: it starts detached by itself (admission.detached)
         if job.task is not None:
             job.task.cancel()  # no terminal write: the row stays as it is
     try:

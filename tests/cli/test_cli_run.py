@@ -13,7 +13,10 @@ from typing import IO, Any
 
 import pytest
 
-from gateway.model import Completion, InstanceRow, JobStatus, NewJob, Progress
+from gateway import proc
+from gateway.cli.common import job_exit_code
+from gateway.jobs.run import spool
+from gateway.model import Completion, InstanceRow, JobRow, JobStatus, NewJob, Progress
 from tests.cli.cli_support import CLI_TIMEOUT_S, Cli
 
 WAIT_LIMIT_S = 30.0  # a condition that takes longer than this on a busy box is a failure
@@ -212,6 +215,37 @@ def test_tail_of_another_hosts_job_reads_the_flushed_row_and_exits_with_its_outc
         if tail.poll() is None:
             tail.kill()
     assert "".join(reader.seen) == "first\nsecond\nthird\n"
+
+
+def test_tail_of_a_job_of_this_host_whose_spool_cannot_be_read_falls_back_to_its_row(
+    cli: Cli,
+) -> None:
+    """One rule for a running job's output so far (gateway.jobs.reads.live_stdout), in
+    result pages and `jobs tail` alike: the spool file when it runs on this host and the
+    file can be read, else the row's flushed tail. tail.py had its own copy that trusted a
+    spool path that merely existed and died with a traceback when it could not be read."""
+    owner, job_id = "instance-here", str(uuid.uuid4())
+    hostname = proc.hostname()
+
+    async def start(store: Any) -> JobRow:
+        await store.register_instance(InstanceRow(
+            instance_id=owner, hostname=hostname, boot_id="b", pid=1, pid_started_at=None,
+            role="http", version="t"), ttl_s=3600)
+        await store.insert_job(NewJob(id=job_id, provider="claude", request_key="k",
+                                      owner_instance=owner, hostname=hostname), ttl_s=3600)
+        await store.mark_running(job_id, owner, ttl_s=3600)
+        await store.save_progress(job_id, owner, Progress(output_bytes=6, output="first\n"))
+        found: JobRow | None = await store.get_job(job_id, with_output=False)
+        assert found is not None
+        return found
+
+    job = cli.in_store(start)
+    # Unreadable as a file whoever runs the test (root reads any mode): a directory.
+    stdout = spool.stdout_path(spool.run_dir(spool.spool_root(cli.settings.state_dir), job))
+    stdout.mkdir(parents=True)
+    snapshot = cli.run("jobs", "tail", "--raw", job_id)
+    assert "Traceback" not in snapshot.stderr, snapshot.stderr
+    assert (snapshot.returncode, snapshot.stdout) == (job_exit_code(job), "first\n")
 
 
 @pytest.mark.parametrize("status,code", [(JobStatus.CANCELLED, 5), (JobStatus.TIMED_OUT, 4)])

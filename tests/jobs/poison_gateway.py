@@ -15,6 +15,7 @@ import signal
 import sys
 
 from gateway.jobs.run import runner
+from gateway.jobs.run.spec import ProcessIdentity
 from tests.jobs import owner_gateway
 
 POISON_ENV = "POISON_JOB_ID"
@@ -22,7 +23,7 @@ POISON_ENV = "POISON_JOB_ID"
 _real_start = runner.ProcessRun.start
 
 
-async def _start_or_die(self: runner.ProcessRun) -> runner.ProcessIdentity:
+async def _start_or_die(self: runner.ProcessRun) -> ProcessIdentity:
     if self.spec.job_id == os.environ.get(POISON_ENV):
         os.kill(os.getpid(), signal.SIGKILL)  # the gateway dies as it launches the run
     return await _real_start(self)

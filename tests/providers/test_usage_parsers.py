@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gateway.jobs.completion import usage_figures
+from gateway.jobs.outcome_to_completion import usage_figures
 from providers.base import Usage
 from providers.mistral import session_usage
 from providers.registry import CLI_PROVIDERS

@@ -30,7 +30,8 @@ import pytest
 
 from gateway.config import load_settings
 from gateway.jobs.requests import SubmitRequest
-from gateway.jobs.run.runner import ProcessRun, RunSpec
+from gateway.jobs.run.runner import ProcessRun
+from gateway.jobs.run.spec import RunSpec
 from gateway.model import ErrorKind, JobStatus
 from gateway.runtime import Gateway
 from providers.base import Invocation

@@ -32,7 +32,6 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,21 +42,21 @@ from gateway.childenv import child_env
 from gateway.jobs.run import spool
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.child_exit import ChildExit, open_exit_watch
-from gateway.jobs.run.outcome import (
-    Limits,
+from gateway.jobs.run.record_to_outcome import (
     RunOutcome,
     outcome_from_record,
     stop_message,
     unstarted_outcome,
 )
 from gateway.jobs.run.spare import Spares, hand_over
-from gateway.jobs.run.spool import read_tail
+from gateway.jobs.run.spawned import Spawned, close_watch, priority_targets, reap_when_spawned
+from gateway.jobs.run.spec import (
+    ProcessIdentity,
+    RunClaimedElsewhere,
+    RunSpec,
+    directories_error,
+)
 from gateway.model import ErrorKind, GatewayError
-from gateway.platform import ExitWatch
-from providers.base import Invocation
-
-__all__ = ["ProcessIdentity", "ProcessRun", "RunOutcome", "RunSpec", "read_range", "read_tail",
-           "resolve_command"]
 
 log = structlog.get_logger(__name__)
 
@@ -80,13 +79,10 @@ REAP_TIMEOUT_S = 5.0
 # How long start() waits for the supervisor's claim (it then runs and has lowered its
 # priority). It starts in tens of milliseconds (`-I -S`: no site, no user paths).
 SUPERVISOR_START_TIMEOUT_S = 10.0
-STDOUT_NAME = sup.STDOUT_NAME
-STDERR_NAME = sup.STDERR_NAME
 FULL_DISK_STOP_MESSAGE = (
     "The state filesystem is full (no space left for the provider's output under {spool}): "
     "the run was stopped and its output truncated to what was written. Free disk space and "
     "rerun the request.")
-TEMP_DIR_PREFIX = spool.TEMP_DIR_PREFIX
 # Provider CLIs run this many nice levels below the gateway, and so does each one's autogroup
 # (the supervisor applies it before starting the CLI). The gateway's heartbeat and MCP
 # answers must not be starved by its own providers: with 32 CPU-bound ones, each in a session
@@ -98,48 +94,6 @@ PROVIDER_NICE_INCREMENT = 10
 SPARES = Spares(PROVIDER_NICE_INCREMENT)
 
 
-class RunClaimedElsewhere(Exception):
-    """The run is not this gateway's to launch any more: a gateway that judged this one gone
-    claimed its spool to re-queue the job (the supervisor started here lost the claim), or
-    removed the spool dir before the launch began. The job is that gateway's to settle.
-    Nothing about it may be written from here."""
-
-
-@dataclass(slots=True)
-class RunSpec:
-    job_id: str
-    invocation: Invocation
-    spool_dir: Path  # the launch's dir (spool.run_dir), made before; stdout/stderr go there
-    working_dir: str | None  # must exist; None: a fresh private temp dir (removed after)
-    timeout_s: float  # wall clock
-    idle_timeout_s: float | None  # None: never idle-killed (providers that print at exit)
-    max_output_bytes: int
-    kill_grace_s: float
-    # Variables of the gateway's environment the child must not see, besides AGENT_GATEWAY_*
-    # (gateway.childenv.secret_env_names of the settings).
-    secret_env: frozenset[str] = frozenset()
-    install_hint: str = ""  # shown when the binary is missing
-
-    @property
-    def limits(self) -> Limits:
-        return Limits(self.timeout_s, self.idle_timeout_s, self.max_output_bytes)
-
-
-@dataclass(slots=True)
-class ProcessIdentity:
-    """The supervisor: it leads the run's group (pgid == pid)."""
-
-    pid: int
-    pgid: int
-    started_at: float  # process start time (epoch seconds, psutil create_time)
-
-
-def directories_error(exc: OSError) -> str:
-    """The failure to prepare a run's spool or temp dir (EACCES, ENOSPC, EROFS), readable."""
-    return (f"Cannot prepare the run's directories ({exc.strerror or exc}: {exc.filename}); "
-            f"the gateway's state directory must be writable by its user.")
-
-
 def resolve_command(command: str, path: str) -> str | None:
     """The executable `command` names (a path, or a name searched on `path`); None if none."""
     if os.sep in command:
@@ -148,78 +102,13 @@ def resolve_command(command: str, path: str) -> str | None:
     return shutil.which(command, path=path)
 
 
-def read_range(path: Path, offset: int, max_bytes: int) -> bytes:
-    """Up to `max_bytes` bytes of a spool file from `offset` (b"" past the end or if absent)."""
-    if offset < 0 or max_bytes < 0:
-        raise ValueError("offset and max_bytes must not be negative")
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            return fh.read(max_bytes)
-    except FileNotFoundError:
-        return b""
-
-
-def spec_from_spool(job_id: str, spool_dir: Path) -> RunSpec | None:
-    """The spec of a run another gateway started, from its run.json (None if absent)."""
-    record = sup.read_record(spool_dir, sup.RUN_NAME)
-    if record is None:
-        return None
-    return RunSpec(job_id=job_id, invocation=Invocation(argv=list(record.get("argv") or [])),
-                   spool_dir=spool_dir, working_dir=record.get("cwd"),
-                   timeout_s=float(record["timeout_s"]),
-                   idle_timeout_s=record.get("idle_timeout_s"),
-                   max_output_bytes=int(record["max_output_bytes"]),
-                   kill_grace_s=float(record["kill_grace_s"]))
-
-
-def stop_supervised_run(spool_dir: Path, reason: ErrorKind, grace_s: float) -> bool:
-    """Ask the supervisor of a run this gateway does not drive to stop it (a cancel of a job
-    orphaned elsewhere while its process still runs on this host). True if one was alive."""
-    claim = sup.read_record(spool_dir, sup.START_NAME)
-    if claim is None or claim.get("kind") != "supervisor":
-        return False
-    pid, started_at = int(claim["pid"]), float(claim["started_at"])
-    if not proc.is_process_alive(pid, started_at):
-        return False
-    sup.write_record(spool_dir, sup.STOP_NAME, {
-        "version": sup.RECORD_VERSION, "kind": str(reason), "grace_s": grace_s,
-        "message": stop_message(reason, Limits(0, None, 0))})
-    with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGTERM)
-    return True
-
-
-def _close_watch(watch: ExitWatch | None) -> None:
-    if watch is not None:
-        watch.close()
-
-
-def _priority_targets() -> tuple[int, int | None]:
-    """The nice value of a run, and of its autogroup (None: no autogroup scheduling)."""
-    nice = min(proc.MAX_NICE, os.getpriority(os.PRIO_PROCESS, 0) + PROVIDER_NICE_INCREMENT)
-    own = proc.autogroup_nice(os.getpid())
-    autogroup = None if own is None else min(proc.MAX_NICE, own + PROVIDER_NICE_INCREMENT)
-    return nice, autogroup
-
-
-@dataclass(slots=True)
-class _Spawned:
-    """A supervisor just started by the spawn thread, not yet watched by the event loop."""
-
-    popen: subprocess.Popen[bytes]
-    exit_watch: ExitWatch | None
-    started_at: float
-    executable: str
-
-
 class ProcessRun:
     """One invocation under its supervisor, from spawn until the whole group is gone."""
 
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
-        self.stdout_path = spec.spool_dir / STDOUT_NAME
-        self.stderr_path = spec.spool_dir / STDERR_NAME
+        self.stdout_path = spool.stdout_path(spec.spool_dir)
+        self.stderr_path = spool.stderr_path(spec.spool_dir)
         self._identity: ProcessIdentity | None = None
         self._watcher: asyncio.Task[RunOutcome] | None = None
         self._stop: tuple[ErrorKind, str] | None = None
@@ -236,7 +125,7 @@ class ProcessRun:
         # the two comes second (under this lock) kills the supervisor it will never watch.
         self._spawn_lock = threading.Lock()
         self._spawn_abandoned = False
-        self._spawned: _Spawned | None = None
+        self._spawned: Spawned | None = None
 
     @classmethod
     def attach(cls, spec: RunSpec, identity: ProcessIdentity) -> ProcessRun:
@@ -345,7 +234,7 @@ class ProcessRun:
 
     # -- spawn --------------------------------------------------------------------------------
 
-    async def _spawn_off_loop(self, argv: list[str]) -> _Spawned:
+    async def _spawn_off_loop(self, argv: list[str]) -> Spawned:
         """Run `_spawn_blocking` in a worker thread: the directory checks, the PATH search
         (user bin dirs are globbed), mkdir/mkdtemp, writing the spec, fork/exec and waiting
         for the supervisor's claim block for milliseconds each, and the event loop also
@@ -358,7 +247,7 @@ class ProcessRun:
             if self._detached:
                 # The gateway leaves: the supervisor, once started, runs on (it is adopted);
                 # only its exit status is collected here, so it never lingers as a zombie.
-                spawning.add_done_callback(_reap_when_spawned)
+                spawning.add_done_callback(reap_when_spawned)
                 raise
             # The thread runs on: if it has spawned already, the supervisor is killed here;
             # if not, the thread sees the flag and kills it itself. Never a leaked group.
@@ -369,7 +258,7 @@ class ProcessRun:
                 self._discard(spawned)
             raise
 
-    def _spawn_blocking(self, argv: list[str]) -> _Spawned:
+    def _spawn_blocking(self, argv: list[str]) -> Spawned:
         """Validate, prepare the spool dir and start the supervisor (in a worker thread)."""
         spec = self.spec
         env = child_env(spec.secret_env, spec.invocation.env)
@@ -407,7 +296,7 @@ class ProcessRun:
             raise
         # Its priority was lowered when it started (spare.py); it sets the run's values for
         # itself (absolute, so the order does not matter) and retries the autogroup.
-        spawned = _Spawned(popen=popen, exit_watch=None, started_at=time.time(),
+        spawned = Spawned(popen=popen, exit_watch=None, started_at=time.time(),
                            executable=executable)
         try:
             # Before anyone can reap it (only its ChildExit will): the pid is ours.
@@ -434,7 +323,7 @@ class ProcessRun:
         that ties this supervisor to this spec (a re-queued run gets a new one)."""
         spec = self.spec
         token = secrets.token_hex(16)
-        nice, autogroup = _priority_targets()
+        nice, autogroup = priority_targets(PROVIDER_NICE_INCREMENT)
         payload = spec.invocation.stdin
         if payload is not None:
             fd = os.open(spec.spool_dir / sup.STDIN_NAME,
@@ -484,11 +373,11 @@ class ProcessRun:
                 return
             time.sleep(0.002)
 
-    def _discard(self, spawned: _Spawned) -> None:
+    def _discard(self, spawned: Spawned) -> None:
         """Kill a supervisor that start() will never watch, and reap it in a daemon thread."""
         pid = spawned.popen.pid
         proc.signal_group(pid, signal.SIGKILL)
-        _close_watch(spawned.exit_watch)
+        close_watch(spawned.exit_watch)
 
         def reap() -> None:
             with contextlib.suppress(ChildProcessError):
@@ -553,8 +442,8 @@ class ProcessRun:
         return proc.is_process_alive(identity.pid, identity.started_at)
 
     def _refresh_sizes(self) -> None:
-        self._stdout_bytes = _size(self.stdout_path)
-        self._stderr_bytes = _size(self.stderr_path)
+        self._stdout_bytes = spool.file_size(self.stdout_path)
+        self._stderr_bytes = spool.file_size(self.stderr_path)
 
     async def _watch(self, child: ChildExit | None) -> RunOutcome:
         assert self._identity is not None
@@ -666,26 +555,3 @@ class ProcessRun:
         if record is None:
             spool.remove_temp_cwd(self.spec.spool_dir)  # an adopted run's, by its record
         return outcome
-
-
-def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
-
-
-def _reap_when_spawned(spawning: asyncio.Future[_Spawned]) -> None:
-    """A supervisor spawned for a run that was detached meanwhile: wait for its exit in a
-    daemon thread (nobody else will), without touching the run."""
-    if spawning.cancelled() or spawning.exception() is not None:
-        return
-    spawned = spawning.result()
-    _close_watch(spawned.exit_watch)
-
-    def reap() -> None:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(spawned.popen.pid, 0)
-        spawned.popen.returncode = 0  # collected: its finalizer must not wait again
-
-    threading.Thread(target=reap, name=f"reap-{spawned.popen.pid}", daemon=True).start()

@@ -133,6 +133,15 @@ def stderr_path(job_dir: Path) -> Path:
     return job_dir / STDERR_NAME
 
 
+def file_size(path: Path) -> int:
+    """A spool file's size now (0 if it is not there yet, or gone): live progress and the
+    sizes of a run's outcome."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
 def clean_stdout_path(stdout: Path) -> Path:
     """Where the cleaned (valid UTF-8) copy of the spool file `stdout` goes."""
     return stdout.with_name(CLEAN_STDOUT_NAME)

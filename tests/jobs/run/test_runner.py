@@ -27,12 +27,9 @@ import pytest
 
 from gateway import platform, proc
 from gateway.jobs.run import supervisor as sup
-from gateway.jobs.run.runner import (
-    PROVIDER_NICE_INCREMENT,
-    ProcessRun,
-    RunOutcome,
-    RunSpec,
-)
+from gateway.jobs.run.record_to_outcome import RunOutcome
+from gateway.jobs.run.runner import PROVIDER_NICE_INCREMENT, ProcessRun
+from gateway.jobs.run.spec import RunSpec
 from gateway.jobs.run.spool import read_tail
 from gateway.model import ErrorKind, GatewayError
 from providers.base import Invocation

@@ -1,4 +1,6 @@
-"""How a finished run becomes its job's terminal write (one rule for owner and adopter)."""
+"""`ExecutionOutcome` -> the store's `Completion`: how a finished run becomes its job's
+terminal write (one rule for owner and adopter, both transports). The step before it, for a
+process run, is gateway/jobs/run/record_to_outcome.py (supervisor end record -> outcome)."""
 
 from __future__ import annotations
 

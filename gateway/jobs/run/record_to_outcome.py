@@ -1,4 +1,6 @@
-"""A run's outcome, read from its supervisor's end record (docs/architecture.md, Running a provider).
+"""Supervisor end record -> `RunOutcome`: what a run's end means (docs/architecture.md, Running a provider).
+
+The next step, outcome -> the store's `Completion`, is gateway/jobs/outcome_to_completion.py.
 
 One reading for every gateway that finalizes a run: the one that started it, and one that
 adopted it after its owner died. The rules that decide how a run ends (timeouts, output cap,
@@ -8,7 +10,6 @@ record means for the job.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,13 +77,6 @@ def _stderr_tail(path: Path) -> str:
     text = spool.read_tail(path, ERROR_TAIL_BYTES)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return "\n".join(lines[-ERROR_TAIL_LINES:])
-
-
-def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
 
 
 def supervisor_end(status: int | None) -> str:
@@ -194,8 +188,8 @@ def outcome_from_record(spool_dir: Path, record: dict[str, Any] | None, limits: 
                 f"The provider exited with code {returncode} and wrote nothing to stderr.")
     return RunOutcome(
         exit_code=exit_code, error_kind=kind, error=error, stdout_path=stdout_path,
-        stderr_path=stderr_path, stdout_bytes=_size(stdout_path),
-        stderr_bytes=_size(stderr_path), truncated=truncated, duration_s=duration,
+        stderr_path=stderr_path, stdout_bytes=spool.file_size(stdout_path),
+        stderr_bytes=spool.file_size(stderr_path), truncated=truncated, duration_s=duration,
         signal=died_of, extra=extra, ended_at=_ended_at(record))
 
 

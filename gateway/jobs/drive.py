@@ -1,0 +1,243 @@
+"""Driving one job of this instance: queued -> running -> its terminal row.
+
+One named asyncio task per job runs `JobDriver.drive` (the MCP call that submitted the job
+may be cancelled or time out; the drive goes on). It waits for a run slot, marks the row
+running with a compare-and-set before anything is spawned, starts the run, flushes its
+progress for other instances, and ends with the one guarded terminal write for every run,
+started here or adopted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+
+import structlog
+
+from gateway.backoff import Backoff
+from gateway.config import Settings
+from gateway.jobs.admission import AdmissionState
+from gateway.jobs.execution import STDERR_TAIL_BYTES, Execution, build_execution
+from gateway.jobs.full_store import fitted_completion
+from gateway.jobs.limiter import Limiter
+from gateway.jobs.local_job import LocalJob
+from gateway.jobs.outcome_to_completion import completion_of
+from gateway.jobs.run import spool
+from gateway.jobs.run.spec import RunClaimedElsewhere, directories_error
+from gateway.model import EXIT_CODES, Completion, ErrorKind, GatewayError, JobStatus, Progress
+from gateway.store.base import JobStore, StoreFull, StoreUnavailable
+
+log = structlog.get_logger(__name__)
+
+PROGRESS_FLUSH_S = 2.0  # how stale another instance's view of a running job's output may be
+PROGRESS_TAIL_BYTES = 64 * 1024  # the partial output other instances can see while it runs
+TERMINAL_WRITE_RETRY = Backoff(first_s=0.2, max_s=5.0)  # the terminal write, store down or full
+
+
+class JobDriver:
+    """Drives the jobs of one manager (the same store, instance, limiter and admission
+    state); removes each from the manager's `local` jobs once it is settled."""
+
+    def __init__(self, settings: Settings, store: JobStore, instance_id: str,
+                 admission: AdmissionState, limiter: Limiter,
+                 local: dict[str, LocalJob]) -> None:
+        self.settings = settings
+        self.store = store
+        self.instance_id = instance_id
+        self.admission = admission
+        self.limiter = limiter
+        self.spool_root = spool.spool_root(settings.state_dir)
+        self._local = local
+
+    async def drive(self, job: LocalJob) -> None:
+        """queued -> running -> terminal for one job. Never raises; always sets job.done."""
+        try:
+            await self._drive_inner(job)
+        except Exception as exc:
+            log.exception("job driver failed", action="drive", job_id=job.row.id)
+            await self._finish(job, Completion(status=JobStatus.FAILED, exit_code=1,
+                                               error=f"internal gateway error: {exc}",
+                                               error_kind=ErrorKind.LAUNCH_FAILED))
+        finally:
+            job.ticket.release()
+            self._local.pop(job.row.id, None)  # the manager's jobs: it is not one any more
+            job.done.set()
+
+    async def _drive_inner(self, job: LocalJob) -> None:
+        if job.adopted:
+            await self._run_to_end(job)
+            return
+        limits = self.settings.limits
+        if not job.ticket.granted:
+            try:
+                await asyncio.wait_for(job.ticket.wait(), limits.queue_timeout_s)
+            except (TimeoutError, asyncio.CancelledError):
+                if self.admission.detached:
+                    raise  # released at detach: it stays queued for the next gateway
+                if job.cancel_reason is not None:
+                    await self._finish_unstarted(job)
+                    return
+                full = self.limiter.full_limit(job.row.provider)
+                await self._fail(job, GatewayError(
+                    ErrorKind.QUEUE_TIMEOUT, f"Gateway is at capacity for {job.row.provider}: "
+                    f"the job waited {limits.queue_timeout_s:g} s in the queue without a free "
+                    f"run slot ({full} reached). Retry later or raise {full.split(' ')[0]}."))
+                return
+        if job.cancel_reason is not None:
+            await self._finish_unstarted(job)
+            return
+        if self.admission.closing:
+            return  # shutting down: a queued job stays queued (detach releases it) or is failed
+        made = False  # whether this launch made its attempt's spool dir (spool.run_dir)
+        if job.target.transport == "process":
+            # Made before the row says running: an adopter that finds it with no start record
+            # may re-queue it (SIGKILLed in between); without it nothing proves it never ran.
+            try:
+                made = await asyncio.to_thread(spool.make_run_dir, job.spool_dir)
+            except OSError as exc:
+                await self._fail(job, GatewayError(ErrorKind.LAUNCH_FAILED,
+                                                   directories_error(exc)))
+                return
+        # CAS queued -> running BEFORE spawning: a row orphaned or cancelled while it waited
+        # is never launched (no child is spawned only to be killed).
+        if not await self.store.mark_running(job.row.id, self.instance_id,
+                                             self.settings.lease.ttl_s):
+            log.warning("job not launched: row no longer queued", action="mark_running",
+                        job_id=job.row.id)
+            if made:  # nothing runs in it: a woken owner's old attempt (issue 23, item 12)
+                await asyncio.to_thread(spool.discard_run_dir, job.spool_dir)
+            return
+        job.row.status = JobStatus.RUNNING
+        job.execution = build_execution(job.target, job.row.id, job.spool_dir, job.timeout_s,
+                                        self.settings)
+        if self.admission.detached:  # the gateway left while this one was being marked: it runs on
+            job.execution.detach()
+        try:
+            identity = await job.execution.start()
+        except RunClaimedElsewhere:
+            log.warning("run not launched here: a gateway that judged this one gone re-queued "
+                        "the job", action="run_claimed_elsewhere", job_id=job.row.id)
+            return
+        except GatewayError as err:
+            await self._fail(job, err)
+            return
+        if job.cancel_reason is not None:  # cancelled while spawning
+            job.execution.cancel(job.cancel_reason)
+        if identity is not None:
+            try:
+                recorded = await self.store.record_process(
+                    job.row.id, self.instance_id, identity.pid, identity.pgid,
+                    identity.started_at)
+            except StoreUnavailable:
+                recorded = False
+            if not recorded:
+                # The run goes on: if the row was orphaned meanwhile, this instance's guarded
+                # terminal write self-heals it; without a pid the reaper just cannot prove
+                # the process alive, which errs towards orphaning, never towards losing.
+                log.warning("process identity not recorded", action="record_process",
+                            job_id=job.row.id, pid=identity.pid)
+        await self._run_to_end(job)
+
+    async def _run_to_end(self, job: LocalJob) -> None:
+        """Watch a started run (ours or adopted) until its group is gone, then finalize it:
+        the one finalize path for every run."""
+        assert job.execution is not None
+        flusher = asyncio.create_task(self._flush_progress(job), name=f"progress-{job.row.id}")
+        try:
+            outcome = await job.execution.wait()  # returns when the group is gone
+        except RunClaimedElsewhere:
+            log.warning("run not started here: a gateway that judged this one gone claimed it "
+                        "to re-queue the job", action="run_claimed_elsewhere", job_id=job.row.id)
+            return
+        finally:
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+        completion = completion_of(outcome, job.target.login_hint, job.target.model)
+        # The parsed answer is in completion.result_json now; its text can be as large as
+        # the output, so the outcome must not stay alive through the terminal write.
+        del outcome
+        await self._finish(job, completion)
+
+    async def _finish_unstarted(self, job: LocalJob) -> None:
+        reason = job.cancel_reason or ErrorKind.CANCELLED
+        if reason == ErrorKind.SHUTDOWN:
+            await self._finish(job, Completion(
+                status=JobStatus.FAILED, exit_code=1, error_kind=ErrorKind.SHUTDOWN,
+                error="The gateway shut down before this queued job started. Resubmit it."))
+        else:
+            await self._finish(job, Completion(status=JobStatus.CANCELLED,
+                                               error_kind=ErrorKind.CANCELLED,
+                                               error="Cancelled before it started."))
+
+    async def _finish(self, job: LocalJob, completion: Completion) -> None:
+        """The guarded terminal write, retried while the store is down (the result is never
+        dropped: if it cannot be written before the lease lapses, the row is orphaned and
+        this write self-heals it later). A full disk is different: the same write would
+        fail forever, so it is made smaller until it fits (full_store.py)."""
+        waits = TERMINAL_WRITE_RETRY.waits()
+        original, refused_full = completion, 0
+        while True:
+            try:
+                applied = await self.store.complete(job.row.id, self.instance_id, completion)
+                break
+            except StoreFull as exc:
+                refused_full += 1
+                smaller = fitted_completion(original, refused_full, str(exc),
+                                            self.settings.state_dir)
+                log.warning("terminal write refused: the store's disk is full",
+                            action="complete_store_full", job_id=job.row.id,
+                            kept_bytes=smaller.output_bytes if smaller else 0, error=str(exc))
+                if smaller is not None:
+                    completion = smaller
+                    continue
+                # Nothing left to drop: the row needs no spool file any more, and the
+                # space it frees may be what the write lacks.
+                await asyncio.to_thread(shutil.rmtree, job.spool_dir, ignore_errors=True)
+                if self.admission.closing:
+                    return
+                await asyncio.sleep(next(waits))
+            except StoreUnavailable as exc:
+                if self.admission.closing:
+                    log.warning("terminal write failed during shutdown", action="complete",
+                                job_id=job.row.id, error=str(exc))
+                    return
+                log.warning("terminal write failed; retrying", action="complete",
+                            job_id=job.row.id, error=str(exc))
+                await asyncio.sleep(next(waits))
+        log.info("job finished", action="complete", job_id=job.row.id,
+                 status=str(completion.status), error_kind=completion.error_kind, applied=applied)
+        if not applied:
+            # The row is not ours to end any more (a peer adopted or re-queued the job while
+            # this instance was stopped or cut off): the spool is the new owner's evidence,
+            # its end record above all. Deleting it here made the owner's finalize read "the
+            # supervisor ended without recording how" (retention purges what is left).
+            return
+        # The row holds the output: no attempt's spool is needed (off the loop: rmtree blocks).
+        await asyncio.to_thread(shutil.rmtree, spool.job_dir(self.spool_root, job.row.id),
+                                ignore_errors=True)
+
+    async def _fail(self, job: LocalJob, err: GatewayError) -> None:
+        await self._finish(job, Completion(status=JobStatus.FAILED, error=err.message,
+                                           exit_code=EXIT_CODES.get(err.kind, 1),
+                                           error_kind=err.kind))
+
+    async def _flush_progress(self, job: LocalJob) -> None:
+        last = -1
+        while True:
+            await asyncio.sleep(PROGRESS_FLUSH_S)
+            execution = job.execution
+            if execution is None or execution.stdout_bytes == last:
+                continue
+            last = execution.stdout_bytes
+            output, stderr_tail = await asyncio.to_thread(_progress_tails, execution)
+            with contextlib.suppress(StoreUnavailable):
+                await self.store.save_progress(job.row.id, self.instance_id, Progress(
+                    output_bytes=last, output=output, stderr_tail=stderr_tail))
+
+
+def _progress_tails(execution: Execution) -> tuple[str, str]:
+    """The stdout and stderr tails a progress flush writes (file reads: run in a thread)."""
+    return (execution.read_stdout_tail(PROGRESS_TAIL_BYTES),
+            execution.read_stderr_tail(STDERR_TAIL_BYTES))
