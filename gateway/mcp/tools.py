@@ -30,7 +30,7 @@ from gateway.jobs.budgets import budget_status
 from gateway.jobs.requests import SubmitRequest
 from gateway.jobs.worktrees.finish import worktree_of
 from gateway.mcp.changes import change_tools
-from gateway.mcp.principal import LOCAL, may_see, owned
+from gateway.mcp.principal import LOCAL, owned, visible_jobs
 from gateway.mcp.results import (
     describe_status,
     duration_s,
@@ -476,9 +476,8 @@ def job_tools(state: ServerState) -> list[tuple[str, ToolBody, ToolAnnotations]]
     ) -> CallToolResult:
         """Recent jobs, newest first."""
         manager = await state.manager()
-        rows = [r for r in await manager.list_jobs(status=status, provider=provider,
-                                                   limit=limit)
-                if may_see(state.principal, r)]
+        rows = await visible_jobs(manager, state.principal, status=status, provider=provider,
+                                  limit=limit)
         jobs = [job_fields(r) for r in rows]
         lines = [f"{r.id}  {r.provider:<8} {r.status:<10} {_when(r)}" for r in rows]
         text = "\n".join(lines) if lines else "No jobs match."
