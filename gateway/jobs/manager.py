@@ -586,9 +586,8 @@ class JobManager:
                 await on_progress(row.output_bytes, time.monotonic() - started)
         return row
 
-    async def list_jobs(self, status: str | None = None, provider: str | None = None,
-                        limit: int = 20, principal: str | None = None,
-                        unowned_too: bool = False) -> list[JobRow]:
+    async def list_jobs(self, status: str | None = None, provider: str | None = None, limit: int = 20,
+                        principal: str | None = None, unowned_too: bool = False) -> list[JobRow]:
         statuses = None
         if status:
             try:
@@ -599,8 +598,7 @@ class JobManager:
                                    f"{[s.value for s in JobStatus]}.") from None
         try:
             return await self.store.list_jobs(statuses=statuses, provider=provider, limit=limit,
-                                              principal=principal, unowned_too=unowned_too,
-                                              with_output=False)
+                                              principal=principal, unowned_too=unowned_too, with_output=False)
         except StoreUnavailable as exc:
             raise _store_down(exc) from None
 
