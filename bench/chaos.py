@@ -2,8 +2,9 @@
 
 Real gateway processes (`python -m gateway serve --transport http --no-auth`, one per slot)
 share one store (SQLite file or PostgreSQL database) with short lease knobs. A driver
-submits jobs to random instances through real MCP client sessions (one long-lived session
-per instance, and some calls from brand-new clients; the fake provider CLIs
+submits jobs to random instances through real MCP client sessions over Streamable HTTP
+(`--sessions-per-instance` long-lived sessions per instance, 1 by default, and some calls
+from brand-new clients, `--fresh-clients`; the fake provider CLIs
 sleep a random, bounded time; every job has a unique prompt, so the fake CLI's spawn log
 says how often each request ran), cancels some through an instance that does not own them,
 optionally lets some clients give up on their first try within milliseconds (`--impatient`),
@@ -79,10 +80,12 @@ An unimpaired instance commits a heartbeat at least once every P = heartbeat_s +
   sweep needs (the SQLite write lock, or PostgreSQL row locks on its own jobs), so no sweep
   completes while it is stopped. The owner is the row's final one: a job that was adopted
   or re-queued belongs to a live instance by then and is held to `lost` (still active
-  after settling) and, in the detach scenario, `unfinished`. The settle budget grows by the
-  time the jobs still active when the chaos ends need on one instance's run slots (they
-  now run instead of being orphaned); a job it lets finish late is judged like any other,
-  and one that never ends is still lost.
+  after settling) and, in the detach scenario, `unfinished`. Settling waits on progress,
+  not on an estimate of the clock: while some active row changes (starts, ends) the
+  backlog is draining, however slowly a loaded box starts processes; once no active row
+  has changed for ttl + sweeps + the longest job + margins (or SETTLE_CAP_S passed), what
+  is still active is lost. A job it lets finish late is judged like any other, and one
+  that never ends is still lost.
 * duplicate run: for one prompt, more fake CLI spawns than rows of that prompt that were ever
   marked running (the queued -> running CAS is the one permit to spawn; a retried submit of
   the same prompt may legitimately create a second job once the first failed or was
@@ -175,7 +178,7 @@ CALL_TIMEOUT_S = 2.5  # initialize, and tools/call; shorter than the longest SIG
 SESSION_CLOSE_S = 3.0  # a slow but live server still gets the session's DELETE (else it
 #                        counts against http.max_sessions until it idles out)
 FRESH_SESSION_FRACTION = 0.2  # calls made by a brand-new client (own session); the rest share
-#                               one long-lived session per instance, as desktop clients do
+#                               the instance's long-lived sessions, as desktop clients do
 REQUEST_TIMEOUT_CODE = -32001  # MCPError code of a request whose read timeout expired
 INSTANCE_READY_TIMEOUT_S = 45.0  # process start to /healthz admitting (covers the PG outage)
 GATEWAY_EXIT_TIMEOUT_S = 8.0  # SIGTERM -> exit: drain 1.5 s + lease stop + uvicorn's 2 s
@@ -188,6 +191,10 @@ IMPATIENT_TIMEOUT_S = (0.002, 0.06)  # an impatient client's tools/call read tim
 SUBMIT_RETRY_PAUSE_S = 0.25  # after a refusal (unavailable/saturated), doubling per try
 CANCEL_DELAY_S = (0.05, 1.5)  # cancels land on queued, running and finished jobs alike
 SETTLE_MARGIN_S = 5.0  # beyond ttl + sweeps + the longest job: queue drain, slow restarts
+# No active row changed for this long on top of the bound above: the rest is stuck, not slow
+# (a 2-core box at load 19 started a fake run in 3-4 s, and a run slot waits for its end).
+SETTLE_STALL_S = 20.0
+SETTLE_CAP_S = 600.0  # a hard bound on settling, however steadily the backlog drains
 POLL_S = 0.1
 
 DEFAULT_JOBS = 150
@@ -232,6 +239,11 @@ class ChaosOptions:
     # The load scenario (issue 23): no random chaos, one SIGKILL of one instance at this
     # share of the duration (it is restarted, like any killed slot). None: the chaos monkey.
     kill_once_at: float | None = None
+    # How many long-lived MCP sessions (Streamable HTTP) the driver holds with each instance
+    # (the load scenario: 2 per gateway, so 2 gateways take 4 sessions), and the share of
+    # calls made instead by a brand-new client of its own (0: only those sessions).
+    sessions_per_instance: int = 1
+    fresh_session_fraction: float = FRESH_SESSION_FRACTION
 
 
 # -- the timeline ----------------------------------------------------------------------------
@@ -244,6 +256,23 @@ class Gap:
     start: float
     end: float  # math.inf: it never came back
     cause: str
+
+
+@dataclass(eq=False)
+class SharedSession:
+    """One of the driver's long-lived MCP sessions with an instance (opened on first use,
+    reopened after it broke)."""
+
+    index: int
+    client: Any = None
+    opening: Any = None  # anyio.Event set once the open attempt is over
+    scope: anyio.CancelScope | None = None
+    done: Any = None  # anyio.Event: close the session politely
+
+    def drop(self) -> None:
+        """Abandon it at once (its server died or broke it)."""
+        if self.scope is not None:
+            self.scope.cancel()
 
 
 @dataclass(eq=False)
@@ -264,16 +293,13 @@ class InstanceLife:
     busy: bool = False  # a chaos action holds it
     final: bool = False  # stopped by the final shutdown, not by chaos
     stuck: bool = False  # needed SIGKILL after a SIGTERM
-    # The driver's long-lived MCP session with this instance (opened on first use).
-    client: Any = None
-    session_opening: Any = None  # anyio.Event set once the open attempt is over
-    session_scope: anyio.CancelScope | None = None
-    session_done: Any = None  # anyio.Event: close the session politely
+    # The driver's long-lived MCP sessions with this instance (ChaosOptions.sessions_per_instance).
+    sessions: list[SharedSession] = field(default_factory=list)
 
-    def drop_session(self) -> None:
-        """Abandon the shared session at once (its server died or broke it)."""
-        if self.session_scope is not None:
-            self.session_scope.cancel()
+    def drop_sessions(self) -> None:
+        """Abandon every shared session at once (its server died)."""
+        for session in self.sessions:
+            session.drop()
 
     @property
     def name(self) -> str:
@@ -691,6 +717,8 @@ class ChaosRun:
             raise ValueError(f"on_shutdown must be one of {ON_SHUTDOWN_MODES}")
         if options.instances < 2:
             raise ValueError("at least 2 instances: one must always be there to reap")
+        if options.sessions_per_instance < 0:
+            raise ValueError("sessions_per_instance must be >= 0")
         self.o = options
         self.rng = random.Random(options.seed)
         self.tag = f"{PROMPT_PREFIX}-{uuid.uuid4().hex[:8]}"
@@ -709,6 +737,11 @@ class ChaosRun:
         self.stops: list[Gap] = []  # every SIGSTOP gap, any instance
         self.actions: Counter[str] = Counter()
         self.harness_notes: list[str] = []
+        # Answers per long-lived session (slot, index): which sessions drove the run. A
+        # restarted slot's new sessions count as the same ones: a client reconnecting.
+        self.session_answers: Counter[tuple[int, int]] = Counter()
+        self.sessions_opened = 0  # long-lived sessions opened (reopened after a kill too)
+        self.fresh_clients = 0  # calls made through a brand-new client instead
         self.active_after_settle: set[str] = set()
         self.settle_s = 0.0
         # job id -> (the first terminal status the observer read, when): what a poller saw.
@@ -740,9 +773,13 @@ class ChaosRun:
         config = {
             "persistence": persistence,
             "lease": {**LEASE, "on_shutdown": self.o.on_shutdown},
+            # A queued job waits for a slot as long as settling waits for it: the audit is
+            # about losing jobs, and a loaded box (load 23 on 2 cores) drained 200 jobs on
+            # 2 gateways slower than the default 120 s queue_timeout_s fails them.
             "limits": {"kill_grace_s": KILL_GRACE_S,
                        "max_running_jobs": RUN_SLOTS_PER_INSTANCE,
-                       "max_running_per_provider": RUN_SLOTS_PER_INSTANCE},
+                       "max_running_per_provider": RUN_SLOTS_PER_INSTANCE,
+                       "queue_timeout_s": SETTLE_CAP_S},
             "logging": {"format": "json", "level": "info"},
             "providers": {
                 name: ({"command": str(FAKES_BIN / binary), "env": env} if name in PROVIDERS
@@ -790,7 +827,9 @@ class ChaosRun:
             finally:
                 log_file.close()
             life = InstanceLife(slot=slot, generation=self.generations[slot], port=port,
-                                process=process, log_path=log_path, spawned_at=time.time())
+                                process=process, log_path=log_path, spawned_at=time.time(),
+                                sessions=[SharedSession(i) for i in
+                                          range(self.o.sessions_per_instance)])
             self.lives.append(life)
             if await self.wait_ready(life):
                 self.slots[slot] = life
@@ -837,7 +876,7 @@ class ChaosRun:
         now = time.time()
         with contextlib.suppress(ProcessLookupError):
             os.kill(life.process.pid, signal.SIGKILL)
-        life.drop_session()
+        life.drop_sessions()
         if life.death is None:
             life.gaps.append(Gap(now, math.inf, cause))
         if not await self.wait_exit(life, 10.0):
@@ -845,7 +884,7 @@ class ChaosRun:
 
     async def terminate(self, life: InstanceLife, cause: str) -> None:
         """SIGTERM (drain) and wait; SIGKILL and flag it if it does not exit in time."""
-        await self.close_session(life)
+        await self.close_sessions(life)
         life.gaps.append(Gap(time.time(), math.inf, cause))
         with contextlib.suppress(ProcessLookupError):
             os.kill(life.process.pid, signal.SIGTERM)
@@ -893,14 +932,17 @@ class ChaosRun:
     # -- MCP calls -----------------------------------------------------------------------
     async def call(self, life: InstanceLife, tool: str, args: dict[str, Any],
                    tool_timeout: float | None = None) -> Attempt:
-        """One real MCP tool call, bounded; never raises. Most go through the instance's
-        long-lived session, some through a brand-new client. `tool_timeout` bounds the
-        tools/call alone (a session is set up with the normal timeout)."""
-        if self.rng.random() >= FRESH_SESSION_FRACTION:
-            return await self.call_shared(life, tool, args, tool_timeout)
+        """One real MCP tool call, bounded; never raises. Most go through one of the
+        instance's long-lived sessions (at random), some (fresh_session_fraction) through a
+        brand-new client. `tool_timeout` bounds the tools/call alone (a session is set up
+        with the normal timeout)."""
+        if life.sessions and self.rng.random() >= self.o.fresh_session_fraction:
+            shared = self.rng.choice(life.sessions)
+            return await self.call_shared(life, shared, tool, args, tool_timeout)
         started = time.time()
         result: Any = None
         error = "timeout"
+        self.fresh_clients += 1
         with anyio.move_on_after(2 * CALL_TIMEOUT_S + SESSION_CLOSE_S):
             try:
                 async with Client(life.url, mode="legacy",
@@ -912,13 +954,13 @@ class ChaosRun:
         # The session's close may fail after the answer: the answer counts.
         return self.attempt(life, started, result, error)
 
-    async def call_shared(self, life: InstanceLife, tool: str, args: dict[str, Any],
-                          tool_timeout: float | None) -> Attempt:
+    async def call_shared(self, life: InstanceLife, shared: SharedSession, tool: str,
+                          args: dict[str, Any], tool_timeout: float | None) -> Attempt:
         started = time.time()
         result: Any = None
         error = "timeout"
         with anyio.move_on_after(2 * CALL_TIMEOUT_S + 1.0):
-            client = await self.shared_client(life)
+            client = await self.shared_client(life, shared)
             if client is None:
                 error = "no_session"
             else:
@@ -928,47 +970,51 @@ class ChaosRun:
                 except Exception as exc:
                     error = describe_error(exc)
                     if f"({REQUEST_TIMEOUT_CODE})" not in error:
-                        life.drop_session()  # broken, not just slow: the next call reopens
+                        shared.drop()  # broken, not just slow: the next call reopens it
+        if result is not None:
+            self.session_answers[(life.slot, shared.index)] += 1
         return self.attempt(life, started, result, error)
 
-    async def shared_client(self, life: InstanceLife) -> Any:
-        """The instance's long-lived session, opening it if needed (None if it cannot)."""
-        if life.client is not None:
-            return life.client
-        if life.session_opening is None:
-            life.session_opening = anyio.Event()
-            self.tg.start_soon(self.hold_session, life, life.session_opening)
-        await life.session_opening.wait()
-        return life.client
+    async def shared_client(self, life: InstanceLife, shared: SharedSession) -> Any:
+        """The long-lived session's client, opening it if needed (None if it cannot)."""
+        if shared.client is not None:
+            return shared.client
+        if shared.opening is None:
+            shared.opening = anyio.Event()
+            self.tg.start_soon(self.hold_session, life, shared, shared.opening)
+        await shared.opening.wait()
+        return shared.client
 
-    async def hold_session(self, life: InstanceLife, opened: Any) -> None:
+    async def hold_session(self, life: InstanceLife, shared: SharedSession,
+                           opened: Any) -> None:
         """Keep one MCP session with `life` open until it is closed, dropped or broken."""
-        life.session_done = anyio.Event()
+        shared.done = anyio.Event()
         try:
             with anyio.CancelScope() as scope:
-                life.session_scope = scope
+                shared.scope = scope
                 async with Client(life.url, mode="legacy",
                                   read_timeout_seconds=CALL_TIMEOUT_S) as client:
-                    life.client = client
+                    shared.client = client
+                    self.sessions_opened += 1
                     opened.set()
-                    await life.session_done.wait()
+                    await shared.done.wait()
         except Exception:
             pass
         finally:
-            life.client = None
-            life.session_scope = None
-            life.session_opening = None
+            shared.client = None
+            shared.scope = None
+            shared.opening = None
             opened.set()
 
-    async def close_session(self, life: InstanceLife) -> None:
-        """Close the shared session politely (DELETE), or abandon it after a while."""
-        if life.session_done is None or life.session_scope is None:
-            return
-        life.session_done.set()
+    async def close_sessions(self, life: InstanceLife) -> None:
+        """Close the shared sessions politely (DELETE), or abandon them after a while."""
+        open_ones = [s for s in life.sessions if s.done is not None and s.scope is not None]
+        for shared in open_ones:
+            shared.done.set()
         with anyio.move_on_after(SESSION_CLOSE_S):
-            while life.session_scope is not None:
+            while any(shared.scope is not None for shared in open_ones):
                 await anyio.sleep(0.02)
-        life.drop_session()
+        life.drop_sessions()
 
     def attempt(self, life: InstanceLife, started: float, result: Any, error: str) -> Attempt:
         ended = time.time()
@@ -1122,30 +1168,31 @@ class ChaosRun:
         self.store_gaps.append(Gap(down, time.time() + STORE_RECOVERY_S, "store_outage"))
 
     async def settle(self, settings: Settings) -> None:
-        """Wait until every row is terminal, at most ttl + sweeps + the longest job + margin,
-        plus the time the backlog of active jobs needs on one instance's run slots (ending
-        early changes nothing: a terminal row stays terminal)."""
+        """Wait until every row is terminal, while the active rows make progress: give up
+        once none of them changed (status, start) for ttl + sweeps + the longest job +
+        margins, or after SETTLE_CAP_S (ending early changes nothing: a terminal row stays
+        terminal). Progress, not an estimate of the time, so a loaded box that runs the
+        backlog slowly still settles, and a job that never moves is still found lost."""
         bounds = Bounds.of(settings)
-        budget = (bounds.ttl_s + 2 * bounds.sweep_bound_s + self.o.sleep_s[1]
-                  + PROCESS_EXIT_SLACK_S + SETTLE_MARGIN_S)
-        started = time.time()
+        stall_s = (bounds.ttl_s + 2 * bounds.sweep_bound_s + self.o.sleep_s[1]
+                   + PROCESS_EXIT_SLACK_S + SETTLE_MARGIN_S + SETTLE_STALL_S)
+        started = last_change = time.time()
         store = await open_store(settings)
-        backlog: float | None = None
+        seen: dict[str, tuple[str, datetime | None]] | None = None
         try:
             while True:
-                rows = await store.list_jobs(limit=1_000_000)
-                active = {r.id for r in rows if r.status.is_active}
-                if backlog is None:
-                    # Jobs of dead owners are adopted or re-queued, not orphaned: the work
-                    # still queued then runs on one instance's slots at worst.
-                    backlog = len(active) / RUN_SLOTS_PER_INSTANCE * self.o.sleep_s[1]
-                    budget += backlog
-                if not active or time.time() - started > budget:
+                rows = await store.list_jobs(limit=1_000_000, with_output=False)
+                now = time.time()
+                state = {r.id: (str(r.status), r.started_at) for r in rows
+                         if r.status.is_active}
+                if state != seen:
+                    seen, last_change = state, now
+                if not state or now - last_change > stall_s or now - started > SETTLE_CAP_S:
                     break
                 await anyio.sleep(0.25)
         finally:
             await store.close()
-        self.active_after_settle = active
+        self.active_after_settle = set(state)
         self.settle_s = time.time() - started
 
     async def observe_terminal(self, settings: Settings) -> None:
@@ -1176,8 +1223,10 @@ class ChaosRun:
                     if first[0] != str(row.status):
                         self.note_flap(row.id, str(row.status), now)
         finally:
+            # It ends by cancellation: unshielded, the close would be cancelled too, and the
+            # store's worker thread (aiosqlite) would keep the interpreter from exiting.
             if store is not None:
-                with contextlib.suppress(Exception):
+                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                     await store.close()
 
     def note_flap(self, job_id: str, status: str, at: float) -> None:
@@ -1511,6 +1560,10 @@ class ChaosRun:
             "requeued": taken_over["job re-queued: its owner left it unstarted"],
             "detaches": taken_over["detached"],
             "instances_started": len(self.lives),
+            "sessions_per_instance": self.o.sessions_per_instance,
+            "sessions_answering": len(self.session_answers),
+            "sessions_opened": self.sessions_opened,
+            "fresh_clients": self.fresh_clients,
             **{f"{k}s": v for k, v in sorted(self.actions.items())},
             "store_gaps": len(self.store_gaps),
             "stuck_gateways": len(stuck),
@@ -1558,6 +1611,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-once-at", type=float, default=None,
                         help="the load scenario: no random chaos, one SIGKILL of one instance "
                              "at this share of --duration (e.g. 0.5)")
+    parser.add_argument("--sessions-per-instance", type=int, default=1,
+                        help="long-lived MCP sessions the driver holds with each instance")
+    parser.add_argument("--fresh-clients", type=float, default=FRESH_SESSION_FRACTION,
+                        help="share of calls made by a brand-new client (0: only the "
+                             "long-lived sessions)")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, db)")
     args = parser.parse_args(argv)
 
@@ -1583,7 +1641,9 @@ def main(argv: list[str] | None = None) -> int:
                            instances=args.instances, duration_s=args.duration, seed=seed,
                            dsn=dsn, store_control=server, outage_s=args.outage,
                            impatient_fraction=args.impatient, on_shutdown=args.on_shutdown,
-                           kill_once_at=args.kill_once_at)
+                           kill_once_at=args.kill_once_at,
+                           sessions_per_instance=args.sessions_per_instance,
+                           fresh_session_fraction=args.fresh_clients)
     ok = False
     try:
         report = anyio.run(run_chaos, options)

@@ -165,6 +165,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
 
 async def _details(_settings: Settings, store: JobStore, job: JobRow) -> dict[str, Any]:
     from gateway.jobs.leases import instance_lease_held
+    from gateway.jobs.worktrees.finish import worktree_of
 
     now = await store.now()
     owner: InstanceRow | None = next((i for i in await store.list_instances()
@@ -197,6 +198,7 @@ async def _details(_settings: Settings, store: JobStore, job: JobRow) -> dict[st
             "last_heartbeat": iso(owner.heartbeat_at),
             "lease_held": instance_lease_held(owner, now),
             "stopped_at": iso(owner.stopped_at)},
+        "worktree": worktree_of(job.request_json, job.result_json),
         "request": request_of(job),
         "result": _result_without_text(job),
         "stderr_tail": job.stderr_tail,
@@ -261,6 +263,10 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
     else:
         line("session", reported or asked)
     line("working dir", info["working_dir"])
+    tree = info["worktree"]
+    if tree is not None:  # an isolated job (#27): what became of its worktree
+        line("worktree", f"{tree['state']}: branch {tree['branch']}"
+                         + (f" at {tree['path']}" if tree["path"] else ""))
     line("request", json.dumps(info["request"], sort_keys=True, ensure_ascii=False))
     if info["result"]:
         line("result", json.dumps(info["result"], sort_keys=True, ensure_ascii=False))

@@ -327,8 +327,9 @@ class JobManager:
         return await self.reads.wait(job_id, timeout_s, on_progress)
 
     async def list_jobs(self, status: str | None = None, provider: str | None = None,
-                        limit: int = 20) -> list[JobRow]:
-        return await self.reads.list_jobs(status, provider, limit)
+                        limit: int = 20, principal: str | None = None,
+                        unowned_too: bool = False) -> list[JobRow]:
+        return await self.reads.list_jobs(status, provider, limit, principal, unowned_too)
 
     async def read_result(self, job_id: str, offset: int = 0,
                           max_bytes: int = DEFAULT_RESULT_PAGE, raw: bool = False) -> ResultPage:

@@ -133,7 +133,8 @@ class JobReads:
         return row
 
     async def list_jobs(self, status: str | None = None, provider: str | None = None,
-                        limit: int = 20) -> list[JobRow]:
+                        limit: int = 20, principal: str | None = None,
+                        unowned_too: bool = False) -> list[JobRow]:
         statuses = None
         if status:
             try:
@@ -144,6 +145,7 @@ class JobReads:
                                    f"{[s.value for s in JobStatus]}.") from None
         try:
             return await self.store.list_jobs(statuses=statuses, provider=provider, limit=limit,
+                                              principal=principal, unowned_too=unowned_too,
                                               with_output=False)
         except StoreUnavailable as exc:
             raise store_down(exc) from None

@@ -17,7 +17,7 @@ from gateway import __version__, platform
 from gateway.config import MAX_OUTPUT_BYTES_BOUND
 from gateway.jobs.budgets import budget_status
 from gateway.mcp.changes import change_tools
-from gateway.mcp.principal import may_see, owned
+from gateway.mcp.principal import owned, visible_jobs
 from gateway.mcp.progress import Progress
 from gateway.mcp.results import describe_status, follow_up, job_fields, next_call, ok
 from gateway.mcp.signatures import JOB_ID
@@ -164,9 +164,8 @@ class JobTools:
     ) -> CallToolResult:
         """Recent jobs, newest first."""
         manager = await self.state.manager()
-        rows = [r for r in await manager.list_jobs(status=status, provider=provider,
-                                                   limit=limit)
-                if may_see(self.state.principal, r)]
+        rows = await visible_jobs(manager, self.state.principal, status=status,
+                                  provider=provider, limit=limit)
         jobs = [job_fields(r) for r in rows]
         lines = [f"{r.id}  {r.provider:<8} {r.status:<10} {_when(r)}" for r in rows]
         text = "\n".join(lines) if lines else "No jobs match."

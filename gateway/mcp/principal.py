@@ -16,8 +16,12 @@ stdio gateway is `local`, and HTTP gateways with the same token are one principa
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 from gateway.model import ErrorKind, GatewayError, JobRow
+
+if TYPE_CHECKING:
+    from gateway.jobs.manager import JobManager
 
 LOCAL = "local"
 
@@ -29,10 +33,24 @@ def principal_of(token: str | None) -> str:
     return "token:" + hashlib.sha256(token.encode()).hexdigest()[:32]
 
 
+def sees_unowned(principal: str) -> bool:
+    """Whether `principal` also sees the rows from before schema 4 (no principal): local
+    callers only. The store's listing filter takes this as `unowned_too`."""
+    return principal == LOCAL
+
+
 def may_see(principal: str, row: JobRow) -> bool:
     """Whether `principal` may see this job: its own, or a row from before schema 4 when
     the caller is local."""
-    return row.principal == principal or (row.principal is None and principal == LOCAL)
+    return row.principal == principal or (row.principal is None and sees_unowned(principal))
+
+
+async def visible_jobs(manager: JobManager, principal: str, *, limit: int,
+                       status: str | None = None, provider: str | None = None) -> list[JobRow]:
+    """The newest `limit` jobs `principal` may see, filtered in the store query (before its
+    LIMIT), so a page of `llm_job_list` or `tasks/list` is full whenever that many exist."""
+    return await manager.list_jobs(status=status, provider=provider, limit=limit,
+                                   principal=principal, unowned_too=sees_unowned(principal))
 
 
 def not_found(job_id: str) -> GatewayError:

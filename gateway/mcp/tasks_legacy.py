@@ -35,7 +35,7 @@ from mcp.types import (
 from pydantic import ConfigDict
 
 from gateway.mcp.job_tools import MAX_WAIT_S
-from gateway.mcp.principal import may_see
+from gateway.mcp.principal import visible_jobs
 from gateway.mcp.server_state import ServerState
 from gateway.mcp.task_state import (
     LEGACY_TASKS_VERSION,
@@ -201,9 +201,8 @@ def list_handler(state: ServerState) -> Handler:
         start = _cursor_offset(params.cursor)
         try:
             manager = await state.manager()
-            rows = [r for r in await manager.list_jobs(
-                limit=min(LIST_MAX_TASKS, start + LIST_PAGE_SIZE + 1))
-                if may_see(state.principal, r)]
+            rows = await visible_jobs(manager, state.principal,
+                                      limit=min(LIST_MAX_TASKS, start + LIST_PAGE_SIZE + 1))
         except GatewayError as err:
             raise task_error(err) from None
         page = rows[start:start + LIST_PAGE_SIZE]

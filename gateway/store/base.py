@@ -340,9 +340,12 @@ class JobStore(Protocol):
 
     async def list_jobs(
         self, *, statuses: Sequence[JobStatus] | None = None, provider: str | None = None,
-        owner_instance: str | None = None, limit: int = 50, with_output: bool = True,
+        owner_instance: str | None = None, principal: str | None = None,
+        unowned_too: bool = False, limit: int = 50, with_output: bool = True,
     ) -> list[JobRow]:
-        """Newest first. with_output=False: light rows, as get_job."""
+        """Newest first. with_output=False: light rows, as get_job. `principal`: only the
+        jobs it made, plus those with no principal (from before schema 4) if `unowned_too`;
+        filtered before `limit`, so a page is full whenever that many rows exist (#23)."""
 
     async def find_job_ids(self, prefix: str, limit: int = PREFIX_MATCH_LIMIT) -> list[str]:
         """Ids of jobs that start with `prefix` (case-sensitive, literally: LIKE wildcards in

@@ -411,7 +411,8 @@ class MemoryJobStore:
 
     async def list_jobs(
         self, *, statuses: Sequence[JobStatus] | None = None, provider: str | None = None,
-        owner_instance: str | None = None, limit: int = 50, with_output: bool = True,
+        owner_instance: str | None = None, principal: str | None = None,
+        unowned_too: bool = False, limit: int = 50, with_output: bool = True,
     ) -> list[JobRow]:
         async with self._lock:
             wanted = {JobStatus(s) for s in statuses} if statuses is not None else None
@@ -421,6 +422,8 @@ class MemoryJobStore:
                 if (wanted is None or job.status in wanted)
                 and (provider is None or job.provider == provider)
                 and (owner_instance is None or job.owner_instance == owner_instance)
+                and (principal is None or job.principal == principal
+                     or (unowned_too and job.principal is None))
             ]
             rows.sort(key=lambda j: (j.created_at or _utc(0), j.id), reverse=True)
             copy = replace if with_output else without_output

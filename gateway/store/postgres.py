@@ -521,12 +521,13 @@ class PostgresJobStore:
 
     async def list_jobs(
         self, *, statuses: Sequence[JobStatus] | None = None, provider: str | None = None,
-        owner_instance: str | None = None, limit: int = 50, with_output: bool = True,
+        owner_instance: str | None = None, principal: str | None = None,
+        unowned_too: bool = False, limit: int = 50, with_output: bool = True,
     ) -> list[JobRow]:
         wanted: list[str] | None = (
             [JobStatus(s).value for s in statuses] if statuses is not None else None
         )
-        params = (wanted, provider, owner_instance, max(limit, 0))
+        params = (wanted, provider, owner_instance, max(limit, 0), principal, unowned_too)
         async with self._connection("list jobs") as conn:
             if with_output:
                 return [_job(row) for row in await conn.fetch(LIST_JOBS, *params)]

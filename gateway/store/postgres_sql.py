@@ -393,10 +393,13 @@ REQUEST_CANCEL_LIGHT = REQUEST_CANCEL.replace(f"RETURNING {_JOB_COLUMNS}",
                                               f"RETURNING {_LIGHT_JOB_COLUMNS}", 1)
 
 # Optional filters as NULL-able parameters keep one statement text (one prepared plan).
+# The principal filter is in the query, before LIMIT, so a caller's page is full whenever it
+# has that many jobs (#23): $6 adds the rows from before schema 4 (no principal).
 _LIST_JOBS_FILTERS = """
 WHERE ($1::text[] IS NULL OR status = ANY($1::text[]))
   AND ($2::text IS NULL OR provider = $2)
   AND ($3::text IS NULL OR owner_instance = $3)
+  AND ($5::text IS NULL OR principal = $5 OR ($6::boolean AND principal IS NULL))
 ORDER BY created_at DESC, id DESC
 LIMIT $4"""
 LIST_JOBS = f"SELECT {_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"

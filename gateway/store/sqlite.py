@@ -513,12 +513,14 @@ class SqliteJobStore:
 
     async def list_jobs(
         self, *, statuses: Sequence[JobStatus] | None = None, provider: str | None = None,
-        owner_instance: str | None = None, limit: int = 50, with_output: bool = True,
+        owner_instance: str | None = None, principal: str | None = None,
+        unowned_too: bool = False, limit: int = 50, with_output: bool = True,
     ) -> list[JobRow]:
         params = {
             "statuses": None if statuses is None
             else json.dumps([JobStatus(s).value for s in statuses]),
             "provider": provider, "owner_instance": owner_instance, "limit": max(limit, 0),
+            "principal": principal, "unowned_too": unowned_too,
         }
         if not with_output:
             return await self._light_rows("list_jobs", LIST_JOBS_LIGHT, LIST_JOBS, params)

@@ -387,10 +387,14 @@ FIND_REUSABLE_LIGHT = FIND_REUSABLE.replace(f"SELECT {_JOB_COLUMNS}",
                                             f"SELECT {_LIGHT_JOB_COLUMNS}", 1)
 
 # Optional filters as NULL-able parameters (statuses: a JSON array) keep one statement text.
+# The principal filter is in the query, before LIMIT, so a caller's page is full whenever it
+# has that many jobs (#23): `unowned_too` adds the rows from before schema 4 (no principal).
 _LIST_JOBS_FILTERS = """
 WHERE (:statuses IS NULL OR status IN (SELECT value FROM json_each(:statuses)))
   AND (:provider IS NULL OR provider = :provider)
   AND (:owner_instance IS NULL OR owner_instance = :owner_instance)
+  AND (:principal IS NULL OR principal = :principal
+       OR (:unowned_too AND principal IS NULL))
 ORDER BY created_at DESC, id DESC
 LIMIT :limit"""
 LIST_JOBS = f"SELECT {_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"

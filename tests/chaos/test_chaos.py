@@ -51,11 +51,13 @@ CI_PORTABLE_JOBS = 60
 CI_PORTABLE_DURATION_S = 15.0
 PORTABLE_ENV = {platform.ENV_VAR: platform.PORTABLE}
 
-# The load scenario (issue 23): 200 jobs on 2 gateways, one SIGKILLed mid-way; lost,
-# duplicate runs, false orphans, unfinished and leftovers (processes, temp cwds, attempt
-# dirs) all 0.
+# The load scenario (issue 23): 200 jobs on 2 gateways through 4 HTTP sessions (2 long-lived
+# Streamable HTTP sessions per gateway, no one-off clients), one gateway SIGKILLed mid-way
+# (its 2 sessions reconnect to its successor); lost, duplicate runs, false orphans,
+# unfinished and leftovers (processes, temp cwds, attempt dirs) all 0.
 CI_LOAD_JOBS = 200
 CI_LOAD_INSTANCES = 2
+CI_LOAD_SESSIONS_PER_GATEWAY = 2
 CI_LOAD_DURATION_S = 30.0
 # Short runs: the point is the load and the kill, not long jobs (a loaded 2-core box runs a
 # 1 s fake in 3-4 s, and 200 of them on 8 run slots would outlast the settle budget).
@@ -278,6 +280,17 @@ def assert_the_load_run_lost_a_gateway_mid_way(report: ChaosReport) -> None:
         report.text()
     assert report.jobs > CI_LOAD_JOBS // 2 and report.completed > 0, report.text()
     assert (report.leftover_temp_cwds, report.leftover_attempt_dirs) == (0, 0), report.text()
+    # Every call went through the 4 long-lived sessions, and each of them answered.
+    assert info["fresh_clients"] == 0, report.text()
+    assert info["sessions_answering"] == CI_LOAD_INSTANCES * CI_LOAD_SESSIONS_PER_GATEWAY, \
+        report.text()
+
+
+LOAD_OPTIONS: dict[str, Any] = {
+    "jobs": CI_LOAD_JOBS, "duration_s": CI_LOAD_DURATION_S, "kill_once_at": 0.5,
+    "sleep_s": CI_LOAD_SLEEP_S, "on_shutdown": "detach",
+    "sessions_per_instance": CI_LOAD_SESSIONS_PER_GATEWAY, "fresh_session_fraction": 0.0,
+}
 
 
 @pytest.mark.chaos
@@ -286,9 +299,8 @@ async def test_no_job_is_lost_run_twice_or_left_behind_when_a_loaded_gateway_is_
     tmp_path: Path,
 ) -> None:
     report = await run_chaos(ChaosOptions(
-        backend="sqlite", workdir=tmp_path / "chaos", jobs=CI_LOAD_JOBS,
-        instances=CI_LOAD_INSTANCES, duration_s=CI_LOAD_DURATION_S, kill_once_at=0.5,
-        sleep_s=CI_LOAD_SLEEP_S, on_shutdown="detach"))
+        backend="sqlite", workdir=tmp_path / "chaos", instances=CI_LOAD_INSTANCES,
+        **LOAD_OPTIONS))
     print(report.text())
     assert report.ok, report.text()  # unfinished=0 and no leftovers included
     assert_the_load_run_lost_a_gateway_mid_way(report)
@@ -312,8 +324,6 @@ async def test_no_job_is_lost_run_twice_or_left_behind_when_a_loaded_gateway_is_
     tmp_path: Path, postgres_server: PostgresServer,
 ) -> None:
     report = await run_chaos_on_postgres(
-        tmp_path, postgres_server, instances=CI_LOAD_INSTANCES, jobs=CI_LOAD_JOBS,
-        duration_s=CI_LOAD_DURATION_S, kill_once_at=0.5, sleep_s=CI_LOAD_SLEEP_S,
-        on_shutdown="detach")
+        tmp_path, postgres_server, instances=CI_LOAD_INSTANCES, **LOAD_OPTIONS)
     assert report.ok, report.text()
     assert_the_load_run_lost_a_gateway_mid_way(report)

@@ -90,7 +90,7 @@ async def test_an_isolated_job_runs_in_its_own_worktree_and_its_changes_are_comm
     assert row.status is JobStatus.COMPLETED, row.error
     (spawn,) = fake_log.spawns()
     shown = worktree_of(row.request_json, row.result_json)
-    assert shown is not None and shown["changed"] is True
+    assert shown is not None and shown["changed"] is True and shown["state"] == "kept"
     assert os.path.realpath(spawn["cwd"]) == os.path.realpath(shown["path"])
     assert spawns_in(fake_log, repo) == 0
     assert (shown["files_changed"], shown["insertions"]) == (2, 2)
@@ -116,7 +116,9 @@ async def test_a_job_that_changed_nothing_leaves_no_worktree_and_no_branch(
     assert row.status is JobStatus.COMPLETED and shown is not None
     assert shown["changed"] is False and shown.get("removed") is True
     assert time.monotonic() - t_end < 5
-    assert not Path(shown["path"]).exists()
+    assert (shown["state"], shown["path"]) == ("removed", None)
+    plan = create.plan_of(row.request_json)
+    assert plan is not None and not Path(plan.path).exists()
     assert branches(repo) == ["main"]
     assert len(git(repo, "worktree", "list", "--porcelain").split("\n\n")) == 1
 
@@ -244,7 +246,8 @@ async def test_base_ref_chooses_the_commit_the_worktree_starts_from(
 async def test_changes_are_diffable_appliable_and_discardable(
     make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, repo: Path
 ) -> None:
-    manager = await (await start_gateway(make_settings())).manager()
+    settings = make_settings()
+    manager = await (await start_gateway(settings)).manager()
     one = await manager.submit("claude", isolated(repo, "one @write=README.md,new.txt"))
     two = await manager.submit("claude", isolated(repo, "two @write=src/app.py"))
     row_one, row_two = await finished(manager, one.job.id), await finished(manager, two.job.id)
@@ -268,13 +271,21 @@ async def test_changes_are_diffable_appliable_and_discardable(
     status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], text=True,
                             capture_output=True, check=True).stdout.splitlines()
     assert set(status) == {" M README.md", "?? new.txt"}  # uncommitted, nothing staged
-    worktree = worktree_of(row_one.request_json, row_one.result_json)
-    assert worktree is not None
-    assert worktree["branch"] not in branches(repo)
+    applied = worktree_of(row_one.request_json, row_one.result_json)
+    assert applied is not None and applied["branch"] not in branches(repo)
+    assert (applied["state"], applied["path"]) == ("applied", None)  # #27: not as if still there
     discarded = changes.discard(row_two, host)
     shown = worktree_of(row_two.request_json, row_two.result_json)
     assert discarded["discarded"] and shown is not None
-    assert shown["branch"] not in branches(repo) and not Path(shown["path"]).exists()
+    assert (shown["state"], shown["path"]) == ("discarded", None)
+    plan_two = create.plan_of(row_two.request_json)
+    assert plan_two is not None and not Path(plan_two.path).exists()
+    assert shown["branch"] not in branches(repo)
+    assert list_worktrees(settings, host) == []  # tombstones are not worktrees
+    for done_row, why in ((row_one, "applied already"), (row_two, "discarded already")):
+        with pytest.raises(GatewayError) as again:
+            changes.discard(done_row, host)
+        assert why in again.value.message
     with pytest.raises(GatewayError):  # another host's worktree is never touched
         changes.discard(row_one, "another-host")
 
@@ -297,6 +308,8 @@ async def test_after_retention_the_directory_is_gone_and_the_branch_keeps_the_co
     assert git(repo, "rev-parse", shown["branch"]) == shown["head_sha"]
     (entry,) = list_worktrees(settings, host)
     assert entry.record.state == records.BRANCH_ONLY and not entry.present
+    expired = worktree_of(row.request_json, row.result_json)
+    assert expired is not None and (expired["state"], expired["path"]) == ("expired", None)
     assert "kept.txt" in changes.diff(row, host, "stat").text  # still diffable
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,11 @@ import anyio
 import httpx2
 import pytest
 
+from gateway.config import load_settings
 from gateway.mcp.principal import LOCAL, may_see, principal_of
-from gateway.model import JobRow, JobStatus
+from gateway.mcp.tasks_legacy import LIST_PAGE_SIZE
+from gateway.model import JobRow, JobStatus, NewJob
+from gateway.store import open_store
 from tests.mcp.conftest import Harness, free_port, own_harness, start_http_server
 from tests.mcp.test_tools import tag
 
@@ -143,3 +147,41 @@ def test_a_row_from_before_schema_4_is_visible_to_local_only() -> None:
     assert may_see(principal_of(TOKEN_A), mine)
     assert not may_see(principal_of(TOKEN_B), mine) and not may_see(LOCAL, mine)
     assert TOKEN_A not in principal_of(TOKEN_A)  # only a hash is stored
+
+
+async def test_a_page_of_llm_job_list_and_tasks_list_is_full_when_another_token_is_newer(
+        harness: Harness, store_config: dict[str, Any]) -> None:
+    """#23: the listings filtered other principals' jobs after the store's limit, so a
+    caller whose jobs were older than another's page came back short or empty."""
+    config = harness.write_config(store_config)
+    alice = start_http_server(harness.home, config, free_port(), token=TOKEN_A)
+    try:
+        with anyio.fail_after(TEST_TIMEOUT_S):
+            async with session(alice.url, TOKEN_A) as a:
+                started = await a.tool("claude_request_async", {"prompt": f"old {tag()}"})
+                job_id = started["structuredContent"]["job_id"]
+                # More of bob's jobs than a tasks/list page, all newer than alice's.
+                await insert_jobs(config, principal_of(TOKEN_B), LIST_PAGE_SIZE + 5)
+
+                listed = (await a.tool("llm_job_list", {"limit": 1}))["structuredContent"]
+                assert [j["job_id"] for j in listed["jobs"]] == [job_id]
+                tasks = (await a.request("tasks/list"))["result"]
+                assert [t["taskId"] for t in tasks["tasks"]] == [job_id]
+                assert "nextCursor" not in tasks
+    finally:
+        alice.stop()
+
+
+async def insert_jobs(config: Path, principal: str, count: int) -> None:
+    """`count` queued rows of `principal` straight into the shared store (another
+    host's, so no gateway here adopts or runs them)."""
+    settings = load_settings(config)
+    store = await open_store(settings)
+    try:
+        for _ in range(count):
+            await store.insert_job(NewJob(
+                id=str(uuid.uuid4()), provider="claude", request_key=uuid.uuid4().hex,
+                owner_instance="elsewhere", hostname="another-host", boot_id="boot",
+                principal=principal), 60.0)
+    finally:
+        await store.close()

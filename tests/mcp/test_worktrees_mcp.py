@@ -4,6 +4,7 @@ changes through the command line: diffable, appliable, discardable, on a real gi
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -85,6 +86,13 @@ async def test_an_isolated_jobs_changes_through_mcp_and_the_command_line(
                 discarded = await succeed(client, "llm_job_changes", {
                     "job_id": two["job_id"], "action": "discard"})
                 assert discarded["branch"] not in git(repo, "branch")
+                # #27: status and result say what became of each worktree, path null
+                for job, state in ((one, "applied"), (two, "discarded"), (three, "kept")):
+                    for tool in ("llm_job_status", "llm_job_result"):
+                        tree = (await succeed(client, tool, {"job_id": job["job_id"]}))[
+                            "worktree"]
+                        assert tree["state"] == state, (tool, tree)
+                        assert (tree["path"] is None) == (state != "kept"), (tool, tree)
         # the command line, on the third job
         short = three["job_id"][:8]
         diff = cli(harness.home, config, "jobs", "diff", short, "--stat")
@@ -93,9 +101,17 @@ async def test_an_isolated_jobs_changes_through_mcp_and_the_command_line(
         assert "+written by fake-claude" in patch.stdout
         listed = cli(harness.home, config, "worktrees", "--json")
         assert listed.returncode == 0 and three["job_id"] in listed.stdout, listed.stderr
+        before = json.loads(cli(harness.home, config, "jobs", "show", short, "--json").stdout)
+        assert before["worktree"]["state"] == "kept" and before["worktree"]["path"]
         applied_cli = cli(harness.home, config, "jobs", "apply", short)
         assert applied_cli.returncode == 0, applied_cli.stderr
         assert (repo / "third.txt").exists()
+        shown = cli(harness.home, config, "jobs", "show", short, "--json")
+        assert shown.returncode == 0, shown.stderr
+        after = json.loads(shown.stdout)["worktree"]
+        assert (after["state"], after["path"]) == ("applied", None)
+        text = cli(harness.home, config, "jobs", "show", short).stdout
+        assert f"applied: branch {after['branch']}" in text
         again = cli(harness.home, config, "jobs", "discard", short)
-        assert again.returncode != 0 and "no branch" in again.stderr
+        assert again.returncode != 0 and "applied already" in again.stderr
         assert git(repo, "branch").split() == ["*", "main"]

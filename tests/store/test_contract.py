@@ -55,7 +55,7 @@ STORE_TIME_WAIT_LIMIT_S = 10.0  # a wait for the store clock that takes longer i
 
 def new_job(
     *, owner: str = OWNER, key: str | None = None, provider: str = "claude",
-    transport: str = "process", forced: bool = False,
+    transport: str = "process", forced: bool = False, principal: str | None = None,
 ) -> NewJob:
     return NewJob(
         id=str(uuid.uuid4()),
@@ -71,6 +71,7 @@ def new_job(
         session_id="session-1",
         request_json='{"prompt": "hi"}',
         forced=forced,
+        principal=principal,
     )
 
 
@@ -860,6 +861,27 @@ async def test_list_jobs_filters_and_lists_newest_first(store: JobStore) -> None
     )
     assert [r.id for r in both] == [a.id]
     assert await store.list_jobs(provider="nobody") == []
+
+
+async def test_list_jobs_filters_by_principal_before_the_limit_so_a_page_is_full(
+    store: JobStore,
+) -> None:
+    # #23: a listing filtered after the LIMIT came back short (or empty) when another
+    # principal's jobs were newer; filtered in the query, each page is full.
+    old = await store.insert_job(new_job(), TTL_S)  # from before schema 4: no principal
+    mine = [await store.insert_job(new_job(principal="token:alice"), TTL_S) for _ in range(3)]
+    theirs = [await store.insert_job(new_job(principal="token:bob"), TTL_S) for _ in range(4)]
+
+    page = await store.list_jobs(principal="token:alice", limit=2)
+    assert [r.id for r in page] == [mine[2].id, mine[1].id]
+    everything = await store.list_jobs(principal="token:alice", limit=10, with_output=False)
+    assert [r.id for r in everything] == [j.id for j in reversed(mine)]
+    with_old = await store.list_jobs(principal="token:alice", unowned_too=True, limit=10)
+    assert [r.id for r in with_old] == [j.id for j in reversed(mine)] + [old.id]
+    assert [r.id for r in await store.list_jobs(principal="local", unowned_too=True)] == [old.id]
+    bobs = await store.list_jobs(principal="token:bob", provider="claude", limit=4)
+    assert [r.id for r in bobs] == [j.id for j in reversed(theirs)]
+    assert len(await store.list_jobs(limit=100)) == 8  # no principal: every job
 
 
 async def test_a_light_read_leaves_out_the_output_and_the_answer_text_only(

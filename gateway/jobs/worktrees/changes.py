@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from gateway.jobs.worktrees import records
 from gateway.jobs.worktrees.create import (
     WorktreeError,
@@ -30,6 +32,8 @@ from gateway.jobs.worktrees.finish import worktree_of
 from gateway.jobs.worktrees.git import GitError, git
 from gateway.model import ErrorKind, GatewayError, JobRow
 from providers.parsing import char_boundary
+
+log = structlog.get_logger(__name__)
 
 SHOWN_FILES = 20  # files named in a refusal
 
@@ -66,11 +70,16 @@ def _branch_tip(plan: WorktreePlan) -> str | None:
         return None
 
 
+_WHY_GONE = {
+    "removed": "the run changed nothing, so its worktree and branch were removed",
+    "applied": "its changes were applied already",
+    "discarded": "it was discarded already",
+}
+
+
 def _gone(row: JobRow, plan: WorktreePlan) -> GatewayError:
     shown = worktree_of(row.request_json, row.result_json) or {}
-    why = ("the run changed nothing, so its worktree and branch were removed"
-           if shown.get("changed") is False else
-           "it was applied or discarded already (or the branch was deleted)")
+    why = _WHY_GONE.get(shown.get("state", ""), "the branch was deleted outside the gateway")
     return _invalid(f"Job {row.id} has no branch {plan.branch!r} any more: {why}.")
 
 
@@ -173,7 +182,7 @@ def apply(row: JobRow, hostname: str) -> dict[str, Any]:
                                f"action=\"diff\", format=\"patch\") and merge by hand, or "
                                f"`git merge {plan.branch}`.") from None
             git(["apply", "--whitespace=nowarn", "-"], plan.toplevel, input_bytes=patch)
-            _remove(plan, row.id)
+            _remove(plan, row.id, records.APPLIED, hostname)
     except GitError as err:
         raise GatewayError(ErrorKind.WORKTREE_ERROR, f"git failed applying job {row.id}: "
                            f"{err.message}") from None
@@ -192,19 +201,28 @@ def discard(row: JobRow, hostname: str) -> dict[str, Any]:
         raise _gone(row, plan)
     try:
         with repository_lock(plan.common_dir):
-            _remove(plan, row.id)
+            _remove(plan, row.id, records.DISCARDED, hostname)
     except WorktreeError as err:
         raise GatewayError(ErrorKind.WORKTREE_ERROR, str(err)) from None
     return {"discarded": True, "branch": plan.branch, "commit": tip,
             "path": plan.path if present else None}
 
 
-def _remove(plan: WorktreePlan, job_id: str) -> None:
-    """Worktree, branch and record of a job (the caller holds the repository lock)."""
+def _remove(plan: WorktreePlan, job_id: str, outcome: str, hostname: str) -> None:
+    """Worktree and branch of a job; its record stays as a tombstone saying `outcome`
+    (APPLIED or DISCARDED), which the job's status shows. The caller holds the lock."""
     record = records.read_record(Path(plan.path))
     if record is not None and record.job_id != job_id:
         raise WorktreeError(f"{plan.path!r} belongs to job {record.job_id}, not {job_id}")
     git_quiet(["worktree", "unlock", plan.path], plan.toplevel)
     remove_worktree(plan.toplevel, plan.path, plan.branch)
-    if record is not None:
-        record.delete()
+    if record is None:  # made before records, or lost: the tombstone is written anyway
+        record = records.WorktreeRecord(
+            job_id=job_id, host=hostname, instance=plan.instance, path=plan.path,
+            branch=plan.branch, base_sha=plan.base_sha, common_dir=plan.common_dir,
+            toplevel=plan.toplevel)
+    try:
+        record.bury(outcome)
+    except OSError as exc:  # the work is done; only the status's account of it is missing
+        log.warning("worktree tombstone not written", action="worktree_bury", job_id=job_id,
+                    error=str(exc))

@@ -41,6 +41,12 @@ LOCK_POLL_S = 0.05
 CREATE_ATTEMPTS = 3  # tries of `git worktree add` + checkout while another git holds a lock
 LOCK_RETRY = Backoff(first_s=0.25)  # after a git lock error: 0.25 s, doubled after each one
 JOB_PREFIX_CHARS = 8  # of the job id: the worktree's directory and branch name
+# Parallel checkout (git >= 2.32; an older git ignores the key), one worker per core, for
+# trees over git's own threshold (100 files). A 10k-file checkout on this 2-core box under
+# load took a median 6.3 s with it against 19.0 s for a plain `git worktree add` (1 worker);
+# more workers than cores were slower. Entries that need a filter (LFS) stay sequential, and
+# nothing of the hardening (no hooks, no submodules, no LFS smudge) changes.
+PARALLEL_CHECKOUT = ("-c", "checkout.workers=0")
 REPO_KEY_CHARS = 12  # of sha256(real path of the common dir)
 
 
@@ -279,7 +285,7 @@ def _add_and_check_out(settings: Settings, plan: WorktreePlan) -> None:
     git(["worktree", "add", "--no-checkout", "--no-track", "-b", plan.branch, plan.path,
          plan.base_sha], plan.toplevel)
     env = {} if settings.worktrees.lfs else {"GIT_LFS_SKIP_SMUDGE": "1"}
-    git(["checkout", "--force", "--quiet"], plan.path, env=env)
+    git([*PARALLEL_CHECKOUT, "checkout", "--force", "--quiet"], plan.path, env=env)
 
 
 def _branch_exists(plan: WorktreePlan) -> bool:

@@ -5,7 +5,9 @@ one it adopted alike. A run that changed nothing has its worktree and branch rem
 (no pile of empty worktrees: claude-code #63087, 80 GB); one with changes keeps both, the
 directory for `[worktrees] retention_h` (gc.py), the branch until applied or discarded. The
 job's result then carries `worktree`: `{path, branch, base_sha, changed, files_changed,
-insertions, deletions}`.
+insertions, deletions, state}`; `state` is what became of it since (#27): the host's record
+of it is read when the job is shown (`worktree_of`), so an applied, discarded or expired
+worktree is reported as such, its `path` null once the directory is gone.
 """
 
 from __future__ import annotations
@@ -34,6 +36,15 @@ log = structlog.get_logger(__name__)
 
 COMMITTER = "agent-cli-gateway"
 COMMITTER_EMAIL = "agent-cli-gateway@localhost"
+# `worktree.state` as a job's status and result show it (#27). The record's own names stay
+# (`branch` is the on-disk state of an expired one); callers read these.
+PLANNED_SHOWN = "planned"  # admitted, no worktree made yet
+KEPT_SHOWN = "kept"  # the run ended; directory and branch are there (diff, apply, discard)
+REMOVED_SHOWN = "removed"  # the run changed nothing: worktree and branch removed at once
+_SHOWN_STATE = {records.CREATING: "creating", records.RUNNING: "running",
+                records.KEPT: KEPT_SHOWN, records.BRANCH_ONLY: "expired",
+                records.APPLIED: "applied", records.DISCARDED: "discarded"}
+GONE_SHOWN = frozenset({REMOVED_SHOWN, "expired", "applied", "discarded"})  # no directory
 _SHORTSTAT = re.compile(r"(\d+) files? changed(?:, (\d+) insertions?\(\+\))?"
                         r"(?:, (\d+) deletions?\(-\))?")
 
@@ -78,7 +89,7 @@ def finish_worktree(plan: WorktreePlan, job_id: str, ended: str) -> dict[str, An
     reported in the answer (`error`) and the worktree is kept for a person."""
     report: dict[str, Any] = {"path": plan.path, "branch": plan.branch,
                               "base_sha": plan.base_sha, "changed": None, "files_changed": 0,
-                              "insertions": 0, "deletions": 0}
+                              "insertions": 0, "deletions": 0, "state": KEPT_SHOWN}
     record = records.read_record(Path(plan.path))
     if record is not None and record.job_id != job_id:
         report["error"] = "the worktree's record names another job; left untouched"
@@ -101,7 +112,7 @@ def finish_worktree(plan: WorktreePlan, job_id: str, ended: str) -> dict[str, An
             remove_worktree(plan.toplevel, plan.path, plan.branch)
         if record is not None:
             record.delete()
-        report["removed"] = True
+        report.update(removed=True, state=REMOVED_SHOWN, path=None)
     elif record is not None:
         record.state, record.ended_at, record.head_sha = records.KEPT, time.time(), head
         record.files_changed, record.insertions, record.deletions = files, plus, minus
@@ -129,17 +140,47 @@ async def settle_worktree(plan: WorktreePlan | None, job_id: str,
 
 def worktree_of(request_json: str | None, result_json: str | None) -> dict[str, Any] | None:
     """What a status or result shows as `worktree`: the outcome once the run ended, else
-    the plan (changed: null)."""
-    if result_json:
-        try:
-            parsed = json.loads(result_json)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict) and isinstance(parsed.get(WORKTREE_KEY), dict):
-            shown: dict[str, Any] = parsed[WORKTREE_KEY]
-            return shown
+    the plan (changed: null); with `state` as the worktree's record on this host says now
+    (the row's report is written once, at the run's end, and would go stale), and `path`
+    null once the directory is gone. Off this host, or without a record, the report's."""
     plan = plan_of(request_json)
+    ended = _ended_report(result_json)
+    if ended is not None:
+        shown = dict(ended)
+        shown.setdefault("state", REMOVED_SHOWN if shown.get("removed") else KEPT_SHOWN)
+    elif plan is not None:
+        shown = {"path": plan.path, "branch": plan.branch, "base_sha": plan.base_sha,
+                 "changed": None, "files_changed": None, "insertions": None,
+                 "deletions": None, "state": PLANNED_SHOWN}
+    else:
+        return None
+    record = _own_record(plan)
+    # After the end a record still `creating`/`running` is one whose settling failed: the
+    # report (with its error) says more than the record.
+    if record is not None and (ended is None or record.state not in records.ACTIVE_STATES):
+        shown["state"] = _SHOWN_STATE.get(record.state, record.state)
+    if shown["state"] in GONE_SHOWN:
+        shown["path"] = None
+    return shown
+
+
+def _own_record(plan: WorktreePlan | None) -> records.WorktreeRecord | None:
+    """The record of this job's worktree, if this host has one (a record at that path of
+    another job says nothing about this one)."""
     if plan is None:
         return None
-    return {"path": plan.path, "branch": plan.branch, "base_sha": plan.base_sha,
-            "changed": None, "files_changed": None, "insertions": None, "deletions": None}
+    record = records.read_record(Path(plan.path))
+    return record if record is not None and record.job_id == plan.job_id else None
+
+
+def _ended_report(result_json: str | None) -> dict[str, Any] | None:
+    if not result_json:
+        return None
+    try:
+        parsed = json.loads(result_json)
+    except ValueError:
+        return None
+    if isinstance(parsed, dict) and isinstance(parsed.get(WORKTREE_KEY), dict):
+        report: dict[str, Any] = parsed[WORKTREE_KEY]
+        return report
+    return None

@@ -68,11 +68,12 @@ def disk_size(path: Path) -> int:
 
 def list_worktrees(settings: Settings, hostname: str, sizes: bool = True,
                    now: float | None = None) -> list[WorktreeEntry]:
-    """This host's gateway-made worktrees, oldest first."""
+    """This host's gateway-made worktrees, oldest first (not the tombstones of applied or
+    discarded ones: nothing of those is left on disk)."""
     moment = time.time() if now is None else now
     entries = []
     for record in records.all_records(worktree_root(settings)):
-        if record.host != hostname:
+        if record.host != hostname or record.state in records.TOMBSTONE_STATES:
             continue
         present = Path(record.path).is_dir()
         entries.append(WorktreeEntry(

@@ -24,12 +24,17 @@ from gateway.fs import ensure_private_dir
 RECORD_VERSION = 1
 RECORD_SUFFIX = ".json"
 
-# The states of a record, in order. A record of a removed worktree is deleted.
+# The states of a record, in order. The record of a worktree removed because its run
+# changed nothing is deleted; one applied or discarded stays, as a small tombstone, so the
+# job's status can say what became of its worktree (#27) rather than show a path long gone.
 CREATING = "creating"  # written before `git worktree add`: whatever exists is this attempt's
 RUNNING = "running"  # made, verified and locked; the CLI runs (or ran: the end not yet seen)
 KEPT = "kept"  # the run ended with changes: directory and branch kept for retention_h
 BRANCH_ONLY = "branch"  # past retention: the directory is gone, the branch stays
+APPLIED = "applied"  # tombstone: brought into the caller's checkout; worktree and branch gone
+DISCARDED = "discarded"  # tombstone: worktree and branch removed, the changes dropped
 ACTIVE_STATES = frozenset({CREATING, RUNNING})
+TOMBSTONE_STATES = frozenset({APPLIED, DISCARDED})  # nothing of the worktree is left
 ON_DISK_STATES = frozenset({CREATING, RUNNING, KEPT})  # what the quota counts
 
 
@@ -70,6 +75,12 @@ class WorktreeRecord:
             with contextlib.suppress(OSError):
                 tmp.unlink()
             raise
+
+    def bury(self, state: str) -> None:
+        """Keep the record as a tombstone (APPLIED or DISCARDED) once worktree and branch
+        are gone."""
+        self.state, self.ended_at = state, self.ended_at or time.time()
+        self.save()
 
     def delete(self) -> None:
         with contextlib.suppress(FileNotFoundError):
