@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from providers.redaction import is_secret_key
+
 # A value longer than this is never quoted in an error (it may be a pasted secret or a
 # megabyte of junk); shorter ones are, unless their key holds secrets (`may_echo`).
 MAX_ECHOED_CHARS = 40
 # Keys whose values are secrets, or may hold them: never quoted in an error, redacted by
 # `config show`.
 SECRET_KEY_PARTS = frozenset({"env", "headers", "auth_token", "dsn"})
-SECRET_NAME_WORDS = ("token", "secret", "password", "api_key", "apikey")
 
 
 class ConfigError(Exception):
@@ -90,8 +91,9 @@ _ASCII_UPPER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRST
 
 def is_secret_path(parts: tuple[str, ...] | list[str]) -> bool:
     """Whether a key path holds a secret: a CLI's `env`, HTTP `headers`, `auth_token`,
-    `dsn`, or anything named like a token, password or key."""
-    return any(part in SECRET_KEY_PARTS or _secret_name(part) for part in parts)
+    `dsn`, or a key the one secret-name rule names (providers/redaction.py: `*_token`,
+    `*_password`, `*_api_key`, ...; `api_key_env` holds a variable's name, no secret)."""
+    return any(part in SECRET_KEY_PARTS or is_secret_key(ascii_lower(part)) for part in parts)
 
 
 def may_echo(parts: list[str], value: Any) -> bool:
@@ -100,11 +102,6 @@ def may_echo(parts: list[str], value: Any) -> bool:
     if value is None or isinstance(value, dict) or is_secret_path(parts):
         return False
     return len(repr(value)) <= MAX_ECHOED_CHARS
-
-
-def _secret_name(key: str) -> bool:
-    lowered = ascii_lower(key)
-    return any(word in lowered for word in SECRET_NAME_WORDS)
 
 
 # -- one pydantic error as one line ----------------------------------------------------------

@@ -486,3 +486,17 @@ def test_unknown_gateway_variables_are_warned_with_the_nearest_key(
 def test_a_gateway_variable_far_from_every_key_is_still_warned() -> None:
     (warning,) = unknown_env_warnings({"AGENT_GATEWAY_ZZZZZZZZZZZZ": "1"})
     assert "two underscores" in warning
+
+
+def test_the_config_names_secrets_by_the_one_rule_of_providers_redaction() -> None:
+    """One home for the secret-name rule (#24): a variable's name is no secret, a count of
+    tokens is none either; a token, a password, a DSN, an env table are."""
+    from gateway.config_errors import is_secret_path
+
+    assert not is_secret_path(("api_providers", "openrouter", "api_key_env"))
+    assert not is_secret_path(("api_providers", "openrouter", "max_output_tokens"))
+    assert is_secret_path(("http", "auth_token"))
+    assert is_secret_path(("persistence", "dsn"))
+    assert is_secret_path(("providers", "claude", "env", "ANYTHING"))
+    assert is_secret_path(("api_providers", "x", "headers", "X-Api-Key"))
+    assert is_secret_path(("x", "DB_PASSWORD"))
