@@ -180,6 +180,25 @@ async def test_open_store_migrates_to_the_current_schema_version(store: JobStore
     assert await store.schema_version() == SCHEMA_VERSION
 
 
+async def test_ten_stores_opening_fresh_storage_at_once_all_migrate_it_and_reopening_is_a_no_op(
+        store_factory: Callable[[], Awaitable[JobStore]]) -> None:
+    """Concurrent first opens (ten windows starting together) must all succeed: SQLite
+    serializes them with BEGIN IMMEDIATE, PostgreSQL with an advisory lock; without it,
+    concurrent CREATE TABLE IF NOT EXISTS races on the catalog and two openers insert the
+    same schema_version row. A late opener then finds nothing to do."""
+    opened: list[JobStore] = []
+
+    async def open_one() -> None:
+        opened.append(await store_factory())
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(10):
+            tg.start_soon(open_one)
+    late = await store_factory()
+    for store in [*opened, late]:
+        assert await store.schema_version() == SCHEMA_VERSION
+
+
 async def test_store_clock_is_epoch_seconds_close_to_this_host(store: JobStore) -> None:
     # Same host in tests: the database clock and ours agree to within a few seconds.
     assert abs(await store.now() - datetime.now(UTC).timestamp()) < 5

@@ -36,7 +36,6 @@ from gateway.store.postgres_pool import (
 from gateway.store.postgres_sql import (
     LIST_EXPIRED_CANDIDATES,
     LOCK_EXPIRED_OWNERS,
-    MIGRATIONS,
     RECOVER_EXPIRED_LEASES,
     RENEW_INSTANCE_LEASE,
 )
@@ -268,38 +267,6 @@ async def test_results_do_not_depend_on_the_session_time_zone(postgres_dsn: str)
 
 
 # -- (2) migration ------------------------------------------------------------------------
-
-
-async def test_ten_instances_opening_at_once_migrate_the_schema_exactly_once(
-    postgres_dsn: str,
-) -> None:
-    """Without the advisory lock, concurrent `CREATE TABLE IF NOT EXISTS` races on the
-    catalog and two openers insert the same schema_version row; with it, all succeed."""
-    stores = [PostgresJobStore(postgres_dsn, max_size=1) for _ in range(10)]
-    try:
-        async with anyio.create_task_group() as tg:
-            for store in stores:
-                tg.start_soon(store.open)
-        for store in stores:
-            assert await store.schema_version() == SCHEMA_VERSION
-        # Opening again is a no-op, also for a fresh instance.
-        late = PostgresJobStore(postgres_dsn, max_size=1)
-        await late.open()
-        stores.append(late)
-        conn = await asyncpg.connect(postgres_dsn)
-        try:
-            versions = [r["version"] for r in await conn.fetch(
-                "SELECT version FROM schema_version ORDER BY version")]
-            indexes = {r["indexname"] for r in await conn.fetch(
-                "SELECT indexname FROM pg_indexes WHERE tablename = 'jobs'")}
-        finally:
-            await conn.close()
-        assert versions == [version for version, _ in MIGRATIONS]
-        assert {"jobs_active_request_key", "jobs_owner_status",
-                "jobs_status_lease_deadline"} <= indexes
-    finally:
-        for store in stores:
-            await store.close()
 
 
 async def test_a_schema_from_a_newer_gateway_is_refused(postgres_dsn: str) -> None:

@@ -202,27 +202,6 @@ async def test_migrations_run_once_and_reopening_is_a_no_op(db_path: Path) -> No
         conn.close()
 
 
-async def test_stores_opening_a_fresh_file_at_once_migrate_it_exactly_once(
-    db_path: Path,
-) -> None:
-    stores = [SqliteJobStore(db_path) for _ in range(OPENERS)]
-    try:
-        async with anyio.create_task_group() as tg:
-            for store in stores:
-                tg.start_soon(store.open)
-        for store in stores:
-            assert await store.schema_version() == SCHEMA_VERSION
-    finally:
-        for store in stores:
-            await store.close()
-    conn = raw(db_path)
-    try:
-        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == len(
-            sql.MIGRATIONS)
-    finally:
-        conn.close()
-
-
 async def test_output_is_the_last_column_so_a_large_output_is_written_in_place(
     store: SqliteJobStore, db_path: Path
 ) -> None:
