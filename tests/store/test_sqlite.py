@@ -31,7 +31,6 @@ LOCKED_BUSY_TIMEOUT_MS = 100  # how long a store waits on a lock the test holds 
 CANCEL_ROUNDS = 60  # cancellations landing at different points of a transaction
 PROCESS_KEYS = 40  # request keys two OS processes race on
 PROCESS_LIMIT_S = 60.0  # two child processes that take longer than this are hung
-OPENERS = 5  # stores opening one fresh file at the same moment
 
 
 def new_job(key: str | None = None) -> NewJob:
