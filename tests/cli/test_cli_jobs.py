@@ -106,7 +106,7 @@ def test_jobs_list_is_coloured_on_a_terminal_unless_no_color(sqlite_cli: Cli) ->
         master, slave = pty.openpty()
         try:
             child = subprocess.Popen(sqlite_cli.argv("jobs", "list"), stdin=subprocess.DEVNULL,
-                                     stdout=slave, stderr=subprocess.PIPE,
+                                     stdout=slave, stderr=subprocess.DEVNULL,
                                      env=hermetic_env(sqlite_cli.home, env))
             os.close(slave)
             chunks = []

@@ -92,6 +92,9 @@ def test_jobs_tail_follow_on_a_terminal_says_it_waits_for_the_first_output(
     finally:
         if tail.poll() is None:
             tail.kill()
+            tail.wait()
+        if tail.stdout is not None:
+            tail.stdout.close()
         os.close(master)
 
 
@@ -105,7 +108,7 @@ def test_run_against_a_postgres_that_is_down_says_one_plain_line_per_retry_on_a_
     cli = Cli(home, config, "postgres")
     master, slave = pty.openpty()
     child = subprocess.Popen(cli.argv("run", "devin", "hi"), stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=slave, env=hermetic_env(home))
+                             stdout=subprocess.DEVNULL, stderr=slave, env=hermetic_env(home))
     os.close(slave)
     try:
         shown = read_terminal_until(master, b"left\r\n", count=2)
@@ -114,6 +117,7 @@ def test_run_against_a_postgres_that_is_down_says_one_plain_line_per_retry_on_a_
     finally:
         if child.poll() is None:
             child.kill()
+            child.wait()
         os.close(master)
     lines = [line for line in shown.decode().splitlines() if line.strip()]
     assert len(lines) >= 2

@@ -32,8 +32,9 @@ class Reader:
         threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
 
     def _pump(self, stream: IO[str]) -> None:
-        for line in stream:
-            self.lines.put(line)
+        with stream:  # closed at its end: an unclosed pipe is a ResourceWarning, an error here
+            for line in stream:
+                self.lines.put(line)
         self.lines.put(None)
 
     def drain(self, limit_s: float = WAIT_LIMIT_S) -> None:
@@ -113,6 +114,7 @@ def test_run_stopped_by_a_signal_ends_its_job_instead_of_leaving_it_running(
     finally:
         if child.poll() is None:
             child.kill()
+            child.communicate()
     ended = row(sqlite_cli, job_id)
     assert ended.status is JobStatus.FAILED and ended.error_kind == "shutdown"
     instance = sqlite_cli.in_store(lambda store: store.list_instances())[0]
@@ -152,6 +154,9 @@ def test_tail_follows_a_running_job_from_its_spool_to_its_end(cli: Cli) -> None:
     finally:
         if tail.poll() is None:
             tail.kill()
+            tail.wait()
+        if tail.stderr is not None:
+            tail.stderr.close()
     reader.drain()
     stored = row(cli, job_id)
     assert stored.status is JobStatus.CANCELLED
@@ -175,6 +180,9 @@ def test_tail_parsed_shows_the_text_as_it_grows(sqlite_cli: Cli) -> None:
     finally:
         if tail.poll() is None:
             tail.kill()
+            tail.wait()
+        if tail.stderr is not None:
+            tail.stderr.close()
     reader.drain()
     assert sum("progress 2/600" in line for line in reader.seen) == 1  # nothing repeated
     snapshot = sqlite_cli.run("jobs", "tail", job_id)  # no -f: what there is, then exit
@@ -214,6 +222,9 @@ def test_tail_of_another_hosts_job_reads_the_flushed_row_and_exits_with_its_outc
     finally:
         if tail.poll() is None:
             tail.kill()
+            tail.wait()
+        if tail.stderr is not None:
+            tail.stderr.close()
     assert "".join(reader.seen) == "first\nsecond\nthird\n"
 
 
