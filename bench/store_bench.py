@@ -371,11 +371,12 @@ async def bench_heartbeat(backend: str, workdir: Path, pg: PgServer | None, *,
         large_db = dbs[1]
         if backend == "postgres":
             plan = await large_db.explain(pg_sql.RENEW_INSTANCE_LEASE,
-                                          (instance_ids[1], TTL_S), analyze=True)
+                                          (instance_ids[1], TTL_S, None), analyze=True)
         else:
             plan = await large_db.explain(
                 sqlite_sql.RENEW_INSTANCE_LEASE,
-                {"instance_id": instance_ids[1], "now": time.time(), "ttl_s": TTL_S},
+                {"instance_id": instance_ids[1], "now": time.time(), "ttl_s": TTL_S,
+                 "renewal_wait_ms": None},
                 analyze=False)
         ratio = large_med / small_med
         return {
