@@ -68,6 +68,18 @@ class PostgresUnavailable(Exception):
     """The throwaway server could not be set up; the message says why."""
 
 
+def clean_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HOME in tmp (made) and no AGENT_GATEWAY_* from the developer's shell: what every test
+    of the configuration starts from."""
+    for name in list(os.environ):
+        if name.upper().startswith("AGENT_GATEWAY_"):
+            monkeypatch.delenv(name)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from gateway.config import (
     load_settings,
     unknown_env_warnings,
 )
+from tests.conftest import clean_home
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "config.example.toml"
@@ -25,13 +25,7 @@ EXAMPLE = REPO / "config.example.toml"
 @pytest.fixture(autouse=True)
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """HOME in tmp and no AGENT_GATEWAY_* from the developer's shell."""
-    for name in list(os.environ):
-        if name.upper().startswith("AGENT_GATEWAY_"):
-            monkeypatch.delenv(name)
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    return home
+    return clean_home(tmp_path, monkeypatch)
 
 
 def write(tmp_path: Path, text: str, name: str = "config.toml") -> Path:

@@ -3,7 +3,6 @@ and the order of the sources. Real files in a temporary directory; nothing is mo
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -17,18 +16,13 @@ from gateway.config import (
     source_plan,
     unknown_env_warnings,
 )
+from tests.conftest import clean_home
 
 
 @pytest.fixture(autouse=True)
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """HOME in tmp and no AGENT_GATEWAY_* from the developer's shell."""
-    for name in list(os.environ):
-        if name.upper().startswith("AGENT_GATEWAY_"):
-            monkeypatch.delenv(name)
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    return home
+    return clean_home(tmp_path, monkeypatch)
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from gateway.cli.doctor import Check, Report, run_doctor
 from gateway.config import PROVIDER_NAMES, load_settings
 from gateway.store.base import SCHEMA_VERSION
 from providers.redaction import REDACTED
+from tests.conftest import clean_home
 
 FAKE_BIN = Path(__file__).resolve().parents[1] / "fakes" / "bin"
 CLI_TIMEOUT_S = 60  # a cold interpreter plus seven --version probes on a busy 2-core box
@@ -29,12 +30,7 @@ BINARIES = {"claude": "claude", "codex": "codex", "gemini": "agy", "grok": "grok
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in list(os.environ):
-        if name.upper().startswith("AGENT_GATEWAY_"):
-            monkeypatch.delenv(name)
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
+    home = clean_home(tmp_path, monkeypatch)
     monkeypatch.setenv("PATH", f"{FAKE_BIN}{os.pathsep}/usr/bin{os.pathsep}/bin")
     return home
 
