@@ -121,7 +121,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -694,16 +694,23 @@ def parse_orphan_events(
 # -- the run -------------------------------------------------------------------------------
 
 
-def count_log_events(paths: Iterable[Path], events: Sequence[str]) -> Counter[str]:
-    """How many gateway log lines carry each of these events (adoptions, re-queues...)."""
+def count_log_events(paths: Iterable[Path], events: Sequence[str],
+                     summed: Mapping[str, str] | None = None) -> Counter[str]:
+    """How many gateway log lines carry each of these events (adoptions, re-queues...);
+    for an event in `summed`, also the sum of that field over its lines, as
+    `"<event>.<field>"` (the runs each detach left behind)."""
     counts: Counter[str] = Counter({event: 0 for event in events})
+    fields = dict(summed or {})
     for path in paths:
         with contextlib.suppress(OSError):
             for line in path.read_text(errors="replace").splitlines():
-                with contextlib.suppress(ValueError, AttributeError):
-                    event = json.loads(line).get("event")
+                with contextlib.suppress(ValueError, AttributeError, TypeError):
+                    record = json.loads(line)
+                    event = record.get("event")
                     if event in counts:
                         counts[event] += 1
+                    if event in fields:
+                        counts[f"{event}.{fields[event]}"] += int(record.get(fields[event]) or 0)
     return counts
 
 
@@ -1531,7 +1538,7 @@ class ChaosRun:
         unconfirmed = [job for job in self.jobs if not job.job_ids]
         taken_over = count_log_events((life.log_path for life in self.lives),
                                       ("job adopted", "job re-queued: its owner left it unstarted",
-                                       "detached"))
+                                       "detached"), summed={"detached": "runs"})
         report.info = {
             "on_shutdown": self.o.on_shutdown,
             "prompts": len(self.jobs),
@@ -1559,6 +1566,9 @@ class ChaosRun:
             "adopted": taken_over["job adopted"],
             "requeued": taken_over["job re-queued: its owner left it unstarted"],
             "detaches": taken_over["detached"],
+            # Runs a detaching gateway left running: each then ends under a peer that adopts
+            # it, or under the finalizer its supervisor starts when no gateway is left (#22).
+            "detached_runs": taken_over["detached.runs"],
             "instances_started": len(self.lives),
             "sessions_per_instance": self.o.sessions_per_instance,
             "sessions_answering": len(self.session_answers),
