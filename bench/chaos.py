@@ -714,6 +714,10 @@ def count_log_events(paths: Iterable[Path], events: Sequence[str],
     return counts
 
 
+# How long a terminal job's attempt dir may take to go after its terminal row (its remover
+# runs right after the write; a loaded box delays it by seconds, never by this much).
+ATTEMPT_DIR_GRACE_S = 15.0
+
 class ChaosRun:
     def __init__(self, options: ChaosOptions) -> None:
         if options.backend not in ("sqlite", "postgres"):
@@ -1326,6 +1330,24 @@ class ChaosRun:
 
     # -- the audit -----------------------------------------------------------------------
     # One pass that reads every job's whole story once; its checks share that state (C901).
+    async def attempt_dirs_left(self, by_id: Mapping[str, Any]) -> list[Path]:
+        """Attempt dirs of terminal jobs still in the spool once their removers had time:
+        whoever wrote the terminal row (the owner, an adopter, a finalizer) removes the dir
+        just after the write, so a dir seen at the row's end may be on its way out. Waits
+        on that condition, up to ATTEMPT_DIR_GRACE_S; what is still there then is left."""
+        def left() -> list[Path]:
+            found: list[Path] = []
+            for job_dir in sorted(spool_root(self.gateway_state_dir()).glob("*")):
+                if job_dir.name in by_id and by_id[job_dir.name].status.is_terminal:
+                    with contextlib.suppress(OSError):  # removed while we looked
+                        found.extend(job_dir.iterdir())
+            return found
+
+        deadline = time.monotonic() + ATTEMPT_DIR_GRACE_S
+        while (found := left()) and time.monotonic() < deadline:
+            await anyio.sleep(0.2)
+        return found
+
     async def audit(self, settings: Settings, leftovers: list[Spawn]) -> ChaosReport:  # noqa: C901
         bounds = Bounds.of(settings)
         store = await open_store(settings)
@@ -1511,9 +1533,7 @@ class ChaosRun:
         temp_cwds = sorted(self.tmp_dir.glob(f"{TEMP_DIR_PREFIX}*"))
         report.leftover_temp_cwds = len(temp_cwds)
         report.details.extend(f"LEFTOVER TEMP CWD {path}" for path in temp_cwds)
-        attempts = [attempt for job_dir in sorted(spool_root(self.gateway_state_dir()).glob("*"))
-                    if job_dir.name in by_id and by_id[job_dir.name].status.is_terminal
-                    for attempt in job_dir.iterdir()]
+        attempts = await self.attempt_dirs_left(by_id)
         report.leftover_attempt_dirs = len(attempts)
         report.details.extend(f"LEFTOVER ATTEMPT DIR {path}" for path in attempts)
         for spawn in leftovers:
