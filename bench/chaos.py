@@ -139,6 +139,7 @@ import tomli_w  # noqa: E402
 from mcp import Client  # noqa: E402
 
 from gateway.config import Settings, load_settings  # noqa: E402
+from gateway.jobs.finalizer import ROLE as FINALIZER_ROLE  # noqa: E402
 from gateway.jobs.run.spool import TEMP_DIR_PREFIX, spool_root  # noqa: E402
 from gateway.model import JobRow, JobStatus  # noqa: E402
 from gateway.store import open_store  # noqa: E402
@@ -1127,16 +1128,25 @@ class ChaosRun:
                     continue
                 kinds, weights = zip(*ACTION_WEIGHTS.items(), strict=True)
                 kind = self.deck.pop() if self.deck else self.rng.choices(kinds, weights)[0]
-                target = self.rng.choice(healthy)
+                target = self.victim(healthy)
                 target.busy = True
                 tg.start_soon(self.act, kind, target)
+
+    def victim(self, healthy: list[InstanceLife]) -> InstanceLife:
+        """A random healthy instance, one with a run in flight if there is one: a fault
+        that finds no work to leave behind proves nothing (on a loaded box a run may get
+        a single action, see the detach scenario's take-over check)."""
+        live_prompts = {spawn.prompt for spawn in self.watcher.alive()}
+        working = {job.owner_instance for job in self.jobs if job.prompt in live_prompts}
+        with_work = [life for life in healthy if life.instance_id in working]
+        return self.rng.choice(with_work or healthy)
 
     async def kill_once(self, at: float) -> None:
         """The load scenario's one fault: SIGKILL a random instance mid-way, then restart it."""
         await anyio.sleep(max(0.0, self.t0 + self.o.duration_s * at - time.time()))
         healthy = [s for s in self.slots if s is not None and s.healthy]
         if healthy:
-            target = self.rng.choice(healthy)
+            target = self.victim(healthy)
             target.busy = True
             await self.act("kill", target)
 
@@ -1353,6 +1363,10 @@ class ChaosRun:
         store = await open_store(settings)
         try:
             rows = await store.list_jobs(limit=1_000_000)
+            # A supervisor whose gateway died starts a finalizer (#22): its instance row
+            # (role "finalizer") may be the owner that wrote a terminal row.
+            finalizers = {i.instance_id for i in await store.list_instances()
+                          if i.role == FINALIZER_ROLE}
             # The answer as a client reads it (llm_job_result): it may be stored as a range
             # of the output rather than as result_json's text.
             answers: dict[str, str] = {}
@@ -1419,7 +1433,9 @@ class ChaosRun:
         unknown = [r for r in rows if (row_prompt(r) or "") not in jobs_by_prompt]
         for row in unknown:
             report.details.append(f"UNKNOWN ROW (no prompt the driver sent): {timeline(row)}")
-        unmapped = [r for r in rows if r.owner_instance not in lives_by_id]
+        finalized = [r for r in rows if r.owner_instance in finalizers]
+        unmapped = [r for r in rows
+                    if r.owner_instance not in lives_by_id and r.owner_instance not in finalizers]
         for row in unmapped:
             report.details.append(f"UNKNOWN OWNER: {timeline(row)}")
 
@@ -1589,6 +1605,7 @@ class ChaosRun:
             # Runs a detaching gateway left running: each then ends under a peer that adopts
             # it, or under the finalizer its supervisor starts when no gateway is left (#22).
             "detached_runs": taken_over["detached.runs"],
+            "finalized": len(finalized),
             "instances_started": len(self.lives),
             "sessions_per_instance": self.o.sessions_per_instance,
             "sessions_answering": len(self.session_answers),
