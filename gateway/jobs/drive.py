@@ -33,6 +33,7 @@ log = structlog.get_logger(__name__)
 PROGRESS_FLUSH_S = 2.0  # how stale another instance's view of a running job's output may be
 PROGRESS_TAIL_BYTES = 64 * 1024  # the partial output other instances can see while it runs
 TERMINAL_WRITE_RETRY = Backoff(first_s=0.2, max_s=5.0)  # the terminal write, store down or full
+LAUNCH_WRITE_RETRY = Backoff(first_s=0.2, max_s=5.0)  # marking a job running, store down
 
 
 class JobDriver:
@@ -101,8 +102,12 @@ class JobDriver:
                 return
         # CAS queued -> running BEFORE spawning: a row orphaned or cancelled while it waited
         # is never launched (no child is spawned only to be killed).
-        if not await self.store.mark_running(job.row.id, self.instance_id,
-                                             self.settings.lease.ttl_s):
+        marked = await self._mark_running(job)
+        if marked is None:  # gave up waiting: its attempt dir stays, the evidence of no start
+            if job.cancel_reason is not None:
+                await self._finish_unstarted(job)
+            return
+        if not marked:
             log.warning("job not launched: row no longer queued", action="mark_running",
                         job_id=job.row.id)
             if made:  # nothing runs in it: a woken owner's old attempt (issue 23, item 12)
@@ -138,6 +143,34 @@ class JobDriver:
                 log.warning("process identity not recorded", action="record_process",
                             job_id=job.row.id, pid=identity.pid)
         await self._run_to_end(job)
+
+    async def _mark_running(self, job: LocalJob) -> bool | None:
+        """The launch's CAS queued -> running, waiting out a store that is down, busy or out
+        of connections (an admitted job waits for its store, it does not fail: issue #29).
+        True: marked, launch it; False: the row is no longer queued (orphaned, cancelled,
+        taken by a peer); None: given up unlaunched while waiting (cancelled here, or the
+        gateway is shutting down: the row stays queued for the next gateway)."""
+        waits = LAUNCH_WRITE_RETRY.waits()
+        unsure = False  # a failed try may still have committed, its answer lost
+        while True:
+            try:
+                if await self.store.mark_running(job.row.id, self.instance_id,
+                                                 self.settings.lease.ttl_s):
+                    return True
+                if not unsure:
+                    return False
+                # Running under this instance with no process yet: only this driver marks
+                # this job's row so, so that was our own earlier try.
+                row = await self.store.get_job(job.row.id, with_output=False)
+                return (row is not None and row.status is JobStatus.RUNNING
+                        and row.owner_instance == self.instance_id and row.pid is None)
+            except StoreUnavailable as exc:
+                unsure = True
+                log.warning("job waits for the store to launch", action="mark_running",
+                            job_id=job.row.id, error=str(exc))
+            if job.cancel_reason is not None or self.admission.closing:
+                return None
+            await asyncio.sleep(next(waits))
 
     async def _run_to_end(self, job: LocalJob) -> None:
         """Watch a started run (ours or adopted) until its group is gone, then finalize it:
