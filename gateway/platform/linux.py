@@ -23,6 +23,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+# Detaching is the same on every POSIX system (posix_detach.py). Imported as
+# gateway.platform.<name> by the gateway, as a top-level module by a supervisor.
+try:
+    from gateway.platform.posix_detach import detach_kwargs as detach_kwargs
+    from gateway.platform.posix_detach import fork_detached as fork_detached
+except ImportError:  # no gateway package: the supervisor's isolated interpreter
+    from posix_detach import detach_kwargs as detach_kwargs  # type: ignore[import-not-found,no-redef]
+    from posix_detach import fork_detached as fork_detached  # type: ignore[no-redef]
+
 NAME = "linux"
 # What make_non_dumpable() does here, in the words gateway_status and the docs use.
 NON_DUMPABLE = "prctl(PR_SET_DUMPABLE, 0): another process of the same user cannot read " \
@@ -207,39 +216,3 @@ def make_non_dumpable() -> bool:
         return int(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
-
-
-# -- detaching (the same on every POSIX system; each implementation says it for its OS) ----
-
-
-def detach_kwargs() -> dict[str, Any]:
-    """Popen arguments for a process that outlives this one: setsid() in the child, so it
-    has a session and process group of its own (pgid == pid), away from our terminal's
-    signals and from any stop sent to our group."""
-    return {"start_new_session": True}
-
-
-def fork_detached() -> bool:
-    """Fork; the child leaves this session (setsid) before anything else. True in the
-    child, which must end with os._exit (it shares our buffers), False in the parent, once
-    the child has left our group: a supervisor forks this way right before it exits, and
-    its gateway, seeing it gone, kills whatever is still in the run's group (a child not
-    yet scheduled on a busy box would be). Raises OSError when the fork fails."""
-    left_read, left_write = os.pipe()
-    try:
-        child = os.fork()
-    except OSError:
-        os.close(left_read)
-        os.close(left_write)
-        raise
-    if child == 0:
-        os.close(left_read)
-        os.setsid()
-        os.close(left_write)  # EOF: the parent may go
-        return True
-    os.close(left_write)
-    try:
-        os.read(left_read, 1)  # EOF once the child has left our session, or died
-    finally:
-        os.close(left_read)
-    return False

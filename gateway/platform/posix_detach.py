@@ -1,0 +1,47 @@
+"""Detaching a process, the same on every POSIX system: the one home of what linux.py and
+portable.py both export as `detach_kwargs` and `fork_detached`.
+
+Self-contained and stdlib only, like them: a supervisor imports the implementations as
+top-level modules (`python -I -S`, no gateway package), and they import this one the same way.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def detach_kwargs() -> dict[str, Any]:
+    """Popen arguments for a process that outlives this one: setsid() in the child, so it
+    has a session and process group of its own (pgid == pid), away from our terminal's
+    signals and from any stop sent to our group."""
+    return {"start_new_session": True}
+
+
+def fork_detached() -> bool:
+    """Fork; the child leaves this session (setsid) before anything else. True in the
+    child, which must end with os._exit (it shares our buffers), False in the parent, once
+    the child has left our group: a supervisor forks this way right before it exits, and
+    its gateway, seeing it gone, kills whatever is still in the run's group (a child not
+    yet scheduled on a busy box would be). Raises OSError when the fork fails."""
+    left_read, left_write = os.pipe()
+    try:
+        child = os.fork()
+    except OSError:
+        os.close(left_read)
+        os.close(left_write)
+        raise
+    if child == 0:
+        os.close(left_read)
+        os.setsid()
+        os.close(left_write)  # EOF: the parent may go
+        return True
+    os.close(left_write)
+    try:
+        os.read(left_read, 1)  # EOF once the child has left our session, or died
+    finally:
+        os.close(left_read)
+    return False
