@@ -27,10 +27,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -45,7 +45,6 @@ from bench.store_bench import (
     _keeper,
     _renew,
     _seed_reaper_table,
-    quiet_logs,
 )
 from gateway import proc
 from gateway.config import load_settings
@@ -263,26 +262,19 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=30.0)
     args = parser.parse_args()
-    server, reason = store_bench.start_postgres()
-    if server is None:
-        sys.exit(f"scale bench: no PostgreSQL server ({reason})")
-    try:
-        with quiet_logs(), tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
-            results = {
-                "machine": {"cpus": __import__("os").cpu_count(),
-                            "load": __import__("os").getloadavg(),
-                            "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
-                "rows": asyncio.run(bench_rows(server, Path(tmp), args.terminal, args.active)),
-                "sweepers": asyncio.run(bench_sweepers(server, Path(tmp), args.instances,
-                                                       args.seconds)),
-                "wait_latency": asyncio.run(bench_wait_latency(server)),
-                "targets": TARGETS,
-            }
-    finally:
-        server.destroy()
-    print(json.dumps(results, indent=2))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    def run(tmp: Path, server: Any | None) -> dict[str, Any]:
+        assert server is not None  # required
+        return {
+            "machine": {"cpus": os.cpu_count(), "load": os.getloadavg(),
+                        "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
+            "rows": asyncio.run(bench_rows(server, tmp, args.terminal, args.active)),
+            "sweepers": asyncio.run(bench_sweepers(server, tmp, args.instances,
+                                                   args.seconds)),
+            "wait_latency": asyncio.run(bench_wait_latency(server)),
+            "targets": TARGETS,
+        }
+
+    store_bench.bench_main("scale-bench-", RESULTS, run, postgres="required")
 
 
 if __name__ == "__main__":

@@ -546,22 +546,35 @@ async def run_store_benches(workdir: Path, pg: PgServer | None, *,
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--no-postgres", action="store_true")
-    args = parser.parse_args()
-    server, reason = (None, "skipped") if args.no_postgres else start_postgres()
+def bench_main(prefix: str, results_path: Path,
+               run: Callable[[Path, Any | None], dict[str, Any]], *,
+               postgres: str = "optional") -> None:
+    """A store bench's main: a throwaway PostgreSQL server (`postgres`: "optional", "skip"
+    or "required"), a temp workdir, quiet logs; `run(workdir, server or None)` measures,
+    and its results are printed and written to `results_path`."""
+    server, reason = (None, "skipped") if postgres == "skip" else start_postgres()
+    if server is None and postgres == "required":
+        sys.exit(f"{prefix.strip('-')}: no PostgreSQL server ({reason})")
     try:
-        with quiet_logs(), tempfile.TemporaryDirectory(prefix="store-bench-") as tmp:
-            results = asyncio.run(run_store_benches(Path(tmp), server))
+        with quiet_logs(), tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+            results = run(Path(tmp), server)
     finally:
         if server is not None:
             server.destroy()
     if server is None:
         results["postgres_skipped"] = reason
     print(json.dumps(results, indent=2))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    results_path.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--no-postgres", action="store_true")
+    args = parser.parse_args()
+    bench_main("store-bench-", RESULTS,
+               lambda tmp, server: asyncio.run(run_store_benches(tmp, server)),
+               postgres="skip" if args.no_postgres else "optional")
 
 
 if __name__ == "__main__":

@@ -18,10 +18,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
-import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -147,25 +145,16 @@ def main() -> None:
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--jobs", type=int, default=JOBS)
     args = parser.parse_args()
-    server, reason = (None, "skipped") if args.no_postgres else (
-        _load_store_bench().start_postgres())
-    results: dict[str, Any] = {}
-    try:
-        with tempfile.TemporaryDirectory(prefix="usage-bench-") as tmp:
-            results["sqlite"] = asyncio.run(bench_usage("sqlite", Path(tmp), None,
-                                                        jobs=args.jobs))
-            if server is not None:
-                server.create_database("usage_bench")
-                results["postgres"] = asyncio.run(bench_usage(
-                    "postgres", Path(tmp), server.dsn_for("usage_bench"), jobs=args.jobs))
-    finally:
+    def run(tmp: Path, server: Any | None) -> dict[str, Any]:
+        results = {"sqlite": asyncio.run(bench_usage("sqlite", tmp, None, jobs=args.jobs))}
         if server is not None:
-            server.destroy()
-    if server is None:
-        results["postgres_skipped"] = reason
-    print(json.dumps(results, indent=2))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+            server.create_database("usage_bench")
+            results["postgres"] = asyncio.run(bench_usage(
+                "postgres", tmp, server.dsn_for("usage_bench"), jobs=args.jobs))
+        return results
+
+    _load_store_bench().bench_main("usage-bench-", RESULTS, run,
+                                   postgres="skip" if args.no_postgres else "optional")
 
 
 if __name__ == "__main__":
