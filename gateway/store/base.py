@@ -46,6 +46,13 @@ REAPER_COLUMNS = (
     "error", "error_kind", "finished_at", "updated_at",
 )
 
+# What an admission's INSERT writes, in the order both dialects' VALUES lists follow.
+NEW_JOB_COLUMNS = (
+    "id", "provider", "status", "request_key", "transport", "correlation_id",
+    "owner_instance", "lease_deadline", "hostname", "working_dir", "model", "session_id",
+    "request_json", "created_at", "updated_at", "forced", "boot_id", "principal",
+)
+
 
 class StoreUnavailable(Exception):
     """The store cannot be reached or refused a statement (connection lost, disk full...).

@@ -12,6 +12,7 @@ from gateway.model import (
     JobRow,
 )
 from gateway.store.base import (
+    NEW_JOB_COLUMNS,
     REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
@@ -25,6 +26,7 @@ ACTIVE_INDEX_NAME = "jobs_active_request_key"
 
 _JOB_COLUMNS = ", ".join(JobRow.column_names())
 _REAPER_COLUMNS = ", ".join(REAPER_COLUMNS)
+_NEW_JOB_COLUMNS = ", ".join(NEW_JOB_COLUMNS)
 
 # -- schema -------------------------------------------------------------------------------
 
@@ -204,9 +206,7 @@ LIMIT 1"""
 # instances racing with the same non-forced key: the second INSERT waits for the first
 # transaction and then fails with a unique violation (mapped to DuplicateActiveJob).
 INSERT_JOB = f"""
-INSERT INTO jobs (id, provider, status, request_key, transport, correlation_id,
-                  owner_instance, lease_deadline, hostname, working_dir, model, session_id,
-                  request_json, created_at, updated_at, forced, boot_id, principal)
+INSERT INTO jobs ({_NEW_JOB_COLUMNS})
 VALUES ($1, $2, 'queued', $3, $4, $5,
         $6, now() + make_interval(secs => $7), $8, $9, $10, $11,
         $12, now(), now(), $13, $14, $15)

@@ -12,6 +12,7 @@ from gateway.model import (
     JobRow,
 )
 from gateway.store.base import (
+    NEW_JOB_COLUMNS,
     REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
@@ -22,6 +23,7 @@ from gateway.store.sqlite_usage import SCHEMA_V5
 
 _JOB_COLUMNS = ", ".join(JobRow.column_names())
 _REAPER_COLUMNS = ", ".join(REAPER_COLUMNS)
+_NEW_JOB_COLUMNS = ", ".join(NEW_JOB_COLUMNS)
 _JOB_TIME_FIELDS = (
     "lease_deadline", "created_at", "started_at", "finished_at", "updated_at",
     "cancel_requested_at", "requeued_at",
@@ -239,9 +241,7 @@ LIMIT 1"""
 # The partial unique index jobs_active_request_key is the arbiter: a second active,
 # non-forced row with the same key is not inserted (no row returned), whoever races.
 INSERT_JOB = f"""
-INSERT INTO jobs (id, provider, status, request_key, transport, correlation_id,
-                  owner_instance, lease_deadline, hostname, working_dir, model, session_id,
-                  request_json, created_at, updated_at, forced, boot_id, principal)
+INSERT INTO jobs ({_NEW_JOB_COLUMNS})
 VALUES (:id, :provider, 'queued', :request_key, :transport, :correlation_id,
         :owner_instance, :now + :ttl_s, :hostname, :working_dir, :model, :session_id,
         :request_json, :now, :now, :forced, :boot_id, :principal)
