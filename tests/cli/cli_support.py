@@ -7,6 +7,7 @@ found, nothing of the developer's config is read."""
 from __future__ import annotations
 
 import os
+import pty
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -62,6 +63,31 @@ class Cli:
         return subprocess.Popen(self.argv(*args), env=hermetic_env(self.home, env),
                                 cwd=self.home, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def on_a_terminal(self, *args: str, env: dict[str, str] | None = None
+                      ) -> subprocess.CompletedProcess[bytes]:
+        """The command with its stdout on a real pty: what it wrote there (the line
+        discipline's "\\r\\n" back to "\\n"), its stderr and its exit code."""
+        master, slave = pty.openpty()
+        try:
+            child = subprocess.Popen(self.argv(*args), stdin=subprocess.DEVNULL, stdout=slave,
+                                     stderr=subprocess.PIPE, env=hermetic_env(self.home, env),
+                                     cwd=self.home)
+            os.close(slave)
+            chunks = []
+            while True:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: the child closed the terminal
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+            _out, err = child.communicate(timeout=CLI_TIMEOUT_S)
+        finally:
+            os.close(master)
+        written = b"".join(chunks).replace(b"\r\n", b"\n")
+        return subprocess.CompletedProcess(child.args, child.returncode, written, err)
 
     def in_store(self, action: Callable[[Any], Awaitable[T]]) -> T:
         from gateway.store import open_store

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import pty
 import subprocess
 import uuid
 from datetime import datetime
@@ -103,25 +101,9 @@ def test_jobs_list_is_coloured_on_a_terminal_unless_no_color(sqlite_cli: Cli) ->
     seed(sqlite_cli)
 
     def on_a_terminal(env: dict[str, str]) -> str:
-        master, slave = pty.openpty()
-        try:
-            child = subprocess.Popen(sqlite_cli.argv("jobs", "list"), stdin=subprocess.DEVNULL,
-                                     stdout=slave, stderr=subprocess.DEVNULL,
-                                     env=hermetic_env(sqlite_cli.home, env))
-            os.close(slave)
-            chunks = []
-            while True:
-                try:
-                    data = os.read(master, 65536)
-                except OSError:  # EIO: the child closed the terminal
-                    break
-                if not data:
-                    break
-                chunks.append(data)
-            assert child.wait(CLI_TIMEOUT_S) == 0
-        finally:
-            os.close(master)
-        return b"".join(chunks).decode()
+        done = sqlite_cli.on_a_terminal("jobs", "list", env=env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.decode()
 
     assert "\033[31;1mfailed" in on_a_terminal({})
     assert "\033[" not in on_a_terminal({"NO_COLOR": "1"})

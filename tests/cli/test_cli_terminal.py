@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import pty
 import subprocess
 from typing import Any
 
@@ -53,26 +51,9 @@ def seed(cli: Cli) -> None:
 
 
 def on_a_terminal(cli: Cli, *args: str) -> tuple[bytes, str]:
-    """(what the command wrote to its terminal, its stderr) with stdout on a pty."""
-    master, slave = pty.openpty()
-    try:
-        child = subprocess.Popen(cli.argv(*args), stdin=subprocess.DEVNULL, stdout=slave,
-                                 stderr=subprocess.PIPE, env=hermetic_env(cli.home, WIDE))
-        os.close(slave)
-        chunks = []
-        while True:
-            try:
-                data = os.read(master, 65536)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not data:
-                break
-            chunks.append(data)
-        _out, err = child.communicate(timeout=CLI_TIMEOUT_S)
-    finally:
-        os.close(master)
-    # The pty's line discipline turns "\n" into "\r\n": that \r is the terminal's own.
-    return b"".join(chunks).replace(b"\r\n", b"\n"), err.decode()
+    """(what the command wrote to its terminal, its stderr) with stdout on a wide pty."""
+    done = cli.on_a_terminal(*args, env=WIDE)
+    return done.stdout, done.stderr.decode()
 
 
 def assert_shown_not_obeyed(written: bytes, what: str) -> None:
