@@ -209,13 +209,35 @@ class JobManager:
             ticket = self.limiter.acquire(provider)
         except GatewayError:
             return None
-        row = await self.store.requeue_job(take)
-        if row is None:
-            ticket.release()
-            return None
+        try:
+            row = await self.store.requeue_job(take)
+            if row is None:
+                ticket.release()
+                return None
+        except StoreUnavailable:
+            # The CAS may have committed with its answer lost: the row is then queued under
+            # this instance, and nobody else would ever drive it (its owner is alive).
+            row = await self._requeued_here_after_all(take.job_id)
+            if row is None:
+                ticket.release()
+                raise
+        except BaseException:
+            ticket.release()  # the slot is not held for a job this instance does not drive
+            raise
         spool.remove_job_dir(self.spool_root, take.job_id)  # and its temp cwds (issue 23, item 12)
         self.start_local(row, target, ticket, request)
         return row
+
+    async def _requeued_here_after_all(self, job_id: str) -> JobRow | None:
+        """The row if a re-queue whose answer was lost did commit: queued under this
+        instance and not driven here (only this instance's CAS sets it so); else None,
+        also when the store cannot tell yet (the next sweep's CAS then decides)."""
+        with contextlib.suppress(StoreUnavailable):
+            row = await self.store.get_job(job_id, with_output=False)
+            if (row is not None and row.status is JobStatus.QUEUED
+                    and row.owner_instance == self.instance_id and job_id not in self._local):
+                return row
+        return None
 
     def _spawn_background(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)

@@ -18,7 +18,17 @@ import structlog
 from gateway.jobs.requests import SubmitRequest
 from gateway.model import JobRow, JobStatus
 from gateway.runtime import Gateway
-from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, job_row, store_of, wait_for
+from gateway.store.base import StoreUnavailable
+from tests.jobs.conftest import (
+    FakeLog,
+    MakeSettings,
+    StartGateway,
+    job_row,
+    leases_of,
+    store_of,
+    wait_for,
+)
+from tests.jobs.test_detach import claude_job
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -87,3 +97,28 @@ async def test_an_admitted_job_waits_for_a_refusing_store_then_runs_once(
 async def _terminal(gateway: Gateway, job_id: str) -> JobRow | None:
     row = await job_row(store_of(gateway), job_id)
     return row if row.status.is_terminal else None
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_a_requeue_the_store_refuses_gives_its_queue_slot_back(
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
+) -> None:
+    """A re-queue whose CAS the store refused held its queue slot for good (one slot less
+    for every refusal, until the gateway refused all work as saturated)."""
+    settings = make_settings(lease=PATIENT_LEASE)
+    gateway = await start_gateway(settings)
+    keeper = leases_of(gateway)
+    await keeper.stop()  # no sweep of its own: the test makes the one re-queue
+    job = claude_job(31, "requeued after the refusal", "ghost")  # its owner has no row
+    await store_of(gateway).insert_job(job, settings.lease.ttl_s)
+    row = await job_row(store_of(gateway), job.id)
+    manager = await gateway.manager()
+    async with sqlite_write_lock(str(settings.persistence.path)):
+        with pytest.raises(StoreUnavailable):
+            await keeper.adopter.requeue(row, "owner_collected")
+    snapshot = manager.limiter.snapshot()
+    assert (snapshot["queued"], snapshot["running"]) == (0, 0), snapshot
+    assert await keeper.adopter.requeue(row, "owner_collected") == 1  # the store answers
+    done = await wait_for(lambda: _terminal(gateway, job.id), REFUSAL_BOUND_S)
+    assert done.status is JobStatus.COMPLETED
+    assert fake_log.prompts() == ["requeued after the refusal"]
