@@ -101,7 +101,7 @@ class Gateway:
                 self._start_error = str(exc) or repr(exc)
                 self._attempted.set()
                 if getattr(exc, "permanent", False):
-                    # Retrying cannot help (a path under /proc, credentials refused, a newer
+                    # Retrying cannot help (a path on a read-only filesystem, credentials refused, a newer
                     # schema): every tool says so, and what to fix, until a restart.
                     self._failed.set()
                     log.error("job store cannot be opened; not retrying", action="open_store",

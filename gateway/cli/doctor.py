@@ -239,7 +239,7 @@ def connections_summary(settings: Settings, connections: dict[str, int]) -> str:
 
 def _uncreatable(path: Path) -> str | None:
     """Why the gateway could not create `path`, or None. Permission bits do not tell (root
-    passes every check, yet nothing can be made under /proc or on a read-only mount), so a
+    passes every check, yet nothing can be made on a virtual or read-only filesystem), so a
     probe directory is made and removed next to where the store's directories would start:
     nothing is left behind."""
     ancestor = path.parent

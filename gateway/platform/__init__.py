@@ -120,7 +120,7 @@ def choose(value: str | None = None) -> str:
     """The implementation to use: `value`, else $AGENT_GATEWAY_PLATFORM, `auto` resolved.
 
     Returns LINUX, PORTABLE or UNSUPPORTED (no POSIX process model: native Windows, or
-    forced). Raises UnknownPlatform for any other value. `linux` forced where /proc is
+    forced). Raises UnknownPlatform for any other value. `linux` forced where procfs is
     missing is refused the same way (UNSUPPORTED would hide the mistake).
     """
     raw = (os.environ.get(ENV_VAR, "") if value is None else value).strip().lower() or AUTO

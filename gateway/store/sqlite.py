@@ -178,7 +178,7 @@ class SqliteJobStore:
             _ensure_private_file(self.path)
         except OSError as exc:
             # Named, and permanent unless it is a passing condition (disk full, too many
-            # open files): a path under /proc or a read-only mount never becomes creatable.
+            # open files): a path on a virtual or read-only filesystem never becomes creatable.
             raise StoreUnavailable(
                 f"sqlite store: cannot create {self.path} "
                 f"({exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}); set "

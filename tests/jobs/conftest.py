@@ -3,6 +3,8 @@ database), the fake provider CLIs, and gateways built exactly as the server buil
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -23,6 +25,8 @@ FAKE_COMMANDS = {
     "claude": "claude", "codex": "codex", "gemini": "agy", "grok": "grok",
     "mistral": "vibe", "devin": "devin", "cursor": "cursor-agent",
 }
+
+STOP_BOUND_S = 30.0  # a gateway's stop at a test's end, on a loaded box
 
 # Short lease knobs so lease behaviour is observable in a fast test.
 FAST_LEASE = {"heartbeat_s": 0.2, "ttl_s": 1.0, "http_job_grace_s": 1.0,
@@ -148,8 +152,23 @@ async def start_gateway() -> AsyncIterator[StartGateway]:
 
     yield start
     for gateway in reversed(started):
-        with anyio.fail_after(20):
-            await gateway.stop()
+        try:
+            with anyio.fail_after(STOP_BOUND_S):
+                await gateway.stop()
+        except TimeoutError:
+            raise AssertionError(f"gateway.stop() took over {STOP_BOUND_S:g} s; the event "
+                                 f"loop's tasks then:\n{task_stacks()}") from None
+
+
+def task_stacks() -> str:
+    """Every task of the running loop with where it waits (a stop that hangs names what
+    it waits for: a store lock's owner shows up as the task inside the store's methods)."""
+    out = []
+    for task in asyncio.all_tasks():
+        buffer = io.StringIO()
+        task.print_stack(limit=12, file=buffer)
+        out.append(f"--- {task.get_name()}\n{buffer.getvalue()}")
+    return "\n".join(out)
 
 
 async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, step: float = 0.02) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -305,3 +306,18 @@ def test_a_detached_fork_has_left_our_session_before_it_runs_anything(
                 os.close(fd)
     os.waitpid(pid, 0)
     assert sid == pgid == pid and sid != os.getsid(0)
+
+
+PROCFS_OR_PIDFD = re.compile(r"(?<![\w.])/proc\b(?!\.py)|pidfd")
+
+
+def test_only_the_linux_implementation_names_procfs_or_pidfd() -> None:
+    """Issue 21: the platform facts have one home; no other module of the product reads
+    procfs or opens a process fd, or branches on them (a comment naming them is how a
+    second home starts)."""
+    repo = Path(platform.__file__).resolve().parents[2]
+    linux = repo / "gateway" / "platform" / "linux.py"
+    named = [str(path.relative_to(repo))
+             for package in ("gateway", "providers") for path in sorted((repo / package).rglob("*.py"))
+             if path != linux and PROCFS_OR_PIDFD.search(path.read_text(encoding="utf-8"))]
+    assert named == []
