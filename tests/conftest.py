@@ -472,8 +472,9 @@ _POSTGRES_FIXTURES = frozenset({"postgres_server", "postgres_dsn", "make_postgre
 
 
 # The folders whose every test is `slow`: each starts whole gateways (in-process with their
-# supervisors, or as processes), real CLIs or MCP clients, at seconds a test.
-SLOW_DIRS = frozenset({"chaos", "cli", "clients", "jobs", "mcp", "realcli"})
+# supervisors, or as processes), real CLIs or MCP clients, or the previous release, at seconds
+# a test.
+SLOW_DIRS = frozenset({"chaos", "cli", "clients", "jobs", "mcp", "realcli", "upgrade"})
 # Top-level files of the same kind: they build and install the package, run the benchmarks,
 # or run the operator CLI and the README's commands as processes.
 SLOW_FILES = frozenset({"test_bench_smoke.py", "test_docs_readme.py", "test_packaging.py",
