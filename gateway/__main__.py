@@ -1,3 +1,3 @@
-from gateway.cli.main import main
+from gateway.entry import main
 
 raise SystemExit(main())
