@@ -761,9 +761,13 @@ class ChaosRun:
         self.observed_flaps: dict[str, str] = {}  # job id -> "status@t -> status@t"
         self.store_down = False
         self.max_impaired = max(1, (options.instances - 1) // 2)
-        # Every kind of action happens at least once (in random order), then by weight.
-        self.deck = list(ACTION_WEIGHTS)
-        self.rng.shuffle(self.deck)
+        # Every kind of action happens at least once, then by weight. The first is a
+        # stop_kill (popped from the end): a loaded box may fit a single action into a short
+        # run, and that one both stops a gateway past its lease and kills it, which is what
+        # the scenarios' checks need to have happened; the others follow in random order.
+        rest = [kind for kind in ACTION_WEIGHTS if kind != "stop_kill"]
+        self.rng.shuffle(rest)
+        self.deck = [*rest, "stop_kill"]
         self.settings: Settings | None = None
         self.tg: Any = None
         self.t0 = 0.0

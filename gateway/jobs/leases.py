@@ -76,6 +76,16 @@ def instance_lease_held(instance: InstanceRow, now: float) -> bool:
     return expires is not None and expires.timestamp() >= now
 
 
+# How long stop() waits for its cancelled loops to end (each ends within a store call).
+STOP_LOOPS_S = 10.0
+
+
+def _where(task: asyncio.Task[object]) -> str:
+    """Where a task waits: its innermost frames, for a log line."""
+    frames = task.get_stack(limit=8)
+    return " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in reversed(frames))
+
+
 class LeaseKeeper:
     """Owns this instance's lease and the background loops of its `[lease]` config section."""
 
@@ -126,15 +136,22 @@ class LeaseKeeper:
 
     async def stop(self) -> None:
         """Cancel every loop and collect them, logging any error that was not a cancel."""
-        for task in self._tasks:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                try:
-                    await task
-                except Exception:
-                    log.exception("lease loop failed", action="stop_loops", loop=task.get_name())
-        self._tasks.clear()
+        if not tasks:
+            return
+        # asyncio.wait, not `suppress(CancelledError): await task` per task: that swallowed
+        # the cancel of the caller itself. Bounded: a loop that does not end once cancelled
+        # (a tick stuck in a call that ignores it) must not keep the gateway from leaving.
+        done, stuck = await asyncio.wait(tasks, timeout=STOP_LOOPS_S)
+        for task in stuck:
+            log.error("lease loop did not stop when cancelled; leaving it", action="stop_loops",
+                      loop=task.get_name(), waiting_in=_where(task))
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                log.error("lease loop failed", action="stop_loops", loop=task.get_name(),
+                          error=repr(task.exception()))
 
     async def _loop(self, name: str, interval: float,
                     tick: Callable[[], Awaitable[object]]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import time
@@ -317,3 +318,36 @@ async def test_a_deleted_sqlite_file_stops_admission_and_no_write_vanishes_into_
     # A second gateway on the same path starts on a new, empty file (nothing to see).
     other = await (await start_gateway(settings)).manager()
     assert await other.store.get_job(running.job.id) is None
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_stopping_the_loops_is_bounded_when_one_ignores_its_cancel(
+    make_settings: MakeSettings, start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A loop that does not end when cancelled cannot keep a gateway from leaving: it is
+    logged, with where it waits, and the stop goes on."""
+    from gateway.jobs import leases as leases_module
+
+    monkeypatch.setattr(leases_module, "STOP_LOOPS_S", 0.2)
+    keeper = leases_of(await start_gateway(make_settings()))
+    release = asyncio.Event()
+
+    started = asyncio.Event()
+
+    async def deaf() -> None:  # a tick stuck in a call that ignores the cancel
+        started.set()
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await release.wait()
+
+    stuck = asyncio.create_task(deaf(), name="deaf")
+    await wait_for(lambda: started.is_set())  # a cancel before its first step would end it
+    keeper._tasks.append(stuck)
+    try:
+        with structlog.testing.capture_logs() as logs, anyio.fail_after(10):
+            await keeper.stop()
+        (line,) = [e for e in logs if e["event"].startswith("lease loop did not stop")]
+        assert line["loop"] == "deaf" and "deaf" in line["waiting_in"]
+    finally:
+        release.set()
+        await stuck
