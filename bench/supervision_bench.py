@@ -44,6 +44,7 @@ from gateway.config import Settings, load_settings  # noqa: E402
 from gateway.jobs.run import supervisor as sup  # noqa: E402
 from gateway.store import open_store  # noqa: E402
 from gateway.store.base import JobStore  # noqa: E402
+from tests.children import reap  # noqa: E402
 
 FAKE_CLAUDE = ROOT / "tests" / "fakes" / "bin" / "claude"
 # Lease knobs of these rows: the sweep is the unit of the adoption row, so it is short
@@ -101,9 +102,10 @@ class Owner:
         raise RuntimeError("owner gateway exited before it was ready")
 
     def kill(self) -> None:
+        """SIGKILL it (if it still runs) and collect it, its stdout closed. Idempotent."""
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
+        reap(self.process, grace_s=STEP_TIMEOUT_S)
 
 
 async def until(store: JobStore, job_id: str, check: Any) -> Any:
@@ -130,20 +132,23 @@ async def adoption_samples(settings: Settings, pickled: Path, store: JobStore,
     try:
         for i in range(samples):
             owner = Owner(pickled, f"adopt {i} {time.time_ns()} @sleep={RUN_S}")
-            await owner.ready()
-            assert owner.job_id is not None
-            row = await until(store, owner.job_id, lambda r: r.pid is not None)
-            supervisor = psutil.Process(row.pid)
-            deadline = time.monotonic() + STEP_TIMEOUT_S
-            while not (children := supervisor.children()) and time.monotonic() < deadline:
-                await asyncio.sleep(POLL_S)  # the supervisor names itself, then starts the CLI
-            await asyncio.sleep(SETTLE_S)  # both interpreters past their imports
-            sup_rss.append(rss_mb(supervisor.pid))
-            if children:
-                cli_rss.append(rss_mb(children[0].pid))
-            first_owner = row.owner_instance
-            killed = time.monotonic()
-            owner.kill()
+            try:
+                await owner.ready()
+                assert owner.job_id is not None
+                row = await until(store, owner.job_id, lambda r: r.pid is not None)
+                supervisor = psutil.Process(row.pid)
+                deadline = time.monotonic() + STEP_TIMEOUT_S
+                while not (children := supervisor.children()) and time.monotonic() < deadline:
+                    await asyncio.sleep(POLL_S)  # the supervisor names itself, then the CLI
+                await asyncio.sleep(SETTLE_S)  # both interpreters past their imports
+                sup_rss.append(rss_mb(supervisor.pid))
+                if children:
+                    cli_rss.append(rss_mb(children[0].pid))
+                first_owner = row.owner_instance
+                killed = time.monotonic()
+                owner.kill()
+            finally:
+                owner.kill()  # idempotent: here for a step above that failed
             await until(store, owner.job_id, lambda r, o=first_owner: r.owner_instance != o)
             adopt_s.append(time.monotonic() - killed)
             done = await until(store, owner.job_id, lambda r: r.status.is_terminal)
@@ -166,10 +171,12 @@ async def finalize_samples(pickled: Path, store: JobStore, spool_root: Path,
     ready_s: list[float] = []
     for i in range(samples):
         owner = Owner(pickled, f"ended alone {i} {time.time_ns()} @sleep={SHORT_RUN_S}")
-        await owner.ready()
-        assert owner.job_id is not None
-        await until(store, owner.job_id, lambda r: r.pid is not None)
-        owner.kill()
+        try:
+            await owner.ready()
+            assert owner.job_id is not None
+            await until(store, owner.job_id, lambda r: r.pid is not None)
+        finally:
+            owner.kill()
         end = spool_root / owner.job_id / "0" / sup.END_NAME
         deadline = time.monotonic() + STEP_TIMEOUT_S
         while not end.exists():  # the run ends while no gateway is alive
@@ -209,6 +216,10 @@ class StdioGateway:
             [sys.executable, "-m", "gateway"], cwd=home, env=env, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self._id = 0
+
+    def close(self) -> None:
+        """Collect it, its pipes closed (EOF on its stdin ends a gateway still serving)."""
+        reap(self.process, grace_s=STEP_TIMEOUT_S)
 
     def _request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         assert self.process.stdin is not None and self.process.stdout is not None
@@ -273,8 +284,11 @@ async def detach_samples(workdir: Path, samples: int) -> dict[str, Any]:
         config = sample_dir / "supervision.toml"
         (sample_dir / "home").mkdir(exist_ok=True)
         gateway = StdioGateway(config, sample_dir / "home")
-        job_id = await asyncio.to_thread(gateway.open_with_running_job)
-        t0, exited_after = await asyncio.to_thread(gateway.end_like_claude_code)
+        try:
+            job_id = await asyncio.to_thread(gateway.open_with_running_job)
+            t0, exited_after = await asyncio.to_thread(gateway.end_like_claude_code)
+        finally:
+            gateway.close()
         killed += exited_after is None
         if exited_after is not None:
             exit_s.append(exited_after)

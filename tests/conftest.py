@@ -1,6 +1,7 @@
 """Fixtures shared by every test area.
 
 - `anyio_backend`: the anyio pytest plugin runs `pytest.mark.anyio` tests on asyncio.
+- `children`: the child processes a test starts, reaped at its end (tests/children.py).
 - A throwaway PostgreSQL server for the whole session (`postgres_server`) and a fresh
   database per test (`postgres_dsn`). Real PostgreSQL, never a mock: the lease invariants
   rely on its row locks and its clock.
@@ -27,11 +28,23 @@ import asyncpg
 import pytest
 
 from gateway import platform
+from tests.children import Children
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def children() -> Iterator[Children]:
+    """Track each child process the test starts: all are waited for and their pipes closed
+    at its end, pass or fail (warnings are errors: an unreaped Popen is one)."""
+    started = Children()
+    try:
+        yield started
+    finally:
+        started.reap_all()
 
 
 # -- throwaway PostgreSQL -----------------------------------------------------------------

@@ -24,6 +24,7 @@ import psutil
 import pytest
 
 from providers.base import Invocation
+from tests.children import Children
 from tests.fakes.argv_cases import (
     DIALECTS,
     FAKES_BIN,
@@ -87,26 +88,29 @@ def wait_until(condition: Any, what: str) -> Any:
 
 
 @pytest.fixture
-def spawned() -> Iterator[list[int]]:
-    """Process groups a test started; all killed afterwards, whatever happened."""
-    groups: list[int] = []
-    yield groups
-    for pgid in groups:
+def spawned(children: Children) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The fakes a test started, each the leader of a group: every group killed afterwards,
+    whatever happened (a grandchild outlives its leader), then each leader reaped."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
+            os.killpg(process.pid, signal.SIGKILL)
+        children.track(process)
 
 
 def start(invocation: Invocation, env: dict[str, str], out: Path,
-          groups: list[int]) -> subprocess.Popen[bytes]:
-    with open(out, "wb") as stdout:
+          started: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    # stderr to a file as well: a pipe nobody reads fills up and blocks the fake.
+    with open(out, "wb") as stdout, open(f"{out}.err", "wb") as stderr:
         process = subprocess.Popen(
             invocation.argv, stdin=subprocess.DEVNULL if invocation.stdin is None
-            else subprocess.PIPE, stdout=stdout, stderr=subprocess.PIPE,
+            else subprocess.PIPE, stdout=stdout, stderr=stderr,
             env={**env, **invocation.env}, start_new_session=True)
+    started.append(process)
     if process.stdin is not None:  # the prompt (devin reads it as its --prompt-file)
         process.stdin.write(invocation.stdin or b"")
         process.stdin.close()
-    groups.append(process.pid)
     return process
 
 
@@ -312,7 +316,7 @@ def test_the_spawn_log_records_each_invocation(env: dict[str, str], tmp_path: Pa
 
 
 def test_sleep_directive_holds_the_answer(env: dict[str, str], tmp_path: Path,
-                                          spawned: list[int]) -> None:
+                                          spawned: list[subprocess.Popen[bytes]]) -> None:
     out = tmp_path / "out"
     process = start(build("devin", "devin", prompt="@sleep=60 slow"), env, out, spawned)
     wait_until(lambda: log_entries(env), "the fake to start")
@@ -323,7 +327,7 @@ def test_sleep_directive_holds_the_answer(env: dict[str, str], tmp_path: Path,
 
 
 def test_ignore_term_survives_sigterm_and_dies_of_sigkill(
-    env: dict[str, str], tmp_path: Path, spawned: list[int],
+    env: dict[str, str], tmp_path: Path, spawned: list[subprocess.Popen[bytes]],
 ) -> None:
     out = tmp_path / "out"
     process = start(build("devin", "devin", prompt="@ignore-term @stream=400:0.02 x"),
@@ -340,7 +344,7 @@ def test_ignore_term_survives_sigterm_and_dies_of_sigkill(
 
 
 def test_late_directive_writes_output_on_sigterm_then_exits_143(
-    env: dict[str, str], tmp_path: Path, spawned: list[int],
+    env: dict[str, str], tmp_path: Path, spawned: list[subprocess.Popen[bytes]],
 ) -> None:
     out = tmp_path / "out"
     process = start(build("devin", "devin", prompt="@late=5000 @sleep=60 x"), env, out, spawned)
@@ -352,7 +356,7 @@ def test_late_directive_writes_output_on_sigterm_then_exits_143(
 
 @pytest.mark.parametrize("ignore_term", [False, True])
 def test_grandchild_directive_leaves_a_process_in_the_same_group(
-    ignore_term: bool, env: dict[str, str], tmp_path: Path, spawned: list[int],
+    ignore_term: bool, env: dict[str, str], tmp_path: Path, spawned: list[subprocess.Popen[bytes]],
 ) -> None:
     prompt = "@grandchild=60 " + ("@ignore-term " if ignore_term else "") + "x"
     process = start(build("devin", "devin", prompt=prompt), env, tmp_path / "out", spawned)

@@ -30,6 +30,7 @@ from gateway.jobs.run.spool import run_dir, spool_root
 from gateway.model import Completion, ErrorKind, InstanceRow, JobStatus, NewJob
 from gateway.store import open_store
 from gateway.store.base import TakeOver
+from tests.children import Children
 from tests.conftest import in_ci
 from tests.jobs.conftest import (
     FakeLog,
@@ -488,14 +489,16 @@ async def test_a_started_run_is_never_requeued_even_if_its_supervisor_was_killed
 # -- an owner that is SIGKILLed ------------------------------------------------------------
 
 
-def start_owner(settings: Settings, tmp_path: Path, prompt: str,
+def start_owner(settings: Settings, tmp_path: Path, prompt: str, children: Children,
                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
+    """A gateway in a process of its own (tests/jobs/owner_gateway.py) that admits `prompt`;
+    returns it (reaped at the test's end, its stdout closed) and the job id."""
     path = tmp_path / "owner-settings.pickle"
     path.write_bytes(pickle.dumps(settings))
-    owner = subprocess.Popen([sys.executable, "-m", "tests.jobs.owner_gateway", str(path),
-                              "claude", prompt], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                             stderr=subprocess.DEVNULL,
-                             env=None if env is None else {**os.environ, **env})
+    owner = children.track(subprocess.Popen(
+        [sys.executable, "-m", "tests.jobs.owner_gateway", str(path), "claude", prompt],
+        cwd=REPO, stdout=subprocess.PIPE, text=True, stderr=subprocess.DEVNULL,
+        env=None if env is None else {**os.environ, **env}))
     assert owner.stdout is not None
     for line in owner.stdout:
         if line.startswith("JOB "):
@@ -504,11 +507,12 @@ def start_owner(settings: Settings, tmp_path: Path, prompt: str,
 
 
 async def test_a_sigkilled_owners_run_is_adopted_by_a_running_peer_and_completes(
-    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path,
+    children: Children,
 ) -> None:
     settings = make_settings()
     peer = await (await start_gateway(settings)).manager()
-    owner, job_id = start_owner(settings, tmp_path, "outlive my owner @sleep=1.5")
+    owner, job_id = start_owner(settings, tmp_path, "outlive my owner @sleep=1.5", children)
     await wait_for(lambda: len(fake_log.spawns()) == 1)
     owner.kill()
     owner.wait()
@@ -522,11 +526,13 @@ async def test_a_sigkilled_owners_run_is_adopted_by_a_running_peer_and_completes
 
 
 async def test_cancel_after_adoption_kills_a_grandchild_that_ignores_sigterm(
-    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path,
+    children: Children,
 ) -> None:
     settings = make_settings(limits={"kill_grace_s": 0.5})
     peer = await (await start_gateway(settings)).manager()
-    owner, job_id = start_owner(settings, tmp_path, "stubborn @ignore-term @grandchild=60 @sleep=60")
+    owner, job_id = start_owner(settings, tmp_path, "stubborn @ignore-term @grandchild=60 @sleep=60",
+                                children)
     spawn = await wait_for(lambda: next((e for e in fake_log.entries() if "grandchild_pid" in e),
                                         None))
     grandchild = spawn["grandchild_pid"]
@@ -575,7 +581,8 @@ def unshare_available() -> bool:
 
 @pytest.mark.parametrize("backend", ["postgres"])  # hosts share a store only on PostgreSQL
 async def test_a_gateway_on_another_host_never_orphans_a_running_detached_job(
-    backend: str, make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path
+    backend: str, make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path,
+    children: Children,
 ) -> None:
     if not unshare_available():
         message = "needs root and unshare -u (a UTS namespace with another hostname)"
@@ -586,9 +593,10 @@ async def test_a_gateway_on_another_host_never_orphans_a_running_detached_job(
                                           "far away @sleep=4")
     path = tmp_path / "peer-settings.pickle"
     path.write_bytes(pickle.dumps(settings))
-    peer = subprocess.Popen(["unshare", "-u", sys.executable, "-m", "tests.jobs.owner_gateway",
-                             str(path), "claude", "-", "other-host"], cwd=REPO,
-                            stdout=subprocess.PIPE, text=True, stderr=subprocess.DEVNULL)
+    peer = children.track(subprocess.Popen(
+        ["unshare", "-u", sys.executable, "-m", "tests.jobs.owner_gateway", str(path), "claude",
+         "-", "other-host"], cwd=REPO, stdout=subprocess.PIPE, text=True,
+        stderr=subprocess.DEVNULL))
     reader = await open_store(settings)  # reads only: no gateway here until the end
     try:
         assert peer.stdout is not None
@@ -611,8 +619,7 @@ async def test_a_gateway_on_another_host_never_orphans_a_running_detached_job(
         final = await reader.get_job(job_id)
         assert final is not None and final.status is JobStatus.COMPLETED
     finally:
-        peer.kill()
-        peer.wait()
+        peer.kill()  # reaped at the end (children)
         await reader.close()
 
 

@@ -23,6 +23,7 @@ from gateway.config import Settings
 from gateway.jobs.run import supervisor as sup
 from gateway.model import JobStatus
 from gateway.store import open_store
+from tests.children import Children
 from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
 from tests.jobs.owner_gateway import NO_FINALIZER_ENV
 from tests.jobs.test_detach import start_owner
@@ -42,10 +43,12 @@ def gone(pid: int) -> bool:
 
 
 async def test_a_closed_windows_job_reads_completed_within_seconds_with_no_gateway_running(
-    make_settings: MakeSettings, fake_log: FakeLog, tmp_path: Path
+    make_settings: MakeSettings, fake_log: FakeLog, tmp_path: Path,
+    children: Children,
 ) -> None:
     settings = make_settings()
-    owner, job_id = start_owner(settings, tmp_path, "finish with nobody watching @sleep=1.5")
+    owner, job_id = start_owner(settings, tmp_path, "finish with nobody watching @sleep=1.5",
+                                children)
     spawn = await wait_for(lambda: fake_log.spawns(), 10)
     owner.kill()  # the window closed: no gateway is left on this host
     owner.wait()
@@ -91,12 +94,13 @@ def _without_none(value: Any) -> Any:
 
 
 async def test_jobs_show_finalizes_a_run_that_ended_while_no_gateway_was_alive(
-    make_settings: MakeSettings, fake_log: FakeLog, tmp_path: Path
+    make_settings: MakeSettings, fake_log: FakeLog, tmp_path: Path,
+    children: Children,
 ) -> None:
     # Its supervisor started no finalizer (as under a gateway of the previous release): the
     # operator's read finalizes it, and says the truth, instead of "running (no process)".
     settings = make_settings()
-    owner, job_id = start_owner(settings, tmp_path, "read me the truth @sleep=0.5",
+    owner, job_id = start_owner(settings, tmp_path, "read me the truth @sleep=0.5", children,
                                 env={NO_FINALIZER_ENV: "1"})
     spawn = await wait_for(lambda: fake_log.spawns(), 10)
     owner.kill()
@@ -115,12 +119,13 @@ async def test_jobs_show_finalizes_a_run_that_ended_while_no_gateway_was_alive(
 
 
 async def test_a_new_gateways_first_answer_about_an_ended_run_is_final_and_dated_by_its_end(
-    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path,
+    children: Children,
 ) -> None:
     # Tried with real clients: the first llm_job_status after a restart read `running`, and
     # finished_at (the RAN column) was the time the next gateway finalized it.
     settings = make_settings()
-    owner, job_id = start_owner(settings, tmp_path, "ended long ago @sleep=0.2",
+    owner, job_id = start_owner(settings, tmp_path, "ended long ago @sleep=0.2", children,
                                 env={NO_FINALIZER_ENV: "1"})
     spawn = await wait_for(lambda: fake_log.spawns(), 10)
     owner.kill()

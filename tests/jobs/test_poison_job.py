@@ -19,6 +19,7 @@ import pytest
 from gateway.config import Settings
 from gateway.model import ErrorKind, JobStatus
 from gateway.store import open_store
+from tests.children import Children
 from tests.jobs.conftest import FakeLog, MakeSettings
 from tests.jobs.poison_gateway import POISON_ENV
 from tests.jobs.test_detach import REPO, claude_job
@@ -30,16 +31,17 @@ GATEWAY_WAIT_S = 60.0  # a gateway process starting, adopting, dying on a loaded
 POLL_S = 0.05
 
 
-def start_poison_gateway(settings: Settings, tmp_path: Path, job_id: str) -> subprocess.Popen[str]:
+def start_poison_gateway(settings: Settings, tmp_path: Path, job_id: str,
+                         children: Children) -> subprocess.Popen[bytes]:
     path = tmp_path / "poison-settings.pickle"
     path.write_bytes(pickle.dumps(settings))
-    return subprocess.Popen([sys.executable, "-m", "tests.jobs.poison_gateway", str(path)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, env={**os.environ, POISON_ENV: job_id})
+    return children.track(subprocess.Popen(
+        [sys.executable, "-m", "tests.jobs.poison_gateway", str(path)], cwd=REPO,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, POISON_ENV: job_id}))
 
 
 async def test_a_job_whose_owner_dies_at_each_launch_ends_failed_and_its_last_gateway_serves(
-    make_settings: MakeSettings, fake_log: FakeLog, tmp_path: Path
+    make_settings: MakeSettings, fake_log: FakeLog, tmp_path: Path, children: Children
 ) -> None:
     settings = make_settings(lease={"max_requeues": MAX_REQUEUES})
     job = claude_job(31, "poison: it kills its gateway", "ghost")  # its owner is gone
@@ -50,13 +52,13 @@ async def test_a_job_whose_owner_dies_at_each_launch_ends_failed_and_its_last_ga
         # launching it; the one after the bound ends it instead of launching it.
         killed = []
         for _attempt in range(MAX_REQUEUES):
-            gateway = start_poison_gateway(settings, tmp_path, job.id)
+            gateway = start_poison_gateway(settings, tmp_path, job.id, children)
             assert gateway.wait(GATEWAY_WAIT_S) == -9  # SIGKILLed at launch
             killed.append(gateway.pid)
             row = await store.get_job(job.id, with_output=False)
             assert row is not None and row.status is JobStatus.RUNNING
             assert row.requeue_count == len(killed)
-        last = start_poison_gateway(settings, tmp_path, job.id)
+        last = start_poison_gateway(settings, tmp_path, job.id, children)
         try:
             deadline = time.monotonic() + GATEWAY_WAIT_S
             while (row := await store.get_job(job.id, with_output=False)) is not None \

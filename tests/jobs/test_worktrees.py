@@ -8,6 +8,7 @@ fails while its worktree is made.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import subprocess
 import time
@@ -26,7 +27,9 @@ from gateway.jobs.worktrees import changes, create, records
 from gateway.jobs.worktrees.finish import worktree_of
 from gateway.jobs.worktrees.gc import expire_worktrees, list_worktrees
 from gateway.model import ErrorKind, GatewayError, JobStatus
+from tests.children import Children
 from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
+from tests.jobs.test_detach import start_owner
 
 pytestmark = pytest.mark.anyio
 
@@ -326,34 +329,15 @@ async def test_the_quota_refuses_a_new_isolated_job_naming_what_can_be_reclaimed
     assert len(fake_log.spawns()) == 1
 
 
-def start_owner(settings: Any, tmp_path: Path, request: dict[str, Any]) -> tuple[Any, str]:
-    """A gateway in a process of its own (tests/jobs/owner_gateway.py) that admits
-    `request`; returns it and the job id."""
-    import json
-    import pickle
-    import sys
-
-    path = tmp_path / "owner-settings.pickle"
-    path.write_bytes(pickle.dumps(settings))
-    owner = subprocess.Popen([sys.executable, "-m", "tests.jobs.owner_gateway", str(path),
-                              "claude", json.dumps(request)],
-                             cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE,
-                             text=True, stderr=subprocess.DEVNULL)
-    assert owner.stdout is not None
-    for line in owner.stdout:
-        if line.startswith("JOB "):
-            return owner, line.split()[1]
-    raise AssertionError("the owner gateway did not start")
-
-
 async def test_a_sigkilled_gateways_isolated_run_is_adopted_and_its_worktree_committed(
-    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, repo: Path, tmp_path: Path
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, repo: Path, tmp_path: Path,
+    children: Children,
 ) -> None:
     settings = make_settings()
     peer = await (await start_gateway(settings)).manager()
-    owner, job_id = start_owner(settings, tmp_path, {
+    owner, job_id = start_owner(settings, tmp_path, json.dumps({
         "prompt": "outlive my owner @sleep=1.5 @write=survived.txt", "working_dir": str(repo),
-        "isolation": "worktree", "force_refresh": True})
+        "isolation": "worktree", "force_refresh": True}), children)
     await wait_for(lambda: len(fake_log.spawns()) == 1, 20)
     owner.kill()
     owner.wait()

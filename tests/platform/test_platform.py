@@ -27,6 +27,7 @@ import pytest
 
 from gateway import platform, proc
 from gateway.platform import portable
+from tests.children import reap
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 10.0
@@ -127,9 +128,7 @@ def test_a_process_reads_its_own_start_time_as_others_read_it(
         assert state is not None and abs(state[0] - own) <= proc.START_TIME_TOLERANCE_S
         assert proc.is_process_alive(child.pid, own)
     finally:
-        assert child.stdin is not None
-        child.stdin.close()
-        child.wait(DEADLINE_S)
+        reap(child, grace_s=DEADLINE_S)  # EOF on its stdin ends it; its stdout closed too
 
 
 class FakeKqueue:

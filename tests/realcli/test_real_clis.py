@@ -35,6 +35,7 @@ from gateway.jobs.run.spec import RunSpec
 from gateway.model import ErrorKind, JobStatus
 from gateway.runtime import Gateway
 from providers.base import Invocation
+from tests.children import reap
 from tests.fakes.argv_cases import covering_cases, provider, request
 
 pytestmark = pytest.mark.realcli
@@ -163,7 +164,7 @@ def _start_codex(invocation: Invocation, env: dict[str, str], cwd: Path,
 def _stop_group(process: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    process.wait(WAIT_S)
+    reap(process, grace_s=WAIT_S)  # its stdin too: left open when the prompt's write failed
 
 
 def _codex_thread(out: Path) -> str | None:

@@ -28,6 +28,7 @@ from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.spare import SUPERVISOR_BOOT
 from gateway.model import InstanceRow, JobStatus, NewJob
 from gateway.store import open_store
+from tests.children import reap
 from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, here, job_row, leases_of, store_of
 
 pytestmark = pytest.mark.anyio
@@ -57,8 +58,7 @@ def fake_supervisor() -> Iterator[subprocess.Popen[bytes]]:
     try:
         yield child
     finally:
-        child.kill()
-        child.wait()
+        reap(child)  # EOF on its stdin: a waiting spare exits by itself
 
 
 def tamper_token(attempt: Path) -> None:

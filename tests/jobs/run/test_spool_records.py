@@ -13,7 +13,8 @@ import anyio
 import pytest
 
 from gateway.jobs.run import supervisor as sup
-from tests.jobs.run.test_supervisor import DEADLINE_S, end_record, start
+from tests.jobs.run.conftest import StartSupervisor
+from tests.jobs.run.test_supervisor import DEADLINE_S, end_record
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
@@ -54,7 +55,9 @@ def test_every_record_this_release_writes_carries_its_version(tmp_path: Path) ->
     assert sup.read_record(tmp_path, sup.START_NAME)["version"] == sup.RECORD_VERSION  # type: ignore[index]
 
 
-async def test_a_supervisor_never_runs_a_spec_of_a_newer_format(tmp_path: Path) -> None:
+async def test_a_supervisor_never_runs_a_spec_of_a_newer_format(
+    tmp_path: Path, start: StartSupervisor,
+) -> None:
     supervisor = start(tmp_path, "open('ran', 'w').close()", version=sup.RECORD_VERSION + 1)
     assert supervisor.wait(DEADLINE_S) == 2
     assert not (tmp_path / sup.START_NAME).exists()  # not even claimed
@@ -62,7 +65,7 @@ async def test_a_supervisor_never_runs_a_spec_of_a_newer_format(tmp_path: Path) 
 
 
 async def test_a_stop_request_of_a_newer_format_still_stops_but_is_not_read_as_ours(
-    tmp_path: Path,
+    tmp_path: Path, start: StartSupervisor,
 ) -> None:
     supervisor = start(tmp_path, "import time; print('ready', flush=True); time.sleep(60)")
     with anyio.fail_after(DEADLINE_S):

@@ -2,6 +2,8 @@
 
 Real processes only; the test process plays the gateway that started the supervisor and then
 "died" (it never waits on it: the supervisor must enforce its rules and record its end alone).
+Only once the test has looked is the supervisor reaped (the `children` fixture): a dead
+gateway's supervisor is collected by init, and here the test process is its parent.
 """
 
 from __future__ import annotations
@@ -11,34 +13,20 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from gateway import platform, proc
+from gateway import proc
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.spare import SUPERVISOR_PATH
+from tests.children import Children
+from tests.jobs.run.conftest import StartSupervisor
 
 DEADLINE_S = 20.0
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
-
-
-def start(spool: Path, code: str, *, token: str = "t0", **spec: Any) -> subprocess.Popen[bytes]:
-    spool.mkdir(parents=True, exist_ok=True)
-    values: dict[str, Any] = {
-        "version": sup.RECORD_VERSION, "token": token, "job_id": "job",
-        "argv": [sys.executable, "-c", textwrap.dedent(code)], "cwd": str(spool),
-        "temp_cwd": False, "stdin": False, "timeout_s": 60.0, "idle_timeout_s": None,
-        "max_output_bytes": 1 << 20, "kill_grace_s": 0.3, "nice": None, "autogroup_nice": None,
-        **platform.supervisor_spec(),
-    }
-    values.update(spec)
-    sup.write_record(spool, sup.RUN_NAME, values)
-    return subprocess.Popen([sys.executable, "-I", "-S", str(SUPERVISOR_PATH), str(spool), token],
-                            start_new_session=True, stdout=subprocess.DEVNULL)
 
 
 async def end_record(spool: Path) -> dict[str, Any]:
@@ -48,7 +36,7 @@ async def end_record(spool: Path) -> dict[str, Any]:
     return record
 
 
-async def test_a_clean_run_records_its_exit_code_and_times(tmp_path: Path) -> None:
+async def test_a_clean_run_records_its_exit_code_and_times(tmp_path: Path, start: StartSupervisor) -> None:
     supervisor = start(tmp_path, "import sys; print('answer'); sys.exit(3)")
     record = await end_record(tmp_path)
     assert supervisor.wait(DEADLINE_S) == 0
@@ -65,7 +53,7 @@ async def test_a_clean_run_records_its_exit_code_and_times(tmp_path: Path) -> No
 
 
 async def test_the_wall_clock_timeout_holds_with_no_gateway_and_kills_a_stubborn_group(
-    tmp_path: Path,
+    tmp_path: Path, start: StartSupervisor,
 ) -> None:
     code = """
         import os, signal, time
@@ -86,7 +74,9 @@ async def test_the_wall_clock_timeout_holds_with_no_gateway_and_kills_a_stubborn
     assert not proc.group_alive(supervisor.pid)
 
 
-async def test_the_output_cap_stops_the_run_and_cuts_the_files(tmp_path: Path) -> None:
+async def test_the_output_cap_stops_the_run_and_cuts_the_files(
+    tmp_path: Path, start: StartSupervisor,
+) -> None:
     start(tmp_path, "import sys, time\nsys.stdout.write('x' * 5000); sys.stdout.flush()\n"
                     "time.sleep(60)", max_output_bytes=1000)
     record = await end_record(tmp_path)
@@ -95,7 +85,9 @@ async def test_the_output_cap_stops_the_run_and_cuts_the_files(tmp_path: Path) -
     assert (tmp_path / "stdout").stat().st_size == 1000
 
 
-async def test_a_stop_request_names_the_reason_and_keeps_the_grace(tmp_path: Path) -> None:
+async def test_a_stop_request_names_the_reason_and_keeps_the_grace(
+    tmp_path: Path, start: StartSupervisor,
+) -> None:
     supervisor = start(tmp_path, "import time; print('ready', flush=True); time.sleep(60)")
     with anyio.fail_after(DEADLINE_S):
         while not (tmp_path / "stdout").exists() or not (tmp_path / "stdout").stat().st_size:
@@ -110,7 +102,9 @@ async def test_a_stop_request_names_the_reason_and_keeps_the_grace(tmp_path: Pat
     assert record["returncode"] == -signal.SIGTERM
 
 
-async def test_the_prompt_reaches_stdin_whole_and_the_file_is_removed(tmp_path: Path) -> None:
+async def test_the_prompt_reaches_stdin_whole_and_the_file_is_removed(
+    tmp_path: Path, start: StartSupervisor,
+) -> None:
     tmp_path.mkdir(exist_ok=True)
     payload = "é" * 200_000
     (tmp_path / sup.STDIN_NAME).write_text(payload)
@@ -121,14 +115,14 @@ async def test_the_prompt_reaches_stdin_whole_and_the_file_is_removed(tmp_path: 
     assert not (tmp_path / sup.STDIN_NAME).exists()
 
 
-async def test_a_missing_command_is_recorded_as_not_found(tmp_path: Path) -> None:
+async def test_a_missing_command_is_recorded_as_not_found(tmp_path: Path, start: StartSupervisor) -> None:
     start(tmp_path, "", argv=[str(tmp_path / "no-such-cli")])
     record = await end_record(tmp_path)
     assert record["why"] == sup.WHY_NOT_FOUND and "no-such-cli" in record["error"]
 
 
 async def test_a_run_claimed_for_requeue_is_never_started_by_a_late_supervisor(
-    tmp_path: Path,
+    tmp_path: Path, start: StartSupervisor,
 ) -> None:
     marker = tmp_path / "ran"
     tmp_path.mkdir(exist_ok=True)
@@ -139,20 +133,22 @@ async def test_a_run_claimed_for_requeue_is_never_started_by_a_late_supervisor(
     assert not sup.run_started(tmp_path)
 
 
-async def test_a_started_run_cannot_be_claimed_for_requeue(tmp_path: Path) -> None:
+async def test_a_started_run_cannot_be_claimed_for_requeue(tmp_path: Path, start: StartSupervisor) -> None:
     start(tmp_path, "print('done')")
     await end_record(tmp_path)
     assert sup.run_started(tmp_path)
     assert not sup.claim_for_requeue(tmp_path, by="instance-b")
 
 
-async def test_a_supervisor_with_another_launch_token_never_runs_the_spec(tmp_path: Path) -> None:
+async def test_a_supervisor_with_another_launch_token_never_runs_the_spec(
+    tmp_path: Path, start: StartSupervisor, children: Children,
+) -> None:
     marker = tmp_path / "ran"
     start(tmp_path, f"open({str(marker)!r}, 'w')", token="new")
     await end_record(tmp_path)
     marker.unlink()
-    late = subprocess.Popen([sys.executable, "-I", "-S", str(SUPERVISOR_PATH), str(tmp_path),
-                             "old"])
+    late = children.track(subprocess.Popen(
+        [sys.executable, "-I", "-S", str(SUPERVISOR_PATH), str(tmp_path), "old"]))
     assert late.wait(DEADLINE_S) == sup.CLAIMED_ELSEWHERE_EXIT
     assert not marker.exists()
 
