@@ -16,8 +16,7 @@ import pytest
 import structlog
 
 from gateway.jobs.requests import SubmitRequest
-from gateway.model import JobRow, JobStatus
-from gateway.runtime import Gateway
+from gateway.model import JobStatus
 from gateway.store.base import StoreUnavailable
 from tests.jobs.conftest import (
     FakeLog,
@@ -28,7 +27,7 @@ from tests.jobs.conftest import (
     store_of,
     wait_for,
 )
-from tests.jobs.test_detach import claude_job
+from tests.jobs.test_detach import claude_job, terminal
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -89,14 +88,9 @@ async def test_an_admitted_job_waits_for_a_refusing_store_then_runs_once(
                                        and e.get("job_id") == sub.job.id for e in logs),
                            REFUSAL_BOUND_S)
             assert not fake_log.spawns()  # nothing launched behind the refused write
-        row = await wait_for(lambda: _terminal(gateway, sub.job.id), REFUSAL_BOUND_S)
+        row = await wait_for(lambda: terminal(manager, sub.job.id), REFUSAL_BOUND_S)
     assert (row.status, row.error_kind) == (JobStatus.COMPLETED, None), row
     assert len(fake_log.spawns()) == 1
-
-
-async def _terminal(gateway: Gateway, job_id: str) -> JobRow | None:
-    row = await job_row(store_of(gateway), job_id)
-    return row if row.status.is_terminal else None
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])
@@ -119,6 +113,6 @@ async def test_a_requeue_the_store_refuses_gives_its_queue_slot_back(
     snapshot = manager.limiter.snapshot()
     assert (snapshot["queued"], snapshot["running"]) == (0, 0), snapshot
     assert await keeper.adopter.requeue(row, "owner_collected") == 1  # the store answers
-    done = await wait_for(lambda: _terminal(gateway, job.id), REFUSAL_BOUND_S)
+    done = await wait_for(lambda: terminal(manager, job.id), REFUSAL_BOUND_S)
     assert done.status is JobStatus.COMPLETED
     assert fake_log.prompts() == ["requeued after the refusal"]
