@@ -119,9 +119,9 @@ class Gateway:
         self._manager = JobManager(self.settings, self.store, self.instance_id, hostname, boot_id)
         if self.settings.persistence.backend != "memory":
             from gateway.jobs.finalizer import handoff
-            from gateway.jobs.run.runner import SPARES
+            from gateway.jobs.run.runner import ZYGOTE
 
-            SPARES.finalizer = handoff(self.settings)  # a run that outlives us is finalized
+            ZYGOTE.finalizer = handoff(self.settings)  # a run that outlives us is finalized
         self.leases = LeaseKeeper(self.settings, self.store, self._manager, identity)
         await self.leases.start()
         self._ready.set()
@@ -276,9 +276,9 @@ class Gateway:
             else:
                 log.warning("drain timed out; leaving the lease to expire", action="drain")
         if manager is not None:
-            from gateway.jobs.run.runner import SPARES
+            from gateway.jobs.run.runner import ZYGOTE
 
-            SPARES.close()  # the supervisor waiting for this gateway's next run: none comes
+            ZYGOTE.close()  # no run comes any more: it exits (its supervisors run on)
         if store is not None:
             try:
                 await store.close()

@@ -65,10 +65,6 @@ class Platform(Protocol):
         """Live (non-zombie) members of process group `pgid`, except pid `exclude`."""
         ...
 
-    def child_exited(self, pid: int) -> bool:
-        """Whether our child `pid` has exited, without reaping it."""
-        ...
-
     def exit_watch(self, pid: int) -> ExitWatch | None:
         """A handle readable once child `pid` exited, or None (then the caller polls)."""
         ...
@@ -83,6 +79,11 @@ class Platform(Protocol):
 
     def make_non_dumpable(self) -> bool:
         """Keep processes of the same user from reading this one's memory and environment."""
+        ...
+
+    def make_dumpable(self) -> bool:
+        """Undo make_non_dumpable (for a process forked from a non-dumpable one that must
+        first set its own autogroup's nice value)."""
         ...
 
     def detach_kwargs(self) -> dict[str, Any]:

@@ -132,14 +132,6 @@ def group_members(pgid: int, exclude: int | None = None) -> list[int]:
     return found
 
 
-def child_exited(pid: int) -> bool:
-    """Whether our child `pid` has exited, without reaping it (WNOWAIT: its waiter does)."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True  # reaped already
-
-
 class _PidFd:
     """A pidfd: readable once its process has exited."""
 
@@ -211,8 +203,18 @@ def make_non_dumpable() -> bool:
     the /proc files of a non-dumpable process belong to root, so it can no longer write its
     own autogroup file.
     """
+    return _set_dumpable(0)
+
+
+def make_dumpable() -> bool:
+    """Undo make_non_dumpable (a supervisor forked by a non-dumpable zygote must write its own
+    autogroup file once, then it calls make_non_dumpable again). True when done."""
+    return _set_dumpable(1)
+
+
+def _set_dumpable(value: int) -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+        return int(libc.prctl(_PR_SET_DUMPABLE, value, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False

@@ -105,19 +105,6 @@ def group_members(pgid: int, exclude: int | None = None) -> list[int]:
     return members
 
 
-def child_exited(pid: int) -> bool:
-    """Whether our child `pid` has exited, without reaping it (its waiter does). Python
-    before 3.13 has no os.waitid on macOS: there an exited, unreaped child is a zombie."""
-    waitid: Any = getattr(os, "waitid", None)
-    if waitid is not None:
-        try:
-            return waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-        except ChildProcessError:
-            return True
-    state = process_state(pid)
-    return state is None or state[1]
-
-
 class _KqueueExit:
     """A kqueue holding one KQ_FILTER_PROC/KQ_NOTE_EXIT filter: its descriptor turns readable
     once the process exits. The filter attaches to the process itself, so a later process
@@ -222,3 +209,8 @@ def set_autogroup_nice(pid: int, value: int) -> bool:
 def make_non_dumpable() -> bool:
     """No portable equivalent (see NON_DUMPABLE): False, nothing done."""
     return False
+
+
+def make_dumpable() -> bool:
+    """Nothing was done by make_non_dumpable here, so nothing to undo: True."""
+    return True

@@ -1,5 +1,6 @@
 """Detaching a process, the same on every POSIX system: the one home of what linux.py and
-portable.py both export as `detach_kwargs` and `fork_detached`.
+portable.py both export as `detach_kwargs` and `fork_detached`, and of `fork_session`,
+with which a run's zygote (gateway/jobs/run/zygote.py) forks each supervisor.
 
 Self-contained and stdlib only, like them: a supervisor imports the implementations as
 top-level modules (`python -I -S`, no gateway package), and they import this one the same way.
@@ -21,12 +22,11 @@ def detach_kwargs() -> dict[str, Any]:
     return {"start_new_session": True}
 
 
-def fork_detached() -> bool:
-    """Fork; the child leaves this session (setsid) before anything else. True in the
-    child, which must end with os._exit (it shares our buffers), False in the parent, once
-    the child has left our group: a supervisor forks this way right before it exits, and
-    its gateway, seeing it gone, kills whatever is still in the run's group (a child not
-    yet scheduled on a busy box would be). Raises OSError when the fork fails."""
+def fork_session() -> int:
+    """Fork a child that leaves this session (setsid) before anything else: 0 in the child,
+    which must end with os._exit (it shares our buffers), the child's pid in the parent, once
+    the child leads a session and process group of its own (pgid == pid), so the parent may
+    signal that group at once. Raises OSError when the fork fails."""
     left_read, left_write = os.pipe()
     try:
         child = os.fork()
@@ -37,11 +37,19 @@ def fork_detached() -> bool:
     if child == 0:
         os.close(left_read)
         os.setsid()
-        os.close(left_write)  # EOF: the parent may go
-        return True
+        os.close(left_write)  # EOF: the parent may go on
+        return 0
     os.close(left_write)
     try:
         os.read(left_read, 1)  # EOF once the child has left our session, or died
     finally:
         os.close(left_read)
-    return False
+    return child
+
+
+def fork_detached() -> bool:
+    """Fork (fork_session); True in the child, False in the parent. A supervisor forks this
+    way right before it exits, and its gateway, seeing it gone, kills whatever is still in
+    the run's group (a child not yet scheduled on a busy box would be): so the parent goes
+    only once the child has left that group."""
+    return fork_session() == 0

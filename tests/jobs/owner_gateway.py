@@ -29,9 +29,9 @@ async def main(settings_path: str, provider: str, prompt: str) -> None:
     gateway = Gateway(settings)
     await gateway.start()
     if os.environ.get(NO_FINALIZER_ENV):
-        from gateway.jobs.run.runner import SPARES
+        from gateway.jobs.run.runner import ZYGOTE
 
-        SPARES.finalizer = None  # as a gateway of the previous release: no finalizer
+        ZYGOTE.finalizer = None  # as a gateway of the previous release: no finalizer
     manager = await gateway.manager()
     if prompt == "-":
         sys.stdout.write("READY\n")

@@ -243,24 +243,6 @@ def test_doctor_json_reports_the_platform(tmp_path: Path, platform_impl: str) ->
     assert report["platform"] == {"implementation": platform_impl, "os": sys.platform}
 
 
-@pytest.mark.parametrize("waitid", ["os.waitid", "no os.waitid (macOS before 3.13)"])
-def test_a_child_s_exit_is_seen_without_reaping_it(
-        implementation: platform.Platform, waitid: str, monkeypatch: pytest.MonkeyPatch,
-        sleeper: subprocess.Popen[bytes]) -> None:
-    if waitid != "os.waitid":
-        if implementation.NAME != platform.PORTABLE:
-            pytest.skip("only the portable implementation runs where os.waitid is missing")
-        monkeypatch.delattr(os, "waitid")
-    assert not implementation.child_exited(sleeper.pid)
-    child = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
-    try:
-        wait_until(lambda: implementation.child_exited(child.pid), "the child's exit")
-        state = implementation.process_state(child.pid)
-        assert state is not None and state[1]  # still a zombie: nothing reaped it
-    finally:
-        assert child.wait(DEADLINE_S) == 0  # and its status is still there to collect
-
-
 def test_the_linux_implementation_imports_nothing_but_the_stdlib() -> None:
     # A supervisor imports it under `python -I -S` from the platform folder alone.
     code = ("import sys; sys.path.append(sys.argv[1]); import linux; "

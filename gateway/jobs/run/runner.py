@@ -29,7 +29,6 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -41,15 +40,14 @@ from gateway import platform, proc
 from gateway.childenv import child_env
 from gateway.jobs.run import spool
 from gateway.jobs.run import supervisor as sup
-from gateway.jobs.run.child_exit import ChildExit, open_exit_watch
+from gateway.jobs.run.forks import ForkedExit, ForkUnanswered, Zygote
 from gateway.jobs.run.record_to_outcome import (
     RunOutcome,
     outcome_from_record,
     stop_message,
     unstarted_outcome,
 )
-from gateway.jobs.run.spare import Spares, hand_over
-from gateway.jobs.run.spawned import Spawned, close_watch, priority_targets, reap_when_spawned
+from gateway.jobs.run.spawned import Spawned, priority_targets
 from gateway.jobs.run.spec import (
     ProcessIdentity,
     RunClaimedElsewhere,
@@ -79,6 +77,7 @@ REAP_TIMEOUT_S = 5.0
 # How long start() waits for the supervisor's claim (it then runs and has lowered its
 # priority). It starts in tens of milliseconds (`-I -S`: no site, no user paths).
 SUPERVISOR_START_TIMEOUT_S = 10.0
+CLAIM_POLL_S = 0.002  # how often the claim is looked for meanwhile
 FULL_DISK_STOP_MESSAGE = (
     "The state filesystem is full (no space left for the provider's output under {spool}): "
     "the run was stopped and its output truncated to what was written. Free disk space and "
@@ -90,8 +89,8 @@ FULL_DISK_STOP_MESSAGE = (
 # with this); under load the chaos run saw ~1 s loop stalls that let peers orphan live jobs.
 # Provider CLIs mostly wait on the network, so this costs them little. 10 is what `nice` gives.
 PROVIDER_NICE_INCREMENT = 10
-# One supervisor of this process waits, started, for the next run (spare.py).
-SPARES = Spares(PROVIDER_NICE_INCREMENT)
+# This process's zygote: it forks each run's supervisor (zygote.py, forks.py).
+ZYGOTE = Zygote(PROVIDER_NICE_INCREMENT)
 
 
 def resolve_command(command: str, path: str) -> str | None:
@@ -119,7 +118,7 @@ class ProcessRun:
         self._temp_dir: Path | None = None
         self._stdout_bytes = 0
         self._stderr_bytes = 0
-        self._exit: ChildExit | None = None
+        self._exit: ForkedExit | None = None
         self._wake = asyncio.Event()
         # The spawn runs in a worker thread; if start() is cancelled meanwhile, whichever of
         # the two comes second (under this lock) kills the supervisor it will never watch.
@@ -134,7 +133,7 @@ class ProcessRun:
         run = cls(spec)
         run._identity = identity
         claim = sup.read_record(spec.spool_dir, sup.START_NAME) or {}
-        # The run began at its claim (a spare's process may have waited long before it).
+        # The run began at its claim.
         began = float(claim.get("at") or identity.started_at)
         run._backstop_at = time.monotonic() + run._wall_backstop_s() - (time.time() - began)
         run._watcher = asyncio.create_task(run._watch(None), name=f"run-watch:{spec.job_id}")
@@ -175,11 +174,11 @@ class ProcessRun:
             raise GatewayError(ErrorKind.INVALID_INPUT, "The invocation has no command to run.")
         spawned = await self._spawn_off_loop(argv)
         self._spawned = None  # claimed: watched from here on
-        pid = spawned.popen.pid
-        # On the loop, before anything can await: from here the exit is watched and reaped.
-        self._exit = ChildExit(spawned.popen, spawned.exit_watch)
-        # Started detached (platform.detach_kwargs): its pid is the pgid; asking getpgid()
-        # would fail once it is reaped.
+        pid = spawned.pid
+        # On the loop, before anything can await: from here its exit is watched.
+        self._exit = ForkedExit(spawned.link, pid, spawned.started_at)
+        # Forked into a session of its own (fork_session): its pid is the pgid; asking
+        # getpgid() would fail once it is reaped.
         self._identity = ProcessIdentity(pid=pid, pgid=pid, started_at=spawned.started_at)
         self._backstop_at = time.monotonic() + self._wall_backstop_s()
         self._watcher = asyncio.create_task(self._watch(self._exit),
@@ -225,10 +224,6 @@ class ProcessRun:
         """The gateway leaves and the run goes on: stop watching without killing anything
         (also while the supervisor is being started: it runs on and is adopted)."""
         self._detached = True
-        if self._exit is not None:
-            # Collected by a thread once it exits (a watcher cancelled before it ever ran
-            # would not do it).
-            self._exit.reap_in_background()
         if self._watcher is not None:
             self._watcher.cancel()
 
@@ -245,9 +240,8 @@ class ProcessRun:
             return await asyncio.shield(spawning)
         except asyncio.CancelledError:
             if self._detached:
-                # The gateway leaves: the supervisor, once started, runs on (it is adopted);
-                # only its exit status is collected here, so it never lingers as a zombie.
-                spawning.add_done_callback(reap_when_spawned)
+                # The gateway leaves: the supervisor, once started, runs on (it is adopted;
+                # its zygote, or init once that is gone, collects its exit).
                 raise
             # The thread runs on: if it has spawned already, the supervisor is killed here;
             # if not, the thread sees the flag and kills it itself. Never a leaked group.
@@ -287,30 +281,18 @@ class ProcessRun:
             raise GatewayError(ErrorKind.LAUNCH_FAILED, directories_error(exc)) from None
         try:
             token = self._write_spec([executable, *argv[1:]], cwd)
-            popen = self._spawn(token, env)
+            spawned = self._fork(token, env, executable)
         except FileNotFoundError:
             self._remove_temp_dir()
             raise RunClaimedElsewhere(spec.job_id) from None  # removed since the check above
         except BaseException:
             self._remove_temp_dir()
             raise
-        # Its priority was lowered when it started (spare.py); it sets the run's values for
-        # itself (absolute, so the order does not matter) and retries the autogroup.
-        spawned = Spawned(popen=popen, exit_watch=None, started_at=time.time(),
-                           executable=executable)
         try:
-            # Before anyone can reap it (only its ChildExit will): the pid is ours.
-            spawned.exit_watch = open_exit_watch(popen.pid)
-            started_at = proc.process_start_time(popen.pid)
-            self._await_claim(popen)
+            self._await_claim(spawned)
         except BaseException:
             self._discard(spawned)  # nobody would ever watch it
             raise
-        SPARES.refill()  # the next run's supervisor starts while this run's CLI works
-        if started_at is not None:
-            spawned.started_at = started_at
-        # else: already exited (a zombie has no start time to read). Any later liveness
-        # check of this identity must say "gone", which the spawn time gives as well as any.
         with self._spawn_lock:
             if not self._spawn_abandoned:
                 self._spawned = spawned  # start() claims it once this thread returns
@@ -344,47 +326,58 @@ class ProcessRun:
         })
         return token
 
-    def _spawn(self, token: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
-        """A started supervisor (the spare, or a new one) with this run handed over."""
-        failure: OSError | None = None
-        for _ in range(2):  # a spare killed from outside meanwhile: once more, a new one
-            try:
-                popen = SPARES.take()
-            except OSError as exc:
-                failure = exc
-                break
-            try:
-                hand_over(popen, self.spec.spool_dir, token, env, SPARES.finalizer)
-                return popen
-            except OSError as exc:
-                failure = exc
-                with contextlib.suppress(ChildProcessError):
-                    popen.wait()
-        raise GatewayError(ErrorKind.LAUNCH_FAILED, "Failed to start the run's supervisor: "
-                           f"{(failure and failure.strerror) or failure}.")
+    def _fork(self, token: str, env: dict[str, str], executable: str) -> Spawned:
+        """The run's supervisor, forked by the zygote (its priority is the zygote's, lowered
+        at its start; it sets the run's own values itself, absolute, and retries the
+        autogroup). Raises GatewayError(LAUNCH_FAILED)."""
+        try:
+            pid, link = ZYGOTE.fork(self.spec.spool_dir, token, env)
+        except ForkUnanswered:
+            return self._settle_unanswered_fork(executable)
+        # An instant run may have been reaped already, its pid reused: a start time that is
+        # not its own makes every later liveness check of this identity say "gone", which is
+        # what it is; without one (no such process) the spawn time serves as well.
+        started_at = proc.process_start_time(pid) or time.time()
+        return Spawned(pid=pid, link=link, started_at=started_at, executable=executable)
 
-    def _await_claim(self, popen: subprocess.Popen[bytes]) -> None:
+    def _settle_unanswered_fork(self, executable: str) -> Spawned:
+        """The zygote took the run and died or stopped answering (it was replaced): whether
+        it forked a supervisor, the run's claim says, now or once the run is claimed for
+        nobody. Never a second launch: one spool, one claim."""
+        spool_dir = self.spec.spool_dir
+        deadline = time.monotonic() + SUPERVISOR_START_TIMEOUT_S
+        while sup.read_record(spool_dir, sup.START_NAME) is None:
+            if time.monotonic() >= deadline:
+                try:
+                    sup.claim_record(spool_dir, sup.START_NAME, {
+                        "version": sup.RECORD_VERSION, "kind": "unstarted",
+                        "at": time.time(), "zygote": "unanswered"})
+                except FileNotFoundError:
+                    raise RunClaimedElsewhere(self.spec.job_id) from None
+                break  # ours, or a supervisor's that came at the last moment
+            time.sleep(CLAIM_POLL_S)
+        claim = sup.read_record(spool_dir, sup.START_NAME) or {}
+        if claim.get("kind") != "supervisor":
+            raise GatewayError(ErrorKind.LAUNCH_FAILED, "The run's supervisor could not be "
+                               "started (the gateway's zygote stopped answering): nothing "
+                               "ran. Resubmit the request.")
+        # A supervisor of ours runs it; its zygote is gone, so its exit is polled.
+        pid, started_at = int(claim["pid"]), float(claim["started_at"])
+        return Spawned(pid=pid, link=None, started_at=started_at, executable=executable)
+
+    def _await_claim(self, spawned: Spawned) -> None:
         """Until the supervisor has claimed the run (or exited). Blocking: spawn thread."""
         deadline = time.monotonic() + SUPERVISOR_START_TIMEOUT_S
         path = self.spec.spool_dir / sup.START_NAME
         while not path.exists() and time.monotonic() < deadline:
-            # Without reaping it: its ChildExit reaps it.
-            if platform.current().child_exited(popen.pid):
+            if spawned.exited():
                 return
-            time.sleep(0.002)
+            time.sleep(CLAIM_POLL_S)
 
     def _discard(self, spawned: Spawned) -> None:
-        """Kill a supervisor that start() will never watch, and reap it in a daemon thread."""
-        pid = spawned.popen.pid
-        proc.signal_group(pid, signal.SIGKILL)
-        close_watch(spawned.exit_watch)
-
-        def reap() -> None:
-            with contextlib.suppress(ChildProcessError):
-                spawned.popen.returncode = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-            self._remove_temp_dir()
-
-        threading.Thread(target=reap, name=f"reap-{pid}", daemon=True).start()
+        """Kill a supervisor that start() will never watch; its temp dir goes once it is gone."""
+        proc.signal_group(spawned.pid, signal.SIGKILL)
+        spawned.on_exit(lambda _status: self._remove_temp_dir())
 
     def _not_found(self, command: str) -> GatewayError:
         hint = self.spec.install_hint.strip().rstrip(".")
@@ -437,7 +430,7 @@ class ProcessRun:
         identity = self._identity
         if identity is None:
             return False
-        if self._exit is not None:  # our child: its pid is ours until its ChildExit reaps it
+        if self._exit is not None:  # forked by our zygote, which reports its exit
             return not self._exit.exited.done()
         return proc.is_process_alive(identity.pid, identity.started_at)
 
@@ -445,7 +438,7 @@ class ProcessRun:
         self._stdout_bytes = spool.file_size(self.stdout_path)
         self._stderr_bytes = spool.file_size(self.stderr_path)
 
-    async def _watch(self, child: ChildExit | None) -> RunOutcome:
+    async def _watch(self, child: ForkedExit | None) -> RunOutcome:
         assert self._identity is not None
         pgid = self._identity.pgid
         try:
@@ -490,9 +483,6 @@ class ProcessRun:
             if not self._detached:
                 # Not a leave: the gateway lives on, so the group must not outlive us.
                 proc.signal_group(pgid, signal.SIGKILL)
-            if child is not None:
-                # The loop may be closing (asyncio.run's teardown): a thread reaps it.
-                child.reap_in_background()
             raise
         finally:
             self._finished = True

@@ -1,33 +1,40 @@
-"""A supervisor just started by the runner's spawn thread, before the event loop watches it:
-what is known of it, and how it is disposed of when nothing will ever watch it.
+"""A supervisor just forked for a run by the runner's spawn thread, before the event loop
+watches it: what is known of it, and how its exit is learned meanwhile.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
-import subprocess
-import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway import proc
-from gateway.platform import ExitWatch
+from gateway.jobs.run.forks import Link
 
 
 @dataclass(slots=True)
 class Spawned:
-    """A supervisor just started by the spawn thread, not yet watched by the event loop."""
+    """A supervisor just forked, not yet watched by the event loop. `link`: the zygote that
+    forked it and reports its exit; None when that zygote is gone (then its pid is polled)."""
 
-    popen: subprocess.Popen[bytes]
-    exit_watch: ExitWatch | None
+    pid: int
+    link: Link | None
     started_at: float
     executable: str
 
+    def exited(self) -> bool:
+        """Whether it is known to have exited (from the spawn thread)."""
+        if self.link is not None and self.link.alive:
+            return self.link.has_exited(self.pid)
+        return not proc.is_process_alive(self.pid, self.started_at)
 
-def close_watch(watch: ExitWatch | None) -> None:
-    if watch is not None:
-        watch.close()
+    def on_exit(self, callback: Callable[[int | None], None]) -> None:
+        """`callback` once it has exited (its returncode, None: unknown); at once when its
+        zygote is gone (the caller has SIGKILLed its group)."""
+        if self.link is None:
+            callback(None)
+        else:
+            self.link.watch(self.pid, callback)
 
 
 def priority_targets(increment: int) -> tuple[int, int | None]:
@@ -37,19 +44,3 @@ def priority_targets(increment: int) -> tuple[int, int | None]:
     own = proc.autogroup_nice(os.getpid())
     autogroup = None if own is None else min(proc.MAX_NICE, own + increment)
     return nice, autogroup
-
-
-def reap_when_spawned(spawning: asyncio.Future[Spawned]) -> None:
-    """A supervisor spawned for a run that was detached meanwhile: wait for its exit in a
-    daemon thread (nobody else will), without touching the run."""
-    if spawning.cancelled() or spawning.exception() is not None:
-        return
-    spawned = spawning.result()
-    close_watch(spawned.exit_watch)
-
-    def reap() -> None:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(spawned.popen.pid, 0)
-        spawned.popen.returncode = 0  # collected: its finalizer must not wait again
-
-    threading.Thread(target=reap, name=f"reap-{spawned.popen.pid}", daemon=True).start()

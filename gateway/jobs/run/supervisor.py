@@ -1,15 +1,15 @@
 """The supervisor of one run: a small program that outlives its gateway (docs/architecture.md).
 
-The gateway starts it with its own interpreter in isolated mode, no shell, detached (a new
-session: gateway/platform `detach_kwargs`), so the supervisor leads the run's process group:
-ahead of need, waiting for its run (spool dir, token, the CLI's environment) on stdin
-(gateway/jobs/run/spare.py), or for one run as
-`python -I -S .../gateway/jobs/run/supervisor.py <spool_dir> <token>`. It reads the run's spec
-(`run.json`, written by the gateway), claims the run, starts the CLI in its own group with
-stdout/stderr on the spool files, and enforces by itself what must hold while no gateway is
-alive: the wall-clock `timeout_s`, the idle timeout of streaming CLIs and the output cap,
-each a stop of the whole group (SIGTERM, then SIGKILL after `kill_grace_s`). It records the
-run's end atomically (`end.json`) and exits.
+The gateway's zygote (gateway/jobs/run/zygote.py: its own interpreter in isolated mode, this
+module imported) forks it for each run, and the fork leaves the zygote's session at once
+(gateway/platform `fork_session`), so the supervisor leads the run's process group; it gets
+its run (spool dir, token, the CLI's environment) through the zygote's pipe (`take_run`). By
+hand it runs one run as `python -I -S .../gateway/jobs/run/supervisor.py <spool_dir> <token>`.
+It reads the run's spec (`run.json`, written by the gateway), claims the run, starts the CLI
+in its own group with stdout/stderr on the spool files, and enforces by itself what must
+hold while no gateway is alive: the wall-clock `timeout_s`, the idle timeout of streaming
+CLIs and the output cap, each a stop of the whole group (SIGTERM, then SIGKILL after
+`kill_grace_s`). It records the run's end atomically (`end.json`) and exits.
 
 Stdlib only, and importable: the gateway reads the records through the functions below, so
 the record format has one home. What differs by OS (its own start time, who is in its group,
@@ -44,8 +44,8 @@ import sys
 import threading
 import time
 
-# Imported for the type checker only: pathlib and typing cost a supervisor's start about
-# 10 ms (the first run of a gateway waits for one; later runs get a spare started ahead).
+# Imported for the type checker only: pathlib and typing cost the zygote's start about 10 ms
+# (and the first run of a gateway waits for the zygote).
 # The functions below take a str or any os.PathLike (the gateway passes Path).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -199,8 +199,8 @@ def run_started(spool_dir: StrPath) -> bool:
 def load_platform(spec: dict[str, Any]) -> Any:
     """The platform implementation the gateway chose (`platform`: "linux" or "portable"),
     imported from the folders it named (`platform_path`: gateway/platform, and for portable
-    psutil's). Appended after the stdlib: nothing there can shadow a stdlib module. A spare
-    has imported it already (spare.py), so this costs nothing on the run's path."""
+    psutil's). Appended after the stdlib: nothing there can shadow a stdlib module. The zygote
+    has imported it already (zygote.py), so this costs nothing on the run's path."""
     for path in spec.get("platform_path") or [_PLATFORM_DIR]:
         if path not in sys.path:
             sys.path.append(path)
@@ -267,6 +267,8 @@ class Supervisor:
         self._autogroup_pending = self.spec.get("autogroup_nice") is not None
         if not self._autogroup_pending:
             self.platform.make_non_dumpable()
+        else:  # forked from a non-dumpable zygote: its autogroup file is root's until this
+            self.platform.make_dumpable()
         self._retry_autogroup()
 
     def _retry_autogroup(self) -> None:
@@ -529,41 +531,27 @@ def _watch_for_finalizer(spool_dir: str, finalizer: dict[str, Any], platform: An
 
 
 
-def _handed_over() -> tuple[str, str, dict[str, str], dict[str, Any] | None] | None:
-    """A spare's run (gateway/jobs/run/spare.py): one JSON document on stdin, then EOF. None:
-    its gateway left before it needed it. Its stderr then goes to the run's log."""
-    chunks: list[bytes] = []
-    while chunk := os.read(0, 65536):
-        chunks.append(chunk)
-    if not chunks:
-        return None
-    run = json.loads(b"".join(chunks))
+def take_run(run: dict[str, Any]) -> int:
+    """Supervise the run a zygote forked this process for (gateway/jobs/run/zygote.py):
+    `{"spool_dir", "token", "env", "finalizer"}`, as its gateway sent it through the
+    zygote's pipe (the environment and the finalizer's settings may hold secrets: never a
+    file). From here its stderr goes to the run's log."""
+    spool_dir = str(run["spool_dir"])
     try:
-        log_fd = os.open(os.path.join(run["spool_dir"], LOG_NAME),
+        log_fd = os.open(os.path.join(spool_dir, LOG_NAME),
                          os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     except FileNotFoundError:
-        pass  # its spool is gone (re-queued elsewhere): main() finds no spec and leaves
+        pass  # its spool is gone (re-queued elsewhere): supervise() finds no spec and leaves
     else:
         os.dup2(log_fd, 2)
         os.close(log_fd)
-    return (str(run["spool_dir"]), str(run["token"]), dict(run["env"]),
-            run.get("finalizer"))
+    return supervise(spool_dir, str(run["token"]), dict(run["env"]), run.get("finalizer"))
 
 
-def main(argv: list[str]) -> int:
-    env: dict[str, str] | None = None
-    finalizer: dict[str, Any] | None = None
-    if len(argv) == 1:  # a spare, started ahead of need: its run comes on stdin
-        run = _handed_over()
-        if run is None:
-            return 0
-        spool_dir, token, env, finalizer = run
-    elif len(argv) == 3:  # started for one run: this process's environment is the CLI's
-        spool_dir, token = argv[1], argv[2]
-    else:
-        sys.stderr.write("usage: supervisor.py [SPOOL_DIR TOKEN] (none: the run comes on "
-                         "stdin)\n")
-        return 2
+def supervise(spool_dir: str, token: str, env: dict[str, str] | None,
+              finalizer: dict[str, Any] | None) -> int:
+    """Claim and supervise the run of `spool_dir` if its spec carries `token`; the exit code.
+    `env`: the CLI's environment (None: this process's own)."""
     spec = read_record(spool_dir, RUN_NAME)
     if spec is None or spec.get("token") != token:
         return CLAIMED_ELSEWHERE_EXIT  # not our run (re-queued and relaunched): never run it
@@ -576,6 +564,15 @@ def main(argv: list[str]) -> int:
     if code == 0:  # the run ended and is recorded (not claimed elsewhere)
         start_finalizer_if_alone(spool_dir, finalizer, supervisor.platform)
     return code
+
+
+def main(argv: list[str]) -> int:
+    """`supervisor.py SPOOL_DIR TOKEN`: one run, this process's environment the CLI's (by
+    hand, and in tests; a gateway forks its supervisors from its zygote)."""
+    if len(argv) != 3:
+        sys.stderr.write("usage: supervisor.py SPOOL_DIR TOKEN\n")
+        return 2
+    return supervise(argv[1], argv[2], None, None)
 
 
 if __name__ == "__main__":

@@ -63,9 +63,12 @@ def _file_problem(path: Path, required: bool) -> str | None:
 
 
 def _is_supervisor_command(cmdline: list[str]) -> bool:
-    """`python -I -S -c <boot>` (a spare, spare.py) or `python -I -S .../supervisor.py ...`."""
+    """`python -I -S -c <boot>`, the command line of a zygote (forks.py) and so of every
+    supervisor it forked, of a 0.1.0 spare (it imported the supervisor), or
+    `python -I -S .../supervisor.py ...` (a supervisor started by hand, or by 0.1.0)."""
     return "-I" in cmdline and any(
-        "import supervisor" in arg or arg.endswith(os.sep + "supervisor.py") for arg in cmdline)
+        "import zygote" in arg or "import supervisor" in arg
+        or arg.endswith(os.sep + "supervisor.py") for arg in cmdline)
 
 
 def _supervisor_problem(pid: int, started_at: float) -> str | None:

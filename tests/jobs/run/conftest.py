@@ -12,8 +12,9 @@ import pytest
 
 from gateway import platform
 from gateway.jobs.run import supervisor as sup
-from gateway.jobs.run.spare import SUPERVISOR_PATH
 from tests.children import Children
+
+SUPERVISOR_PATH = Path(sup.__file__).resolve()
 
 
 class StartSupervisor(Protocol):

@@ -25,7 +25,7 @@ from gateway import platform, proc
 from gateway.config import Settings
 from gateway.jobs.run import spool
 from gateway.jobs.run import supervisor as sup
-from gateway.jobs.run.spare import SUPERVISOR_BOOT
+from gateway.jobs.run.forks import ZYGOTE_BOOT
 from gateway.model import InstanceRow, JobStatus, NewJob
 from gateway.store import open_store
 from tests.children import reap
@@ -50,15 +50,16 @@ def victim() -> Iterator[subprocess.Popen[bytes]]:
 
 @pytest.fixture
 def fake_supervisor() -> Iterator[subprocess.Popen[bytes]]:
-    """A process that looks like a waiting spare (its command line): the genuine case."""
-    chosen = platform.supervisor_spec()  # started exactly as spare.py starts a spare
-    child = subprocess.Popen([sys.executable, "-I", "-S", "-c", SUPERVISOR_BOOT,
+    """A process with a zygote's command line, as every supervisor it forks has: the
+    genuine case."""
+    chosen = platform.supervisor_spec()  # started exactly as forks.py starts a zygote
+    child = subprocess.Popen([sys.executable, "-I", "-S", "-c", ZYGOTE_BOOT,
                               str(chosen["platform"]), *chosen["platform_path"]],
                              stdin=subprocess.PIPE, start_new_session=True)
     try:
         yield child
     finally:
-        reap(child)  # EOF on its stdin: a waiting spare exits by itself
+        reap(child)  # EOF on its stdin: a zygote exits by itself
 
 
 def tamper_token(attempt: Path) -> None:

@@ -25,7 +25,7 @@ import anyio
 import psutil
 import pytest
 
-from gateway import platform, proc
+from gateway import proc
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.record_to_outcome import RunOutcome
 from gateway.jobs.run.runner import PROVIDER_NICE_INCREMENT, ProcessRun
@@ -204,12 +204,8 @@ async def test_the_leader_is_reaped_and_leaves_no_zombie(tmp_path: Path) -> None
 
 async def test_running_children_are_watched_without_a_thread_each(tmp_path: Path) -> None:
     # Python 3.11's asyncio starts one waitpid thread per child; a burst of jobs then pays
-    # a thread start per spawn. The runner watches exits through the platform's exit watch
-    # on the event loop (portable forced on Linux waits in a thread each, as asyncio).
-    probe = platform.current().exit_watch(os.getpid())
-    if probe is None:
-        pytest.skip("this platform implementation has no exit watch here")
-    probe.close()
+    # a thread start per spawn. The runner learns each supervisor's exit from its zygote's
+    # one reader thread, on every platform.
     invocation = child(tmp_path, "time.sleep(60)")
     runs = [ProcessRun(make_spec(tmp_path, invocation, job_id=f"job-{i}",
                                  spool_dir=tmp_path / f"spool-{i}")) for i in range(9)]
@@ -276,7 +272,7 @@ async def test_a_start_cancelled_just_after_the_spawn_returned_kills_the_child(
         starting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await starting
-        pid = handed_over.popen.pid
+        pid = handed_over.pid
         await until(lambda: not psutil.pid_exists(pid), "the child to be killed and reaped")
     assert run.identity is None
 

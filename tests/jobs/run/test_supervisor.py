@@ -21,9 +21,8 @@ import pytest
 
 from gateway import proc
 from gateway.jobs.run import supervisor as sup
-from gateway.jobs.run.spare import SUPERVISOR_PATH
 from tests.children import Children
-from tests.jobs.run.conftest import StartSupervisor
+from tests.jobs.run.conftest import SUPERVISOR_PATH, StartSupervisor
 
 DEADLINE_S = 20.0
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]

@@ -3,15 +3,14 @@ still ends, with what really happened, and nothing runs twice or is left running
 
 Real gateways on a real store (SQLite file and PostgreSQL), real supervisors and fake CLIs.
 The faults are real signals sent at the moment the finding needs, from inside the launch
-path: a wrapper of `hand_over` (the hand-over of a run to its waiting supervisor) stops the
-supervisor before it can read its run, so the test decides when it dies.
+path: a wrapper of the zygote's `fork` makes the run's log a FIFO first, so the forked
+supervisor blocks opening it, before it can claim its run, and the test decides when it dies.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -42,17 +41,18 @@ def alive(pid: int) -> bool:
 
 @pytest.fixture
 def handed_over(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Every supervisor a run is handed to is SIGSTOPped first: it holds its run but has not
-    read it, so it has not claimed it. The pids, in order."""
+    """Every supervisor forked for a run blocks before it claims it: its first act, opening
+    the run's log, waits on a FIFO nobody reads. The pids, in order."""
     pids: list[int] = []
-    real = runner.hand_over  # type: ignore[attr-defined]  # the name the runner calls
+    real = runner.ZYGOTE.fork
 
-    def stop_then_hand_over(popen: subprocess.Popen[bytes], *args: Any) -> None:
-        os.kill(popen.pid, signal.SIGSTOP)
-        real(popen, *args)
-        pids.append(popen.pid)
+    def fork_blocked_before_the_claim(spool_dir: Path, *args: Any) -> tuple[int, Any]:
+        os.mkfifo(spool_dir / sup.LOG_NAME, 0o600)
+        pid, link = real(spool_dir, *args)
+        pids.append(pid)
+        return pid, link
 
-    monkeypatch.setattr(runner, "hand_over", stop_then_hand_over)
+    monkeypatch.setattr(runner.ZYGOTE, "fork", fork_blocked_before_the_claim)
     return pids
 
 

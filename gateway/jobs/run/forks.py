@@ -1,0 +1,284 @@
+"""The gateway's end of its zygote (zygote.py): start it, ask it for a run's supervisor, learn
+each forked supervisor's exit.
+
+One zygote per gateway process, started at its first run (an interpreter start, what every
+run used to pay) and again after it died: `Zygote.fork()` sends the run and waits for the
+forked supervisor's pid. A reader thread takes the zygote's lines: the pid a request waits
+for, and each supervisor's exit, which resolves that run's `ForkedExit` on the event loop.
+
+What is not lost when something dies:
+- the gateway: the zygote reads EOF and exits; the supervisors run on and are adopted;
+- the zygote: its supervisors run on (re-parented); their exits are no longer reported, so
+  each `ForkedExit` of a run it forked falls back to polling its pid (`EXIT_POLL_S`), and the
+  next run starts a new zygote. A request it took and never answered (it died, or it stopped
+  answering: SIGSTOP) may or may not have forked: `ForkUnanswered`, which the runner settles
+  by the run's claim (runner.py), never by a second launch;
+- a supervisor: its exit line comes like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from gateway import platform, proc
+from gateway.jobs.run import zygote as zygote_program
+from gateway.model import ErrorKind, GatewayError
+
+log = structlog.get_logger(__name__)
+
+RUN_DIR = Path(zygote_program.__file__).resolve().parent
+# The zygote imported as a module (from its own directory, after the stdlib), not run as a
+# script: an imported module's bytecode is cached, a script is compiled at every start. Its
+# arguments: the platform implementation (gateway/platform) and the folders to import it
+# from. It ends with os._exit: the interpreter's teardown has nothing to save.
+ZYGOTE_BOOT = (f"import os, sys; sys.path.append({str(RUN_DIR)!r}); "
+               "sys.path.extend(sys.argv[2:]); import zygote; "
+               "code = zygote.main(sys.argv[:2]); sys.stderr.flush(); os._exit(code)")
+# How long a run waits for the zygote to answer its fork. A fork and a line take about a
+# millisecond; only a zygote that is stopped (SIGSTOP) or starved for this long misses it.
+FORK_ANSWER_TIMEOUT_S = 10.0
+# How often a run whose zygote died checks that its supervisor still lives.
+EXIT_POLL_S = 0.02
+
+ExitCallback = Callable[[int | None], None]  # a returncode, or None: the zygote is gone
+
+
+class ForkUnanswered(Exception):
+    """The zygote took the run and never said whether it forked (it died or stopped
+    answering): a supervisor may be running it. The run's claim tells."""
+
+
+class Link:
+    """One zygote process and its reader thread."""
+
+    def __init__(self, nice_increment: int) -> None:
+        chosen = platform.supervisor_spec()
+        # -I: no PYTHON* variables, no user site, no script dir on sys.path; -S: no site
+        # import. The zygote and its supervisors need the stdlib only.
+        self.popen = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", ZYGOTE_BOOT, str(chosen["platform"]),
+             *chosen["platform_path"]],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            cwd="/", env={},  # holds no directory and no secret of anyone's
+            **platform.current().detach_kwargs(),  # a session of its own: no terminal signal
+        )
+        # At once: its start must not compete with this gateway's heartbeat at full
+        # priority. Forked supervisors inherit it; each run's own values come with its spec.
+        proc.lower_priority(self.popen.pid, nice_increment)
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._answers: dict[int, concurrent.futures.Future[int]] = {}
+        self._statuses: dict[int, int] = {}  # exits that no watcher has taken yet
+        self._watchers: dict[int, ExitCallback] = {}
+        self.alive = True
+        threading.Thread(target=self._read, name=f"zygote-{self.popen.pid}",
+                         daemon=True).start()
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def fork(self, run: dict[str, Any]) -> int:
+        """The pid of the supervisor forked for `run`. Raises OSError when the request could
+        not be sent (the zygote is gone: nothing was forked), ForkUnanswered when it was
+        sent and not answered, GatewayError when fork() failed in the zygote."""
+        answer: concurrent.futures.Future[int] = concurrent.futures.Future()
+        with self._lock:
+            if not self.alive:
+                raise BrokenPipeError("the zygote is gone")
+            request_id = next(self._ids)
+            self._answers[request_id] = answer
+            # Under the lock: two requests' bytes must not interleave on the pipe.
+            try:
+                assert self.popen.stdin is not None
+                self.popen.stdin.write((json.dumps({"id": request_id, **run}) + "\n")
+                                       .encode("utf-8"))
+                self.popen.stdin.flush()
+            except (OSError, ValueError) as exc:  # ValueError: stdin closed meanwhile
+                del self._answers[request_id]
+                raise BrokenPipeError(f"the zygote is gone: {exc}") from None
+        try:
+            return answer.result(timeout=FORK_ANSWER_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            log.warning("the zygote did not answer a fork; replacing it", action="zygote",
+                        zygote_pid=self.pid, timeout_s=FORK_ANSWER_TIMEOUT_S)
+            self.kill()
+            raise ForkUnanswered from None
+
+    def watch(self, pid: int, callback: ExitCallback) -> None:
+        """Call `callback` (from the reader thread, or at once) with `pid`'s returncode once
+        the zygote reaped it, or with None if the zygote went first."""
+        with self._lock:
+            status = self._statuses.pop(pid, None)
+            if status is None and self.alive:
+                self._watchers[pid] = callback
+                return
+        callback(status)
+
+    def has_exited(self, pid: int) -> bool:
+        """Whether the zygote reported `pid`'s exit (not taken by a watcher yet)."""
+        with self._lock:
+            return pid in self._statuses
+
+    def close(self) -> None:
+        """The gateway stops: the zygote reads EOF and exits (its supervisors run on)."""
+        with self._lock, contextlib.suppress(OSError):
+            assert self.popen.stdin is not None
+            self.popen.stdin.close()
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            os.killpg(self.popen.pid, signal.SIGKILL)  # its own group: the supervisors are not in it
+        self.close()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        try:
+            for line in self.popen.stdout:
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    continue
+                self._take(message)
+        except OSError:
+            pass
+        finally:
+            self._gone()
+
+    def _take(self, message: dict[str, Any]) -> None:
+        if "exited" in message:
+            pid, status = int(message["exited"]), int(message["status"])
+            with self._lock:
+                callback = self._watchers.pop(pid, None)
+                if callback is None:
+                    self._statuses[pid] = status
+            if callback is not None:
+                callback(status)
+            return
+        with self._lock:
+            answer = self._answers.pop(int(message.get("id") or 0), None)
+        if answer is None:
+            return  # answered after its request timed out: the claim settles that run
+        if "pid" in message:
+            answer.set_result(int(message["pid"]))
+        else:
+            answer.set_exception(GatewayError(
+                ErrorKind.LAUNCH_FAILED,
+                f"Failed to start the run's supervisor: {message.get('error')}."))
+
+    def _gone(self) -> None:
+        """EOF: the zygote exited (or was killed). Everything waiting on it is told."""
+        with self._lock:
+            self.alive = False
+            answers, self._answers = self._answers, {}
+            watchers, self._watchers = self._watchers, {}
+        for answer in answers.values():
+            answer.set_exception(ForkUnanswered())
+        for callback in watchers.values():
+            callback(None)
+        self.close()
+        assert self.popen.stdout is not None
+        self.popen.stdout.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=10)  # it exits right after EOF; reaped here
+
+
+class Zygote:
+    """This gateway process's zygote. Thread-safe: runs are started from worker threads."""
+
+    def __init__(self, nice_increment: int) -> None:
+        self._nice_increment = nice_increment
+        self._lock = threading.Lock()
+        self._link: Link | None = None
+        # How a supervisor starts this gateway's finalizer (finalizer.handoff), set by the
+        # gateway at start; None: no finalizer (an in-memory store, or not started yet).
+        self.finalizer: dict[str, Any] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The zygote's pid while one lives (gateway_status, the bench, tests)."""
+        link = self._link
+        return link.pid if link is not None and link.alive else None
+
+    def fork(self, spool_dir: Path, token: str, env: dict[str, str]) -> tuple[int, Link]:
+        """Fork a supervisor for the run in `spool_dir`: its pid, and the link that reports
+        its exit. The run's environment (and the finalizer's settings: the store's DSN may be
+        in them) go through the pipe, never a file. Raises ForkUnanswered (see above) or
+        GatewayError(LAUNCH_FAILED)."""
+        run = {"spool_dir": str(spool_dir), "token": token, "env": env,
+               "finalizer": self.finalizer}
+        failure: OSError | None = None
+        for _ in range(2):  # a zygote that died idle: once more, with a new one
+            try:
+                link = self._current()
+                return link.fork(run), link
+            except OSError as exc:
+                failure = exc
+        raise GatewayError(ErrorKind.LAUNCH_FAILED, "Failed to start the run's supervisor: "
+                           f"{(failure and failure.strerror) or failure}.")
+
+    def close(self) -> None:
+        """The gateway stops: its zygote exits once it reads EOF."""
+        with self._lock:
+            link, self._link = self._link, None
+        if link is not None:
+            link.close()
+
+    def _current(self) -> Link:
+        with self._lock:
+            if self._link is None or not self._link.alive:
+                self._link = Link(self._nice_increment)  # raises OSError (EAGAIN, ENOMEM)
+            return self._link
+
+
+class ForkedExit:
+    """The exit of a supervisor our zygote forked: `exited` resolves with its returncode once
+    the zygote reaped it, or, if the zygote died first, with None once the process is gone
+    (init reaps it then). Create it on the event loop.
+
+    Between the zygote's reap and this future's resolution the pid is free for reuse; a
+    signal sent to it in that window (a stop) could only reach another process if the pid
+    space wrapped around within it."""
+
+    def __init__(self, link: Link | None, pid: int, started_at: float) -> None:
+        self.pid = pid
+        self._started_at = started_at
+        self._loop = asyncio.get_running_loop()
+        self.exited: asyncio.Future[int | None] = self._loop.create_future()
+        self._poller: asyncio.Task[None] | None = None
+        if link is None:  # forked by a zygote that is gone
+            self._resolve(None)
+        else:
+            link.watch(pid, self._from_reader)
+
+    def _from_reader(self, status: int | None) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            self._loop.call_soon_threadsafe(self._resolve, status)
+
+    def _resolve(self, status: int | None) -> None:
+        if self.exited.done():
+            return
+        if status is not None:
+            self.exited.set_result(status)
+        elif self._poller is None:
+            self._poller = self._loop.create_task(self._poll(), name=f"exit-poll-{self.pid}")
+
+    async def _poll(self) -> None:
+        while proc.is_process_alive(self.pid, self._started_at):
+            await asyncio.sleep(EXIT_POLL_S)
+        if not self.exited.done():
+            self.exited.set_result(None)

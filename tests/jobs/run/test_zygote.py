@@ -1,0 +1,129 @@
+"""The zygote (issue 26): one pre-imported process per gateway forks every run's supervisor,
+and neither its death nor its silence loses a run or launches one twice.
+
+Real zygotes, real forked supervisors and small stdlib children (test_runner's helpers).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+
+from gateway.jobs.run import forks
+from gateway.jobs.run import supervisor as sup
+from gateway.jobs.run.runner import ZYGOTE, ProcessRun
+from gateway.model import ErrorKind, GatewayError
+from tests.jobs.run.test_runner import DEADLINE_S, child, make_spec, until
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
+
+# Prints its argument, then waits for a file before it exits: the test decides when.
+WAIT_FOR_GO = """
+print(sys.argv[1], flush=True)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.01)
+"""
+
+
+def zygote_pid() -> int:
+    pid = ZYGOTE.pid
+    assert pid is not None, "no zygote lives"
+    return pid
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def waiting_runs(tmp_path: Path, count: int, tag: str) -> tuple[list[ProcessRun], Path]:
+    go = tmp_path / f"go-{tag}"
+    invocation = child(tmp_path, WAIT_FOR_GO, tag, str(go), name=f"{tag}.py")
+    runs = [ProcessRun(make_spec(tmp_path, invocation, job_id=f"{tag}-{i}",
+                                 spool_dir=tmp_path / f"spool-{tag}-{i}"))
+            for i in range(count)]
+    return runs, go
+
+
+async def test_every_run_s_supervisor_is_forked_by_one_zygote(tmp_path: Path) -> None:
+    runs, go = waiting_runs(tmp_path, 6, "burst")
+    with anyio.fail_after(DEADLINE_S):
+        identities = [await run.start() for run in runs]
+        zygote = zygote_pid()
+        parents = {psutil.Process(identity.pid).ppid() for identity in identities}
+        go.touch()
+        outcomes = [await run.wait() for run in runs]
+    assert parents == {zygote}  # a fork each, not an interpreter each
+    assert all(identity.pgid == identity.pid for identity in identities)  # own groups
+    assert [o.exit_code for o in outcomes] == [0] * len(runs)
+    assert ZYGOTE.pid == zygote  # the same zygote serves on
+
+
+async def test_runs_outlive_a_killed_zygote_and_the_next_run_gets_a_new_one(
+        tmp_path: Path) -> None:
+    runs, go = waiting_runs(tmp_path, 3, "orphaned")
+    with anyio.fail_after(DEADLINE_S):
+        identities = [await run.start() for run in runs]
+        old = zygote_pid()
+        os.kill(old, signal.SIGKILL)
+        await until(lambda: gone(old), "the zygote to die")
+        assert all(not run.finished for run in runs)  # its supervisors run on
+        go.touch()
+        outcomes = [await run.wait() for run in runs]  # learned by polling their pids
+        (after,), go_after = waiting_runs(tmp_path, 1, "after")
+        go_after.touch()
+        await after.start()
+        outcome_after = await after.wait()
+    assert [(o.exit_code, o.error_kind) for o in outcomes] == [(0, None)] * len(runs)
+    for run, identity in zip(runs, identities, strict=True):
+        assert run.stdout_path.read_text().strip() == "orphaned"
+        assert (sup.read_record(run.spec.spool_dir, sup.END_NAME) or {})["pid"] == identity.pid
+    assert outcome_after.exit_code == 0
+    assert zygote_pid() != old
+
+
+async def test_a_stopped_zygote_is_replaced_and_its_run_ends_as_never_started(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(forks, "FORK_ANSWER_TIMEOUT_S", 0.5)
+    (first,), go = waiting_runs(tmp_path, 1, "first")
+    go.touch()
+    with anyio.fail_after(DEADLINE_S):
+        await first.start()
+        await first.wait()
+        stopped = zygote_pid()
+        os.kill(stopped, signal.SIGSTOP)
+        (unanswered,), _ = waiting_runs(tmp_path, 1, "unanswered")
+        with pytest.raises(GatewayError) as refused:
+            await unanswered.start()
+        await until(lambda: gone(stopped), "the stopped zygote to be killed")
+        (next_run,), go_next = waiting_runs(tmp_path, 1, "next")
+        go_next.touch()
+        await next_run.start()
+        outcome = await next_run.wait()
+    assert refused.value.kind == ErrorKind.LAUNCH_FAILED
+    assert "nothing ran" in refused.value.message
+    # Claimed for nobody: a supervisor that comes late can never start it.
+    claim = sup.read_record(unanswered.spec.spool_dir, sup.START_NAME)
+    assert claim is not None and claim["kind"] == "unstarted"
+    assert not unanswered.stdout_path.exists() or unanswered.stdout_path.read_text() == ""
+    assert outcome.exit_code == 0 and zygote_pid() != stopped
+
+
+async def test_the_zygote_exits_when_its_gateway_closes_it_and_its_runs_go_on(
+        tmp_path: Path) -> None:
+    (run,), go = waiting_runs(tmp_path, 1, "closing")
+    with anyio.fail_after(DEADLINE_S):
+        await run.start()
+        old = zygote_pid()
+        ZYGOTE.close()  # what a stopping gateway does
+        await until(lambda: gone(old), "the zygote to exit at EOF")
+        go.touch()
+        outcome = await run.wait()
+    assert outcome.exit_code == 0 and run.stdout_path.read_text().strip() == "closing"
