@@ -284,6 +284,15 @@ async def wait_done(client: Client, job_id: str) -> dict[str, Any]:
             return data
 
 
+async def wait_all(client: Client, job_ids: list[str]) -> dict[str, int]:
+    """Wait until every job is terminal: how many ended in each status."""
+    statuses: dict[str, int] = {}
+    for job_id in job_ids:
+        done = await wait_done(client, job_id)
+        statuses[done["status"]] = statuses.get(done["status"], 0) + 1
+    return statuses
+
+
 def rss(process: psutil.Process) -> int:
     return int(process.memory_info().rss)
 
@@ -452,41 +461,68 @@ def _direct_argv(config: Path, prompt: str) -> tuple[list[str], bytes | None]:
     return list(target.invocation.argv), target.invocation.stdin
 
 
+@contextlib.asynccontextmanager
+async def _ready_gateway(servers: Servers, config: Path, label: str, sizes: Sizes,
+                         forced: str | None = None,
+                         ) -> AsyncIterator[tuple[Client, psutil.Process]]:
+    """A gateway with its store open and admission on, settled; with `forced`, that
+    platform implementation forced (AGENT_GATEWAY_PLATFORM, checked through gateway_status)."""
+    env = {"AGENT_GATEWAY_PLATFORM": forced} if forced else {}
+    async with servers.connect(servers.gateway(config, **env), label) as (client, process):
+        await client.list_tools()
+        await call(client, "llm_job_list", {})
+        status = await call(client, "gateway_status", {})
+        if forced and status["platform"]["implementation"] != forced:
+            raise RuntimeError(f"the gateway did not use the {forced} platform: {status}")
+        await asyncio.sleep(sizes.settle_s)
+        yield client, process
+
+
+async def _sync_against_direct(client: Client, config: Path, workdir: Path, runs: int,
+                               warmup: int, work: str) -> tuple[list[float], list[float]]:
+    """(direct, sync) seconds, interleaved: the fake spawned directly with the argv and stdin
+    of a prompt carrying `work` (a directive such as @sleep, or none: it answers at once),
+    then claude_request of the same kind of prompt."""
+    direct: list[float] = []
+    sync: list[float] = []
+    for i in range(warmup + runs):
+        prompt = f"bench {uuid.uuid4().hex[:8]} {work}".rstrip()
+        argv, stdin = _direct_argv(config, prompt)
+        d = await runner_bench._direct_once(argv, stdin, workdir / "direct")
+        started = time.perf_counter()
+        answer = await call(client, "claude_request",
+                            {"prompt": f"sync {prompt}", "force_refresh": True})
+        elapsed = time.perf_counter() - started
+        if answer.get("status") != "completed":
+            raise RuntimeError(f"claude_request did not complete: {answer}")
+        if i >= warmup:
+            direct.append(d)
+            sync.append(elapsed)
+    return direct, sync
+
+
+def _overhead_detail(values: list[float], direct: list[float]) -> dict[str, Any]:
+    median, floor = _median(values), _median(direct)
+    return {"runs": len(values), "median_ms": median * 1000, "floor_median_ms": floor * 1000,
+            "overhead_ms": (median - floor) * 1000, "p90_ms": _pct(values, 90) * 1000,
+            "floor_p90_ms": _pct(direct, 90) * 1000}
+
+
 async def bench_portable_overhead(servers: Servers, sizes: Sizes, workdir: Path) -> list[Row]:
     """The sync request overhead with the `portable` platform forced (what a Mac runs:
     psutil instead of procfs, a waiting thread's pipe instead of kqueue), over the direct
     spawn."""
     config = servers.config()
-    direct: list[float] = []
-    sync: list[float] = []
-    params = servers.gateway(config, AGENT_GATEWAY_PLATFORM="portable")
-    async with servers.connect(params, "overhead-portable") as (client, _):
-        await client.list_tools()
-        status = await call(client, "gateway_status", {})
-        if status["platform"]["implementation"] != "portable":
-            raise RuntimeError(f"the gateway did not use the portable platform: {status}")
-        await asyncio.sleep(sizes.settle_s)
-        for i in range(sizes.overhead_warmup + sizes.overhead_runs):
-            prompt = f"bench {uuid.uuid4().hex[:8]} @sleep={FAKE_WORK_S}"
-            argv, stdin = _direct_argv(config, prompt)
-            d = await runner_bench._direct_once(argv, stdin, workdir / "direct")
-            started = time.perf_counter()
-            answer = await call(client, "claude_request",
-                                {"prompt": f"sync {prompt}", "force_refresh": True})
-            elapsed = time.perf_counter() - started
-            if answer.get("status") != "completed":
-                raise RuntimeError(f"claude_request did not complete: {answer}")
-            if i >= sizes.overhead_warmup:
-                direct.append(d)
-                sync.append(elapsed)
+    async with _ready_gateway(servers, config, "overhead-portable", sizes, "portable") as (
+            client, _):
+        direct, sync = await _sync_against_direct(client, config, workdir, sizes.overhead_runs,
+                                                  sizes.overhead_warmup,
+                                                  f"@sleep={FAKE_WORK_S}")
     floor, median = _median(direct), _median(sync)
     key = "sync_overhead_portable"
     return [Row(key, "sync request overhead, portable platform forced", _ms(median),
                 f"{_ms(floor)} (direct spawn)", round(median / floor, 3), _target(key),
-                _met(key, median / floor),
-                {"runs": sizes.overhead_runs, "median_ms": median * 1000,
-                 "floor_median_ms": floor * 1000, "overhead_ms": (median - floor) * 1000,
-                 "p90_ms": _pct(sync, 90) * 1000})]
+                _met(key, median / floor), _overhead_detail(sync, direct))]
 
 
 async def bench_overhead_and_roundtrips(servers: Servers, sizes: Sizes,
@@ -554,11 +590,7 @@ async def bench_overhead_and_roundtrips(servers: Servers, sizes: Sizes,
         ratio = _median(values) / floor
         rows.append(Row(key, name, _ms(_median(values)), f"{_ms(floor)} (direct spawn)",
                         round(ratio, 3), _target(key), _met(key, ratio),
-                        {"runs": sizes.overhead_runs, "median_ms": _median(values) * 1000,
-                         "floor_median_ms": floor * 1000,
-                         "overhead_ms": (_median(values) - floor) * 1000,
-                         "p90_ms": _pct(values, 90) * 1000,
-                         "floor_p90_ms": _pct(direct, 90) * 1000}))
+                        _overhead_detail(values, direct)))
     noop_med, noop_p99 = _median(noop), _pct(noop, 99)
     for key, name, values in (
         ("status_roundtrip", "llm_job_status round trip", status),
@@ -679,10 +711,7 @@ async def bench_admission(servers: Servers, sizes: Sizes, workdir: Path) -> list
                               {"prompt": prompt, "force_refresh": True})
             job_ids.append(data["job_id"])
         admitted_s = time.perf_counter() - started
-        statuses: dict[str, int] = {}
-        for job_id in job_ids:
-            done = await wait_done(client, job_id)
-            statuses[done["status"]] = statuses.get(done["status"], 0) + 1
+        statuses = await wait_all(client, job_ids)
         terminal_s = time.perf_counter() - started
         after = await _noop_rate(minimal, n)
         loaded = await _noop_rate_while(
@@ -765,8 +794,7 @@ async def bench_memory(servers: Servers, sizes: Sizes, workdir: Path) -> list[Ro
                               {"prompt": f"rss {i} {uuid.uuid4().hex[:8]}",
                                "force_refresh": True})
             job_ids.append(data["job_id"])
-        for job_id in job_ids:
-            await wait_done(client, job_id)
+        await wait_all(client, job_ids)
         await asyncio.sleep(sizes.settle_s)
         after_rss = rss(gw_proc)
 
