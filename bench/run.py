@@ -507,23 +507,30 @@ async def _ready_gateway(servers: Servers, config: Path, label: str, sizes: Size
         yield client, process
 
 
+async def _direct_then_sync(client: Client, config: Path, workdir: Path,
+                            prompt: str) -> tuple[float, float]:
+    """(direct, sync) seconds of one pair: the fake spawned directly with the argv and stdin
+    the gateway would use for `prompt`, then claude_request of it (prefixed, not deduplicated)."""
+    argv, stdin = _direct_argv(config, prompt)
+    d = await runner_bench._direct_once(argv, stdin, workdir / "direct")
+    started = time.perf_counter()
+    answer = await call(client, "claude_request",
+                        {"prompt": f"sync {prompt}", "force_refresh": True})
+    elapsed = time.perf_counter() - started
+    if answer.get("status") != "completed":
+        raise RuntimeError(f"claude_request did not complete: {answer}")
+    return d, elapsed
+
+
 async def _sync_against_direct(client: Client, config: Path, workdir: Path, runs: int,
                                warmup: int, work: str) -> tuple[list[float], list[float]]:
-    """(direct, sync) seconds, interleaved: the fake spawned directly with the argv and stdin
-    of a prompt carrying `work` (a directive such as @sleep, or none: it answers at once),
-    then claude_request of the same kind of prompt."""
+    """(direct, sync) seconds of `runs` interleaved pairs after `warmup` ones, for prompts
+    carrying `work` (a directive such as @sleep, or none: the fake answers at once)."""
     direct: list[float] = []
     sync: list[float] = []
     for i in range(warmup + runs):
         prompt = f"bench {uuid.uuid4().hex[:8]} {work}".rstrip()
-        argv, stdin = _direct_argv(config, prompt)
-        d = await runner_bench._direct_once(argv, stdin, workdir / "direct")
-        started = time.perf_counter()
-        answer = await call(client, "claude_request",
-                            {"prompt": f"sync {prompt}", "force_refresh": True})
-        elapsed = time.perf_counter() - started
-        if answer.get("status") != "completed":
-            raise RuntimeError(f"claude_request did not complete: {answer}")
+        d, elapsed = await _direct_then_sync(client, config, workdir, prompt)
         if i >= warmup:
             direct.append(d)
             sync.append(elapsed)
@@ -570,15 +577,7 @@ async def bench_overhead_and_roundtrips(servers: Servers, sizes: Sizes,
         for i in range(sizes.overhead_warmup + sizes.overhead_runs):
             tag = uuid.uuid4().hex[:8]
             prompt = f"bench {tag} @sleep={FAKE_WORK_S}"
-            argv, stdin = _direct_argv(config, prompt)
-            d = await runner_bench._direct_once(argv, stdin, workdir / "direct")
-
-            started = time.perf_counter()
-            answer = await call(client, "claude_request",
-                                {"prompt": f"sync {prompt}", "force_refresh": True})
-            s = time.perf_counter() - started
-            if answer.get("status") != "completed":
-                raise RuntimeError(f"claude_request did not complete: {answer}")
+            d, s = await _direct_then_sync(client, config, workdir, prompt)
 
             started = time.perf_counter()
             submitted = await call(client, "claude_request_async",
