@@ -17,7 +17,7 @@ side (interleaved where the two can be), and the numbers are medians. Two floors
 Rows (each with its target):
 - sync / async request overhead: claude_request (force_refresh) and claude_request_async +
   llm_job_wait until done, against the fake doing 0.2 s of work, over the direct spawn
-  (<= 1.10);
+  (<= 1.05 sync, <= 1.10 async);
 - async admission: back-to-back claude_request_async calls per second over no-op calls per
   second (>= 0.5), and the time until every admitted job is terminal;
 - llm_job_status / llm_job_wait round trip, median and p99, over the no-op round trip
@@ -46,6 +46,13 @@ Rows (each with its target):
   that ended while none was alive over that gateway's start -> ready (<= 1.05: adoption at
   start comes before the first tool call). The sync overhead row above goes through the
   supervisor: every process run does.
+- the cost of supervision (issue #26, `--only cost`), each on both platform paths: claude_request
+  with a fake that answers at once minus the direct spawn (median difference <= +10 ms);
+  160 short async jobs, 16 running at a time, until all are terminal over the same runs
+  spawned directly 16 at a time (<= 1.5); 200 back-to-back claude_request_async calls with
+  the default limits: refusals (== 0) and the time until the admitted are terminal
+  (reported); the RSS of the zygote (`import zygote` in its command line, a child of the
+  gateway) and of a supervisor it forked, while one job runs (reported; "-" without one).
 Nothing here asserts: a missed target is reported in the table, never hidden.
 """
 
@@ -104,10 +111,23 @@ SETTLE_S = 1.0  # after startup: let the background start (store, version probe)
 ADMISSION_RUNNING = 32  # limits.max_running_jobs for the admission row (queue: 2 x calls)
 ROUNDTRIP_WARMUP = 20  # first calls pay for imports and statement preparation
 OVERHEAD_WARMUP = 3
+COST_RUNNING = 16  # limits.max_running_jobs = max_running_per_provider for short_jobs
+ZYGOTE_MARK = "import zygote"  # in the command line of the per-gateway zygote (issue #26)
+ZYGOTE_JOB_SLEEP_S = 3.0  # the job that runs while the zygote's RSS is read
+PROCESS_POLL_S = 0.02
+PROCESS_SETTLE_S = 0.3  # a forked supervisor and its CLI past their start before RSS is read
 
-TARGETS = {
-    "sync_overhead": ("<=", 1.10),
-    "sync_overhead_portable": ("<=", 1.10),
+# A bound is on the ratio unless the entry names a unit: then it is on the value in that unit
+# (for "ms": the median difference, gateway minus direct spawn, `overhead_ms`).
+TARGETS: dict[str, tuple[str, float] | tuple[str, float, str]] = {
+    "sync_overhead": ("<=", 1.05),
+    "sync_overhead_portable": ("<=", 1.05),
+    "sync_overhead_instant": ("<=", 10.0, "ms"),
+    "sync_overhead_instant_portable": ("<=", 10.0, "ms"),
+    "short_jobs": ("<=", 1.5),
+    "short_jobs_portable": ("<=", 1.5),
+    "burst_refused": ("<=", 0, "refused"),
+    "burst_refused_portable": ("<=", 0, "refused"),
     "async_overhead": ("<=", 1.10),
     "admission": (">=", 0.5),
     "status_roundtrip": ("<=", 1.3),
@@ -152,6 +172,9 @@ class Sizes:
     worktree_files: int = 10_000  # issue #27: creation p95 <= 2 s on a 10k-file repository
     worktree_samples: int = 20
     launcher_runs: int = 8  # 0: skip the launcher row (the smoke test: uvx may need the index)
+    cost_runs: int = 30  # instant-fake requests against as many direct spawns (issue #26)
+    short_jobs: int = 160
+    burst_calls: int = 200
 
 
 FULL = Sizes()
@@ -159,7 +182,7 @@ SMOKE = Sizes(startup_runs=1, overhead_runs=2, roundtrip_calls=5, admission_call
               rss_jobs=3, stream_gib=2 / 1024, heartbeat_sizes=(2, 20), heartbeat_reps=2,
               reaper_total=300, reaper_reps=1, overhead_warmup=0, roundtrip_warmup=1,
               settle_s=0.0, supervision_samples=1, worktree_files=20, worktree_samples=2,
-              launcher_runs=0)
+              launcher_runs=0, cost_runs=2, short_jobs=16, burst_calls=20)
 
 
 @dataclass
@@ -193,14 +216,20 @@ def _ms(seconds: float) -> str:
 
 
 def _met(key: str, value: float | None) -> bool | None:
+    """Whether `value` meets the key's bound: the ratio, or the value in the target's unit
+    (a difference in ms: pass `overhead_ms`)."""
     if value is None:
         return None
-    op, bound = TARGETS[key]
+    op, bound = TARGETS[key][:2]
     return {"<=": value <= bound, ">=": value >= bound, "<": value < bound}[op]
 
 
 def _target(key: str, unit: str = "") -> str:
-    op, bound = TARGETS[key]
+    op, bound, *named = TARGETS[key]
+    if named == ["ms"]:
+        return f"{op} +{bound:g} ms (difference)"
+    if named:
+        unit = f" {named[0]}"
     return f"{op} {bound:g}{unit}"
 
 
@@ -282,6 +311,15 @@ async def wait_done(client: Client, job_id: str) -> dict[str, Any]:
         data = await call(client, "llm_job_wait", {"job_id": job_id, "timeout_s": WAIT_STEP_S})
         if data.get("done"):
             return data
+
+
+async def wait_all(client: Client, job_ids: list[str]) -> dict[str, int]:
+    """Wait until every job is terminal: how many ended in each status."""
+    statuses: dict[str, int] = {}
+    for job_id in job_ids:
+        done = await wait_done(client, job_id)
+        statuses[done["status"]] = statuses.get(done["status"], 0) + 1
+    return statuses
 
 
 def rss(process: psutil.Process) -> int:
@@ -452,41 +490,75 @@ def _direct_argv(config: Path, prompt: str) -> tuple[list[str], bytes | None]:
     return list(target.invocation.argv), target.invocation.stdin
 
 
+@contextlib.asynccontextmanager
+async def _ready_gateway(servers: Servers, config: Path, label: str, sizes: Sizes,
+                         forced: str | None = None,
+                         ) -> AsyncIterator[tuple[Client, psutil.Process]]:
+    """A gateway with its store open and admission on, settled; with `forced`, that
+    platform implementation forced (AGENT_GATEWAY_PLATFORM, checked through gateway_status)."""
+    env = {"AGENT_GATEWAY_PLATFORM": forced} if forced else {}
+    async with servers.connect(servers.gateway(config, **env), label) as (client, process):
+        await client.list_tools()
+        await call(client, "llm_job_list", {})
+        status = await call(client, "gateway_status", {})
+        if forced and status["platform"]["implementation"] != forced:
+            raise RuntimeError(f"the gateway did not use the {forced} platform: {status}")
+        await asyncio.sleep(sizes.settle_s)
+        yield client, process
+
+
+async def _direct_then_sync(client: Client, config: Path, workdir: Path,
+                            prompt: str) -> tuple[float, float]:
+    """(direct, sync) seconds of one pair: the fake spawned directly with the argv and stdin
+    the gateway would use for `prompt`, then claude_request of it (prefixed, not deduplicated)."""
+    argv, stdin = _direct_argv(config, prompt)
+    d = await runner_bench._direct_once(argv, stdin, workdir / "direct")
+    started = time.perf_counter()
+    answer = await call(client, "claude_request",
+                        {"prompt": f"sync {prompt}", "force_refresh": True})
+    elapsed = time.perf_counter() - started
+    if answer.get("status") != "completed":
+        raise RuntimeError(f"claude_request did not complete: {answer}")
+    return d, elapsed
+
+
+async def _sync_against_direct(client: Client, config: Path, workdir: Path, runs: int,
+                               warmup: int, work: str) -> tuple[list[float], list[float]]:
+    """(direct, sync) seconds of `runs` interleaved pairs after `warmup` ones, for prompts
+    carrying `work` (a directive such as @sleep, or none: the fake answers at once)."""
+    direct: list[float] = []
+    sync: list[float] = []
+    for i in range(warmup + runs):
+        prompt = f"bench {uuid.uuid4().hex[:8]} {work}".rstrip()
+        d, elapsed = await _direct_then_sync(client, config, workdir, prompt)
+        if i >= warmup:
+            direct.append(d)
+            sync.append(elapsed)
+    return direct, sync
+
+
+def _overhead_detail(values: list[float], direct: list[float]) -> dict[str, Any]:
+    median, floor = _median(values), _median(direct)
+    return {"runs": len(values), "median_ms": median * 1000, "floor_median_ms": floor * 1000,
+            "overhead_ms": (median - floor) * 1000, "p90_ms": _pct(values, 90) * 1000,
+            "floor_p90_ms": _pct(direct, 90) * 1000}
+
+
 async def bench_portable_overhead(servers: Servers, sizes: Sizes, workdir: Path) -> list[Row]:
     """The sync request overhead with the `portable` platform forced (what a Mac runs:
     psutil instead of procfs, a waiting thread's pipe instead of kqueue), over the direct
     spawn."""
     config = servers.config()
-    direct: list[float] = []
-    sync: list[float] = []
-    params = servers.gateway(config, AGENT_GATEWAY_PLATFORM="portable")
-    async with servers.connect(params, "overhead-portable") as (client, _):
-        await client.list_tools()
-        status = await call(client, "gateway_status", {})
-        if status["platform"]["implementation"] != "portable":
-            raise RuntimeError(f"the gateway did not use the portable platform: {status}")
-        await asyncio.sleep(sizes.settle_s)
-        for i in range(sizes.overhead_warmup + sizes.overhead_runs):
-            prompt = f"bench {uuid.uuid4().hex[:8]} @sleep={FAKE_WORK_S}"
-            argv, stdin = _direct_argv(config, prompt)
-            d = await runner_bench._direct_once(argv, stdin, workdir / "direct")
-            started = time.perf_counter()
-            answer = await call(client, "claude_request",
-                                {"prompt": f"sync {prompt}", "force_refresh": True})
-            elapsed = time.perf_counter() - started
-            if answer.get("status") != "completed":
-                raise RuntimeError(f"claude_request did not complete: {answer}")
-            if i >= sizes.overhead_warmup:
-                direct.append(d)
-                sync.append(elapsed)
+    async with _ready_gateway(servers, config, "overhead-portable", sizes, "portable") as (
+            client, _):
+        direct, sync = await _sync_against_direct(client, config, workdir, sizes.overhead_runs,
+                                                  sizes.overhead_warmup,
+                                                  f"@sleep={FAKE_WORK_S}")
     floor, median = _median(direct), _median(sync)
     key = "sync_overhead_portable"
     return [Row(key, "sync request overhead, portable platform forced", _ms(median),
                 f"{_ms(floor)} (direct spawn)", round(median / floor, 3), _target(key),
-                _met(key, median / floor),
-                {"runs": sizes.overhead_runs, "median_ms": median * 1000,
-                 "floor_median_ms": floor * 1000, "overhead_ms": (median - floor) * 1000,
-                 "p90_ms": _pct(sync, 90) * 1000})]
+                _met(key, median / floor), _overhead_detail(sync, direct))]
 
 
 async def bench_overhead_and_roundtrips(servers: Servers, sizes: Sizes,
@@ -505,15 +577,7 @@ async def bench_overhead_and_roundtrips(servers: Servers, sizes: Sizes,
         for i in range(sizes.overhead_warmup + sizes.overhead_runs):
             tag = uuid.uuid4().hex[:8]
             prompt = f"bench {tag} @sleep={FAKE_WORK_S}"
-            argv, stdin = _direct_argv(config, prompt)
-            d = await runner_bench._direct_once(argv, stdin, workdir / "direct")
-
-            started = time.perf_counter()
-            answer = await call(client, "claude_request",
-                                {"prompt": f"sync {prompt}", "force_refresh": True})
-            s = time.perf_counter() - started
-            if answer.get("status") != "completed":
-                raise RuntimeError(f"claude_request did not complete: {answer}")
+            d, s = await _direct_then_sync(client, config, workdir, prompt)
 
             started = time.perf_counter()
             submitted = await call(client, "claude_request_async",
@@ -554,11 +618,7 @@ async def bench_overhead_and_roundtrips(servers: Servers, sizes: Sizes,
         ratio = _median(values) / floor
         rows.append(Row(key, name, _ms(_median(values)), f"{_ms(floor)} (direct spawn)",
                         round(ratio, 3), _target(key), _met(key, ratio),
-                        {"runs": sizes.overhead_runs, "median_ms": _median(values) * 1000,
-                         "floor_median_ms": floor * 1000,
-                         "overhead_ms": (_median(values) - floor) * 1000,
-                         "p90_ms": _pct(values, 90) * 1000,
-                         "floor_p90_ms": _pct(direct, 90) * 1000}))
+                        _overhead_detail(values, direct)))
     noop_med, noop_p99 = _median(noop), _pct(noop, 99)
     for key, name, values in (
         ("status_roundtrip", "llm_job_status round trip", status),
@@ -679,10 +739,7 @@ async def bench_admission(servers: Servers, sizes: Sizes, workdir: Path) -> list
                               {"prompt": prompt, "force_refresh": True})
             job_ids.append(data["job_id"])
         admitted_s = time.perf_counter() - started
-        statuses: dict[str, int] = {}
-        for job_id in job_ids:
-            done = await wait_done(client, job_id)
-            statuses[done["status"]] = statuses.get(done["status"], 0) + 1
+        statuses = await wait_all(client, job_ids)
         terminal_s = time.perf_counter() - started
         after = await _noop_rate(minimal, n)
         loaded = await _noop_rate_while(
@@ -709,6 +766,203 @@ async def bench_admission(servers: Servers, sizes: Sizes, workdir: Path) -> list
                    {"terminal_s": terminal_s, "direct_s": direct_s, "statuses": statuses,
                     "jobs_per_s": n / terminal_s, "concurrency": concurrency})
     return [admission, under_load, terminal]
+
+
+# -- cost of supervision (issue #26) -------------------------------------------------------------
+
+@dataclass
+class Burst:
+    """Back-to-back claude_request_async calls: what was admitted, what was refused."""
+    job_ids: list[str]
+    admitted: list[str]  # the prompts of job_ids, in order
+    refused: dict[str, int]  # isError answers by error_kind (saturated: the queue was full)
+    seconds: float
+
+
+async def submit_all(client: Client, prompts: list[str]) -> Burst:
+    """claude_request_async for every prompt, back to back. A refusal (an isError answer, as
+    admission gives when the queue is full) is counted, not raised: a failure of the client
+    or its transport still raises."""
+    burst = Burst([], [], {}, 0.0)
+    started = time.perf_counter()
+    for prompt in prompts:
+        result = await client.call_tool("claude_request_async",
+                                        {"prompt": prompt, "force_refresh": True})
+        data = dict(result.structured_content or {})
+        if result.is_error:
+            kind = str(data.get("error_kind", "unknown"))
+            burst.refused[kind] = burst.refused.get(kind, 0) + 1
+        else:
+            burst.job_ids.append(data["job_id"])
+            burst.admitted.append(prompt)
+    burst.seconds = time.perf_counter() - started
+    return burst
+
+
+async def _instant_overhead_row(servers: Servers, sizes: Sizes, workdir: Path,
+                                forced: str | None, suffix: str) -> Row:
+    """claude_request with a fake that answers at once minus the direct spawn of the same
+    argv: what supervision costs a run when the CLI's own work hides none of it."""
+    config = servers.config()
+    key = f"sync_overhead_instant{suffix}"
+    async with _ready_gateway(servers, config, f"cost-instant{suffix}", sizes, forced) as (
+            client, _):
+        direct, sync = await _sync_against_direct(client, config, workdir, sizes.cost_runs,
+                                                  sizes.overhead_warmup, "")
+    detail = _overhead_detail(sync, direct)
+    floor = _median(direct)
+    return Row(key, f"sync request overhead, instant fake{_platform_label(forced)}",
+               f"+{detail['overhead_ms']:.2f} ms ({_ms(_median(sync))})",
+               f"{_ms(floor)} (direct spawn)", round(_median(sync) / floor, 3), _target(key),
+               _met(key, detail["overhead_ms"]), detail)
+
+
+async def _short_jobs_row(servers: Servers, sizes: Sizes, workdir: Path,
+                          forced: str | None, suffix: str) -> Row:
+    """N short async jobs through one gateway running 16 at a time, until all are terminal,
+    over the same N runs spawned directly 16 at a time (before and after, averaged)."""
+    n = sizes.short_jobs
+    limits = {"max_running_jobs": COST_RUNNING, "max_running_per_provider": COST_RUNNING,
+              "max_queued_jobs": max(128, n), "queue_timeout_s": 600}
+    config = servers.config(limits)
+    prompts = [f"short {i} {uuid.uuid4().hex[:8]}" for i in range(n)]
+    key = f"short_jobs{suffix}"
+    async with _ready_gateway(servers, config, f"cost-short{suffix}", sizes, forced) as (
+            client, _):
+        before = await _direct_batch(config, prompts, COST_RUNNING, workdir / f"{key}-before")
+        started = time.perf_counter()
+        burst = await submit_all(client, prompts)
+        statuses = await wait_all(client, burst.job_ids)
+        terminal_s = time.perf_counter() - started
+        after = await _direct_batch(config, prompts, COST_RUNNING, workdir / f"{key}-after")
+    direct_s = (before + after) / 2
+    ratio = terminal_s / direct_s
+    return Row(key, f"{n} short async jobs, {COST_RUNNING} at a time, until all terminal"
+               f"{_platform_label(forced)}", f"{terminal_s:.2f} s",
+               f"{direct_s:.2f} s ({n} direct spawns, {COST_RUNNING} at a time)",
+               round(ratio, 3), _target(key), _met(key, ratio),
+               {"jobs": n, "terminal_s": terminal_s, "admitted_s": burst.seconds,
+                "direct_before_s": before, "direct_after_s": after, "statuses": statuses,
+                "refused": burst.refused, "limits": limits})
+
+
+async def _burst_rows(servers: Servers, sizes: Sizes, workdir: Path, forced: str | None,
+                      suffix: str) -> list[Row]:
+    """N back-to-back claude_request_async calls with the default limits: how many are
+    refused, and the time until every admitted one is terminal over the admitted prompts
+    spawned directly at the default per-provider concurrency."""
+    n = sizes.burst_calls
+    config = servers.config()  # no [limits]: the defaults a user gets
+    concurrency = load_settings(config).limits.max_running_per_provider
+    prompts = [f"burst {i} {uuid.uuid4().hex[:8]}" for i in range(n)]
+    async with _ready_gateway(servers, config, f"cost-burst{suffix}", sizes, forced) as (
+            client, _):
+        started = time.perf_counter()
+        burst = await submit_all(client, prompts)
+        statuses = await wait_all(client, burst.job_ids)
+        terminal_s = time.perf_counter() - started
+        direct_s = await _direct_batch(config, burst.admitted, concurrency,
+                                       workdir / f"burst{suffix}-direct")
+    refused = sum(burst.refused.values())
+    admitted = len(burst.job_ids)
+    label = _platform_label(forced)
+    key = f"burst_refused{suffix}"
+    return [
+        Row(key, f"{n} back-to-back claude_request_async, default limits: refused{label}",
+            f"{refused} of {n} ({admitted} admitted in {burst.seconds:.2f} s)", "-", None,
+            _target(key), _met(key, refused),
+            {"calls": n, "refused": burst.refused, "admitted": admitted,
+             "admitted_s": burst.seconds}),
+        Row(f"burst_terminal{suffix}",
+            f"  time until all {admitted} admitted are terminal{label}",
+            f"{terminal_s:.2f} s",
+            f"{direct_s:.2f} s ({admitted} direct spawns, {concurrency} at a time)",
+            round(terminal_s / direct_s, 3) if direct_s else None, "(report)", None,
+            {"terminal_s": terminal_s, "direct_s": direct_s, "statuses": statuses,
+             "concurrency": concurrency}),
+    ]
+
+
+def _platform_label(forced: str | None) -> str:
+    return f", {forced} platform forced" if forced else ""
+
+
+def _cmdline(process: psutil.Process) -> str:
+    with contextlib.suppress(psutil.Error):
+        return " ".join(process.cmdline())
+    return ""
+
+
+def _rss_mb(process: psutil.Process) -> dict[str, float]:
+    """RSS and USS (the pages only this process holds: a fork shares the rest) in MB."""
+    memory = process.memory_full_info()
+    return {"rss_mb": memory.rss / MB, "uss_mb": memory.uss / MB}
+
+
+async def _zygote_and_fork(gateway: psutil.Process, deadline: float,
+                           ) -> tuple[psutil.Process | None, psutil.Process | None]:
+    """The gateway's child whose command line has ZYGOTE_MARK, and a child of it that runs a
+    CLI (the forked supervisor), waited for until `deadline` (time.monotonic())."""
+    zygote: psutil.Process | None = None
+    fork: psutil.Process | None = None
+    while time.monotonic() < deadline:
+        with contextlib.suppress(psutil.Error):
+            zygote = next((p for p in gateway.children() if ZYGOTE_MARK in _cmdline(p)), None)
+            if zygote is not None:
+                fork = next((p for p in zygote.children() if p.children()), None)
+                if fork is not None:
+                    return zygote, fork
+        await asyncio.sleep(PROCESS_POLL_S)
+    return zygote, fork
+
+
+async def _zygote_rows(servers: Servers, sizes: Sizes) -> list[Row]:
+    """RSS of the zygote and of the supervisor it forked, while one job sleeps; without a
+    zygote (before issue #26) both say so instead."""
+    config = servers.config()
+    async with _ready_gateway(servers, config, "cost-zygote", sizes) as (client, gateway):
+        submitted = await call(client, "claude_request_async",
+                               {"prompt": f"zygote {uuid.uuid4().hex[:8]} "
+                                          f"@sleep={ZYGOTE_JOB_SLEEP_S:g}",
+                                "force_refresh": True})
+        zygote, fork = await _zygote_and_fork(
+            gateway, time.monotonic() + ZYGOTE_JOB_SLEEP_S - PROCESS_SETTLE_S)
+        await asyncio.sleep(PROCESS_SETTLE_S)
+        found: dict[str, dict[str, float]] = {}
+        for name, process in (("zygote", zygote), ("fork", fork)):
+            if process is not None:
+                with contextlib.suppress(psutil.Error):
+                    found[name] = _rss_mb(process)
+        children = [_cmdline(p)[:120] for p in gateway.children()]
+        await wait_done(client, submitted["job_id"])
+    rows = []
+    for key, name, part, note in (
+        ("zygote_rss", "memory: the zygote's RSS (per gateway)", "zygote",
+         f"no child of the gateway has {ZYGOTE_MARK!r} in its command line (no zygote)"),
+        ("forked_supervisor_rss", "memory: a forked supervisor's RSS (per run)", "fork",
+         "no zygote, or no child of it running a CLI"),
+    ):
+        if part in found:
+            rows.append(Row(key, name, f"{found[part]['rss_mb']:.1f} MB "
+                            f"(USS {found[part]['uss_mb']:.1f} MB)", "-", None, "(report)",
+                            None, {**found[part], "job_sleep_s": ZYGOTE_JOB_SLEEP_S}))
+        else:
+            rows.append(Row(key, name, "-", note, None, "(report)", None,
+                            {"note": note, "gateway_children": children}))
+    return rows
+
+
+async def bench_cost(servers: Servers, sizes: Sizes, workdir: Path) -> list[Row]:
+    """Supervision at the cost of a fork (issue #26): instant-fake request overhead, many
+    short jobs, a burst with default limits (each on both platform paths), and the zygote's
+    and a forked supervisor's RSS."""
+    rows: list[Row] = []
+    for forced, suffix in ((None, ""), ("portable", "_portable")):
+        rows.append(await _instant_overhead_row(servers, sizes, workdir, forced, suffix))
+        rows.append(await _short_jobs_row(servers, sizes, workdir, forced, suffix))
+        rows.extend(await _burst_rows(servers, sizes, workdir, forced, suffix))
+    rows.extend(await _zygote_rows(servers, sizes))
+    return rows
 
 
 async def _peak_rss_during(process: psutil.Process,
@@ -765,8 +1019,7 @@ async def bench_memory(servers: Servers, sizes: Sizes, workdir: Path) -> list[Ro
                               {"prompt": f"rss {i} {uuid.uuid4().hex[:8]}",
                                "force_refresh": True})
             job_ids.append(data["job_id"])
-        for job_id in job_ids:
-            await wait_done(client, job_id)
+        await wait_all(client, job_ids)
         await asyncio.sleep(sizes.settle_s)
         after_rss = rss(gw_proc)
 
@@ -928,8 +1181,8 @@ async def bench_worktrees(sizes: Sizes, workdir: Path) -> list[Row]:
                 "<= 2 s (issue #27)", p95 <= 2.0, data)]
 
 
-PHASES = ("startup", "launchers", "tools", "overhead", "portable", "tasks", "admission", "memory",
-          "supervision", "store", "worktrees")
+PHASES = ("startup", "launchers", "tools", "overhead", "portable", "cost", "tasks", "admission",
+          "memory", "supervision", "store", "worktrees")
 
 
 async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
@@ -963,13 +1216,17 @@ async def main_async(sizes: Sizes, workdir: Path, pg: Any | None,
     await phase("tools", bench_tool_text(servers))
     await phase("overhead and round trips", bench_overhead_and_roundtrips(servers, sizes, workdir))
     await phase("portable sync overhead", bench_portable_overhead(servers, sizes, workdir))
+    await phase("cost of supervision", bench_cost(servers, sizes, workdir))
     await phase("tasks", bench_tasks(servers, sizes))
     await phase("admission", bench_admission(servers, sizes, workdir))
     await phase("memory", bench_memory(servers, sizes, workdir))
     await phase("supervision", bench_supervision(sizes, workdir))
     await phase("store", store_phase())
     await phase("worktrees", bench_worktrees(sizes, workdir))
-    order = ["sync_overhead", "sync_overhead_portable", "async_overhead", "admission",
+    order = ["sync_overhead", "sync_overhead_portable", "async_overhead",
+             "sync_overhead_instant", "sync_overhead_instant_portable", "short_jobs",
+             "short_jobs_portable", "burst_refused", "burst_terminal", "burst_refused_portable",
+             "burst_terminal_portable", "zygote_rss", "forked_supervisor_rss", "admission",
              "admission_loaded",
              "admission_terminal",
              "status_roundtrip", "wait_roundtrip", "tasks_get_roundtrip", "result_roundtrip",

@@ -26,7 +26,10 @@ EVERY_ROW = {
     "reaper_postgres", "stream_runner", "stream_gateway", "rss_idle", "rss_after_jobs",
     "startup", "startup_discover", "tools_none", "tools_three", "tools_largest",
     "supervisor_rss", "adopt_after_kill", "detach_after_signal", "finalize_at_start",
-    "worktree_create",
+    "worktree_create", "sync_overhead_instant", "sync_overhead_instant_portable",
+    "short_jobs", "short_jobs_portable", "burst_refused", "burst_terminal",
+    "burst_refused_portable", "burst_terminal_portable", "zygote_rss",
+    "forked_supervisor_rss",
 }
 
 
@@ -56,8 +59,16 @@ def test_bench_produces_every_row_and_writes_them_as_json(tmp_path: Path) -> Non
                 "status_roundtrip",
                 "wait_roundtrip", "tasks_get_roundtrip", "result_roundtrip", "tasks_optin",
                 "heartbeat_sqlite", "reaper_sqlite", "startup", "supervisor_rss",
-                "adopt_after_kill", "detach_after_signal", "finalize_at_start"):
+                "adopt_after_kill", "detach_after_signal", "finalize_at_start",
+                "sync_overhead_instant", "sync_overhead_instant_portable", "short_jobs",
+                "short_jobs_portable", "burst_terminal", "burst_terminal_portable"):
         assert rows[key]["ratio"] > 0, key
+    for key in ("short_jobs", "short_jobs_portable"):
+        assert rows[key]["detail"]["statuses"] == {"completed": 16}, key
+    for key in ("burst_terminal", "burst_terminal_portable"):
+        assert rows[key]["detail"]["statuses"] == {"completed": 20}, key
+    assert rows["sync_overhead_instant"]["met"] == (
+        rows["sync_overhead_instant"]["detail"]["overhead_ms"] <= 10.0)
     assert rows["heartbeat_postgres"]["measured"] == "skipped"
     assert rows["reaper_sqlite"]["detail"]["orphaned_per_sweep"] == [
         rows["reaper_sqlite"]["detail"]["expired"]]
