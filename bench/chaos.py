@@ -7,10 +7,12 @@ submits jobs to random instances through real MCP client sessions over Streamabl
 from brand-new clients, `--fresh-clients`; the fake provider CLIs
 sleep a random, bounded time; every job has a unique prompt, so the fake CLI's spawn log
 says how often each request ran), cancels some through an instance that does not own them,
-optionally lets some clients give up on their first try within milliseconds (`--impatient`),
-and meanwhile SIGKILLs, SIGSTOPs/SIGCONTs and SIGTERMs random instances (a killed or
-terminated slot is restarted as a new process on a new port; at least one instance is
-always unimpaired) and, with `--on-shutdown stop` on PostgreSQL, stops the database server
+optionally lets some clients give up on their first try within milliseconds
+(`--impatient`), and meanwhile SIGKILLs, SIGSTOPs/SIGCONTs and SIGTERMs random instances
+(a killed or terminated slot is restarted as a new process on a new port; at least one
+instance is always unimpaired), and SIGKILLs the zygote of a live one (the process that
+forks each of its runs' supervisors: the gateway lives on) and, with `--on-shutdown stop`
+on PostgreSQL, stops the database server
 once for a few seconds. Two scenarios (`--on-shutdown`): `detach`, the default, where runs
 outlive SIGTERM and SIGKILL and a peer adopts or re-queues them, so every job that was not
 cancelled must end `completed` with its answer (unfinished=0); and `stop`, where a
@@ -186,7 +188,8 @@ GATEWAY_EXIT_TIMEOUT_S = 8.0  # SIGTERM -> exit: drain 1.5 s + lease stop + uvic
 RESTART_DELAY_S = (0.2, 1.5)  # a supervisor restarts a dead gateway after a moment
 STOP_DURATION_S = (0.3, 4.0)  # SIGSTOP lengths, below and above ttl (1 s) and the call timeout
 ACTION_GAP_S = (1.5, 4.0)  # pause between two chaos actions
-ACTION_WEIGHTS = {"kill": 0.35, "stop": 0.35, "term": 0.15, "stop_kill": 0.15}
+ACTION_WEIGHTS = {"kill": 0.3, "stop": 0.3, "term": 0.15, "stop_kill": 0.15,
+                  "zygote_kill": 0.1}
 SUBMIT_ATTEMPTS = 5  # a request is retried on other instances this often
 IMPATIENT_TIMEOUT_S = (0.002, 0.06)  # an impatient client's tools/call read timeout
 SUBMIT_RETRY_PAUSE_S = 0.25  # after a refusal (unavailable/saturated), doubling per try
@@ -764,10 +767,11 @@ class ChaosRun:
         # Every kind of action happens at least once, then by weight. The first is a
         # stop_kill (popped from the end): a loaded box may fit a single action into a short
         # run, and that one both stops a gateway past its lease and kills it, which is what
-        # the scenarios' checks need to have happened; the others follow in random order.
-        rest = [kind for kind in ACTION_WEIGHTS if kind != "stop_kill"]
+        # the scenarios' checks need to have happened; then a zygote_kill (the runs of a
+        # live gateway lose their zygote: issue 26); the others follow in random order.
+        rest = [kind for kind in ACTION_WEIGHTS if kind not in ("stop_kill", "zygote_kill")]
         self.rng.shuffle(rest)
-        self.deck = [*rest, "stop_kill"]
+        self.deck = [*rest, "zygote_kill", "stop_kill"]
         self.settings: Settings | None = None
         self.tg: Any = None
         self.t0 = 0.0
@@ -1155,6 +1159,10 @@ class ChaosRun:
             await self.act("kill", target)
 
     async def act(self, kind: str, life: InstanceLife) -> None:
+        if kind == "zygote_kill":  # the gateway lives on: nothing to restart
+            self.actions[kind if self.kill_zygote(life) else "no_zygote"] += 1
+            life.busy = False
+            return
         self.actions[kind] += 1
         if kind in ("stop", "stop_kill"):
             stopped_at = self.stop(life)
@@ -1179,6 +1187,22 @@ class ChaosRun:
             await self.terminate(life, "sigterm")
         await anyio.sleep(self.rng.uniform(*RESTART_DELAY_S))
         await self.spawn(life.slot)
+
+    def kill_zygote(self, life: InstanceLife) -> bool:
+        """SIGKILL the instance's zygote (gateway/jobs/run/zygote.py), its child with
+        `import zygote` on its command line; False when it has none (no run yet)."""
+        try:
+            children = psutil.Process(life.process.pid).children()
+        except psutil.Error:
+            return False
+        for child in children:
+            try:
+                if any("import zygote" in arg for arg in child.cmdline()):
+                    child.kill()
+                    return True
+            except psutil.Error:
+                continue
+        return False
 
     async def store_outage(self) -> None:
         control = self.o.store_control

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from bench.chaos import (
+    ACTION_WEIGHTS,
     Bounds,
     ChaosOptions,
     ChaosReport,
@@ -230,6 +231,13 @@ def assert_detached_runs_were_taken_over(report: ChaosReport) -> None:
     assert info.get("kills", 0) + info.get("stop_kills", 0) + info.get("terms", 0) >= 1, \
         report.text()
     assert info.get("stops", 0) + info.get("stop_kills", 0) >= 1, report.text()
+    # The second action dealt is a zygote's SIGKILL (its gateway lives on, its runs go on,
+    # the next run gets a new zygote): when more than one action fitted, it happened.
+    dealt = sum(info.get(f"{kind}s", 0) for kind in ACTION_WEIGHTS) + info.get(
+        "no_zygotes", 0)
+    if dealt >= 2:
+        assert info.get("zygote_kills", 0) + info.get("no_zygotes", 0) >= 1, \
+            report.text()
     # Work was left behind and taken over: adopted or re-queued by a peer, a detached run,
     # or a run whose gateway died and whose finalizer wrote its end (#22; every job ended:
     # report.ok). The chaos aims its faults at gateways with a run in flight; which of

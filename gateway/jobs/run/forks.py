@@ -11,8 +11,9 @@ What is not lost when something dies:
 - the zygote: its supervisors run on (re-parented); their exits are no longer reported, so
   each `ForkedExit` of a run it forked falls back to polling its pid (`EXIT_POLL_S`), and the
   next run starts a new zygote. A request it took and never answered (it died, or it stopped
-  answering: SIGSTOP) may or may not have forked: `ForkUnanswered`, which the runner settles
-  by the run's claim (runner.py), never by a second launch;
+  answering: SIGSTOP, and was killed) may or may not have forked: `ForkUnanswered`; the
+  runner sends the same launch to the new zygote, and the run's one claim decides which
+  supervisor runs it (runner.py), never a second launch;
 - a supervisor: its exit line comes like any other.
 """
 
@@ -110,6 +111,7 @@ class Link:
                 self.popen.stdin.flush()
             except (OSError, ValueError) as exc:  # ValueError: stdin closed meanwhile
                 del self._answers[request_id]
+                self.alive = False  # the next run starts a new one (its EOF may come later)
                 raise BrokenPipeError(f"the zygote is gone: {exc}") from None
         try:
             return answer.result(timeout=FORK_ANSWER_TIMEOUT_S)
@@ -141,6 +143,9 @@ class Link:
             self.popen.stdin.close()
 
     def kill(self) -> None:
+        """Replace it: from now on runs start a new zygote (its EOF, which tells its
+        watchers, comes once it is dead)."""
+        self.alive = False
         with contextlib.suppress(OSError):
             os.killpg(self.popen.pid, signal.SIGKILL)  # its own group: the supervisors are not in it
         self.close()

@@ -74,8 +74,9 @@ WALL_BACKSTOP_MARGIN_S = sup.REAP_TIMEOUT_S + 2.0
 SUPERVISOR_EXIT_WAIT_S = 2.0
 # After the gateway's own SIGKILL: how long to wait for the group to vanish.
 REAP_TIMEOUT_S = 5.0
-# How long start() waits for the supervisor's claim (it then runs and has lowered its
-# priority). It starts in tens of milliseconds (`-I -S`: no site, no user paths).
+# How long start() waits for the run's claim when a zygote that took the run was replaced
+# (which supervisor runs it, only the claim says): a forked supervisor claims within a
+# millisecond or two on a quiet box.
 SUPERVISOR_START_TIMEOUT_S = 10.0
 CLAIM_POLL_S = 0.002  # how often the claim is looked for meanwhile
 FULL_DISK_STOP_MESSAGE = (
@@ -281,18 +282,23 @@ class ProcessRun:
             raise GatewayError(ErrorKind.LAUNCH_FAILED, directories_error(exc)) from None
         try:
             token = self._write_spec([executable, *argv[1:]], cwd)
-            spawned = self._fork(token, env, executable)
+            spawned, replaced = self._fork(token, env, executable)
         except FileNotFoundError:
             self._remove_temp_dir()
             raise RunClaimedElsewhere(spec.job_id) from None  # removed since the check above
         except BaseException:
             self._remove_temp_dir()
             raise
-        try:
-            self._await_claim(spawned)
-        except BaseException:
-            self._discard(spawned)  # nobody would ever watch it
-            raise
+        if replaced:  # which supervisor runs it, only the claim says
+            try:
+                self._await_claim(spawned)
+            except BaseException:
+                self._discard(spawned)  # nobody would ever watch it
+                raise
+            spawned = self._claimant(spawned, token)
+        # Else not waited for: the run is the supervisor's from its fork on. A gateway that
+        # dies before the claim leaves a run that an adopter claims for a re-queue first
+        # (then this supervisor never starts it) or finds claimed: it is launched once.
         with self._spawn_lock:
             if not self._spawn_abandoned:
                 self._spawned = spawned  # start() claims it once this thread returns
@@ -326,23 +332,32 @@ class ProcessRun:
         })
         return token
 
-    def _fork(self, token: str, env: dict[str, str], executable: str) -> Spawned:
+    def _fork(self, token: str, env: dict[str, str], executable: str) -> tuple[Spawned, bool]:
         """The run's supervisor, forked by the zygote (its priority is the zygote's, lowered
         at its start; it sets the run's own values itself, absolute, and retries the
-        autogroup). Raises GatewayError(LAUNCH_FAILED)."""
-        try:
-            pid, link = ZYGOTE.fork(self.spec.spool_dir, token, env)
-        except ForkUnanswered:
-            return self._settle_unanswered_fork(executable)
+        autogroup), and whether a zygote that took it was replaced meanwhile. Raises
+        GatewayError(LAUNCH_FAILED)."""
+        replaced = False
+        for _ in range(2):
+            try:
+                pid, link = ZYGOTE.fork(self.spec.spool_dir, token, env)
+                break
+            except ForkUnanswered:
+                # Replaced; the same run (same token) goes to the new zygote. If the old
+                # one forked it after all, both supervisors race for the one claim, and the
+                # run's supervisor is whichever won (_claimant): never a second launch.
+                replaced = True
+        else:
+            return self._settle_unanswered_fork(executable, token), True
         # An instant run may have been reaped already, its pid reused: a start time that is
         # not its own makes every later liveness check of this identity say "gone", which is
         # what it is; without one (no such process) the spawn time serves as well.
         started_at = proc.process_start_time(pid) or time.time()
-        return Spawned(pid=pid, link=link, started_at=started_at, executable=executable)
+        return Spawned(pid=pid, link=link, started_at=started_at, executable=executable), replaced
 
-    def _settle_unanswered_fork(self, executable: str) -> Spawned:
-        """The zygote took the run and died or stopped answering (it was replaced): whether
-        it forked a supervisor, the run's claim says, now or once the run is claimed for
+    def _settle_unanswered_fork(self, executable: str, token: str) -> Spawned:
+        """Two zygotes in a row took the run and died or stopped answering: whether either
+        forked a supervisor, the run's claim says, now or once the run is claimed for
         nobody. Never a second launch: one spool, one claim."""
         spool_dir = self.spec.spool_dir
         deadline = time.monotonic() + SUPERVISOR_START_TIMEOUT_S
@@ -361,9 +376,25 @@ class ProcessRun:
             raise GatewayError(ErrorKind.LAUNCH_FAILED, "The run's supervisor could not be "
                                "started (the gateway's zygote stopped answering): nothing "
                                "ran. Resubmit the request.")
+        if claim.get("token") != token:
+            raise RunClaimedElsewhere(self.spec.job_id)
         # A supervisor of ours runs it; its zygote is gone, so its exit is polled.
-        pid, started_at = int(claim["pid"]), float(claim["started_at"])
-        return Spawned(pid=pid, link=None, started_at=started_at, executable=executable)
+        return Spawned(pid=int(claim["pid"]), link=None,
+                       started_at=float(claim["started_at"]), executable=executable)
+
+    def _claimant(self, spawned: Spawned, token: str) -> Spawned:
+        """The supervisor that holds this launch's claim: `spawned`, or one that a replaced
+        zygote forked for the same launch (the same token) and that won the claim; ours then
+        exits without running anything. Its zygote is gone, so its exit is polled."""
+        claim = sup.read_record(self.spec.spool_dir, sup.START_NAME) or {}
+        if (claim.get("kind") != "supervisor" or claim.get("token") != token
+                or claim.get("pid") == spawned.pid):
+            return spawned
+        spawned.on_exit(lambda _status: None)  # the loser's exit: nobody waits for it
+        log.info("the run's supervisor is one a replaced zygote forked", action="zygote",
+                 job_id=self.spec.job_id, pid=claim.get("pid"))
+        return Spawned(pid=int(claim["pid"]), link=None,
+                       started_at=float(claim["started_at"]), executable=spawned.executable)
 
     def _await_claim(self, spawned: Spawned) -> None:
         """Until the supervisor has claimed the run (or exited). Blocking: spawn thread."""
