@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -74,6 +75,43 @@ async def test_a_closed_windows_job_reads_completed_within_seconds_with_no_gatew
             return bool(rows) and all(i.stopped_at is not None for i in rows)
 
         await wait_for(finalizer_stopped, 20)
+        assert row.owner_instance in {i.instance_id for i in await store.list_instances()
+                                      if i.role == "finalizer"}
+    finally:
+        await store.close()
+
+
+async def test_a_run_that_ended_under_a_stopped_gateway_is_finalized_once_that_gateway_dies(
+    make_settings: MakeSettings, fake_log: FakeLog, tmp_path: Path,
+    children: Children,
+) -> None:
+    # The supervisor saw its gateway alive and its zygote alive, so it left at once (no
+    # watcher process per run): the zygote, reading EOF when the gateway dies, starts the
+    # finalizer for the run whose end record is still there (issue 26).
+    settings = make_settings()
+    owner, job_id = start_owner(settings, tmp_path, "ends under a stopped owner @sleep=1",
+                                children)
+    spawn = await wait_for(lambda: fake_log.spawns(), 10)
+    os.kill(owner.pid, signal.SIGSTOP)  # alive, but it finalizes nothing
+    spool = Path(settings.state_dir) / "spool" / job_id / "0"
+    await wait_for(lambda: gone(spawn[0]["pid"]) and (spool / sup.END_NAME).exists(), 20,
+                   step=0.01)
+    claim = sup.read_record(spool, sup.START_NAME) or {}
+    await wait_for(lambda: gone(int(claim["pid"])), 20, step=0.01)  # its supervisor left
+    owner.kill()
+    owner.wait()
+    killed = time.monotonic()
+    store = await open_store(settings)
+    try:
+        async def terminal() -> bool:
+            row = await store.get_job(job_id, with_output=False)
+            return row is not None and row.status.is_terminal
+
+        await wait_for(terminal, 20)
+        took = time.monotonic() - killed
+        row = await store.get_job(job_id, with_output=False)
+        assert row is not None and row.status is JobStatus.COMPLETED, row
+        assert took < FINALIZED_WITHIN_S, f"finalized {took:.2f} s after the gateway died"
         assert row.owner_instance in {i.instance_id for i in await store.list_instances()
                                       if i.role == "finalizer"}
     finally:

@@ -464,20 +464,28 @@ class Supervisor:
 
 
 def start_finalizer_if_alone(spool_dir: str, finalizer: dict[str, Any] | None,
-                             platform: Any) -> bool:
-    """After the run's end record: if the gateway that launched the run is gone (and so
-    nobody will write the terminal row until some gateway starts on this host), start the
-    gateway's own finalizer (gateway/jobs/finalizer.py) in a session of its own, its
-    settings on its stdin, and leave. Returns whether it started one.
+                             platform: Any, zygote_pid: int | None = None) -> bool:
+    """After the run's end record: make sure that the terminal row gets written if the
+    gateway that launched the run is gone, or goes before it finalizes the run (nobody else
+    will until some gateway starts on this host). Returns whether it started the gateway's
+    own finalizer (gateway/jobs/finalizer.py: a session of its own, its settings on stdin).
+
+    - the gateway is gone already: start the finalizer now;
+    - this supervisor's zygote (`zygote_pid`, its parent) still lives: leave at once. The
+      zygote reads EOF when its gateway goes and then starts the finalizer for each run it
+      forked whose end record is still there (zygote.py), so no process lingers per run;
+    - the zygote is gone too: watch for FINALIZER_PATIENCE_S in a forked child in a session
+      of its own (platform.fork_detached), and leave at once: a gateway that watches the
+      run waits for the run's whole group to be gone before it finalizes. A gateway still
+      alive after that finalizes the run itself.
 
     The gateway removes the spool once the row is terminal: a spool without the end record
-    is finalized. A gateway still alive after FINALIZER_PATIENCE_S finalizes it itself.
-
-    The watch runs in a forked child in a session of its own (platform.fork_detached), and
-    the supervisor leaves at once: a gateway that watches the run waits for the run's whole
-    group to be gone before it finalizes, so nothing of the run's group may linger for the
-    finalizer's sake."""
+    is finalized."""
     if not finalizer:
+        return False
+    if gateway_gone(finalizer, platform):
+        return start_finalizer(spool_dir, finalizer, platform)
+    if zygote_pid is not None and os.getppid() == zygote_pid:
         return False
     try:
         detached = platform.fork_detached()
@@ -491,21 +499,32 @@ def start_finalizer_if_alone(spool_dir: str, finalizer: dict[str, Any] | None,
         os._exit(0)
 
 
-def _watch_for_finalizer(spool_dir: str, finalizer: dict[str, Any], platform: Any) -> bool:
+def gateway_gone(finalizer: dict[str, Any], platform: Any) -> bool:
+    """Whether the gateway that `finalizer` names (its pid and start time) has exited."""
     pid, started = finalizer.get("gateway_pid"), finalizer.get("gateway_started_at")
+    # (start time, zombie) of the gateway's pid; None: no such process
+    state = platform.process_state(pid) if isinstance(pid, int) else None
+    return (state is None or started is None or state[1]
+            or abs(state[0] - float(started)) > START_TIME_TOLERANCE_S)
+
+
+def _watch_for_finalizer(spool_dir: str, finalizer: dict[str, Any], platform: Any) -> bool:
     deadline = time.monotonic() + FINALIZER_PATIENCE_S
-    while True:
+    while not gateway_gone(finalizer, platform):
         if not os.path.exists(os.path.join(spool_dir, END_NAME)):
             return False
-        # (start time, zombie) of the gateway's pid; None: no such process
-        state = platform.process_state(pid) if isinstance(pid, int) else None
-        gone = (state is None or started is None or state[1]
-                or abs(state[0] - float(started)) > START_TIME_TOLERANCE_S)
-        if gone:
-            break
         if time.monotonic() >= deadline:
             return False
         time.sleep(FINALIZER_POLL_S)
+    return start_finalizer(spool_dir, finalizer, platform)
+
+
+def start_finalizer(spool_dir: str, finalizer: dict[str, Any], platform: Any) -> bool:
+    """Start the gateway's finalizer for the run of `spool_dir`, unless it is finalized
+    already (no end record: the gateway removed the spool). Its stderr goes to the run's
+    log; it is in no group of the run's."""
+    if not os.path.exists(os.path.join(spool_dir, END_NAME)):
+        return False
     try:
         log_fd = os.open(os.path.join(spool_dir, LOG_NAME),
                          os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -530,12 +549,12 @@ def _watch_for_finalizer(spool_dir: str, finalizer: dict[str, Any], platform: An
     return True
 
 
-
-def take_run(run: dict[str, Any]) -> int:
+def take_run(run: dict[str, Any], zygote_pid: int | None = None) -> int:
     """Supervise the run a zygote forked this process for (gateway/jobs/run/zygote.py):
     `{"spool_dir", "token", "env", "finalizer"}`, as its gateway sent it through the
     zygote's pipe (the environment and the finalizer's settings may hold secrets: never a
-    file). From here its stderr goes to the run's log."""
+    file). `zygote_pid`: that zygote, which starts the finalizer if the gateway goes after
+    the run's end (start_finalizer_if_alone). From here its stderr goes to the run's log."""
     spool_dir = str(run["spool_dir"])
     try:
         log_fd = os.open(os.path.join(spool_dir, LOG_NAME),
@@ -545,11 +564,12 @@ def take_run(run: dict[str, Any]) -> int:
     else:
         os.dup2(log_fd, 2)
         os.close(log_fd)
-    return supervise(spool_dir, str(run["token"]), dict(run["env"]), run.get("finalizer"))
+    return supervise(spool_dir, str(run["token"]), dict(run["env"]), run.get("finalizer"),
+                     zygote_pid)
 
 
 def supervise(spool_dir: str, token: str, env: dict[str, str] | None,
-              finalizer: dict[str, Any] | None) -> int:
+              finalizer: dict[str, Any] | None, zygote_pid: int | None = None) -> int:
     """Claim and supervise the run of `spool_dir` if its spec carries `token`; the exit code.
     `env`: the CLI's environment (None: this process's own)."""
     spec = read_record(spool_dir, RUN_NAME)
@@ -562,7 +582,7 @@ def supervise(spool_dir: str, token: str, env: dict[str, str] | None,
     supervisor = Supervisor(spool_dir, spec, env)
     code = supervisor.run()
     if code == 0:  # the run ended and is recorded (not claimed elsewhere)
-        start_finalizer_if_alone(spool_dir, finalizer, supervisor.platform)
+        start_finalizer_if_alone(spool_dir, finalizer, supervisor.platform, zygote_pid)
     return code
 
 

@@ -20,16 +20,21 @@ gateway package), like the supervisor. Single-threaded: fork() in a process with
 would copy their locks in whatever state they are. It holds no directory of anyone's (cwd
 `/`), starts with an empty environment, and is non-dumpable where the platform can make it
 so: every run's environment passes through its memory. Its stdin at EOF (the gateway exited,
-or was SIGKILLed) ends it; the supervisors it forked run on.
+or was SIGKILLed) ends it; the supervisors it forked run on. Before it goes it starts its
+gateway's finalizer for every run that ended and was not finalized: a supervisor whose
+zygote lives leaves that to the zygote (supervisor.start_finalizer_if_alone) instead of
+watching its gateway from a process of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
 import signal
 import sys
+import time
 import traceback
 
 # Imported as gateway.jobs.run.zygote by the gateway's tests and type checker, as a top-level
@@ -46,6 +51,11 @@ if TYPE_CHECKING:
     from typing import Any
 
 READ_CHUNK_BYTES = 65536
+# Past this many runs whose finalizing may still be owed, the ones already finalized (no end
+# record any more: their gateway removed the spool) are forgotten.
+OWED_PRUNE_AT = 64
+# On EOF: how long to wait for a supervisor that has recorded its run's end to exit.
+EXITING_WAIT_S = 2.0
 
 
 def _send(message: dict[str, Any]) -> None:
@@ -56,26 +66,68 @@ def _send(message: dict[str, Any]) -> None:
         view = view[os.write(1, view):]
 
 
-def _reap() -> None:
-    """Collect every forked supervisor that has exited, and tell the gateway."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
+class Runs:
+    """The runs this zygote forked: live ones, and ended ones whose terminal row its
+    gateway may still owe (their supervisors left the finalizer to this zygote)."""
+
+    def __init__(self) -> None:
+        self.live: dict[int, dict[str, Any]] = {}  # pid -> its spool dir and finalizer
+        self.owed: list[dict[str, Any]] = []
+
+    def reap(self) -> None:
+        """Collect every forked supervisor that has exited, and tell the gateway."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self._ended(pid)
+            _send({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
+
+    def _ended(self, pid: int) -> None:
+        request = self.live.pop(pid, None)
+        if request is None or not request.get("finalizer"):
             return
-        if pid == 0:
-            return
-        _send({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
+        self.owed.append(request)
+        if len(self.owed) > OWED_PRUNE_AT:
+            self.owed = [r for r in self.owed if _end_recorded(r)]
+
+    def settle(self, platform: Any) -> None:
+        """The gateway is gone (EOF): start its finalizer for every run that ended and is
+        not finalized, once its supervisor is gone. Runs still going start it themselves
+        at their end (they will find the gateway gone)."""
+        deadline = time.monotonic() + EXITING_WAIT_S
+        while any(_end_recorded(r) for r in self.live.values()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+            self.reap_quietly()
+        for request in self.owed:
+            supervisor.start_finalizer(str(request["spool_dir"]), request["finalizer"],
+                                       platform)
+
+    def reap_quietly(self) -> None:
+        """reap() with nobody left to tell."""
+        with contextlib.suppress(OSError):
+            self.reap()
 
 
-def _fork(request: dict[str, Any], closing: list[int]) -> None:
+def _end_recorded(request: dict[str, Any]) -> bool:
+    return os.path.exists(os.path.join(str(request["spool_dir"]), supervisor.END_NAME))
+
+
+def _fork(request: dict[str, Any], runs: Runs, closing: list[int]) -> None:
     """Fork the run's supervisor; in the child, supervise the run and leave with its code."""
+    zygote_pid = os.getpid()
     try:
         pid = posix_detach.fork_session()
     except OSError as exc:
         _send({"id": request.get("id"), "error": exc.strerror or str(exc)})
         return
     if pid != 0:
+        # What settling needs, not the run's environment: nothing of it outlives the fork.
+        runs.live[pid] = {"spool_dir": request.get("spool_dir"),
+                          "finalizer": request.get("finalizer")}
         _send({"id": request.get("id"), "pid": pid})
         return
     code = 2
@@ -88,7 +140,7 @@ def _fork(request: dict[str, Any], closing: list[int]) -> None:
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
         os.close(devnull)
-        code = supervisor.take_run(request)
+        code = supervisor.take_run(request, zygote_pid)
     except BaseException:  # the log is all that is left to tell
         traceback.print_exc()
     finally:
@@ -108,6 +160,7 @@ def serve(platform_name: str) -> int:
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes select() via the fd
+    runs = Runs()
     pending = b""
     while True:
         try:
@@ -116,18 +169,20 @@ def serve(platform_name: str) -> int:
             continue
         if wake_read in readable:
             os.read(wake_read, READ_CHUNK_BYTES)
-            _reap()
+            runs.reap()
         if 0 not in readable:
             continue
         chunk = os.read(0, READ_CHUNK_BYTES)
-        if not chunk:
-            return 0  # the gateway is gone: what was forked runs on
+        if not chunk:  # the gateway is gone: what was forked runs on
+            runs.reap_quietly()
+            runs.settle(platform)
+            return 0
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
             if line.strip():
-                _fork(json.loads(line), [0, 1, wake_read, wake_write])
-        _reap()  # a burst of forks: report exits without waiting for the next wake
+                _fork(json.loads(line), runs, [0, 1, wake_read, wake_write])
+        runs.reap()  # a burst of forks: report exits without waiting for the next wake
 
 
 def main(argv: list[str]) -> int:
