@@ -214,7 +214,17 @@ def make_dumpable() -> bool:
 
 def _set_dumpable(value: int) -> bool:
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_DUMPABLE, value, 0, 0, 0)) == 0
+        return int(_libc().prctl(_PR_SET_DUMPABLE, value, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+_LIBC: list[Any] = []
+
+
+def _libc() -> Any:
+    """libc, loaded once per process: a zygote loads it before it forks (every supervisor
+    calls prctl twice), and a dlopen per call cost each run."""
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
