@@ -54,6 +54,9 @@ ZYGOTE_BOOT = (f"import os, sys; sys.path.append({str(RUN_DIR)!r}); "
 FORK_ANSWER_TIMEOUT_S = 10.0
 # How often a run whose zygote died checks that its supervisor still lives.
 EXIT_POLL_S = 0.02
+# A supervisor gone (or a zombie) this long with no exit line from its zygote: the zygote is
+# stopped (SIGSTOP) or starved, and the run's end is taken from the process table instead.
+EXIT_REPORT_GRACE_S = 2.0
 
 ExitCallback = Callable[[int | None], None]  # a returncode, or None: the zygote is gone
 
@@ -265,10 +268,27 @@ class ForkedExit:
         self._loop = asyncio.get_running_loop()
         self.exited: asyncio.Future[int | None] = self._loop.create_future()
         self._poller: asyncio.Task[None] | None = None
+        self._gone_since: float | None = None
         if link is None:  # forked by a zygote that is gone
             self._resolve(None)
         else:
             link.watch(pid, self._from_reader)
+
+    def check(self) -> None:
+        """Called on the watcher's tick: a supervisor that is gone while its zygote says
+        nothing (stopped) ends the wait after EXIT_REPORT_GRACE_S, its status unknown."""
+        if self.exited.done():
+            return
+        if proc.is_process_alive(self.pid, self._started_at):
+            self._gone_since = None
+            return
+        now = self._loop.time()
+        if self._gone_since is None:
+            self._gone_since = now
+        elif now - self._gone_since >= EXIT_REPORT_GRACE_S:
+            log.warning("a run's supervisor exited and its zygote did not report it; going "
+                        "by the process table", action="zygote", pid=self.pid)
+            self.exited.set_result(None)
 
     def _from_reader(self, status: int | None) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits

@@ -485,6 +485,8 @@ class ProcessRun:
                 woken.cancel()
                 self._wake.clear()
                 self._refresh_sizes()
+                if child is not None:
+                    child.check()  # its zygote may be stopped
                 if self._stop is None and spool.filesystem_full(self.spec.spool_dir):
                     # The provider's writes fail (ENOSPC) and a CLI may carry on anyway: the
                     # run ends now, with the output written so far.

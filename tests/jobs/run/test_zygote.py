@@ -141,6 +141,23 @@ async def test_a_fork_whose_answer_was_lost_runs_once_under_the_supervisor_that_
     assert run.stdout_path.read_text().splitlines() == ["lost"]  # it ran once
 
 
+async def test_a_run_ends_while_its_zygote_is_stopped(tmp_path: Path) -> None:
+    # A stopped zygote reaps nothing and reports nothing: the run's end is read from the
+    # process table after a grace, with the outcome of its end record.
+    (run,), go = waiting_runs(tmp_path, 1, "unreported")
+    with anyio.fail_after(DEADLINE_S):
+        identity = await run.start()
+        stopped = zygote_pid()
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            go.touch()
+            outcome = await run.wait()
+        finally:
+            os.kill(stopped, signal.SIGCONT)
+    assert (outcome.exit_code, outcome.error_kind) == (0, None)
+    assert (sup.read_record(run.spec.spool_dir, sup.END_NAME) or {})["pid"] == identity.pid
+
+
 async def test_the_zygote_exits_when_its_gateway_closes_it_and_its_runs_go_on(
         tmp_path: Path) -> None:
     (run,), go = waiting_runs(tmp_path, 1, "closing")
