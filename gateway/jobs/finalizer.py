@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sys
 import uuid
 from pathlib import Path
@@ -31,7 +32,7 @@ from gateway.config import Settings
 from gateway.jobs.adoption import Adopter
 from gateway.jobs.manager import JobManager
 from gateway.jobs.run import supervisor as sup
-from gateway.jobs.run.spool import run_dir, spool_root
+from gateway.jobs.run.spool import job_dir, run_dir, spool_root
 from gateway.model import InstanceRow, JobRow, JobStatus
 from gateway.store import open_store
 from gateway.store.base import JobStore
@@ -92,6 +93,13 @@ async def finalize_run(settings: Settings, spool_dir: Path, store: JobStore | No
 async def _finalize_on(settings: Settings, spool_dir: Path, job_id: str, store: JobStore) -> str:
     row = await store.get_job(job_id, with_output=False)
     if row is None or not row.status.is_active:
+        if row is not None:
+            # Its terminal writer removed the job's spool just as this finalizer's log file
+            # was created in it (a peer adopted the run while its zygote started this
+            # finalizer): rmtree then left the attempt dir behind (the PgBouncer chaos run).
+            # The row holds the output; nothing here is anyone's evidence any more.
+            await asyncio.to_thread(shutil.rmtree, job_dir(spool_root(settings.state_dir),
+                                                           job_id), ignore_errors=True)
         return "already settled"
     if row.status is not JobStatus.RUNNING or sup.read_record(spool_dir, sup.END_NAME) is None:
         return "its run has not ended"  # a finalizer never starts or re-queues work

@@ -21,6 +21,7 @@ import pytest
 import tomli_w
 
 from gateway.config import Settings
+from gateway.jobs.finalizer import finalize_run
 from gateway.jobs.run import supervisor as sup
 from gateway.model import JobStatus
 from gateway.store import open_store
@@ -178,3 +179,33 @@ async def test_a_new_gateways_first_answer_about_an_ended_run_is_final_and_dated
     assert row.status is JobStatus.COMPLETED, row
     assert row.finished_at is not None
     assert abs(row.finished_at.timestamp() - float(end["ended_at"])) < GAP_S / 2
+
+
+async def test_a_finalizer_that_finds_its_job_settled_removes_what_is_left_of_its_spool(
+    make_settings: MakeSettings, tmp_path: Path, children: Children,
+) -> None:
+    # A peer adopted the run and removed the job's spool just as the zygote started this
+    # finalizer, whose log file landed in the attempt dir mid-rmtree: the dir was left
+    # behind for good (the PgBouncer chaos run). The finalizer is the last one to look.
+    settings = make_settings()
+    owner, job_id = start_owner(settings, tmp_path, "settled by its owner @sleep=0", children)
+    store = await open_store(settings)
+    try:
+        async def terminal() -> bool:
+            row = await store.get_job(job_id, with_output=False)
+            return row is not None and row.status.is_terminal
+
+        await wait_for(terminal, 20)
+        attempt = Path(settings.state_dir) / "spool" / job_id / "0"
+        await wait_for(lambda: not attempt.parent.exists(), 20)  # its owner removed it
+        attempt.mkdir(parents=True, mode=0o700)
+        sup.write_record(attempt, sup.RUN_NAME, {"job_id": job_id})
+        (attempt / sup.LOG_NAME).write_text("finalizer: started\n", encoding="utf-8")
+        assert await finalize_run(settings, attempt, store) == "already settled"
+        assert not attempt.parent.exists()
+        row = await store.get_job(job_id, with_output=False)
+        assert row is not None and row.status is JobStatus.COMPLETED  # nothing else touched
+    finally:
+        await store.close()
+        owner.kill()
+        owner.wait()
