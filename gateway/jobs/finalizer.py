@@ -80,6 +80,7 @@ async def finalize_run(settings: Settings, spool_dir: Path, store: JobStore | No
     if given (left open), else on one opened and closed here."""
     spec = sup.read_record(spool_dir, sup.RUN_NAME)
     if spec is None or not isinstance(spec.get("job_id"), str):
+        _remove_remains(spool_dir, spool_root(settings.state_dir))
         return "no run here"
     if store is not None:
         return await _finalize_on(settings, spool_dir, spec["job_id"], store)
@@ -90,14 +91,26 @@ async def finalize_run(settings: Settings, spool_dir: Path, store: JobStore | No
         await store.close()
 
 
+def _remove_remains(spool_dir: Path, root: Path) -> None:
+    """Remove an attempt dir that holds nothing but the run's log: what a terminal writer's
+    rmtree left when the zygote created this finalizer's log file in it mid-removal (the
+    PgBouncer chaos run). A run's dir has its run record from before its launch on, so a
+    dir without one, log aside, is nobody's."""
+    try:
+        if {entry.name for entry in spool_dir.iterdir()} <= {sup.LOG_NAME}:
+            shutil.rmtree(spool_dir, ignore_errors=True)
+            if spool_dir.parent != root:
+                spool_dir.parent.rmdir()  # the job's dir, if this was its last attempt
+    except OSError:
+        pass
+
+
 async def _finalize_on(settings: Settings, spool_dir: Path, job_id: str, store: JobStore) -> str:
     row = await store.get_job(job_id, with_output=False)
     if row is None or not row.status.is_active:
         if row is not None:
-            # Its terminal writer removed the job's spool just as this finalizer's log file
-            # was created in it (a peer adopted the run while its zygote started this
-            # finalizer): rmtree then left the attempt dir behind (the PgBouncer chaos run).
-            # The row holds the output; nothing here is anyone's evidence any more.
+            # Its terminal writer was killed between its write and its removal of the
+            # spool: the row holds the output; nothing here is anyone's evidence any more.
             await asyncio.to_thread(shutil.rmtree, job_dir(spool_root(settings.state_dir),
                                                            job_id), ignore_errors=True)
         return "already settled"

@@ -203,6 +203,17 @@ async def test_a_finalizer_that_finds_its_job_settled_removes_what_is_left_of_it
         (attempt / sup.LOG_NAME).write_text("finalizer: started\n", encoding="utf-8")
         assert await finalize_run(settings, attempt, store) == "already settled"
         assert not attempt.parent.exists()
+        # The same race a moment later: rmtree had unlinked the records already, and left
+        # the dir with the log alone.
+        attempt.mkdir(parents=True, mode=0o700)
+        (attempt / sup.LOG_NAME).write_text("finalizer: started\n", encoding="utf-8")
+        assert await finalize_run(settings, attempt, store) == "no run here"
+        assert not attempt.parent.exists()
+        # A dir with more than a log in it is not remains: it is left as it is.
+        attempt.mkdir(parents=True, mode=0o700)
+        (attempt / sup.END_NAME).write_text("{}", encoding="utf-8")
+        assert await finalize_run(settings, attempt, store) == "no run here"
+        assert (attempt / sup.END_NAME).exists()
         row = await store.get_job(job_id, with_output=False)
         assert row is not None and row.status is JobStatus.COMPLETED  # nothing else touched
     finally:
