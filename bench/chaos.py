@@ -188,6 +188,7 @@ GATEWAY_EXIT_TIMEOUT_S = 8.0  # SIGTERM -> exit: drain 1.5 s + lease stop + uvic
 RESTART_DELAY_S = (0.2, 1.5)  # a supervisor restarts a dead gateway after a moment
 STOP_DURATION_S = (0.3, 4.0)  # SIGSTOP lengths, below and above ttl (1 s) and the call timeout
 ACTION_GAP_S = (1.5, 4.0)  # pause between two chaos actions
+VICTIM_WORK_LEFT_S = 0.5  # a victim's run in flight should have this long to go, if one has
 ACTION_WEIGHTS = {"kill": 0.3, "stop": 0.3, "term": 0.15, "stop_kill": 0.15,
                   "zygote_kill": 0.1}
 SUBMIT_ATTEMPTS = 5  # a request is retried on other instances this often
@@ -1141,13 +1142,25 @@ class ChaosRun:
                 tg.start_soon(self.act, kind, target)
 
     def victim(self, healthy: list[InstanceLife]) -> InstanceLife:
-        """A random healthy instance, one with a run in flight if there is one: a fault
-        that finds no work to leave behind proves nothing (on a loaded box a run may get
-        a single action, see the detach scenario's take-over check)."""
-        live_prompts = {spawn.prompt for spawn in self.watcher.alive()}
-        working = {job.owner_instance for job in self.jobs if job.prompt in live_prompts}
-        with_work = [life for life in healthy if life.instance_id in working]
-        return self.rng.choice(with_work or healthy)
+        """A random healthy instance, one with a run in flight if there is one, and better
+        one whose run has a while to go: a fault that finds no work to leave behind proves
+        nothing (on a loaded box a run may get a single action, see the detach scenario's
+        take-over check), and since the zygote a run that is about to end did end before
+        the signal landed (the portable detach run, CI)."""
+        now = time.time()
+        started = {spawn.prompt: spawn.t for spawn in self.watcher.alive()}
+        working: set[str | None] = set()
+        lasting: set[str | None] = set()
+        for job in self.jobs:
+            if job.prompt in started:
+                working.add(job.owner_instance)
+                if started[job.prompt] + job.sleep_s - now >= VICTIM_WORK_LEFT_S:
+                    lasting.add(job.owner_instance)
+        for owners in (lasting, working):
+            picked = [life for life in healthy if life.instance_id in owners]
+            if picked:
+                return self.rng.choice(picked)
+        return self.rng.choice(healthy)
 
     async def kill_once(self, at: float) -> None:
         """The load scenario's one fault: SIGKILL a random instance mid-way, then restart it."""

@@ -48,8 +48,9 @@ from gateway import proc
 from gateway.config import LeaseConfig, Settings
 from gateway.jobs.adoption import Adopter
 from gateway.jobs.manager import JobManager
+from gateway.jobs.run import spool
 from gateway.jobs.worktrees.gc import expire_worktrees
-from gateway.model import ErrorKind, InstanceRow, JobRow, JobStatus
+from gateway.model import FINAL_STATUSES, ErrorKind, InstanceRow, JobRow, JobStatus
 from gateway.store.base import REAPER_BATCH_ROWS, RETENTION_BATCH_ROWS, JobStore, StoreReplaced
 from gateway.store.gauges import WorstOfLastHour
 
@@ -65,6 +66,11 @@ PURGE_INTERVAL_S = 300.0  # retention is measured in days: purging every 5 minut
 # job of this host waits to be re-queued by its host's gateways before it may be orphaned.
 # Paperclip #21046: old and new servers serve together for minutes during an upgrade.
 STALLED_OWNER_GRACE_S = 300.0
+# A spool of an ended job that nothing changed for this long is one its writer left behind
+# (a live writer removes it milliseconds after the terminal write); per sweep, at most
+# SETTLED_SPOOL_BATCH such spools are checked against their row.
+SETTLED_SPOOL_IDLE_S = 2.0
+SETTLED_SPOOL_BATCH = 16
 
 
 def instance_lease_held(instance: InstanceRow, now: float) -> bool:
@@ -355,6 +361,7 @@ class LeaseKeeper:
                         job_id=row.id, owner_instance=row.owner_instance, provider=row.provider,
                         final=row.hostname == self.identity.hostname)
         await self._gc_instances()
+        await self._remove_settled_spools()
         # What orphaned jobs still hold of a budget goes back (each reservation exactly once).
         await self.store.release_reservations()
         now = time.monotonic()
@@ -376,6 +383,26 @@ class LeaseKeeper:
             self.manager.remove_spool(purged)
             if len(purged) < RETENTION_BATCH_ROWS:
                 return
+
+    async def _remove_settled_spools(self) -> None:
+        """Remove the spools of this state dir's ended jobs that their terminal writer left:
+        one killed or stopped for good between its write and its removal (the portable chaos
+        run: SIGSTOP 3 ms after the write, then SIGKILL) leaves them, and no one else would
+        before retention. Only spools idle for SETTLED_SPOOL_IDLE_S and at most
+        SETTLED_SPOOL_BATCH per pass (one row read each). An orphaned job's is left to
+        retention: its run may still be writing it."""
+        manager = self.manager
+        job_ids = await asyncio.to_thread(spool.idle_job_ids, manager.spool_root,
+                                          SETTLED_SPOOL_IDLE_S, time.time(),
+                                          set(manager.local_job_ids()))
+        for job_id in job_ids[:SETTLED_SPOOL_BATCH]:
+            row = await self.store.get_job(job_id, with_output=False)
+            # A final status is for good (no transition leaves it): nothing in the spool is
+            # anyone's evidence any more; the row holds the output.
+            if row is not None and row.status in FINAL_STATUSES:
+                await asyncio.to_thread(spool.remove_job_dir, manager.spool_root, job_id)
+                log.info("spool of an ended job removed", action="settled_spool",
+                         job_id=job_id, status=str(row.status))
 
     async def _gc_instances(self) -> None:
         """Collect the instance rows gone for instance_gc_s: of this host only, and never one

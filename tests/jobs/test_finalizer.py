@@ -95,10 +95,13 @@ async def test_a_run_that_ended_under_a_stopped_gateway_is_finalized_once_that_g
     spawn = await wait_for(lambda: fake_log.spawns(), 10)
     os.kill(owner.pid, signal.SIGSTOP)  # alive, but it finalizes nothing
     spool = Path(settings.state_dir) / "spool" / job_id / "0"
-    await wait_for(lambda: gone(spawn[0]["pid"]) and (spool / sup.END_NAME).exists(), 20,
-                   step=0.01)
-    claim = sup.read_record(spool, sup.START_NAME) or {}
-    await wait_for(lambda: gone(int(claim["pid"])), 20, step=0.01)  # its supervisor left
+    try:
+        await wait_for(lambda: gone(spawn[0]["pid"]) and (spool / sup.END_NAME).exists(), 20,
+                       step=0.01)
+        claim = sup.read_record(spool, sup.START_NAME) or {}
+        await wait_for(lambda: gone(int(claim["pid"])), 20, step=0.01)  # its supervisor left
+    except TimeoutError:
+        pytest.fail(f"the run did not end: spool {_listing(spool)}; log {_log(spool)!r}")
     owner.kill()
     owner.wait()
     killed = time.monotonic()
@@ -108,7 +111,11 @@ async def test_a_run_that_ended_under_a_stopped_gateway_is_finalized_once_that_g
             row = await store.get_job(job_id, with_output=False)
             return row is not None and row.status.is_terminal
 
-        await wait_for(terminal, 20)
+        try:
+            await wait_for(terminal, 20)
+        except TimeoutError:
+            pytest.fail(f"not finalized: {await store.get_job(job_id, with_output=False)}; "
+                        f"spool {_listing(spool)}; log {_log(spool)!r}")
         took = time.monotonic() - killed
         row = await store.get_job(job_id, with_output=False)
         assert row is not None and row.status is JobStatus.COMPLETED, row
@@ -117,6 +124,15 @@ async def test_a_run_that_ended_under_a_stopped_gateway_is_finalized_once_that_g
                                       if i.role == "finalizer"}
     finally:
         await store.close()
+
+
+def _listing(spool: Path) -> list[str]:
+    return sorted(p.name for p in spool.iterdir()) if spool.is_dir() else ["(gone)"]
+
+
+def _log(spool: Path) -> str:
+    path = spool / sup.LOG_NAME
+    return path.read_text(errors="replace")[-2000:] if path.is_file() else ""
 
 
 def write_config(settings: Settings, path: Path) -> Path:

@@ -351,3 +351,41 @@ async def test_stopping_the_loops_is_bounded_when_one_ignores_its_cancel(
     finally:
         release.set()
         await stuck
+
+
+async def test_a_sweep_removes_the_spool_an_ended_jobs_killed_writer_left_and_nothing_else(
+    make_settings: MakeSettings, start_gateway: StartGateway
+) -> None:
+    # The portable chaos run: a gateway SIGSTOPped 3 ms after its terminal write, then
+    # SIGKILLed, left its job's attempt dir half removed, and nobody removed it.
+    settings = make_settings()
+    gw = await start_gateway(settings)
+    manager = await gw.manager()
+    ended = await manager.submit("claude", SubmitRequest(prompt="done @sleep=0"))
+    assert (await manager.wait(ended.job.id, 20)).status == JobStatus.COMPLETED
+    running = await manager.submit("claude", SubmitRequest(prompt="still going @sleep=30"))
+    await wait_for(lambda: _status(manager.store, running.job.id, JobStatus.RUNNING), 20)
+    root = manager.spool_root
+    idle = time.time() - 60
+
+    def left_behind(job_id: str, *, idle_since: float | None = idle) -> Any:
+        attempt = root / job_id / "0"
+        attempt.mkdir(parents=True, exist_ok=True)
+        if idle_since is not None:
+            for path in (attempt, attempt.parent):
+                os.utime(path, (idle_since, idle_since))
+        return attempt.parent
+
+    stale = left_behind(ended.job.id)
+    unknown = left_behind(str(uuid.uuid4()))  # no row: retention's, or another store's
+    peer = await manager.store.insert_job(new_row("a-peer"), settings.lease.ttl_s)
+    peers = left_behind(peer.id)  # an active job of another gateway's
+    live = root / running.job.id  # a local run's own spool, however idle
+    os.utime(live, (idle, idle))
+    await leases_of(gw).sweep_once()
+    assert not stale.exists()
+    assert unknown.exists() and live.exists() and peers.exists()
+    fresh = left_behind(ended.job.id, idle_since=None)  # its writer may be removing it now
+    await leases_of(gw).sweep_once()
+    assert fresh.exists()
+    await manager.cancel(running.job.id)

@@ -19,6 +19,7 @@ import os
 import secrets
 import shutil
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 
 from gateway.fs import ensure_private_dir
@@ -123,6 +124,24 @@ def remove_job_dir(root: Path, job_id: str) -> None:
     for attempt in attempts:
         remove_temp_cwd(attempt)
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def idle_job_ids(root: Path, idle_s: float, now: float, skip: Collection[str]) -> list[str]:
+    """The jobs whose spool nothing has changed for `idle_s` (the job's dir and its attempt
+    dirs by mtime: a record or output file that is added or removed changes them), minus
+    `skip`: where a sweep looks for spools left behind by a terminal writer that was killed
+    between its write and its removal of the spool (the portable chaos run). Oldest first."""
+    found: list[tuple[float, str]] = []
+    with contextlib.suppress(OSError):
+        for directory in root.iterdir():
+            if directory.name in skip:
+                continue
+            with contextlib.suppress(OSError):
+                changed = max([directory.stat().st_mtime,
+                               *(attempt.stat().st_mtime for attempt in directory.iterdir())])
+                if now - changed >= idle_s:
+                    found.append((changed, directory.name))
+    return [job_id for _, job_id in sorted(found)]
 
 
 def stdout_path(job_dir: Path) -> Path:
