@@ -378,9 +378,7 @@ class ProcessRun:
                                "ran. Resubmit the request.")
         if claim.get("token") != token:
             raise RunClaimedElsewhere(self.spec.job_id)
-        # A supervisor of ours runs it; its zygote is gone, so its exit is polled.
-        return Spawned(pid=int(claim["pid"]), link=None,
-                       started_at=float(claim["started_at"]), executable=executable)
+        return Spawned.from_claim(claim, executable)  # a supervisor of ours runs it
 
     def _claimant(self, spawned: Spawned, token: str) -> Spawned:
         """The supervisor that holds this launch's claim: `spawned`, or one that a replaced
@@ -393,8 +391,7 @@ class ProcessRun:
         spawned.on_exit(lambda _status: None)  # the loser's exit: nobody waits for it
         log.info("the run's supervisor is one a replaced zygote forked", action="zygote",
                  job_id=self.spec.job_id, pid=claim.get("pid"))
-        return Spawned(pid=int(claim["pid"]), link=None,
-                       started_at=float(claim["started_at"]), executable=spawned.executable)
+        return Spawned.from_claim(claim, spawned.executable)
 
     def _await_claim(self, spawned: Spawned) -> None:
         """Until the supervisor has claimed the run (or exited). Blocking: spawn thread."""

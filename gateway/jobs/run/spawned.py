@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from gateway import proc
 from gateway.jobs.run.forks import Link
@@ -21,6 +22,13 @@ class Spawned:
     link: Link | None
     started_at: float
     executable: str
+
+    @classmethod
+    def from_claim(cls, claim: dict[str, Any], executable: str) -> Spawned:
+        """The supervisor that won a run's claim (`start.json`), forked by a zygote that is
+        gone: its exit is polled."""
+        return cls(pid=int(claim["pid"]), link=None, started_at=float(claim["started_at"]),
+                   executable=executable)
 
     def exited(self) -> bool:
         """Whether it is known to have exited (from the spawn thread)."""
