@@ -15,9 +15,10 @@ import anyio
 import psutil
 import pytest
 
-from gateway.jobs.run import forks
+from gateway.jobs.run import forks, runner, spool
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.runner import ZYGOTE, ProcessRun
+from gateway.model import ErrorKind, GatewayError
 from tests.jobs.run.test_runner import DEADLINE_S, child, make_spec, until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
@@ -169,3 +170,107 @@ async def test_the_zygote_exits_when_its_gateway_closes_it_and_its_runs_go_on(
         go.touch()
         outcome = await run.wait()
     assert outcome.exit_code == 0 and run.stdout_path.read_text().strip() == "closing"
+
+
+def stop_each_zygote_before_it_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every fork request goes to a zygote that is stopped (SIGSTOP) first: it can neither
+    fork nor answer, and is killed at FORK_ANSWER_TIMEOUT_S. The zygotes' pids, in order."""
+    stopped: list[int] = []
+    real = forks.Link.fork
+
+    def fork_to_a_stopped_zygote(self: forks.Link, run: dict[str, object]) -> int:
+        stopped.append(self.pid)
+        os.kill(self.pid, signal.SIGSTOP)
+        return real(self, run)
+
+    monkeypatch.setattr(forks.Link, "fork", fork_to_a_stopped_zygote)
+    return stopped
+
+
+async def test_two_unanswered_forks_fail_the_launch_and_nothing_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Neither zygote forked: the launch claims the run as unstarted, so no supervisor that
+    # comes later can start it, and fails with a message that says nothing ran.
+    (run,), go = waiting_runs(tmp_path, 1, "never")
+    go.touch()
+    with monkeypatch.context() as patch, anyio.fail_after(DEADLINE_S):
+        patch.setattr(forks, "FORK_ANSWER_TIMEOUT_S", 0.3)
+        patch.setattr(runner, "SUPERVISOR_START_TIMEOUT_S", 0.3)
+        stopped = stop_each_zygote_before_it_reads(patch)
+        with pytest.raises(GatewayError) as failure:
+            await run.start()
+        await until(lambda: all(gone(pid) for pid in stopped), "the stopped zygotes to die")
+    assert failure.value.kind is ErrorKind.LAUNCH_FAILED
+    assert "zygote stopped answering" in str(failure.value)
+    assert "nothing ran" in str(failure.value)
+    assert len(stopped) == 2 and stopped[0] != stopped[1]  # the second went to a new one
+    claim = sup.read_record(run.spec.spool_dir, sup.START_NAME) or {}
+    assert (claim.get("kind"), claim.get("zygote")) == ("unstarted", "unanswered")
+    assert not run.stdout_path.exists() or run.stdout_path.read_text() == ""
+    temp = sup.read_record(run.spec.spool_dir, spool.TEMP_CWD_NAME) or {}
+    assert temp.get("path") and not Path(str(temp["path"])).exists()  # not left behind
+    assert sup.read_record(run.spec.spool_dir, sup.END_NAME) is None
+    # A run that comes next gets a zygote that works.
+    (after,), go_after = waiting_runs(tmp_path, 1, "after")
+    go_after.touch()
+    with anyio.fail_after(DEADLINE_S):
+        await after.start()
+        assert (await after.wait()).exit_code == 0
+    assert zygote_pid() not in stopped
+
+
+async def test_two_lost_answers_still_run_the_launch_once_under_its_claimant(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Both zygotes forked and died before they answered: two supervisors of the same launch,
+    # one claim. The gateway finds the claimant in the claim and polls its exit (no zygote
+    # of its own reports it); the other exits without running anything.
+    forked: list[int] = []
+    real = forks.Link.fork
+
+    def answer_lost(self: forks.Link, run: dict[str, object]) -> int:
+        forked.append(real(self, run))
+        claim = Path(str(run["spool_dir"])) / sup.START_NAME
+        deadline = time.monotonic() + DEADLINE_S
+        while not claim.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.kill()  # the zygote dies with the answer
+        raise forks.ForkUnanswered
+
+    monkeypatch.setattr(forks.Link, "fork", answer_lost)
+    (run,), go = waiting_runs(tmp_path, 1, "lost-twice")
+    with anyio.fail_after(DEADLINE_S):
+        identity = await run.start()
+        await until(lambda: all(gone(pid) for pid in forked[1:]), "the loser to exit")
+        go.touch()
+        outcome = await run.wait()
+    claim = sup.read_record(run.spec.spool_dir, sup.START_NAME) or {}
+    assert len(forked) == 2 and identity.pid == int(claim["pid"]) == forked[0]
+    assert (outcome.exit_code, outcome.error_kind) == (0, None)
+    assert run.stdout_path.read_text().splitlines() == ["lost-twice"]  # it ran once
+    assert (sup.read_record(run.spec.spool_dir, sup.END_NAME) or {})["pid"] == forked[0]
+
+
+async def test_a_link_keeps_an_exit_reported_before_its_watcher_and_tells_late_watchers(
+        tmp_path: Path) -> None:
+    # A supervisor can exit before anyone watches it (an instant run, a bad spool): the
+    # zygote's report is kept for the watcher. Once the zygote is gone a watcher hears None
+    # at once (its exit is polled then), and the link refuses forks: nothing was sent.
+    link = forks.Link(0)
+    try:
+        empty_spool = tmp_path / "empty-spool"  # no run.json: the supervisor gives up at once
+        empty_spool.mkdir()
+        pid = link.fork({"spool_dir": str(empty_spool), "token": "t", "env": {},
+                         "finalizer": None})
+        await until(lambda: link.has_exited(pid), "the zygote to report the exit")
+        heard: list[int | None] = []
+        link.watch(pid, heard.append)
+        assert heard and heard[0] is not None and heard[0] != 0
+        assert not link.has_exited(pid)  # taken by its watcher
+    finally:
+        link.close()
+    await until(lambda: not link.alive, "the zygote to exit at EOF")
+    late: list[int | None] = []
+    link.watch(pid, late.append)
+    assert late == [None]
+    with pytest.raises(BrokenPipeError):
+        link.fork({"spool_dir": str(tmp_path), "token": "t", "env": {}, "finalizer": None})
