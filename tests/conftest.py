@@ -28,6 +28,8 @@ import asyncpg
 import pytest
 
 from gateway import platform
+from gateway.jobs.run import forks
+from tests import zygote_coverage
 from tests.children import Children
 
 
@@ -45,6 +47,20 @@ def children() -> Iterator[Children]:
         yield started
     finally:
         started.reap_all()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def zygotes_measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Under pytest-cov, the zygotes this process starts and their supervisors are measured
+    too (tests/zygote_coverage.py); otherwise nothing changes."""
+    boot = zygote_coverage.measured_boot(tmp_path_factory.mktemp("zygote-coverage"))
+    if boot is None:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(forks, "ZYGOTE_BOOT", boot)
+        yield
+    zygote_coverage.close_zygote()  # it saves its data as it exits: before pytest-cov combines
 
 
 # -- throwaway PostgreSQL -----------------------------------------------------------------
