@@ -110,20 +110,17 @@ async def test_a_stopped_zygote_is_replaced_and_its_run_still_runs_once(
     assert zygote_pid() != stopped
 
 
-async def test_a_fork_whose_answer_was_lost_runs_once_under_the_supervisor_that_claimed_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The zygote forked the run and died before its answer arrived: the run goes to a new
-    # zygote with the same token, both supervisors race for the one claim, and the gateway
-    # watches the winner, whichever it is. Here the first one holds the claim for sure: its
-    # CLI is already running when the second is asked for.
-    first_pids: list[int] = []
+def lose_answers(monkeypatch: pytest.MonkeyPatch, count: int) -> list[int]:
+    """The first `count` forks happen, and once the run is claimed their zygote dies before
+    its answer arrives (a real zygote, SIGKILLed): the pids those zygotes forked."""
+    forked: list[int] = []
     real = forks.Link.fork
 
     def answer_lost(self: forks.Link, run: dict[str, object]) -> int:
         pid = real(self, run)
-        if first_pids:
+        if len(forked) >= count:
             return pid
-        first_pids.append(pid)
+        forked.append(pid)
         claim = Path(str(run["spool_dir"])) / sup.START_NAME
         deadline = time.monotonic() + DEADLINE_S
         while not claim.exists() and time.monotonic() < deadline:
@@ -132,6 +129,16 @@ async def test_a_fork_whose_answer_was_lost_runs_once_under_the_supervisor_that_
         raise forks.ForkUnanswered
 
     monkeypatch.setattr(forks.Link, "fork", answer_lost)
+    return forked
+
+
+async def test_a_fork_whose_answer_was_lost_runs_once_under_the_supervisor_that_claimed_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The zygote forked the run and died before its answer arrived: the run goes to a new
+    # zygote with the same token, both supervisors race for the one claim, and the gateway
+    # watches the winner, whichever it is. Here the first one holds the claim for sure: its
+    # CLI is already running when the second is asked for.
+    first_pids = lose_answers(monkeypatch, 1)
     (run,), go = waiting_runs(tmp_path, 1, "lost")
     with anyio.fail_after(DEADLINE_S):
         identity = await run.start()
@@ -224,19 +231,7 @@ async def test_two_lost_answers_still_run_the_launch_once_under_its_claimant(
     # Both zygotes forked and died before they answered: two supervisors of the same launch,
     # one claim. The gateway finds the claimant in the claim and polls its exit (no zygote
     # of its own reports it); the other exits without running anything.
-    forked: list[int] = []
-    real = forks.Link.fork
-
-    def answer_lost(self: forks.Link, run: dict[str, object]) -> int:
-        forked.append(real(self, run))
-        claim = Path(str(run["spool_dir"])) / sup.START_NAME
-        deadline = time.monotonic() + DEADLINE_S
-        while not claim.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        self.kill()  # the zygote dies with the answer
-        raise forks.ForkUnanswered
-
-    monkeypatch.setattr(forks.Link, "fork", answer_lost)
+    forked = lose_answers(monkeypatch, 2)
     (run,), go = waiting_runs(tmp_path, 1, "lost-twice")
     with anyio.fail_after(DEADLINE_S):
         identity = await run.start()
