@@ -32,8 +32,8 @@ from gateway.config import Settings
 from gateway.jobs.adoption import Adopter
 from gateway.jobs.manager import JobManager
 from gateway.jobs.run import supervisor as sup
-from gateway.jobs.run.spool import job_dir, run_dir, spool_root
-from gateway.model import InstanceRow, JobRow, JobStatus
+from gateway.jobs.run.spool import remove_job_dir, run_dir, spool_root
+from gateway.model import FINAL_STATUSES, InstanceRow, JobRow, JobStatus
 from gateway.store import open_store
 from gateway.store.base import JobStore
 
@@ -108,11 +108,10 @@ def _remove_remains(spool_dir: Path, root: Path) -> None:
 async def _finalize_on(settings: Settings, spool_dir: Path, job_id: str, store: JobStore) -> str:
     row = await store.get_job(job_id, with_output=False)
     if row is None or not row.status.is_active:
-        if row is not None:
+        if row is not None and row.status in FINAL_STATUSES:
             # Its terminal writer was killed between its write and its removal of the
-            # spool: the row holds the output; nothing here is anyone's evidence any more.
-            await asyncio.to_thread(shutil.rmtree, job_dir(spool_root(settings.state_dir),
-                                                           job_id), ignore_errors=True)
+            # spool: the reaper's rule (LeaseKeeper._remove_settled_spools), applied now.
+            await asyncio.to_thread(remove_job_dir, spool_root(settings.state_dir), job_id)
         return "already settled"
     if row.status is not JobStatus.RUNNING or sup.read_record(spool_dir, sup.END_NAME) is None:
         return "its run has not ended"  # a finalizer never starts or re-queues work
