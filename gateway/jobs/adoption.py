@@ -73,6 +73,17 @@ class Adopter:
         self.store = store
         self.identity = identity
         self.stalled_owner_grace_s = stalled_owner_grace_s
+        # The last sweep's judgement of each owner it looked at: True when proven gone.
+        self.judged_gone: dict[str | None, bool] = {}
+
+    def alive_at_last_sweep(self, owner_id: str | None) -> bool:
+        """Whether the last sweep judged this owner alive (it skipped the owner's jobs).
+
+        The reaper's judgement in the same sweep follows this one, never a second probe: an
+        owner SIGKILLed between the two (after a SIGSTOP) was alive when adoption looked, so
+        its jobs are adopted next sweep (a run's end record finalized) rather than orphaned
+        with their answer unread."""
+        return self.judged_gone.get(owner_id) is False
 
     def owner_alive_here(self, owner: InstanceRow | None) -> bool:
         """Proven alive on this host and boot (pid with its start time), stopped or not."""
@@ -115,13 +126,13 @@ class Adopter:
     async def sweep(self) -> int:
         """One pass; returns how many jobs this instance took over."""
         manager = self.manager
+        self.judged_gone = gone = {}  # one probe per owner and sweep
         if not manager.admission.open:
             return 0  # an instance that cannot renew its own lease takes over nothing
         candidates = await self.store.list_adoption_candidates(
             self.identity.instance_id, self.identity.hostname, self.identity.boot_id,
             max(manager.settings.lease.instance_gc_s, ORPHANED_WITHIN_MIN_S), ADOPT_BATCH)
         taken = 0
-        gone: dict[str | None, bool] = {}  # one probe per owner and sweep
         now: float | None = None
         for candidate in candidates:
             if manager.closing:

@@ -287,9 +287,10 @@ class LeaseKeeper:
         lapsed): only when no gateway can settle it any more, since `orphaned` is final.
 
         On this host: never while its process is provably alive; never while its owner is
-        proven alive here (SIGSTOPped, stalled), and never while it is queued (the adopter
-        re-queues it once its owner is proven gone: nothing runs meanwhile), until
-        stalled_owner_grace_s after the lease lapsed. Adoption ran first in this sweep, so a
+        proven alive here (SIGSTOPped, stalled), now or when this sweep's adoption judged it
+        (an owner killed in between is adopted from next sweep), and never while it is
+        queued (the adopter re-queues it once its owner is proven gone: nothing runs
+        meanwhile), until stalled_owner_grace_s after the lease lapsed. Adoption ran first in this sweep, so a
         job of a gone owner that is still a candidate is one nobody here can settle. On
         another host the owner cannot be probed: as before, at its lease."""
         if self._provably_alive(row):
@@ -301,7 +302,9 @@ class LeaseKeeper:
             owner.lease_expires_at.timestamp() if owner and owner.lease_expires_at else 0.0)
         if now - lapsed >= self.stalled_owner_grace_s:
             return True
-        return not (row.status is JobStatus.QUEUED or self.adopter.owner_alive_here(owner))
+        return not (row.status is JobStatus.QUEUED
+                    or self.adopter.alive_at_last_sweep(row.owner_instance)
+                    or self.adopter.owner_alive_here(owner))
 
     async def sweep_tick(self) -> list[JobRow]:
         """The reaper loop's tick: a pass only when this interval's sweep of this host is

@@ -42,6 +42,7 @@ from tests.jobs.conftest import (
     store_of,
     wait_for,
 )
+from tests.jobs.owner_gateway import NO_FINALIZER_ENV
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
@@ -640,3 +641,52 @@ async def test_a_run_detached_in_the_previous_releases_spool_layout_is_adopted(
     row = await wait_for(lambda: terminal(manager, job_id), DONE_S)
     assert row.status is JobStatus.COMPLETED
     assert (await manager.read_result(job_id)).output == "fake-claude answer: old layout @sleep=0.3"
+
+
+async def test_an_owner_killed_between_adoption_and_the_reaper_has_its_ended_run_finalized(
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path,
+    children: Children, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Found by the portable detach chaos run on PostgreSQL: an owner SIGSTOPped past its
+    # lease, its run ended; a peer's adoption saw the owner alive, the SIGKILL came, and the
+    # same sweep's reaper probed again, saw it dead and wrote `orphaned` (final) over a run
+    # whose end record sat unread in its spool. The reaper now follows adoption's judgement.
+    settings = make_settings()
+    owner, job_id = start_owner(settings, tmp_path, "ended under a frozen owner @sleep=0.3",
+                                children, env={NO_FINALIZER_ENV: "1"})
+    await wait_for(lambda: fake_log.spawns(), 10)
+    os.kill(owner.pid, signal.SIGSTOP)
+    spool = spool_of(settings, job_id)
+    await wait_for(lambda: (spool / sup.END_NAME).exists(), DONE_S)
+    claim = sup.read_record(spool, sup.START_NAME) or {}
+    await wait_for(lambda: not alive(int(claim["pid"])), DONE_S)  # its supervisor left
+    gw = await start_gateway(settings)
+    store = store_of(gw)
+
+    async def lapsed() -> bool:
+        expired = await store.list_expired_candidates(settings.lease.http_job_grace_s)
+        return job_id in {r.id for r in expired}
+
+    await wait_for(lapsed, DONE_S)
+    row = await store.get_job(job_id, with_output=False)
+    assert row is not None and row.status is JobStatus.RUNNING, row
+    adopter = leases_of(gw).adopter
+    adopt = adopter.sweep
+    killed: list[bool] = []
+
+    async def adopt_then_kill_the_owner() -> int:
+        taken = await adopt()  # it saw the owner alive (SIGSTOPped): taken == 0
+        if not killed:
+            owner.kill()  # between adoption and the reaper, in one sweep
+            owner.wait()
+            killed.append(True)
+        return taken
+
+    monkeypatch.setattr(adopter, "sweep", adopt_then_kill_the_owner)
+    await wait_for(lambda: killed, DONE_S)
+    manager = await gw.manager()
+    ended = await wait_for(lambda: terminal(manager, job_id), DONE_S)
+    assert ended.status is JobStatus.COMPLETED, ended
+    assert ended.owner_instance == manager.instance_id
+    assert (await manager.read_result(job_id)).output == (
+        "fake-claude answer: ended under a frozen owner @sleep=0.3")
