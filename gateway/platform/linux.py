@@ -188,8 +188,12 @@ def set_autogroup_nice(pid: int, value: int) -> bool:
         return True
     target = "self" if pid == 0 else str(pid)
     try:
-        with open(f"{_PROC}/{target}/autogroup", "w", encoding="ascii") as fh:
-            fh.write(str(min(MAX_NICE, value)))
+        # Bytes: a text-mode open would import its codec in every forked supervisor.
+        fd = os.open(f"{_PROC}/{target}/autogroup", os.O_WRONLY)
+        try:
+            os.write(fd, str(min(MAX_NICE, value)).encode())
+        finally:
+            os.close(fd)
     except OSError as exc:
         return exc.errno != errno.EAGAIN
     return True

@@ -102,12 +102,13 @@ STDIN_CHUNK_BYTES = 64 * 1024
 # -- records: written atomically, read by the gateway --------------------------------------
 
 
-def _write_tmp(directory: StrPath, name: str, record: dict[str, Any]) -> str:
+def _write_tmp(directory: StrPath, name: str, record: dict[str, Any], durable: bool = True) -> str:
     tmp = os.path.join(directory, f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.write(fd, json.dumps(record, sort_keys=True).encode("utf-8"))
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     return tmp
@@ -124,11 +125,19 @@ def _fsync_dir(directory: StrPath) -> None:
         pass
 
 
-def write_record(directory: StrPath, name: str, record: dict[str, Any]) -> None:
-    """Replace `name` atomically: a reader sees the old record or the whole new one."""
-    tmp = _write_tmp(directory, name, record)
+def write_record(directory: StrPath, name: str, record: dict[str, Any],
+                 durable: bool = True) -> None:
+    """Replace `name` atomically: a reader sees the old record or the whole new one.
+
+    `durable=False` skips the two fsyncs (about 0.5 ms on a run's path) for a record that
+    only this boot reads (run.json, temp_cwd.json): every process sees the page cache, and
+    after a power loss no run of the previous boot is adopted or started from its spool
+    (adoption needs the boot id; a re-queue reads the row). The claim and the end record
+    stay durable: whether a run may be launched again, and how it ended, outlive a crash."""
+    tmp = _write_tmp(directory, name, record, durable)
     os.replace(tmp, os.path.join(directory, name))
-    _fsync_dir(directory)
+    if durable:
+        _fsync_dir(directory)
 
 
 def claim_record(directory: StrPath, name: str, record: dict[str, Any]) -> bool:
