@@ -69,7 +69,7 @@ class ForkUnanswered(Exception):
 class Link:
     """One zygote process and its reader thread."""
 
-    def __init__(self, nice_increment: int) -> None:
+    def __init__(self) -> None:
         chosen = platform.supervisor_spec()
         # -I: no PYTHON* variables, no user site, no script dir on sys.path; -S: no site
         # import. The zygote and its supervisors need the stdlib only.
@@ -80,9 +80,6 @@ class Link:
             cwd="/", env={},  # holds no directory and no secret of anyone's
             **platform.current().detach_kwargs(),  # a session of its own: no terminal signal
         )
-        # At once: its start must not compete with this gateway's heartbeat at full
-        # priority. Forked supervisors inherit it; each run's own values come with its spec.
-        proc.lower_priority(self.popen.pid, nice_increment)
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._answers: dict[int, concurrent.futures.Future[int]] = {}
@@ -208,8 +205,7 @@ class Link:
 class Zygote:
     """This gateway process's zygote. Thread-safe: runs are started from worker threads."""
 
-    def __init__(self, nice_increment: int) -> None:
-        self._nice_increment = nice_increment
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._link: Link | None = None
         # How a supervisor starts this gateway's finalizer (finalizer.handoff), set by the
@@ -249,7 +245,7 @@ class Zygote:
     def _current(self) -> Link:
         with self._lock:
             if self._link is None or not self._link.alive:
-                self._link = Link(self._nice_increment)  # raises OSError (EAGAIN, ENOMEM)
+                self._link = Link()  # raises OSError (EAGAIN, ENOMEM)
             return self._link
 
 

@@ -91,7 +91,7 @@ FULL_DISK_STOP_MESSAGE = (
 # Provider CLIs mostly wait on the network, so this costs them little. 10 is what `nice` gives.
 PROVIDER_NICE_INCREMENT = 10
 # This process's zygote: it forks each run's supervisor (zygote.py, forks.py).
-ZYGOTE = Zygote(PROVIDER_NICE_INCREMENT)
+ZYGOTE = Zygote()
 
 
 def resolve_command(command: str, path: str) -> str | None:

@@ -28,7 +28,7 @@ import pytest
 from gateway import proc
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.record_to_outcome import RunOutcome
-from gateway.jobs.run.runner import PROVIDER_NICE_INCREMENT, ProcessRun
+from gateway.jobs.run.runner import PROVIDER_NICE_INCREMENT, ZYGOTE, ProcessRun
 from gateway.jobs.run.spec import RunSpec
 from gateway.jobs.run.spool import read_tail
 from gateway.model import ErrorKind, GatewayError
@@ -669,5 +669,10 @@ async def test_the_provider_group_runs_below_the_gateways_priority(tmp_path: Pat
                         == min(proc.MAX_NICE, own_group + PROVIDER_NICE_INCREMENT),
                         "the provider's autogroup to be niced")
             assert proc.autogroup_nice(os.getpid()) == own_group  # ours is untouched
+        # The zygote is not niced: its forks are on every run's path, and a niced one
+        # starved past FORK_ANSWER_TIMEOUT_S at its start on a loaded box (two launches lost).
+        assert ZYGOTE.pid is not None and psutil.Process(ZYGOTE.pid).nice() == os.nice(0)
+        if own_group is not None:
+            assert proc.autogroup_nice(ZYGOTE.pid) == own_group
         run.cancel()
         await run.wait()

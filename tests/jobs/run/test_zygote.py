@@ -250,7 +250,7 @@ async def test_a_link_keeps_an_exit_reported_before_its_watcher_and_tells_late_w
     # A supervisor can exit before anyone watches it (an instant run, a bad spool): the
     # zygote's report is kept for the watcher. Once the zygote is gone a watcher hears None
     # at once (its exit is polled then), and the link refuses forks: nothing was sent.
-    link = forks.Link(0)
+    link = forks.Link()
     try:
         empty_spool = tmp_path / "empty-spool"  # no run.json: the supervisor gives up at once
         empty_spool.mkdir()
