@@ -64,6 +64,13 @@ class JobDriver:
             job.ticket.release()
             self._local.pop(job.row.id, None)  # the manager's jobs: it is not one any more
             job.done.set()
+        if job.spool_settled:
+            # The row holds the output: no attempt's spool is needed. Removed after `done`,
+            # which a sync caller's answer waits for (an rmtree in a thread is about 1 ms of
+            # every short request); a gateway that exits first leaves it to the reaper's
+            # sweep of settled spools (leases.py).
+            await asyncio.to_thread(shutil.rmtree, spool.job_dir(self.spool_root, job.row.id),
+                                    ignore_errors=True)
 
     async def _drive_inner(self, job: LocalJob) -> None:
         if job.adopted:
@@ -247,9 +254,7 @@ class JobDriver:
             # its end record above all. Deleting it here made the owner's finalize read "the
             # supervisor ended without recording how" (retention purges what is left).
             return
-        # The row holds the output: no attempt's spool is needed (off the loop: rmtree blocks).
-        await asyncio.to_thread(shutil.rmtree, spool.job_dir(self.spool_root, job.row.id),
-                                ignore_errors=True)
+        job.spool_settled = True  # drive() removes the spool
 
     async def _fail(self, job: LocalJob, err: GatewayError) -> None:
         await self._finish(job, Completion(status=JobStatus.FAILED, error=err.message,

@@ -28,6 +28,8 @@ class LocalJob:
     cancel_reason: ErrorKind | None = None
     started_mono: float = field(default_factory=time.monotonic)
     adopted: bool = False  # started by a gateway that is gone; watched and finalized here
+    # Its row is terminal by our write, so its spool goes once `done` is set (drive.py).
+    spool_settled: bool = False
 
     @property
     def output_bytes(self) -> int:
