@@ -12,7 +12,8 @@ The protocol (gateway side: gateway/jobs/run/forks.py), JSON lines:
 - gateway -> zygote, stdin: `{"id", "spool_dir", "token", "env", "finalizer"}`, one run each;
 - zygote -> gateway, stdout: `{"id", "pid"}` once the run's supervisor is forked (`{"id",
   "error"}` when fork() failed), and `{"exited": pid, "status": returncode}` once a forked
-  supervisor has exited and been reaped here. The exit line is how the gateway learns a
+  supervisor of a run has exited and been reaped here (a spare that never got a run, see
+  `Spare`, is reaped without a word). The exit line is how the gateway learns a
   run's end at once, on every platform: the supervisor is the zygote's child, not its own.
 
 Stdlib only, and imported as a top-level module (`python -I -S`, no site-packages, no
@@ -48,7 +49,8 @@ except ImportError:  # no gateway package: the zygote's isolated interpreter
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Callable
+    from typing import Any, NoReturn
 
 READ_CHUNK_BYTES = 65536
 # Past this many runs whose finalizing may still be owed, the ones already finalized (no end
@@ -56,6 +58,9 @@ READ_CHUNK_BYTES = 65536
 OWED_PRUNE_AT = 64
 # On EOF: how long to wait for a supervisor that has recorded its run's end to exit.
 EXITING_WAIT_S = 2.0
+# How long the zygote is idle before it forks a spare supervisor (Spare): past the start of
+# the run it just forked, which it would otherwise compete with for the CPU.
+SPARE_AFTER_S = 0.01
 
 
 def _send(message: dict[str, Any]) -> None:
@@ -83,6 +88,8 @@ class Runs:
                 return
             if pid == 0:
                 return
+            if pid not in self.live:
+                continue  # a spare that never got a run: there is nothing to tell
             self._ended(pid)
             _send({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
 
@@ -125,22 +132,96 @@ def _fork(request: dict[str, Any], runs: Runs, closing: list[int]) -> None:
         _send({"id": request.get("id"), "error": exc.strerror or str(exc)})
         return
     if pid != 0:
-        # What settling needs, not the run's environment: nothing of it outlives the fork.
-        runs.live[pid] = {"spool_dir": request.get("spool_dir"),
-                          "finalizer": request.get("finalizer")}
-        _send({"id": request.get("id"), "pid": pid})
+        _started(pid, request, runs)
         return
+    _supervise(lambda: request, zygote_pid, closing)
+
+
+def _started(pid: int, request: dict[str, Any], runs: Runs) -> None:
+    # What settling needs, not the run's environment: nothing of it outlives the fork.
+    runs.live[pid] = {"spool_dir": request.get("spool_dir"),
+                      "finalizer": request.get("finalizer")}
+    _send({"id": request.get("id"), "pid": pid})
+
+
+class Spare:
+    """A supervisor forked ahead of its run, waiting for it on a pipe of its own.
+
+    fork() and the child's setsid() take a millisecond or two on a busy box, and an isolated
+    run (a sync request, the first of a burst) waited for them. The spare pays them while
+    the zygote is idle (SPARE_AFTER_S after its last request); a run then costs one write.
+    It holds nothing of anyone's until its run comes (cwd `/`, the zygote's empty
+    environment), and leaves at once when the pipe reads EOF unused: the zygote is closing
+    or gone. A burst's other runs are forked as before, and the spare is made again after."""
+
+    def __init__(self, pid: int, pipe: int) -> None:
+        self.pid = pid
+        self.pipe = pipe  # the write end: the run's request, then EOF
+
+    @classmethod
+    def fork(cls, closing: list[int]) -> Spare | None:
+        zygote_pid = os.getpid()
+        read_end, write_end = os.pipe()
+        try:
+            pid = posix_detach.fork_session()
+        except OSError:  # no spare now (EAGAIN, ENOMEM): a run is forked when it comes
+            os.close(read_end)
+            os.close(write_end)
+            return None
+        if pid != 0:
+            os.close(read_end)
+            return cls(pid, write_end)
+        os.close(write_end)
+        _supervise(lambda: _read_request(read_end), zygote_pid, closing)
+
+    def take(self, line: bytes, request: dict[str, Any], runs: Runs) -> bool:
+        """Hand the spare its run; False when it is gone (killed meanwhile): fork one."""
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(self.pipe, view):]
+        except OSError:  # EPIPE: it died unused (it is reaped like any child)
+            return False
+        finally:
+            self.close()
+        _started(self.pid, request, runs)
+        return True
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.pipe)
+
+
+def _read_request(fd: int) -> dict[str, Any] | None:
+    """A spare's run, or None at EOF with nothing read (the zygote closed it unused)."""
+    chunks = []
+    while True:
+        chunk = os.read(fd, READ_CHUNK_BYTES)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    data = b"".join(chunks)
+    return json.loads(data) if data.strip() else None
+
+
+def _supervise(request: Callable[[], dict[str, Any] | None], zygote_pid: int,
+               closing: list[int]) -> NoReturn:
+    """In a forked child: become the supervisor of `request()`'s run and leave with its code
+    (os._exit: the child shares the zygote's buffers). None: leave with nothing to do."""
     code = 2
     try:  # the supervisor: nothing of the zygote's stays with it
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for fd in closing:
-            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
         os.close(devnull)
-        code = supervisor.take_run(request, zygote_pid)
+        run = request()
+        code = 0 if run is None else supervisor.take_run(run, zygote_pid)
     except BaseException:  # the log is all that is left to tell
         traceback.print_exc()
     finally:
@@ -161,11 +242,16 @@ def serve(platform_name: str) -> int:
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes select() via the fd
     runs = Runs()
+    spare: Spare | None = None
     pending = b""
     while True:
         try:
-            readable, _, _ = select.select([0, wake_read], [], [])
+            readable, _, _ = select.select([0, wake_read], [], [],
+                                           None if spare else SPARE_AFTER_S)
         except InterruptedError:  # pragma: no cover - PEP 475 retries select() itself
+            continue
+        if not readable:  # idle: the next run's supervisor is forked ahead of it
+            spare = Spare.fork([0, 1, wake_read, wake_write])
             continue
         if wake_read in readable:
             os.read(wake_read, READ_CHUNK_BYTES)
@@ -174,14 +260,22 @@ def serve(platform_name: str) -> int:
             continue
         chunk = os.read(0, READ_CHUNK_BYTES)
         if not chunk:  # the gateway is gone: what was forked runs on
+            if spare is not None:
+                spare.close()  # it reads EOF and leaves
             runs.reap_quietly()
             runs.settle(platform)
             return 0
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
-            if line.strip():
-                _fork(json.loads(line), runs, [0, 1, wake_read, wake_write])
+            if not line.strip():
+                continue
+            request = json.loads(line)
+            if spare is not None and spare.take(line, request, runs):
+                spare = None
+                continue
+            spare = None  # gone unused, if it was there
+            _fork(request, runs, [0, 1, wake_read, wake_write])
         runs.reap()  # a burst of forks: report exits without waiting for the next wake
 
 

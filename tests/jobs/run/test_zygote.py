@@ -269,3 +269,53 @@ async def test_a_link_keeps_an_exit_reported_before_its_watcher_and_tells_late_w
     assert late == [None]
     with pytest.raises(BrokenPipeError):
         link.fork({"spool_dir": str(tmp_path), "token": "t", "env": {}, "finalizer": None})
+
+
+async def idle_spare(tmp_path: Path, tag: str) -> int:
+    """Run one run to its end, then wait for the idle zygote's spare: its only child."""
+    (run,), go = waiting_runs(tmp_path, 1, tag)
+    go.touch()
+    with anyio.fail_after(DEADLINE_S):
+        await run.start()
+        await run.wait()
+    zygote = psutil.Process(zygote_pid())
+    await until(lambda: len(zygote.children()) == 1, "the idle zygote to fork a spare")
+    return zygote.children()[0].pid
+
+
+async def test_an_idle_zygote_forks_the_next_run_s_supervisor_ahead_of_it(
+        tmp_path: Path) -> None:
+    spare = await idle_spare(tmp_path, "before")
+    assert os.getsid(spare) == spare and os.getpgid(spare) == spare  # a session of its own
+    (run,), go = waiting_runs(tmp_path, 1, "spare")
+    go.touch()
+    with anyio.fail_after(DEADLINE_S):
+        identity = await run.start()
+        outcome = await run.wait()
+    assert identity.pid == spare  # the run cost no fork on its path
+    assert (outcome.exit_code, run.stdout_path.read_text().strip()) == (0, "spare")
+    assert (sup.read_record(run.spec.spool_dir, sup.END_NAME) or {})["pid"] == spare
+
+
+async def test_a_spare_killed_unused_is_never_reported_and_the_next_run_is_forked(
+        tmp_path: Path) -> None:
+    spare = await idle_spare(tmp_path, "unused")
+    os.kill(spare, signal.SIGKILL)
+    await until(lambda: not psutil.pid_exists(spare), "the zygote to reap its spare")
+    (run,), go = waiting_runs(tmp_path, 1, "after-spare")
+    go.touch()
+    with anyio.fail_after(DEADLINE_S):
+        identity = await run.start()
+        outcome = await run.wait()
+    assert identity.pid != spare and outcome.exit_code == 0
+    link = ZYGOTE._link
+    assert link is not None and not link.has_exited(spare)  # no run of that pid ended
+
+
+async def test_a_spare_leaves_with_its_zygote(tmp_path: Path) -> None:
+    spare = await idle_spare(tmp_path, "closed")
+    ZYGOTE.close()
+    await until(lambda: gone(spare), "the spare to leave at its zygote's EOF")
+    spare = await idle_spare(tmp_path, "killed")
+    os.kill(zygote_pid(), signal.SIGKILL)
+    await until(lambda: gone(spare), "the spare to leave when its zygote is killed")
