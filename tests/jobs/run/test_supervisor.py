@@ -129,13 +129,13 @@ async def test_a_run_claimed_for_requeue_is_never_started_by_a_late_supervisor(
     supervisor = start(tmp_path, f"open({str(marker)!r}, 'w')")
     assert supervisor.wait(DEADLINE_S) == sup.CLAIMED_ELSEWHERE_EXIT
     assert not marker.exists() and sup.read_record(tmp_path, sup.END_NAME) is None
-    assert not sup.run_started(tmp_path)
+    assert (sup.read_record(tmp_path, sup.START_NAME) or {}).get("kind") == "requeued"
 
 
 async def test_a_started_run_cannot_be_claimed_for_requeue(tmp_path: Path, start: StartSupervisor) -> None:
     start(tmp_path, "print('done')")
     await end_record(tmp_path)
-    assert sup.run_started(tmp_path)
+    assert (sup.read_record(tmp_path, sup.START_NAME) or {}).get("kind") == "supervisor"
     assert not sup.claim_for_requeue(tmp_path, by="instance-b")
 
 
