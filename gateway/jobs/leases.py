@@ -290,9 +290,9 @@ class LeaseKeeper:
         proven alive here (SIGSTOPped, stalled), now or when this sweep's adoption judged it
         (an owner killed in between is adopted from next sweep), and never while it is
         queued (the adopter re-queues it once its owner is proven gone: nothing runs
-        meanwhile), until stalled_owner_grace_s after the lease lapsed. Adoption ran first in this sweep, so a
-        job of a gone owner that is still a candidate is one nobody here can settle. On
-        another host the owner cannot be probed: as before, at its lease."""
+        meanwhile), until stalled_owner_grace_s after the lease lapsed. Adoption ran first in
+        this sweep, so a job of a gone owner that is still a candidate is one nobody here can
+        settle. On another host the owner cannot be probed: as before, at its lease."""
         if self._provably_alive(row):
             return False
         if row.hostname != self.identity.hostname:

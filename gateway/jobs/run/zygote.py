@@ -243,6 +243,7 @@ def serve(platform_name: str) -> int:
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes select() via the fd
     runs = Runs()
     spare: Spare | None = None
+    closing = [0, 1, wake_read, wake_write]  # what a forked supervisor closes of ours
     pending = b""
     while True:
         try:
@@ -251,7 +252,7 @@ def serve(platform_name: str) -> int:
         except InterruptedError:  # pragma: no cover - PEP 475 retries select() itself
             continue
         if not readable:  # idle: the next run's supervisor is forked ahead of it
-            spare = Spare.fork([0, 1, wake_read, wake_write])
+            spare = Spare.fork(closing)
             continue
         if wake_read in readable:
             os.read(wake_read, READ_CHUNK_BYTES)
@@ -271,11 +272,10 @@ def serve(platform_name: str) -> int:
             if not line.strip():
                 continue
             request = json.loads(line)
-            if spare is not None and spare.take(line, request, runs):
-                spare = None
-                continue
-            spare = None  # gone unused, if it was there
-            _fork(request, runs, [0, 1, wake_read, wake_write])
+            taken = spare is not None and spare.take(line, request, runs)
+            spare = None  # it took the run, or it was gone unused
+            if not taken:
+                _fork(request, runs, closing)
         runs.reap()  # a burst of forks: report exits without waiting for the next wake
 
 
