@@ -958,11 +958,22 @@ async def bench_cost(servers: Servers, sizes: Sizes, workdir: Path) -> list[Row]
     and a forked supervisor's RSS."""
     rows: list[Row] = []
     for forced, suffix in ((None, ""), ("portable", "_portable")):
+        await settled_disk()
         rows.append(await _instant_overhead_row(servers, sizes, workdir, forced, suffix))
+        await settled_disk()
         rows.append(await _short_jobs_row(servers, sizes, workdir, forced, suffix))
+        await settled_disk()
         rows.extend(await _burst_rows(servers, sizes, workdir, forced, suffix))
     rows.extend(await _zygote_rows(servers, sizes))
     return rows
+
+
+async def settled_disk() -> None:
+    """Write back what the previous row left dirty (thousands of spool files, a store) before
+    the next one starts: a run's claim is fsynced, and an fsync on a filesystem with a burst's
+    writes pending waits for them too, so without this a row measured the previous row's
+    writeback (the portable rows, which come after the linux ones, read 2-4 ms slower)."""
+    await asyncio.to_thread(os.sync)
 
 
 async def _peak_rss_during(process: psutil.Process,
