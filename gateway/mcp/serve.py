@@ -74,26 +74,31 @@ def serve_setup_error(message: str) -> int:
 
 
 async def run_stdio(server: GatewayServer) -> None:
-    """The SDK's `run_stdio_async`, but reading stdin on a daemon thread (stdio.py):
-    cancelling it then really ends serving, and a request the SDK cannot parse but whose
-    id is known is answered (unicode_errors.py). stdout is still claimed by the SDK (fd 1 points
-    at stderr while serving, so stray writes never reach the wire)."""
+    """The SDK's `run_stdio_async`, but reading stdin on a daemon thread and writing stdout
+    on the loop (stdio.py): cancelling it then really ends serving, an answer costs no thread
+    hop, and a request the SDK cannot parse but whose id is known is answered
+    (unicode_errors.py). fd 1 points at stderr while serving, so stray writes never reach
+    the wire."""
     from mcp.server.stdio import stdio_server
 
-    from gateway.mcp.stdio import DaemonStdin
+    from gateway.mcp.stdio import DaemonStdin, LoopStdout
     from gateway.mcp.unicode_errors import answer_unparsable
 
     stdin = DaemonStdin()
+    stdout = LoopStdout()
     lowlevel = server.lowlevel
     try:
+        await stdout.open()
         async with (
-            stdio_server(stdin=stdin) as (read_stream, write_stream),  # type: ignore[arg-type]
+            stdio_server(stdin=stdin, stdout=stdout) as (  # type: ignore[arg-type]
+                read_stream, write_stream),
             answer_unparsable(read_stream, write_stream) as parsed_stream,
         ):
             await lowlevel.run(parsed_stream, write_stream,
                                lowlevel.create_initialization_options())
     finally:
         stdin.restore()
+        stdout.close()
 
 
 async def serve_stdio(settings: Settings) -> int:

@@ -1,4 +1,5 @@
-"""stdin for the MCP stdio transport, read by a daemon thread so a signal can end serving.
+"""The MCP stdio transport's ends: stdin read by a daemon thread so a signal can end
+serving, stdout written on the event loop.
 
 The SDK reads stdin with `anyio.wrap_file`: each line is a worker-thread `readline()` that
 a cancellation cannot interrupt, and anyio's worker threads are not daemons. After SIGTERM
@@ -10,6 +11,13 @@ process alive.
 
 Like the SDK's own claim, fd 0 is pointed at /dev/null while serving (children and stray
 reads see EOF) and the protocol is read from a private duplicate.
+
+The SDK writes stdout with `anyio.wrap_file` too: a worker-thread hop for each write and
+another for each flush, two per answer, which on a 2-core box cost about as much CPU as the
+rest of a short job's answer (bench/README.md, the cost rows). `LoopStdout` writes through
+an asyncio pipe transport instead: the bytes go to the pipe at once when it has room (it
+nearly always has) and wait on the loop when the client reads slowly. fd 1 points at
+stderr while serving, as with the SDK's claim, so stray writes never reach the wire.
 """
 
 from __future__ import annotations
@@ -83,3 +91,53 @@ class DaemonStdin:
         """Point fd 0 back at the wire (the private fd stays open for the thread)."""
         with contextlib.suppress(OSError):
             os.dup2(self._private_fd, 0)
+
+
+class LoopStdout:
+    """The protocol's output: `await write(text)` then `await flush()`, as the SDK's stdio
+    server calls them, on the event loop with no thread. Open with `await open()`, end with
+    `close()`."""
+
+    def __init__(self) -> None:
+        # A private descriptor for the wire; fd 1 itself writes to stderr while serving.
+        self._private_fd = os.dup(1)
+        os.dup2(2, 1)
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def open(self) -> None:
+        loop = asyncio.get_running_loop()
+        wire = os.fdopen(os.dup(self._private_fd), "wb", buffering=0)  # the transport's own
+        try:
+            transport, protocol = await loop.connect_write_pipe(
+                asyncio.streams.FlowControlMixin, wire)
+        except ValueError:  # a regular file, not a pipe: blocking writes are fine there
+            wire.close()
+            return
+        # Buffer nothing silently: flush() waits until every byte is in the pipe.
+        transport.set_write_buffer_limits(high=0)
+        self._writer = asyncio.StreamWriter(transport, protocol, None, loop)
+
+    async def write(self, text: str) -> None:
+        data = text.encode("utf-8")
+        if self._writer is not None:
+            self._writer.write(data)
+            return
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._private_fd, view):]
+
+    async def flush(self) -> None:
+        if self._writer is not None:
+            await self._writer.drain()
+
+    def close(self) -> None:
+        """Close the transport and point fd 1 back at the wire (blocking again). Never waits:
+        it runs in the drain after SIGTERM, and every flush() already waited for its bytes,
+        so what is left is at most an answer a client that stopped reading never takes."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.transport.abort()
+        with contextlib.suppress(OSError):
+            os.set_blocking(self._private_fd, True)  # the transport's dup shared the flag
+            os.dup2(self._private_fd, 1)
+            os.close(self._private_fd)
