@@ -32,10 +32,10 @@ NETWORK_ENV = frozenset({"SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_P
                          "all_proxy"})
 
 
-# posix_detach and supervisor: gateway/platform/posix_detach.py and gateway/jobs/run/supervisor.py
-# as the zygote imports them, top-level (its isolated interpreter has their folders on its
-# path and no gateway package).
-FIRST_PARTY = frozenset({"gateway", "providers", "posix_detach", "supervisor"})
+# posix_detach, supervisor and handoff: gateway/platform/posix_detach.py and
+# gateway/jobs/run/{supervisor,handoff}.py as the zygote imports them, top-level (its isolated
+# interpreter has their folders on its path and no gateway package).
+FIRST_PARTY = frozenset({"gateway", "providers", "posix_detach", "supervisor", "handoff"})
 
 
 def in_ci() -> bool:

@@ -33,6 +33,9 @@ from providers.base import ProviderResult
 from providers.parsing import Stdout, plain_text
 
 STDERR_TAIL_BYTES = 8 * 1024  # the end of stderr kept on the row (errors, auth detection)
+# Output up to this size is parsed on the event loop: a fraction of a millisecond, less than
+# the thread hop it saves on the path of every short request. Larger output gets a thread.
+INLINE_PARSE_BYTES = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -164,8 +167,10 @@ class ProcessExecution:
             result.answer_is_stdout = False
             return final, stderr_tail, result, auth
 
-        # Off the event loop: passes over up to max_output_bytes of output.
-        final, stderr_tail, result, auth = await asyncio.to_thread(read_and_parse)
+        if outcome.stdout_bytes + outcome.stderr_bytes <= INLINE_PARSE_BYTES:
+            final, stderr_tail, result, auth = read_and_parse()
+        else:  # off the event loop: passes over up to max_output_bytes of output
+            final, stderr_tail, result, auth = await asyncio.to_thread(read_and_parse)
         return ExecutionOutcome(
             exit_code=outcome.exit_code, error_kind=outcome.error_kind, error=outcome.error,
             output=final.file, stderr_tail=stderr_tail,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import signal
 import subprocess
 import threading
 
@@ -148,6 +149,64 @@ class _WaitedExit:
                 os.close(fd)
 
 
+class _SignalledExit:
+    """The read end of a pipe that turns readable once the caller's child `pid` has exited,
+    told by SIGCHLD, for a caller in its main thread: the supervisor, which is single-
+    threaded. No thread to start beside a CLI that is starting up (that start cost a run
+    about 2 ms where the CPU was busy: bench/README.md, the cost rows), and no poll.
+
+    The pipe is also the wakeup fd (`signal.set_wakeup_fd`), so the signal wakes a
+    select() on it in whichever thread the kernel delivered it to; the Python-level handler,
+    which runs right after in the main thread, empties the pipe again unless `pid` is the
+    child that exited: another child's exit is no wake-up. Closing it puts back the handler
+    and wakeup fd it replaced."""
+
+    def __init__(self, pid: int) -> None:
+        self._pid = pid
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+        try:
+            self._previous_fd = signal.set_wakeup_fd(self._write)  # ValueError: not main
+        except ValueError:
+            for fd in (self._read, self._write):
+                os.close(fd)
+            raise
+        self._previous_handler = signal.signal(signal.SIGCHLD, self._on_child_signal)
+        self._on_child_signal(signal.SIGCHLD, None)  # it may have exited before the handler
+
+    def _on_child_signal(self, signum: int, frame: object) -> None:
+        if self._read < 0:
+            return
+        with contextlib.suppress(OSError):
+            while os.read(self._read, 512):
+                pass
+        if _exited_child(self._pid):
+            with contextlib.suppress(OSError):
+                os.write(self._write, b"x")
+
+    def fileno(self) -> int:
+        return self._read
+
+    def close(self) -> None:
+        if self._read < 0:
+            return
+        signal.signal(signal.SIGCHLD, self._previous_handler)
+        signal.set_wakeup_fd(self._previous_fd)
+        for fd in (self._read, self._write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._read = self._write = -1
+
+
+def _exited_child(pid: int) -> bool:
+    """Whether child `pid` has exited (not reaped: it stays the caller's to collect)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
 def _signal_exit(pid: int, write_fd: int) -> None:
     try:
         os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
@@ -171,7 +230,8 @@ def _is_our_child(pid: int) -> bool:
     return True
 
 
-def exit_watch(pid: int, selector: Any = select) -> _KqueueExit | _WaitedExit | None:
+def exit_watch(pid: int, selector: Any = select
+               ) -> _KqueueExit | _SignalledExit | _WaitedExit | None:
     """A selectable handle that turns readable when `pid` exits, or None (the caller then
     polls): a kqueue filter where the OS has one (macOS, the BSDs), else, for a child of
     this process, a waiting thread's pipe (_WaitedExit), else None.
@@ -183,7 +243,11 @@ def exit_watch(pid: int, selector: Any = select) -> _KqueueExit | _WaitedExit | 
     """
     kqueue = getattr(selector, "kqueue", None)
     if kqueue is None:
-        return _WaitedExit(pid) if _is_our_child(pid) else None
+        if not _is_our_child(pid):
+            return None
+        if threading.current_thread() is threading.main_thread():
+            return _SignalledExit(pid)
+        return _WaitedExit(pid)
     queue = kqueue()
     try:
         event = selector.kevent(pid, filter=selector.KQ_FILTER_PROC,

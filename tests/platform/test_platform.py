@@ -214,12 +214,41 @@ def test_without_kqueue_a_child_s_exit_watch_wakes_at_its_exit_and_leaves_it_unr
         watch.close()
 
 
-def test_without_kqueue_an_exit_watch_closed_first_ends_its_thread_at_the_exit(
+def test_without_kqueue_a_watch_in_the_main_thread_starts_no_thread_and_ignores_other_children(
         sleeper: subprocess.Popen[bytes]) -> None:
-    # The gateway closes a watch it no longer needs (a detach hands the reaping to a
-    # thread): the waiting thread's late write must fail quietly and the thread end.
+    # The supervisor's case: single-threaded, so SIGCHLD tells it, with no thread started
+    # beside a CLI that is starting up; another child's exit is no wake-up, and closing
+    # the watch puts back the handler it replaced.
+    before = signal.getsignal(signal.SIGCHLD)
+    threads = set(threading.enumerate())
     watch = portable.exit_watch(sleeper.pid, selector=NO_KQUEUE)
     assert watch is not None
+    try:
+        assert set(threading.enumerate()) == threads
+        other = subprocess.Popen([sys.executable, "-c", "pass"])
+        wait_until(lambda: portable._exited_child(other.pid), "the other child to exit")
+        assert not readable(watch, 0.2)  # its SIGCHLD came and was drained again
+        other.wait()
+        sleeper.kill()
+        assert readable(watch, DEADLINE_S)
+    finally:
+        watch.close()
+    assert signal.getsignal(signal.SIGCHLD) == before
+
+
+def test_without_kqueue_an_exit_watch_closed_first_ends_its_thread_at_the_exit(
+        sleeper: subprocess.Popen[bytes]) -> None:
+    # Outside the main thread (no signal handler can be set there) a thread waits. The
+    # caller closes a watch it no longer needs: the waiting thread's late write must fail
+    # quietly and the thread end.
+    made: list[Any] = []
+    opener = threading.Thread(
+        target=lambda: made.append(portable.exit_watch(sleeper.pid, selector=NO_KQUEUE)))
+    opener.start()
+    opener.join(DEADLINE_S)
+    watch = made[0]
+    assert watch is not None
+    assert any(t.name == f"exit-watch-{sleeper.pid}" for t in threading.enumerate())
     watch.close()
     watch.close()  # idempotent
     sleeper.kill()

@@ -418,7 +418,7 @@ class ProcessRun:
     def _remove_temp_dir(self) -> None:
         # Taken first: the concluding thread and a cancelled watcher may both get here.
         temp_dir, self._temp_dir = self._temp_dir, None
-        if temp_dir is not None:
+        if temp_dir is not None and temp_dir.exists():  # mostly its supervisor removed it
             shutil.rmtree(temp_dir, ignore_errors=True)
 
     # -- watching ------------------------------------------------------------------------------
@@ -455,11 +455,13 @@ class ProcessRun:
         proc.signal_group(pgid, signal.SIGKILL)
 
     def _supervisor_running(self) -> bool:
+        """Whether the supervisor still runs the run (a supervisor of ours that sent its end
+        notice is only leaving)."""
         identity = self._identity
         if identity is None:
             return False
         if self._exit is not None:  # forked by our zygote, which reports its exit
-            return not self._exit.exited.done()
+            return not self._exit.over
         return proc.is_process_alive(identity.pid, identity.started_at)
 
     def _refresh_sizes(self) -> None:
@@ -476,7 +478,7 @@ class ProcessRun:
                 woken = asyncio.ensure_future(self._wake.wait())
                 waits: set[asyncio.Future[Any]] = {woken}
                 if child is not None:
-                    waits.add(child.exited)
+                    waits |= {child.exited, child.recorded}
                 await asyncio.wait(waits, timeout=WATCH_INTERVAL_S,
                                    return_when=asyncio.FIRST_COMPLETED)
                 woken.cancel()
@@ -496,15 +498,21 @@ class ProcessRun:
                     proc.signal_group(pgid, signal.SIGKILL)
                     self._stop_at = None
                 self._enforce_wall_backstop(pgid)
-            if child is not None:
+            leaving = None  # a supervisor of ours that sent its end notice and is exiting
+            if child is not None and not child.exited.done() and child.recorded.done():
+                leaving = child.pid
+            elif child is not None:
                 await child.exited
             else:  # the end record is written just before the supervisor exits
                 deadline = time.monotonic() + SUPERVISOR_EXIT_WAIT_S
                 while self._supervisor_running() and time.monotonic() < deadline:
                     await asyncio.sleep(WATCH_INTERVAL_S / 2)
-            await self._reap_group(pgid)
-            status = child.exited.result() if child is not None else None
-            outcome = await asyncio.to_thread(self._conclude, status)
+            await self._reap_group(pgid, leaving)
+            status = child.exited.result() if child is not None and child.exited.done() else None
+            if self._left_tidy():  # two small records to read: on the loop, no thread hop
+                outcome = self._conclude(status)
+            else:  # a temp dir the supervisor could not remove may be large: a thread
+                outcome = await asyncio.to_thread(self._conclude, status)
             log.info("provider process finished", action="run_end", job_id=self.spec.job_id,
                      exit_code=outcome.exit_code, error_kind=outcome.error_kind,
                      duration_s=round(outcome.duration_s, 3))
@@ -517,14 +525,26 @@ class ProcessRun:
         finally:
             self._finished = True
 
+    def _left_tidy(self) -> bool:
+        """Whether the supervisor recorded the run's end and removed its temp working dir:
+        what is left to conclude is reading two small records."""
+        if not (self.spec.spool_dir / sup.END_NAME).exists():
+            return False
+        return self._temp_dir is None or not self._temp_dir.exists()
+
     def _claim_is_ours(self) -> bool:
         claim = sup.read_record(self.spec.spool_dir, sup.START_NAME)
         return (claim is not None and claim.get("kind") == "supervisor"
                 and self._identity is not None and claim.get("pid") == self._identity.pid)
 
-    async def _reap_group(self, pgid: int) -> None:
-        """The supervisor is gone: anything left in its group (it was killed before it could
-        stop the CLI) is killed, so nothing outlives the run."""
+    async def _reap_group(self, pgid: int, leaving: int | None = None) -> None:
+        """The supervisor is gone: anything left in its group (it was killed before it
+        could stop the CLI) is killed, so nothing outlives the run. `leaving`: it sent its
+        end notice and is exiting: nothing to do."""
+        if leaving is not None:
+            # It wrote its end record with its group empty but for itself (it records the
+            # run only then, or after its own SIGKILLs, the record saying so): no scan.
+            return
         if not proc.group_alive(pgid):
             return
         log.warning("the supervisor left processes behind; killing its group",

@@ -88,14 +88,6 @@ MONITOR_INTERVAL_S = 0.05
 # After SIGKILL: how long to wait for members to vanish before recording the run anyway.
 # SIGKILL cannot be ignored; only uninterruptible sleep (a hung NFS read) delays it.
 REAP_TIMEOUT_S = 5.0
-# After the end record: how long a supervisor watches for its gateway to finalize the run
-# (it removes the spool) before, the gateway being gone, it starts the gateway's finalizer.
-# A gateway that lives past it (stopped, slow) finalizes the run itself when it resumes.
-FINALIZER_PATIENCE_S = 10.0
-FINALIZER_POLL_S = 0.05
-# A start time is a kernel tick plus the boot time, which moves by a second when the clock is
-# stepped; a pid is reused only after the pid space wraps, far later (gateway/proc.py).
-START_TIME_TOLERANCE_S = 1.0
 STDIN_CHUNK_BYTES = 64 * 1024
 
 
@@ -216,6 +208,22 @@ def _signal_members(platform: Any, pgid: int, sig: int) -> None:
             os.kill(pid, sig)
 
 
+def _fill_pipe(fd: int, payload: bytes) -> bytes:
+    """Write what of `payload` the empty pipe `fd` takes without blocking; the rest.
+
+    A prompt is mostly a few kilobytes and a pipe holds 16-64 KiB: written before the CLI
+    starts, it needs no feeder thread, whose start cost up to a millisecond and a half on the
+    path of every run (the new thread waits for the CPU beside the CLI starting up)."""
+    os.set_blocking(fd, False)
+    try:
+        written = os.write(fd, payload)
+    except BlockingIOError:
+        written = 0
+    finally:
+        os.set_blocking(fd, True)
+    return payload[written:]
+
+
 def _size(path: StrPath) -> int:
     try:
         return os.stat(path).st_size
@@ -251,7 +259,11 @@ class Supervisor:
             "truncated": False, "stdin_incomplete": self.stdin_incomplete,
         }
         record.update(fields)
-        write_record(self.dir, END_NAME, record)
+        # Not fsynced: only this boot reads it. A run of a previous boot is never adopted or
+        # finalized from its spool (its row is orphaned), so after a power loss the record
+        # would tell nobody anything, and its two fsyncs were half a millisecond on the path
+        # of every sync request. The claim stays durable: it alone keeps a run to one launch.
+        write_record(self.dir, END_NAME, record, durable=False)
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
         self.stop_signalled = True
@@ -327,10 +339,15 @@ class Supervisor:
         err_fd = os.open(self.err, flags, 0o600)
         stdin: int = subprocess.DEVNULL
         write_fd: int | None = None
+        rest = b""
         try:
             if payload is not None:
                 # os.pipe: close-on-exec already (PEP 446); macOS has no pipe2.
                 stdin, write_fd = os.pipe()
+                rest = _fill_pipe(write_fd, payload)
+                if not rest:  # the whole prompt waits in the pipe: EOF follows it
+                    os.close(write_fd)
+                    write_fd = None
             # No new session: the CLI joins the supervisor's group, so one pgid holds the run.
             child = subprocess.Popen(self.spec["argv"], stdin=stdin, stdout=out_fd,
                                      stderr=err_fd, cwd=self.spec["cwd"], env=self.env)
@@ -343,8 +360,8 @@ class Supervisor:
                 if fd != subprocess.DEVNULL:
                     os.close(fd)
         writer = None
-        if write_fd is not None and payload is not None:
-            writer = threading.Thread(target=self._feed, args=(write_fd, payload), daemon=True)
+        if write_fd is not None:  # a prompt larger than the pipe: fed as the CLI reads it
+            writer = threading.Thread(target=self._feed, args=(write_fd, rest), daemon=True)
             writer.start()
         return child, writer
 
@@ -459,120 +476,18 @@ class Supervisor:
 
     def _remove_temp_cwd(self) -> None:
         if self.spec.get("temp_cwd"):  # mostly empty: one rmdir, not rmtree's walk (0.4 ms)
-            with contextlib.suppress(OSError):
+            try:
                 os.rmdir(self.spec["cwd"])
-            shutil.rmtree(self.spec["cwd"], ignore_errors=True)  # what the CLI left there
+            except FileNotFoundError:
+                pass
+            except OSError:
+                shutil.rmtree(self.spec["cwd"], ignore_errors=True)  # what the CLI left there
 
 
-def start_finalizer_if_alone(spool_dir: str, finalizer: dict[str, Any] | None,
-                             platform: Any, zygote_pid: int | None = None) -> bool:
-    """After the run's end record: make sure that the terminal row gets written if the
-    gateway that launched the run is gone, or goes before it finalizes the run (nobody else
-    will until some gateway starts on this host). Returns whether it started the gateway's
-    own finalizer (gateway/jobs/finalizer.py: a session of its own, its settings on stdin).
-
-    - the gateway is gone already: start the finalizer now;
-    - this supervisor's zygote (`zygote_pid`, its parent) still lives: leave at once. The
-      zygote reads EOF when its gateway goes and then starts the finalizer for each run it
-      forked whose end record is still there (zygote.py), so no process lingers per run;
-    - the zygote is gone too: watch for FINALIZER_PATIENCE_S in a forked child in a session
-      of its own (platform.fork_detached), and leave at once: a gateway that watches the
-      run waits for the run's whole group to be gone before it finalizes. A gateway still
-      alive after that finalizes the run itself.
-
-    The gateway removes the spool once the row is terminal: a spool without the end record
-    is finalized."""
-    if not finalizer:
-        return False
-    if gateway_gone(finalizer, platform):
-        return start_finalizer(spool_dir, finalizer, platform)
-    if zygote_pid is not None and os.getppid() == zygote_pid:
-        return False
-    try:
-        detached = platform.fork_detached()
-    except OSError:
-        return False
-    if not detached:
-        return False  # the supervisor: its run is recorded, it exits now
-    try:
-        _watch_for_finalizer(spool_dir, finalizer, platform)
-    finally:
-        os._exit(0)
-
-
-def gateway_gone(finalizer: dict[str, Any], platform: Any) -> bool:
-    """Whether the gateway that `finalizer` names (its pid and start time) has exited."""
-    pid, started = finalizer.get("gateway_pid"), finalizer.get("gateway_started_at")
-    # (start time, zombie) of the gateway's pid; None: no such process
-    state = platform.process_state(pid) if isinstance(pid, int) else None
-    return (state is None or started is None or state[1]
-            or abs(state[0] - float(started)) > START_TIME_TOLERANCE_S)
-
-
-def _watch_for_finalizer(spool_dir: str, finalizer: dict[str, Any], platform: Any) -> bool:
-    deadline = time.monotonic() + FINALIZER_PATIENCE_S
-    while not gateway_gone(finalizer, platform):
-        if not os.path.exists(os.path.join(spool_dir, END_NAME)):
-            return False
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(FINALIZER_POLL_S)
-    return start_finalizer(spool_dir, finalizer, platform)
-
-
-def start_finalizer(spool_dir: str, finalizer: dict[str, Any], platform: Any) -> bool:
-    """Start the gateway's finalizer for the run of `spool_dir`, unless it is finalized
-    already (no end record: the gateway removed the spool). Its stderr goes to the run's
-    log; it is in no group of the run's."""
-    if not os.path.exists(os.path.join(spool_dir, END_NAME)):
-        return False
-    try:
-        log_fd = os.open(os.path.join(spool_dir, LOG_NAME),
-                         os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    except OSError:
-        log_fd = subprocess.DEVNULL
-    try:
-        popen = subprocess.Popen(
-            [*finalizer["argv"], spool_dir], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=log_fd, cwd="/", env=dict(finalizer["env"]),
-            **platform.detach_kwargs())  # not in the run's group: the group's end is the run's
-    except OSError as exc:
-        sys.stderr.write(f"supervisor: cannot start the finalizer: {exc}\n")
-        return False
-    finally:
-        if log_fd != subprocess.DEVNULL:
-            os.close(log_fd)
-    assert popen.stdin is not None
-    with contextlib.suppress(OSError):
-        popen.stdin.write(str(finalizer["settings"]).encode("utf-8"))
-    with contextlib.suppress(OSError):
-        popen.stdin.close()
-    return True
-
-
-def take_run(run: dict[str, Any], zygote_pid: int | None = None) -> int:
-    """Supervise the run a zygote forked this process for (gateway/jobs/run/zygote.py):
-    `{"spool_dir", "token", "env", "finalizer"}`, as its gateway sent it through the
-    zygote's pipe (the environment and the finalizer's settings may hold secrets: never a
-    file). `zygote_pid`: that zygote, which starts the finalizer if the gateway goes after
-    the run's end (start_finalizer_if_alone). From here its stderr goes to the run's log."""
-    spool_dir = str(run["spool_dir"])
-    try:
-        log_fd = os.open(os.path.join(spool_dir, LOG_NAME),
-                         os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    except FileNotFoundError:
-        pass  # its spool is gone (re-queued elsewhere): supervise() finds no spec and leaves
-    else:
-        os.dup2(log_fd, 2)
-        os.close(log_fd)
-    return supervise(spool_dir, str(run["token"]), dict(run["env"]), run.get("finalizer"),
-                     zygote_pid)
-
-
-def supervise(spool_dir: str, token: str, env: dict[str, str] | None,
-              finalizer: dict[str, Any] | None, zygote_pid: int | None = None) -> int:
-    """Claim and supervise the run of `spool_dir` if its spec carries `token`; the exit code.
-    `env`: the CLI's environment (None: this process's own)."""
+def supervise(spool_dir: str, token: str, env: dict[str, str] | None) -> int:
+    """Claim and supervise the run of `spool_dir` if its spec carries `token`; the exit code
+    (0: the run ended and its end record is written). `env`: the CLI's environment (None:
+    this process's own). What follows the end record is handoff.py's."""
     spec = read_record(spool_dir, RUN_NAME)
     if spec is None or spec.get("token") != token:
         return CLAIMED_ELSEWHERE_EXIT  # not our run (re-queued and relaunched): never run it
@@ -580,11 +495,7 @@ def supervise(spool_dir: str, token: str, env: dict[str, str] | None,
     if problem is not None:  # a spec this supervisor cannot read: never run it half-read
         sys.stderr.write(f"supervisor: {problem}\n")
         return 2
-    supervisor = Supervisor(spool_dir, spec, env)
-    code = supervisor.run()
-    if code == 0:  # the run ended and is recorded (not claimed elsewhere)
-        start_finalizer_if_alone(spool_dir, finalizer, supervisor.platform, zygote_pid)
-    return code
+    return Supervisor(spool_dir, spec, env).run()
 
 
 def main(argv: list[str]) -> int:
@@ -593,7 +504,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 3:
         sys.stderr.write("usage: supervisor.py SPOOL_DIR TOKEN\n")
         return 2
-    return supervise(argv[1], argv[2], None, None)
+    return supervise(argv[1], argv[2], None)
 
 
 if __name__ == "__main__":

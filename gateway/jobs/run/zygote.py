@@ -23,13 +23,14 @@ would copy their locks in whatever state they are. It holds no directory of anyo
 so: every run's environment passes through its memory. Its stdin at EOF (the gateway exited,
 or was SIGKILLed) ends it; the supervisors it forked run on. Before it goes it starts its
 gateway's finalizer for every run that ended and was not finalized: a supervisor whose
-zygote lives leaves that to the zygote (supervisor.start_finalizer_if_alone) instead of
+zygote lives leaves that to the zygote (handoff.start_finalizer_if_alone) instead of
 watching its gateway from a process of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import select
@@ -41,9 +42,10 @@ import traceback
 # Imported as gateway.jobs.run.zygote by the gateway's tests and type checker, as a top-level
 # module (with the supervisor and posix_detach beside it on sys.path) by the zygote.
 try:
-    from gateway.jobs.run import supervisor
+    from gateway.jobs.run import handoff, supervisor
     from gateway.platform import posix_detach
 except ImportError:  # no gateway package: the zygote's isolated interpreter
+    import handoff  # type: ignore[import-not-found,no-redef]
     import posix_detach  # type: ignore[import-not-found,no-redef]
     import supervisor  # type: ignore[import-not-found,no-redef]
 
@@ -110,7 +112,7 @@ class Runs:
             time.sleep(0.01)
             self.reap_quietly()
         for request in self.owed:
-            supervisor.start_finalizer(str(request["spool_dir"]), request["finalizer"],
+            handoff.start_finalizer(str(request["spool_dir"]), request["finalizer"],
                                        platform)
 
     def reap_quietly(self) -> None:
@@ -123,7 +125,7 @@ def _end_recorded(request: dict[str, Any]) -> bool:
     return os.path.exists(os.path.join(str(request["spool_dir"]), supervisor.END_NAME))
 
 
-def _fork(request: dict[str, Any], runs: Runs, closing: list[int]) -> None:
+def _fork(request: dict[str, Any], runs: Runs, fds: ForkContext) -> None:
     """Fork the run's supervisor; in the child, supervise the run and leave with its code."""
     zygote_pid = os.getpid()
     try:
@@ -134,7 +136,7 @@ def _fork(request: dict[str, Any], runs: Runs, closing: list[int]) -> None:
     if pid != 0:
         _started(pid, request, runs)
         return
-    _supervise(lambda: request, zygote_pid, closing)
+    _supervise(lambda: request, zygote_pid, fds)
 
 
 def _started(pid: int, request: dict[str, Any], runs: Runs) -> None:
@@ -159,7 +161,7 @@ class Spare:
         self.pipe = pipe  # the write end: the run's request, then EOF
 
     @classmethod
-    def fork(cls, closing: list[int]) -> Spare | None:
+    def fork(cls, fds: ForkContext) -> Spare | None:
         zygote_pid = os.getpid()
         read_end, write_end = os.pipe()
         try:
@@ -172,7 +174,7 @@ class Spare:
             os.close(read_end)
             return cls(pid, write_end)
         os.close(write_end)
-        _supervise(lambda: _read_request(read_end), zygote_pid, closing)
+        _supervise(lambda: _read_request(read_end), zygote_pid, fds)
 
     def take(self, line: bytes, request: dict[str, Any], runs: Runs) -> bool:
         """Hand the spare its run; False when it is gone (killed meanwhile): fork one."""
@@ -206,14 +208,14 @@ def _read_request(fd: int) -> dict[str, Any] | None:
 
 
 def _supervise(request: Callable[[], dict[str, Any] | None], zygote_pid: int,
-               closing: list[int]) -> NoReturn:
+               fds: ForkContext) -> NoReturn:
     """In a forked child: become the supervisor of `request()`'s run and leave with its code
     (os._exit: the child shares the zygote's buffers). None: leave with nothing to do."""
     code = 2
     try:  # the supervisor: nothing of the zygote's stays with it
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in closing:
+        for fd in fds.closing:
             with contextlib.suppress(OSError):
                 os.close(fd)
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -221,7 +223,7 @@ def _supervise(request: Callable[[], dict[str, Any] | None], zygote_pid: int,
         os.dup2(devnull, 1)
         os.close(devnull)
         run = request()
-        code = 0 if run is None else supervisor.take_run(run, zygote_pid)
+        code = 0 if run is None else handoff.take_run(run, fds.platform, zygote_pid, fds.ended)
     except BaseException:  # the log is all that is left to tell
         traceback.print_exc()
     finally:
@@ -231,8 +233,23 @@ def _supervise(request: Callable[[], dict[str, Any] | None], zygote_pid: int,
             os._exit(code)
 
 
-def serve(platform_name: str) -> int:
-    """The zygote's loop, until its gateway closes stdin."""
+class ForkContext:
+    """What a forked supervisor takes from the zygote: `closing`, the zygote's descriptors,
+    which it closes at once; `ended`, the write end of the gateway's end-notice pipe, which
+    it keeps (handoff.tell_ended: the gateway learns of the run's end without waiting for
+    the supervisor's exit and this zygote's report of it; non-blocking, so a notice that
+    finds the pipe full is dropped and the exit report tells as before); `platform`, the
+    implementation the zygote imported."""
+
+    def __init__(self, closing: list[int], ended: int | None, platform: Any) -> None:
+        self.closing = closing
+        self.ended = ended
+        self.platform = platform  # the implementation the zygote imported (gateway/platform)
+
+
+def serve(platform_name: str, ended_fd: int | None = None) -> int:
+    """The zygote's loop, until its gateway closes stdin. `ended_fd`: the write end of the
+    gateway's end-notice pipe (ForkContext)."""
     platform = __import__(platform_name)
     platform.make_non_dumpable()
     for ignored in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
@@ -241,9 +258,15 @@ def serve(platform_name: str) -> int:
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes select() via the fd
+    # Everything imported so far lives as long as the zygote: frozen, no collection in a
+    # forked supervisor walks (and so copies) the pages it shares with the zygote.
+    gc.freeze()
     runs = Runs()
     spare: Spare | None = None
-    closing = [0, 1, wake_read, wake_write]  # what a forked supervisor closes of ours
+    if ended_fd is not None:
+        os.set_blocking(ended_fd, False)
+        os.set_inheritable(ended_fd, False)  # forked supervisors keep it; their CLIs never
+    fds = ForkContext([0, 1, wake_read, wake_write], ended_fd, platform)  # a forked supervisor's
     pending = b""
     while True:
         try:
@@ -252,7 +275,7 @@ def serve(platform_name: str) -> int:
         except InterruptedError:  # pragma: no cover - PEP 475 retries select() itself
             continue
         if not readable:  # idle: the next run's supervisor is forked ahead of it
-            spare = Spare.fork(closing)
+            spare = Spare.fork(fds)
             continue
         if wake_read in readable:
             os.read(wake_read, READ_CHUNK_BYTES)
@@ -275,16 +298,17 @@ def serve(platform_name: str) -> int:
             taken = spare is not None and spare.take(line, request, runs)
             spare = None  # it took the run, or it was gone unused
             if not taken:
-                _fork(request, runs, closing)
+                _fork(request, runs, fds)
         runs.reap()  # a burst of forks: report exits without waiting for the next wake
 
 
 def main(argv: list[str]) -> int:
-    """`zygote <platform>`: serve until stdin closes (the gateway starts it: forks.py)."""
-    if len(argv) != 2:
-        sys.stderr.write("usage: zygote PLATFORM (the gateway starts it)\n")
+    """`zygote <platform> <ended-fd or ->`: serve until stdin closes (the gateway starts it:
+    forks.zygote_argv)."""
+    if len(argv) != 3 or not (argv[2].isdigit() or argv[2] == "-"):
+        sys.stderr.write("usage: zygote PLATFORM ENDED_FD|- (the gateway starts it)\n")
         return 2
     try:
-        return serve(argv[1])
+        return serve(argv[1], int(argv[2]) if argv[2] != "-" else None)
     except BrokenPipeError:
         return 0  # the gateway stopped reading: it is gone
