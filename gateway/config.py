@@ -185,6 +185,7 @@ class LimitsConfig(_Section):
     max_running_per_provider: int = count(16)
     max_queued_jobs: int = count(128, least=0)
     queue_timeout_s: float = seconds(120)
+    queue_full_wait_s: float = seconds(5, zero_ok=True)
     max_output_bytes: int = byte_size(52_428_800)
     max_prompt_bytes: int = byte_size(1_048_576)
     sync_defer_after_s: float = seconds(45)

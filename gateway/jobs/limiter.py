@@ -48,6 +48,7 @@ class Limiter:
         self.max_queued = max_queued
         self._running: Counter[str] = Counter()
         self._queue: deque[Ticket] = deque()
+        self._place_waiters: list[asyncio.Future[None]] = []  # wait_for_place
         self.rejected = 0
 
     @property
@@ -69,6 +70,34 @@ class Limiter:
             and self._running[provider] < self.max_per_provider
         )
 
+    def would_refuse(self, provider: str) -> bool:
+        """Whether acquire(provider) would raise SATURATED now."""
+        if self._has_room(provider) and not any(t.provider == provider for t in self._queue):
+            return False
+        return len(self._queue) >= self.max_queued
+
+    async def wait_for_place(self, provider: str, timeout_s: float) -> None:
+        """Until acquire(provider) would not be refused, or `timeout_s` passed (then it
+        will be). A full queue makes a new request wait for the next place a finished run
+        frees instead of failing at once: a burst of calls is paced by the drain rather than
+        refused, as long as something finishes within the bound. Holds nothing while it
+        waits; a caller that gives up leaves nothing behind."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.would_refuse(provider):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            place: asyncio.Future[None] = loop.create_future()
+            self._place_waiters.append(place)
+            try:
+                await asyncio.wait_for(place, remaining)
+            except TimeoutError:
+                return
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._place_waiters.remove(place)
+
     def acquire(self, provider: str) -> Ticket:
         """A ticket granted at once when there is room, else queued.
 
@@ -86,8 +115,9 @@ class Limiter:
                 ErrorKind.SATURATED,
                 f"Gateway is at capacity for {provider}: running limit ({self.max_running} "
                 f"global / {self.max_per_provider} per provider) reached and the queue is full "
-                f"(max {self.max_queued}). This is transient: retry after a short delay, or "
-                f"send fewer concurrent requests.",
+                f"(max {self.max_queued}), and no place freed while this request waited "
+                f"(limits.queue_full_wait_s). This is transient: retry after a short delay, "
+                f"or send fewer concurrent requests.",
             )
         self._queue.append(ticket)
         return ticket
@@ -114,6 +144,9 @@ class Limiter:
             if not ticket._granted.done():
                 ticket._granted.cancel()
         self._pump()
+        for place in self._place_waiters:  # each looks again; the first to act takes it
+            if not place.done():
+                place.set_result(None)
 
     def _pump(self) -> None:
         """Grant, in FIFO order, every queued ticket whose provider now has room."""

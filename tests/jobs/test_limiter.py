@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from gateway.jobs.limiter import Limiter
@@ -27,6 +29,31 @@ async def test_full_queue_is_saturated_at_once_and_holds_nothing() -> None:
         limiter.acquire("claude")
     assert err.value.kind == ErrorKind.SATURATED and err.value.retryable
     assert limiter.snapshot()["queued"] == 1 and limiter.snapshot()["rejected"] == 1
+
+
+async def test_a_wait_for_a_place_ends_when_a_release_frees_one() -> None:
+    limiter = Limiter(max_running=1, max_per_provider=1, max_queued=1)
+    running = limiter.acquire("claude")
+    limiter.acquire("claude")  # the queue's one place
+    assert limiter.would_refuse("claude")
+    waiter = asyncio.create_task(limiter.wait_for_place("claude", 600))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    running.release()  # the queued one runs: its place is free
+    await asyncio.wait_for(waiter, 30)
+    assert not limiter.would_refuse("claude")
+    assert limiter.acquire("claude") is not None and limiter.snapshot()["rejected"] == 0
+
+
+async def test_a_wait_for_a_place_gives_up_at_its_bound_holding_nothing() -> None:
+    limiter = Limiter(max_running=1, max_per_provider=1, max_queued=0)
+    limiter.acquire("claude")
+    await limiter.wait_for_place("claude", 0.01)  # nothing frees one
+    with pytest.raises(GatewayError) as err:
+        limiter.acquire("claude")
+    assert err.value.kind == ErrorKind.SATURATED
+    assert "limits.queue_full_wait_s" in err.value.message
+    assert limiter.snapshot()["queued"] == 0 and not limiter._place_waiters
 
 
 async def test_queue_is_fifo_within_a_provider() -> None:
