@@ -101,8 +101,10 @@ class JobDriver:
         if job.target.transport == "process":
             # Made before the row says running: an adopter that finds it with no start record
             # may re-queue it (SIGKILLed in between); without it nothing proves it never ran.
+            # On the loop: two mkdirs take tens of microseconds, a thread hop about 0.1 ms of
+            # CPU and as much again on a sync request's path (bench/README.md, cost rows).
             try:
-                made = await asyncio.to_thread(spool.make_run_dir, job.spool_dir)
+                made = spool.make_run_dir(job.spool_dir)
             except OSError as exc:
                 await self._fail(job, GatewayError(ErrorKind.LAUNCH_FAILED,
                                                    directories_error(exc)))
@@ -247,13 +249,15 @@ class JobDriver:
                             job_id=job.row.id, error=str(exc))
                 await asyncio.sleep(next(waits))
         log.info("job finished", action="complete", job_id=job.row.id,
-                 status=str(completion.status), error_kind=completion.error_kind, applied=applied)
-        if not applied:
+                 status=str(completion.status), error_kind=completion.error_kind,
+                 applied=applied is not None)
+        if applied is None:
             # The row is not ours to end any more (a peer adopted or re-queued the job while
             # this instance was stopped or cut off): the spool is the new owner's evidence,
             # its end record above all. Deleting it here made the owner's finalize read "the
             # supervisor ended without recording how" (retention purges what is left).
             return
+        job.terminal = applied
         job.spool_settled = True  # drive() removes the spool
 
     async def _fail(self, job: LocalJob, err: GatewayError) -> None:

@@ -30,6 +30,9 @@ class LocalJob:
     adopted: bool = False  # started by a gateway that is gone; watched and finalized here
     # Its row is terminal by our write, so its spool goes once `done` is set (drive.py).
     spool_settled: bool = False
+    # That terminal row as our write left it (light): a waiter woken by `done` answers from
+    # it instead of reading it back (reads.py).
+    terminal: JobRow | None = None
 
     @property
     def output_bytes(self) -> int:

@@ -123,6 +123,11 @@ class JobManager:
                 log.info("job deduplicated", action="dedup", job_id=existing.id, provider=provider)
                 return Submission(existing, True)
         refusal = self.admission.refusal(provider)
+        if refusal is None and self.limiter.would_refuse(provider):
+            # A full queue: wait (holding nothing) for a finished run to free a place rather
+            # than refuse at once; the limiter refuses when none freed within the bound.
+            await self.limiter.wait_for_place(provider, self.settings.limits.queue_full_wait_s)
+            refusal = self.admission.refusal(provider)  # it may have closed meanwhile
         if refusal is not None:
             raise refusal
         job_id = str(uuid.uuid4())
@@ -354,8 +359,9 @@ class JobManager:
         return await self.reads.list_jobs(status, provider, limit, principal, unowned_too)
 
     async def read_result(self, job_id: str, offset: int = 0,
-                          max_bytes: int = DEFAULT_RESULT_PAGE, raw: bool = False) -> ResultPage:
-        return await self.reads.read_result(job_id, offset, max_bytes, raw)
+                          max_bytes: int = DEFAULT_RESULT_PAGE, raw: bool = False,
+                          terminal: JobRow | None = None) -> ResultPage:
+        return await self.reads.read_result(job_id, offset, max_bytes, raw, terminal)
 
     def snapshot(self) -> dict[str, Any]:
         return {"admitting": self.admission.open,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -124,7 +125,10 @@ class JobReads:
             step = min(remaining, REMOTE_POLL_S)
             if local is not None:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(local.done.wait(), step)
+                    async with asyncio.timeout(step):  # no task of its own, unlike wait_for
+                        await local.done.wait()
+                if local.terminal is not None:  # ended by our own write: that row it is
+                    return dataclasses.replace(local.terminal)  # each waiter its own
             else:  # run elsewhere: woken by the store's notice of a change, or the poll
                 await self.store.wait_for_change(job_id, step)
             row = await self.get(job_id)
@@ -151,15 +155,21 @@ class JobReads:
             raise store_down(exc) from None
 
     async def read_result(self, job_id: str, offset: int = 0,
-                          max_bytes: int = DEFAULT_RESULT_PAGE, raw: bool = False) -> ResultPage:
+                          max_bytes: int = DEFAULT_RESULT_PAGE, raw: bool = False,
+                          terminal: JobRow | None = None) -> ResultPage:
         """A page of the job's output: the parsed answer text when the provider gave one
         (raw=False), else stdout. Offsets are UTF-8 byte offsets; a page never splits a
-        character. Works for any instance's job and after restarts."""
+        character. Works for any instance's job and after restarts. `terminal`: the job's
+        row as the caller just read it, terminal: the page is read without reading it again
+        (a sync answer's second store round trip)."""
         if offset < 0 or max_bytes < 1:
             raise GatewayError(ErrorKind.INVALID_INPUT, "offset must be >= 0 and max_bytes >= 1.")
         # Past any output's end (and within every store's 64-bit integers): an empty page.
         offset, max_bytes = min(offset, MAX_RESULT_OFFSET), min(max_bytes, MAX_RESULT_OFFSET)
-        row = await self.get(job_id)
+        if terminal is not None and terminal.id == job_id and terminal.status.is_terminal:
+            row = terminal
+        else:
+            row = await self.get(job_id)
         parsed = json.loads(row.result_json) if row.result_json else None
         upto = offset + max_bytes + PAGE_MARGIN_BYTES
         # Only the page (and a few bytes around it) is read, however large the output or the

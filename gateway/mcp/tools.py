@@ -230,7 +230,7 @@ async def final_answer(manager: JobManager, row: JobRow,
         common.pop("error")
         return failure(kind, message, text=text, **common, what_to_do=hint,
                        stderr_tail=stderr_excerpt(row))
-    page = await manager.read_result(row.id, 0, INLINE_ANSWER_BYTES)
+    page = await manager.read_result(row.id, 0, INLINE_ANSWER_BYTES, terminal=row)
     rest = None
     if page.next_offset is not None:
         rest = next_call("llm_job_result", "the answer is longer than this page",

@@ -279,12 +279,15 @@ class JobStore(Protocol):
         on then: the owner's guarded terminal write self-heals a row orphaned meanwhile,
         and a row without a pid errs towards being orphaned, never towards being lost."""
 
-    async def complete(self, job_id: str, owner_instance: str, completion: Completion) -> bool:
+    async def complete(self, job_id: str, owner_instance: str,
+                       completion: Completion) -> JobRow | None:
         """Guarded terminal write: applies only if owner_instance owns the row and it is
         queued, running, or orphaned by a gateway of another host (self-heal); a job
         adopted or re-queued elsewhere is no longer its first owner's to end. A cancel
         request on the row makes the final status `cancelled` whatever the completion says
-        (cancelled wins). Terminal rows never change. Returns whether it applied.
+        (cancelled wins). Terminal rows never change. Returns the row as the write left it,
+        light like get_job(with_output=False) (a sync caller answers from it without
+        reading it again), or None when it did not apply.
 
         When it applies, the same transaction settles the job's budget reservations
         (reserved -> spent: the reported cost, a job-count budget its one job) and adds the

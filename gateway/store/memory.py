@@ -234,20 +234,21 @@ class MemoryJobStore:
             job.updated_at = self._now()
             return True
 
-    async def complete(self, job_id: str, owner_instance: str, completion: Completion) -> bool:
+    async def complete(self, job_id: str, owner_instance: str,
+                       completion: Completion) -> JobRow | None:
         if completion.status not in FINAL_STATUSES:
             raise ValueError(f"a completion cannot be {completion.status!s}")
         async with self._lock:
             job = self._jobs.get(job_id)
             if job is None:
-                return False
+                return None
             # Invariant: by the row's owner only, on an active row or one orphaned from
             # another host (self-heal); never any other terminal row (COMPLETE_JOB says why).
             allowed = job.owner_instance == owner_instance and (
                 job.status in ACTIVE_STATUSES
                 or (job.status is JobStatus.ORPHANED and job.orphaned_by != job.hostname))
             if not allowed:
-                return False
+                return None
             now = self._now()
             _apply_completion(job, completion)
             self._ledger.account(job_id, job.provider, job.model, completion.usage,
@@ -257,7 +258,7 @@ class MemoryJobStore:
             job.finished_at = min(ended, now)
             job.updated_at = now
             job.lease_deadline = None
-            return True
+            return without_output(job)
 
     # -- usage and budgets ------------------------------------------------------------------
     async def usage_totals(self, group_by: GroupBy, since_day: str | None = None,

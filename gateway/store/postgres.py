@@ -146,6 +146,18 @@ def _job(row: asyncpg.Record) -> JobRow:
     return JobRow.from_mapping(row)
 
 
+async def _light_job(conn: asyncpg.Connection, job_id: str) -> JobRow | None:
+    """The row without its output or answer text, stripped in SQL; a result_json that is not
+    JSON (never written by complete()) makes that fail: then stripped in Python."""
+    try:
+        async with _savepoint(conn):
+            row = await conn.fetchrow(GET_JOB_LIGHT, job_id)
+    except _JSON_ERRORS:
+        row = await conn.fetchrow(GET_JOB, job_id)
+        return without_output(_job(row)) if row is not None else None
+    return _job(row) if row is not None else None
+
+
 async def _output_pieces(source: OutputFile) -> AsyncIterator[tuple[int, str]]:
     """(seq, text) rows of a large output for COPY, each piece read in a thread: file reads
     stay off the event loop, and one piece at a time is held."""
@@ -375,7 +387,8 @@ class PostgresJobStore:
             )
         return _status_count(status) == 1
 
-    async def complete(self, job_id: str, owner_instance: str, completion: Completion) -> bool:
+    async def complete(self, job_id: str, owner_instance: str,
+                       completion: Completion) -> JobRow | None:
         """Guarded terminal write; ValueError if the completion is not a final status."""
         if completion.status not in FINAL_STATUSES:
             raise ValueError(f"a completion cannot be {completion.status!s}")
@@ -387,9 +400,10 @@ class PostgresJobStore:
         if pieces is None:
             async with self._transaction("complete job", patience_s=WORK_PATIENCE_S) as conn:
                 applied = _status_count(await conn.execute(COMPLETE_JOB, *params)) == 1
-                if applied:  # counted and settled once: with the write that ends the job
-                    await postgres_usage.account(conn, job_id, completion.usage)
-            return applied
+                if not applied:
+                    return None
+                await postgres_usage.account(conn, job_id, completion.usage)  # settled once
+                return await _light_job(conn, job_id)
         # Invariant: the pieces go into a table only this transaction sees; the status and
         # the output are then set by ONE guarded UPDATE, so the compare-and-set is still a
         # single statement and a reader sees the row active, or terminal with its whole
@@ -399,9 +413,10 @@ class PostgresJobStore:
             await conn.copy_records_to_table(
                 OUTPUT_PIECES_TABLE, records=_output_pieces(pieces), columns=("seq", "piece"))
             applied = _status_count(await conn.execute(COMPLETE_JOB_FROM_PIECES, *params)) == 1
-            if applied:
-                await postgres_usage.account(conn, job_id, completion.usage)
-        return applied
+            if not applied:
+                return None
+            await postgres_usage.account(conn, job_id, completion.usage)
+            return await _light_job(conn, job_id)
 
     # -- usage and budgets (postgres_usage.py) --------------------------------------------
     async def usage_totals(self, group_by: GroupBy, since_day: str | None = None,
@@ -486,13 +501,7 @@ class PostgresJobStore:
             if with_output:
                 row = await conn.fetchrow(GET_JOB, job_id)
                 return _job(row) if row is not None else None
-            try:
-                async with _savepoint(conn):
-                    row = await conn.fetchrow(GET_JOB_LIGHT, job_id)
-            except _JSON_ERRORS:
-                row = await conn.fetchrow(GET_JOB, job_id)
-                return without_output(_job(row)) if row is not None else None
-        return _job(row) if row is not None else None
+            return await _light_job(conn, job_id)
 
     async def read_output(
         self, job_id: str, offset: int, length: int, *, answer: bool = False

@@ -402,7 +402,8 @@ class SqliteJobStore:
         return await self._transaction(
             "record_process", lambda db, now: _changed(db, RECORD_PROCESS, {**params, "now": now})) == 1
 
-    async def complete(self, job_id: str, owner_instance: str, completion: Completion) -> bool:
+    async def complete(self, job_id: str, owner_instance: str,
+                       completion: Completion) -> JobRow | None:
         if completion.status not in FINAL_STATUSES:
             raise ValueError(f"a completion cannot be {completion.status!s}")
         output, pieces = output_to_bind(completion.output)
@@ -417,7 +418,7 @@ class SqliteJobStore:
             "ended_at": completion.ended_at,
         }
 
-        def complete(db: sqlite3.Connection, now: float) -> bool:
+        def complete(db: sqlite3.Connection, now: float) -> JobRow | None:
             applied = _changed(db, COMPLETE_JOB, {**params, "now": now}) == 1
             if applied:  # counted and settled once: with the write that ends the job
                 sqlite_usage.account(db, job_id, completion.usage, now)
@@ -427,7 +428,10 @@ class SqliteJobStore:
                 # with its whole output; a failure here rolls both back. A write that lost
                 # the CAS touches nothing.
                 _write_output(db, job_id, pieces)
-            return applied
+            if not applied:
+                return None
+            rows = _fetch_light(db, GET_JOB_LIGHT, GET_JOB, {"job_id": job_id})
+            return rows[0] if rows else None
 
         return await self._transaction("complete", complete)
 

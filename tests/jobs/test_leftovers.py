@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from anyio.from_thread import BlockingPortal
 
 from gateway import proc
 from gateway.jobs.requests import SubmitRequest
@@ -79,11 +78,18 @@ async def test_a_woken_owner_whose_cas_is_refused_leaves_no_attempt_dir(
     settings = make_settings()
     manager = await (await start_gateway(settings)).manager()
     store = manager.store
-    real = spool.make_run_dir
+    made: list[Path] = []
+    real_make, real_mark = spool.make_run_dir, store.mark_running
 
-    def peer_ran_it_meanwhile(path: Path) -> bool:  # in the launch's worker thread
-        portal.call(peer, path.parent.name)
-        return real(path)
+    def make_run_dir(path: Path) -> bool:  # the owner's launch, on its event loop
+        made.append(path)
+        return real_make(path)
+
+    async def peer_ran_it_meanwhile(job_id: str, instance_id: str, ttl_s: float) -> bool:
+        if instance_id == manager.instance_id:  # the owner's CAS: the peer went first
+            await peer(job_id)
+            real_make(made[-1])  # the owner made its old attempt's dir after the removal
+        return await real_mark(job_id, instance_id, ttl_s)
 
     async def peer(job_id: str) -> None:
         row = await store.requeue_job(TakeOver(
@@ -96,10 +102,10 @@ async def test_a_woken_owner_whose_cas_is_refused_leaves_no_attempt_dir(
             status=JobStatus.COMPLETED, exit_code=0, output="the peer's answer"))
         shutil.rmtree(spool.job_dir(manager.spool_root, job_id), ignore_errors=True)
 
-    async with BlockingPortal() as portal:
-        monkeypatch.setattr(spool, "make_run_dir", peer_ran_it_meanwhile)
-        sub = await manager.submit("claude", SubmitRequest(prompt="run by the peer"))
-        await wait_for(lambda: sub.job.id not in manager.local_job_ids(), DONE_S)
+    monkeypatch.setattr(spool, "make_run_dir", make_run_dir)
+    monkeypatch.setattr(store, "mark_running", peer_ran_it_meanwhile)
+    sub = await manager.submit("claude", SubmitRequest(prompt="run by the peer"))
+    await wait_for(lambda: sub.job.id not in manager.local_job_ids(), DONE_S)
     row = await job_row(store, sub.job.id)
     assert (row.status, row.owner_instance) == (JobStatus.COMPLETED, "peer")
     assert fake_log.spawns() == []

@@ -141,7 +141,7 @@ async def test_queue_timeout_and_saturation(
     make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
 ) -> None:
     settings = make_settings(limits={"max_running_jobs": 1, "max_queued_jobs": 1,
-                                     "queue_timeout_s": 0.5})
+                                     "queue_timeout_s": 0.5, "queue_full_wait_s": 0})
     manager = await (await start_gateway(settings)).manager()
     running = await manager.submit("claude", req("busy @sleep=3"))
     waiting = await manager.submit("claude", req("waits"))
@@ -154,6 +154,36 @@ async def test_queue_timeout_and_saturation(
     assert "limits.max_running_jobs" in (row.error or "")
     await manager.cancel(running.job.id)
     assert "waits" not in fake_log.prompts()
+
+
+async def test_a_request_to_a_full_queue_is_admitted_once_a_run_frees_a_place(
+        make_settings: MakeSettings, start_gateway: StartGateway) -> None:
+    # A burst larger than the queue is paced by the drain instead of refused (issue #26):
+    # the third request waits for the first run to end, then takes the place it freed.
+    settings = make_settings(limits={"max_running_jobs": 1, "max_queued_jobs": 1,
+                                     "queue_full_wait_s": 600})
+    gateway = await start_gateway(settings)
+    manager = await gateway.manager()
+    first = await manager.submit("claude", req("busy @sleep=0.5"))
+    await manager.submit("claude", req("waits"))
+    third = await manager.submit("claude", req("one more"))
+    assert (await manager.wait(first.job.id, 30)).status == JobStatus.COMPLETED
+    assert (await manager.wait(third.job.id, 30)).status == JobStatus.COMPLETED
+    assert manager.snapshot()["rejected"] == 0
+
+
+async def test_a_full_queue_refuses_once_nothing_freed_a_place_within_the_bound(
+        make_settings: MakeSettings, start_gateway: StartGateway) -> None:
+    settings = make_settings(limits={"max_running_jobs": 1, "max_queued_jobs": 0,
+                                     "queue_full_wait_s": 0.2})
+    manager = await (await start_gateway(settings)).manager()
+    running = await manager.submit("claude", req("busy @sleep=30"))
+    with pytest.raises(GatewayError) as err:
+        await manager.submit("claude", req("one too many"))
+    assert err.value.kind == ErrorKind.SATURATED and err.value.retryable
+    assert "limits.queue_full_wait_s" in err.value.message
+    assert (await manager.get(running.job.id)).status == JobStatus.RUNNING
+    await manager.cancel(running.job.id)
 
 
 async def test_a_queue_timeout_names_the_per_provider_limit_when_that_is_the_one_hit(

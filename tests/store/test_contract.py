@@ -544,6 +544,19 @@ async def test_complete_writes_the_outcome_and_ends_the_lease(store: JobStore) -
     assert row.lease_deadline is None
 
 
+async def test_complete_returns_the_terminal_row_as_a_light_read_gives_it(
+        store: JobStore) -> None:
+    # A sync request answers from it instead of reading the row again (issue #26): it must be
+    # the row as stored, cancelled-wins and the store's finish time included.
+    job = await running(store, new_job())
+    await store.request_cancel(job.id)
+    written = await store.complete(job.id, OWNER, done(
+        JobStatus.COMPLETED, output="the answer", result_json='{"text": "the answer"}'))
+    assert written is not None and written.status is JobStatus.CANCELLED
+    assert written == await store.get_job(job.id, with_output=False)
+    assert written.finished_at is not None and written.output != "the answer"
+
+
 async def test_complete_applies_to_a_queued_row(store: JobStore) -> None:
     job = new_job()
     await store.insert_job(job, TTL_S)
@@ -1211,7 +1224,7 @@ async def test_complete_racing_a_cancel_ends_cancelled_whenever_the_cancel_lande
 
         await race(round_no, finish, cancel)
 
-        assert result["applied"] is True  # the row was active whichever came first
+        assert result["applied"] is not None  # the row was active whichever came first
         seen = result["seen"]
         assert isinstance(seen, JobRow)
         final = await get(store, job.id)
@@ -1497,7 +1510,7 @@ async def test_complete_racing_the_reaper_never_loses_the_result(
 
         await race(round_no, finish, sweep)
 
-        assert result["applied"] is True
+        assert result["applied"] is not None
         assert [r.id for r in result["flipped"]] in ([], [job.id])  # type: ignore[attr-defined]
         final = await get(store, job.id)
         assert (final.status, final.output) == (JobStatus.COMPLETED, f"r{round_no}")
