@@ -350,8 +350,9 @@ class JobManager:
         return await self.reads.get(job_id)
 
     async def wait(self, job_id: str, timeout_s: float,
-                   on_progress: ProgressCallback | None = None) -> JobRow:
-        return await self.reads.wait(job_id, timeout_s, on_progress)
+                   on_progress: ProgressCallback | None = None,
+                   read: JobRow | None = None) -> JobRow:
+        return await self.reads.wait(job_id, timeout_s, on_progress, read)
 
     async def list_jobs(self, status: str | None = None, provider: str | None = None,
                         limit: int = 20, principal: str | None = None,

@@ -107,8 +107,11 @@ class JobReads:
                             f"{self.settings.persistence.retention_days:g} days.")
 
     async def wait(self, job_id: str, timeout_s: float,
-                   on_progress: ProgressCallback | None = None) -> JobRow:
+                   on_progress: ProgressCallback | None = None,
+                   read: JobRow | None = None) -> JobRow:
         """Until the job is terminal or timeout_s passed; returns the row either way.
+        `read`: the job's row as the caller has just read it (get()), so that a wait on a
+        job that has already ended costs one store read, not two.
 
         A job driven here is awaited on its own completion event (no store polling, so a
         sync request learns of the exit at once); a job run elsewhere is re-read when the
@@ -116,7 +119,7 @@ class JobReads:
         """
         started = time.monotonic()
         deadline = started + max(0.0, timeout_s)
-        row = await self.get(job_id)
+        row = read if read is not None and read.id == job_id else await self.get(job_id)
         while row.status.is_active:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -142,8 +142,8 @@ class JobTools:
             await progress.report(output_bytes, f"job {job_id} running: {output_bytes} bytes "
                                                 f"of output after {elapsed:.0f} s of waiting")
 
-        owned(self.state.principal, await manager.get(job_id))
-        row = await manager.wait(job_id, timeout_s, on_progress)
+        seen = owned(self.state.principal, await manager.get(job_id))
+        row = await manager.wait(job_id, timeout_s, on_progress, read=seen)
         done = row.status.is_terminal
         text = describe_status(row)
         if not done:

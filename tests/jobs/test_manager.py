@@ -15,7 +15,7 @@ import pytest
 
 from gateway.jobs.manager import JobManager
 from gateway.jobs.requests import SubmitRequest
-from gateway.model import ErrorKind, GatewayError, JobStatus
+from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 from providers.parsing import plain_text
 from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
 
@@ -338,6 +338,28 @@ async def test_a_wait_past_the_deferral_deadline_returns_and_the_job_still_compl
     row = await manager.wait(sub.job.id, 0.3)
     assert row.status == JobStatus.RUNNING
     assert (await manager.wait(sub.job.id, 20)).status == JobStatus.COMPLETED
+
+
+async def test_a_sync_answer_and_a_wait_on_an_ended_job_read_the_row_once(
+    make_settings: MakeSettings, start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each store round trip is on the path of every short request (issue #26): the driver's
+    # terminal write hands its row to the waiter, and a caller that has the row passes it on.
+    manager = await (await start_gateway(make_settings())).manager()
+    reads: list[str] = []
+    real_get = manager.store.get_job
+
+    async def counted(job_id: str, *, with_output: bool = True) -> JobRow | None:
+        reads.append(job_id)
+        return await real_get(job_id, with_output=with_output)
+
+    monkeypatch.setattr(manager.store, "get_job", counted)
+    sub = await manager.submit("claude", req("answer once"))
+    row = await manager.wait(sub.job.id, 20)
+    assert row.status is JobStatus.COMPLETED and reads == [sub.job.id]  # its first look only
+    reads.clear()
+    seen = await manager.get(sub.job.id)
+    assert (await manager.wait(sub.job.id, 20, read=seen)) == seen and len(reads) == 1
 
 
 async def test_results_survive_closing_and_reopening_on_the_same_store(
