@@ -1,10 +1,11 @@
 """The gateway's end of its zygote (zygote.py): start it, ask it for a run's supervisor, learn
-each forked supervisor's exit.
+each forked supervisor's end and exit.
 
 One zygote per gateway process, started at its first run (an interpreter start, what every
 run used to pay) and again after it died: `Zygote.fork()` sends the run and waits for the
-forked supervisor's pid. A reader thread takes the zygote's lines: the pid a request waits
-for, and each supervisor's exit, which resolves that run's `ForkedExit` on the event loop.
+forked supervisor's pid. A reader thread takes the zygote's lines (the pid a request waits
+for, each supervisor's exit) and the supervisors' end notices (the run's end record is
+written: handoff.tell_ended), which resolve that run's `ForkedExit` on the event loop.
 
 What is not lost when something dies:
 - the gateway: the zygote reads EOF and exits; the supervisors run on and are adopted;

@@ -14,7 +14,10 @@ The protocol (gateway side: gateway/jobs/run/forks.py), JSON lines:
   "error"}` when fork() failed), and `{"exited": pid, "status": returncode}` once a forked
   supervisor of a run has exited and been reaped here (a spare that never got a run, see
   `Spare`, is reaped without a word). The exit line is how the gateway learns a
-  run's end at once, on every platform: the supervisor is the zygote's child, not its own.
+  run's end at once, on every platform: the supervisor is the zygote's child, not its own;
+- supervisor -> gateway, the end-notice pipe (its write end is the zygote's argument and
+  every forked supervisor's, never a CLI's): `<pid>` once the run's end record is written,
+  a little before that supervisor's exit line (handoff.tell_ended).
 
 Stdlib only, and imported as a top-level module (`python -I -S`, no site-packages, no
 gateway package), like the supervisor. Single-threaded: fork() in a process with threads
