@@ -1,11 +1,10 @@
 """The gateway's end of its zygote (zygote.py): start it, ask it for a run's supervisor, learn
-each forked supervisor's end and exit.
+each forked supervisor's exit.
 
 One zygote per gateway process, started at its first run (an interpreter start, what every
 run used to pay) and again after it died: `Zygote.fork()` sends the run and waits for the
-forked supervisor's pid. A reader thread takes the zygote's lines (the pid a request waits
-for, each supervisor's exit) and the supervisors' end notices (the run's end record is
-written: handoff.tell_ended), which resolve that run's `ForkedExit` on the event loop.
+forked supervisor's pid. A reader thread takes the zygote's lines: the pid a request waits
+for, and each supervisor's exit, which resolves that run's `ForkedExit` on the event loop.
 
 What is not lost when something dies:
 - the gateway: the zygote reads EOF and exits; the supervisors run on and are adopted;
@@ -26,7 +25,6 @@ import contextlib
 import itertools
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -46,13 +44,11 @@ log = structlog.get_logger(__name__)
 RUN_DIR = Path(zygote_program.__file__).resolve().parent
 # The zygote imported as a module (from its own directory, after the stdlib), not run as a
 # script: an imported module's bytecode is cached, a script is compiled at every start. Its
-# arguments: the platform implementation (gateway/platform), the end-notice pipe's write
-# end, and the folders to import the platform from. It ends with os._exit: the
-# interpreter's teardown has nothing to save.
+# arguments: the platform implementation (gateway/platform) and the folders to import it
+# from. It ends with os._exit: the interpreter's teardown has nothing to save.
 ZYGOTE_BOOT = (f"import os, sys; sys.path.append({str(RUN_DIR)!r}); "
-               "sys.path.extend(sys.argv[3:]); import zygote; "
-               "code = zygote.main(sys.argv[:3]); sys.stderr.flush(); os._exit(code)")
-READ_CHUNK_BYTES = 65536
+               "sys.path.extend(sys.argv[2:]); import zygote; "
+               "code = zygote.main(sys.argv[:2]); sys.stderr.flush(); os._exit(code)")
 # How long a run waits for the zygote to answer its fork. A fork and a line take about a
 # millisecond; only a zygote that is stopped (SIGSTOP) or starved for this long misses it.
 FORK_ANSWER_TIMEOUT_S = 10.0
@@ -66,13 +62,6 @@ EXIT_PROBE_S = 0.5  # how often a watcher reads the process table for that
 ExitCallback = Callable[[int | None], None]  # a returncode, or None: the zygote is gone
 
 
-def zygote_argv(chosen: dict[str, Any], ended_fd: int | None) -> list[str]:
-    """How a zygote is started: `chosen` is platform.supervisor_spec(); `ended_fd`, the
-    write end of its gateway's end-notice pipe (None: no notices, "-")."""
-    return [sys.executable, "-I", "-S", "-c", ZYGOTE_BOOT, str(chosen["platform"]),
-            "-" if ended_fd is None else str(ended_fd), *chosen["platform_path"]]
-
-
 class ForkUnanswered(Exception):
     """The zygote took the run and never said whether it forked (it died or stopped
     answering): a supervisor may be running it. The run's claim tells."""
@@ -83,33 +72,20 @@ class Link:
 
     def __init__(self) -> None:
         chosen = platform.supervisor_spec()
-        # The end-notice pipe: each forked supervisor keeps its write end and writes its pid
-        # there once its run's end is recorded (handoff.tell_ended). Not the zygote's stdout:
-        # a supervisor holding that for hours would keep this reader from seeing the
-        # zygote's EOF when it dies.
-        self._ended, ended_write = os.pipe()
-        try:
-            # -I: no PYTHON* variables, no user site, no script dir on sys.path; -S: no site
-            # import. The zygote and its supervisors need the stdlib only.
-            self.popen = subprocess.Popen(
-                zygote_argv(chosen, ended_write),
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                cwd="/", env={},  # holds no directory and no secret of anyone's
-                pass_fds=(ended_write,),
-                **platform.current().detach_kwargs(),  # a session of its own: no terminal signal
-            )
-        except BaseException:
-            os.close(self._ended)
-            raise
-        finally:
-            os.close(ended_write)
+        # -I: no PYTHON* variables, no user site, no script dir on sys.path; -S: no site
+        # import. The zygote and its supervisors need the stdlib only.
+        self.popen = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", ZYGOTE_BOOT, str(chosen["platform"]),
+             *chosen["platform_path"]],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            cwd="/", env={},  # holds no directory and no secret of anyone's
+            **platform.current().detach_kwargs(),  # a session of its own: no terminal signal
+        )
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._answers: dict[int, concurrent.futures.Future[int]] = {}
         self._statuses: dict[int, int] = {}  # exits that no watcher has taken yet
         self._watchers: dict[int, ExitCallback] = {}
-        self._ended_early: set[int] = set()  # end notices that no watcher has taken yet
-        self._enders: dict[int, Callable[[], None]] = {}
         self.alive = True
         threading.Thread(target=self._read, name=f"zygote-{self.popen.pid}",
                          daemon=True).start()
@@ -156,18 +132,6 @@ class Link:
                 return
         callback(status)
 
-    def watch_end(self, pid: int, callback: Callable[[], None]) -> None:
-        """Call `callback` (from the reader thread, or at once) when `pid`'s end notice comes:
-        its run's end is recorded and its group is empty but for the supervisor itself. No
-        call if the notice never comes (dropped, or the zygote went first): the exit tells."""
-        with self._lock:
-            if pid not in self._ended_early:
-                if self.alive and pid not in self._statuses:  # else its exit tells
-                    self._enders[pid] = callback
-                return
-            self._ended_early.discard(pid)
-        callback()
-
     def has_exited(self, pid: int) -> bool:
         """Whether the zygote reported `pid`'s exit (not taken by a watcher yet)."""
         with self._lock:
@@ -188,45 +152,18 @@ class Link:
         self.close()
 
     def _read(self) -> None:
-        """The zygote's lines and the supervisors' end notices, until the zygote's EOF."""
         assert self.popen.stdout is not None
-        answers = self.popen.stdout.fileno()
-        pending = {answers: b"", self._ended: b""}
         try:
-            while True:
-                readable, _, _ = select.select(list(pending), [], [])
-                for fd in readable:
-                    chunk = os.read(fd, READ_CHUNK_BYTES)
-                    if not chunk:
-                        if fd == answers:
-                            return  # the zygote is gone
-                        del pending[fd]  # every supervisor is gone too
-                        continue
-                    *lines, pending[fd] = (pending[fd] + chunk).split(b"\n")
-                    for line in lines:
-                        if fd == answers:
-                            self._take_line(line)
-                        elif line.strip().isdigit():
-                            self._take_end(int(line))
+            for line in self.popen.stdout:
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    continue
+                self._take(message)
         except OSError:
             pass
         finally:
             self._gone()
-
-    def _take_line(self, line: bytes) -> None:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            return
-        self._take(message)
-
-    def _take_end(self, pid: int) -> None:
-        with self._lock:
-            callback = self._enders.pop(pid, None)
-            if callback is None:
-                self._ended_early.add(pid)
-        if callback is not None:
-            callback()
 
     def _take(self, message: dict[str, Any]) -> None:
         if "exited" in message:
@@ -235,8 +172,6 @@ class Link:
                 callback = self._watchers.pop(pid, None)
                 if callback is None:
                     self._statuses[pid] = status
-                self._ended_early.discard(pid)  # its notice is of no use any more
-                self._enders.pop(pid, None)
             if callback is not None:
                 callback(status)
             return
@@ -257,8 +192,6 @@ class Link:
             self.alive = False
             answers, self._answers = self._answers, {}
             watchers, self._watchers = self._watchers, {}
-            self._enders.clear()
-            self._ended_early.clear()
         for answer in answers.values():
             answer.set_exception(ForkUnanswered())
         for callback in watchers.values():
@@ -266,8 +199,6 @@ class Link:
         self.close()
         assert self.popen.stdout is not None
         self.popen.stdout.close()
-        with contextlib.suppress(OSError):  # supervisors still running now get EPIPE
-            os.close(self._ended)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=10)  # it exits right after EOF; reaped here
 
@@ -322,10 +253,7 @@ class Zygote:
 class ForkedExit:
     """The exit of a supervisor our zygote forked: `exited` resolves with its returncode once
     the zygote reaped it, or, if the zygote died first, with None once the process is gone
-    (init reaps it then); `recorded` resolves when the supervisor's end notice comes (its
-    run's end record is written and its group is empty but for itself), mostly a
-    millisecond before its exit, and never if the notice is dropped. Create it on the event
-    loop.
+    (init reaps it then). Create it on the event loop.
 
     Between the zygote's reap and this future's resolution the pid is free for reuse; a
     signal sent to it in that window (a stop) could only reach another process if the pid
@@ -336,20 +264,13 @@ class ForkedExit:
         self._started_at = started_at
         self._loop = asyncio.get_running_loop()
         self.exited: asyncio.Future[int | None] = self._loop.create_future()
-        self.recorded: asyncio.Future[None] = self._loop.create_future()
         self._poller: asyncio.Task[None] | None = None
         self._gone_since: float | None = None
         self._next_probe = self._loop.time() + EXIT_PROBE_S
         if link is None:  # forked by a zygote that is gone
             self._resolve(None)
         else:
-            link.watch_end(pid, self._end_from_reader)
             link.watch(pid, self._from_reader)
-
-    @property
-    def over(self) -> bool:
-        """Whether the run is over: its end is recorded, or its supervisor has exited."""
-        return self.recorded.done() or self.exited.done()
 
     def check(self) -> None:
         """Called on the watcher's tick: a supervisor that is gone while its zygote says
@@ -371,14 +292,6 @@ class ForkedExit:
             log.warning("a run's supervisor exited and its zygote did not report it; going "
                         "by the process table", action="zygote", pid=self.pid)
             self.exited.set_result(None)
-
-    def _end_from_reader(self) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-            self._loop.call_soon_threadsafe(self._recorded)
-
-    def _recorded(self) -> None:
-        if not self.recorded.done():
-            self.recorded.set_result(None)
 
     def _from_reader(self, status: int | None) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits

@@ -1,11 +1,7 @@
 """A forked supervisor's run, from its zygote's hand to its gateway's: take the run, supervise
-it (supervisor.py), then hand its end over (docs/architecture.md, Running a provider).
-
-- `tell_ended`: the end record is written and the group is empty but for this process: one
-  line on the gateway's end-notice pipe, so the gateway finalizes the run at once instead of
-  after this process's exit and its zygote's report of it (forks.py);
-- `start_finalizer_if_alone`: the gateway that launched the run is gone, or may go before it
-  finalizes it: its own finalizer (gateway/jobs/finalizer.py) writes the terminal row.
+it (supervisor.py), then make sure its end reaches a terminal row (docs/architecture.md,
+Running a provider): when the gateway that launched the run is gone, or may go before it
+finalizes it, the gateway's own finalizer (gateway/jobs/finalizer.py) writes it.
 
 Stdlib only, and imported as a top-level module by the zygote, like the supervisor.
 """
@@ -37,15 +33,13 @@ FINALIZER_POLL_S = 0.05
 START_TIME_TOLERANCE_S = 1.0
 
 
-def take_run(run: dict[str, Any], platform: Any, zygote_pid: int | None = None,
-             ended_fd: int | None = None) -> int:
+def take_run(run: dict[str, Any], platform: Any, zygote_pid: int | None = None) -> int:
     """Supervise the run a zygote forked this process for (gateway/jobs/run/zygote.py):
     `{"spool_dir", "token", "env", "finalizer"}`, as its gateway sent it through the
     zygote's pipe (the environment and the finalizer's settings may hold secrets: never a
     file). `platform`: the zygote's platform implementation; `zygote_pid`: that zygote,
     which starts the finalizer if the gateway goes after the run's end
-    (start_finalizer_if_alone); `ended_fd`: the gateway's end-notice pipe (tell_ended).
-    From here its stderr goes to the run's log."""
+    (start_finalizer_if_alone). From here its stderr goes to the run's log."""
     spool_dir = str(run["spool_dir"])
     try:
         log_fd = os.open(os.path.join(spool_dir, supervisor.LOG_NAME),
@@ -57,21 +51,8 @@ def take_run(run: dict[str, Any], platform: Any, zygote_pid: int | None = None,
         os.close(log_fd)
     code = supervisor.supervise(spool_dir, str(run["token"]), dict(run["env"]))
     if code == 0:  # the run ended and is recorded (not claimed elsewhere)
-        tell_ended(ended_fd)
         start_finalizer_if_alone(spool_dir, run.get("finalizer"), platform, zygote_pid)
     return code
-
-
-def tell_ended(fd: int | None) -> None:
-    """Tell the gateway that this run's end is recorded and its group is empty but for this
-    process: one line with its pid on the gateway's end-notice pipe (atomic: shorter than
-    PIPE_BUF). The gateway finalizes at once instead of after this process's exit and its
-    zygote's report of it, about a millisecond later. A pipe that is full or whose reader
-    is gone drops the notice: the exit report still comes."""
-    if fd is None:
-        return
-    with contextlib.suppress(OSError):
-        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
 
 
 def start_finalizer_if_alone(spool_dir: str, finalizer: dict[str, Any] | None,

@@ -455,13 +455,11 @@ class ProcessRun:
         proc.signal_group(pgid, signal.SIGKILL)
 
     def _supervisor_running(self) -> bool:
-        """Whether the supervisor still runs the run (a supervisor of ours that sent its end
-        notice is only leaving)."""
         identity = self._identity
         if identity is None:
             return False
         if self._exit is not None:  # forked by our zygote, which reports its exit
-            return not self._exit.over
+            return not self._exit.exited.done()
         return proc.is_process_alive(identity.pid, identity.started_at)
 
     def _refresh_sizes(self) -> None:
@@ -478,7 +476,7 @@ class ProcessRun:
                 woken = asyncio.ensure_future(self._wake.wait())
                 waits: set[asyncio.Future[Any]] = {woken}
                 if child is not None:
-                    waits |= {child.exited, child.recorded}
+                    waits.add(child.exited)
                 await asyncio.wait(waits, timeout=WATCH_INTERVAL_S,
                                    return_when=asyncio.FIRST_COMPLETED)
                 woken.cancel()
@@ -498,17 +496,14 @@ class ProcessRun:
                     proc.signal_group(pgid, signal.SIGKILL)
                     self._stop_at = None
                 self._enforce_wall_backstop(pgid)
-            leaving = None  # a supervisor of ours that sent its end notice and is exiting
-            if child is not None and not child.exited.done() and child.recorded.done():
-                leaving = child.pid
-            elif child is not None:
+            if child is not None:
                 await child.exited
             else:  # the end record is written just before the supervisor exits
                 deadline = time.monotonic() + SUPERVISOR_EXIT_WAIT_S
                 while self._supervisor_running() and time.monotonic() < deadline:
                     await asyncio.sleep(WATCH_INTERVAL_S / 2)
-            await self._reap_group(pgid, leaving)
-            status = child.exited.result() if child is not None and child.exited.done() else None
+            await self._reap_group(pgid)
+            status = child.exited.result() if child is not None else None
             if self._left_tidy():  # two small records to read: on the loop, no thread hop
                 outcome = self._conclude(status)
             else:  # a temp dir the supervisor could not remove may be large: a thread
@@ -537,14 +532,9 @@ class ProcessRun:
         return (claim is not None and claim.get("kind") == "supervisor"
                 and self._identity is not None and claim.get("pid") == self._identity.pid)
 
-    async def _reap_group(self, pgid: int, leaving: int | None = None) -> None:
-        """The supervisor is gone: anything left in its group (it was killed before it
-        could stop the CLI) is killed, so nothing outlives the run. `leaving`: it sent its
-        end notice and is exiting: nothing to do."""
-        if leaving is not None:
-            # It wrote its end record with its group empty but for itself (it records the
-            # run only then, or after its own SIGKILLs, the record saying so): no scan.
-            return
+    async def _reap_group(self, pgid: int) -> None:
+        """The supervisor is gone: anything left in its group (it was killed before it could
+        stop the CLI) is killed, so nothing outlives the run."""
         if not proc.group_alive(pgid):
             return
         log.warning("the supervisor left processes behind; killing its group",

@@ -14,10 +14,7 @@ The protocol (gateway side: gateway/jobs/run/forks.py), JSON lines:
   "error"}` when fork() failed), and `{"exited": pid, "status": returncode}` once a forked
   supervisor of a run has exited and been reaped here (a spare that never got a run, see
   `Spare`, is reaped without a word). The exit line is how the gateway learns a
-  run's end at once, on every platform: the supervisor is the zygote's child, not its own;
-- supervisor -> gateway, the end-notice pipe (its write end is the zygote's argument and
-  every forked supervisor's, never a CLI's): `<pid>` once the run's end record is written,
-  a little before that supervisor's exit line (handoff.tell_ended).
+  run's end at once, on every platform: the supervisor is the zygote's child, not its own.
 
 Stdlib only, and imported as a top-level module (`python -I -S`, no site-packages, no
 gateway package), like the supervisor. Single-threaded: fork() in a process with threads
@@ -226,7 +223,7 @@ def _supervise(request: Callable[[], dict[str, Any] | None], zygote_pid: int,
         os.dup2(devnull, 1)
         os.close(devnull)
         run = request()
-        code = 0 if run is None else handoff.take_run(run, fds.platform, zygote_pid, fds.ended)
+        code = 0 if run is None else handoff.take_run(run, fds.platform, zygote_pid)
     except BaseException:  # the log is all that is left to tell
         traceback.print_exc()
     finally:
@@ -238,21 +235,15 @@ def _supervise(request: Callable[[], dict[str, Any] | None], zygote_pid: int,
 
 class ForkContext:
     """What a forked supervisor takes from the zygote: `closing`, the zygote's descriptors,
-    which it closes at once; `ended`, the write end of the gateway's end-notice pipe, which
-    it keeps (handoff.tell_ended: the gateway learns of the run's end without waiting for
-    the supervisor's exit and this zygote's report of it; non-blocking, so a notice that
-    finds the pipe full is dropped and the exit report tells as before); `platform`, the
-    implementation the zygote imported."""
+    which it closes at once; `platform`, the implementation the zygote imported."""
 
-    def __init__(self, closing: list[int], ended: int | None, platform: Any) -> None:
+    def __init__(self, closing: list[int], platform: Any) -> None:
         self.closing = closing
-        self.ended = ended
-        self.platform = platform  # the implementation the zygote imported (gateway/platform)
+        self.platform = platform
 
 
-def serve(platform_name: str, ended_fd: int | None = None) -> int:
-    """The zygote's loop, until its gateway closes stdin. `ended_fd`: the write end of the
-    gateway's end-notice pipe (ForkContext)."""
+def serve(platform_name: str) -> int:
+    """The zygote's loop, until its gateway closes stdin."""
     platform = __import__(platform_name)
     platform.make_non_dumpable()
     for ignored in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
@@ -266,10 +257,7 @@ def serve(platform_name: str, ended_fd: int | None = None) -> int:
     gc.freeze()
     runs = Runs()
     spare: Spare | None = None
-    if ended_fd is not None:
-        os.set_blocking(ended_fd, False)
-        os.set_inheritable(ended_fd, False)  # forked supervisors keep it; their CLIs never
-    fds = ForkContext([0, 1, wake_read, wake_write], ended_fd, platform)  # a forked supervisor's
+    fds = ForkContext([0, 1, wake_read, wake_write], platform)  # a forked supervisor's
     pending = b""
     while True:
         try:
@@ -306,12 +294,11 @@ def serve(platform_name: str, ended_fd: int | None = None) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """`zygote <platform> <ended-fd or ->`: serve until stdin closes (the gateway starts it:
-    forks.zygote_argv)."""
-    if len(argv) != 3 or not (argv[2].isdigit() or argv[2] == "-"):
-        sys.stderr.write("usage: zygote PLATFORM ENDED_FD|- (the gateway starts it)\n")
+    """`zygote <platform>`: serve until stdin closes (the gateway starts it: forks.py)."""
+    if len(argv) != 2:
+        sys.stderr.write("usage: zygote PLATFORM (the gateway starts it)\n")
         return 2
     try:
-        return serve(argv[1], int(argv[2]) if argv[2] != "-" else None)
+        return serve(argv[1])
     except BrokenPipeError:
         return 0  # the gateway stopped reading: it is gone

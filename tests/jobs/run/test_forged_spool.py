@@ -25,7 +25,7 @@ from gateway import platform, proc
 from gateway.config import Settings
 from gateway.jobs.run import spool
 from gateway.jobs.run import supervisor as sup
-from gateway.jobs.run.forks import zygote_argv
+from gateway.jobs.run.forks import ZYGOTE_BOOT
 from gateway.model import InstanceRow, JobStatus, NewJob
 from gateway.store import open_store
 from tests.children import reap
@@ -53,8 +53,9 @@ def fake_supervisor() -> Iterator[subprocess.Popen[bytes]]:
     """A process with a zygote's command line, as every supervisor it forks has: the
     genuine case."""
     chosen = platform.supervisor_spec()  # started exactly as forks.py starts a zygote
-    child = subprocess.Popen(zygote_argv(chosen, None), stdin=subprocess.PIPE,
-                             start_new_session=True)
+    child = subprocess.Popen([sys.executable, "-I", "-S", "-c", ZYGOTE_BOOT,
+                              str(chosen["platform"]), *chosen["platform_path"]],
+                             stdin=subprocess.PIPE, start_new_session=True)
     try:
         yield child
     finally:

@@ -149,32 +149,9 @@ async def test_a_fork_whose_answer_was_lost_runs_once_under_the_supervisor_that_
     assert run.stdout_path.read_text().splitlines() == ["lost"]  # it ran once
 
 
-async def test_a_run_s_end_comes_from_its_supervisor_s_notice_before_its_exit_report(
-        tmp_path: Path) -> None:
-    # The supervisor tells the gateway on the end-notice pipe once its end record is
-    # written: with its zygote stopped (it reaps and reports nothing) the run still ends at
-    # once, and its exit is still unreported when it does.
-    (run,), go = waiting_runs(tmp_path, 1, "noticed")
-    with anyio.fail_after(DEADLINE_S):
-        identity = await run.start()
-        stopped = zygote_pid()
-        os.kill(stopped, signal.SIGSTOP)
-        try:
-            go.touch()
-            outcome = await run.wait()
-            assert run._exit is not None and not run._exit.exited.done()
-        finally:
-            os.kill(stopped, signal.SIGCONT)
-    assert (outcome.exit_code, outcome.error_kind) == (0, None)
-    assert (sup.read_record(run.spec.spool_dir, sup.END_NAME) or {})["pid"] == identity.pid
-
-
-async def test_a_run_ends_while_its_zygote_is_stopped_and_its_notice_is_lost(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A stopped zygote reaps nothing and reports nothing, and the notice is dropped (a full
-    # pipe): the run's end is read from the process table after a grace, with the outcome
-    # of its end record.
-    monkeypatch.setattr(forks.Link, "_take_end", lambda self, pid: None)
+async def test_a_run_ends_while_its_zygote_is_stopped(tmp_path: Path) -> None:
+    # A stopped zygote reaps nothing and reports nothing: the run's end is read from the
+    # process table after a grace, with the outcome of its end record.
     (run,), go = waiting_runs(tmp_path, 1, "unreported")
     with anyio.fail_after(DEADLINE_S):
         identity = await run.start()
@@ -293,37 +270,6 @@ async def test_a_link_keeps_an_exit_reported_before_its_watcher_and_tells_late_w
     assert late == [None]
     with pytest.raises(BrokenPipeError):
         link.fork({"spool_dir": str(tmp_path), "token": "t", "env": {}, "finalizer": None})
-
-
-async def test_a_link_keeps_an_end_notice_for_a_late_watcher_and_forgets_it_at_the_exit(
-        tmp_path: Path) -> None:
-    # An instant run's notice can come before start() watches it: kept for the watcher;
-    # once its exit is reported the notice is of no use and is not kept (one per run
-    # would grow forever).
-    stopped: list[int] = []
-    (run,), go = waiting_runs(tmp_path, 1, "early")
-    link = forks.Link()
-    try:
-        go.touch()  # the CLI ends as soon as it starts
-        os.makedirs(run.spec.spool_dir, exist_ok=True)
-        token = run._write_spec([*run.spec.invocation.argv], str(tmp_path))
-        pid = link.fork({"spool_dir": str(run.spec.spool_dir), "token": token,
-                         "env": dict(os.environ), "finalizer": None})
-        os.kill(link.pid, signal.SIGSTOP)  # no exit report while the notice comes
-        stopped.append(link.pid)
-        await until(lambda: pid in link._ended_early, "the supervisor's end notice")
-        heard: list[str] = []
-        link.watch_end(pid, lambda: heard.append("ended"))
-        assert heard == ["ended"] and pid not in link._ended_early
-        os.kill(link.pid, signal.SIGCONT)
-        stopped.clear()
-        await until(lambda: link.has_exited(pid), "the zygote to report the exit")
-        link.watch_end(pid, lambda: heard.append("again"))  # after its exit: nothing kept
-        assert heard == ["ended"] and not link._enders and not link._ended_early
-    finally:
-        for pid in stopped:
-            os.kill(pid, signal.SIGCONT)
-        link.close()
 
 
 async def idle_spare(tmp_path: Path, tag: str) -> int:
