@@ -182,7 +182,7 @@ async def test_a_full_queue_refuses_once_nothing_freed_a_place_within_the_bound(
         await manager.submit("claude", req("one too many"))
     assert err.value.kind == ErrorKind.SATURATED and err.value.retryable
     assert "limits.queue_full_wait_s" in err.value.message
-    assert (await manager.get(running.job.id)).status == JobStatus.RUNNING
+    assert (await manager.get(running.job.id)).status.is_active  # untouched by the refusal
     await manager.cancel(running.job.id)
 
 
