@@ -222,7 +222,7 @@ class JobDriver:
         original, refused_full = completion, 0
         while True:
             try:
-                applied = await self.store.complete(job.row.id, self.instance_id, completion)
+                written = await self.store.complete(job.row.id, self.instance_id, completion)
                 break
             except StoreFull as exc:
                 refused_full += 1
@@ -250,14 +250,14 @@ class JobDriver:
                 await asyncio.sleep(next(waits))
         log.info("job finished", action="complete", job_id=job.row.id,
                  status=str(completion.status), error_kind=completion.error_kind,
-                 applied=applied is not None)
-        if applied is None:
+                 applied=written is not None)
+        if written is None:
             # The row is not ours to end any more (a peer adopted or re-queued the job while
             # this instance was stopped or cut off): the spool is the new owner's evidence,
             # its end record above all. Deleting it here made the owner's finalize read "the
             # supervisor ended without recording how" (retention purges what is left).
             return
-        job.terminal = applied
+        job.terminal = written
         job.spool_settled = True  # drive() removes the spool
 
     async def _fail(self, job: LocalJob, err: GatewayError) -> None:
