@@ -83,20 +83,15 @@ class Limiter:
         refused, as long as something finishes within the bound. Holds nothing while it
         waits; a caller that gives up leaves nothing behind."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while self.would_refuse(provider):
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return
-            place: asyncio.Future[None] = loop.create_future()
-            self._place_waiters.append(place)
-            try:
-                await asyncio.wait_for(place, remaining)
-            except TimeoutError:
-                return
-            finally:
-                with contextlib.suppress(ValueError):
-                    self._place_waiters.remove(place)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                while self.would_refuse(provider):
+                    place: asyncio.Future[None] = loop.create_future()
+                    self._place_waiters.append(place)
+                    try:
+                        await place
+                    finally:
+                        self._place_waiters.remove(place)
 
     def acquire(self, provider: str) -> Ticket:
         """A ticket granted at once when there is room, else queued.

@@ -181,7 +181,7 @@ class _SignalledExit:
         with contextlib.suppress(OSError):
             while os.read(self._read, 512):
                 pass
-        if _exited_child(self._pid):
+        if _child_exited(self._pid) is not False:  # exited, or reaped already
             with contextlib.suppress(OSError):
                 os.write(self._write, b"x")
 
@@ -199,14 +199,6 @@ class _SignalledExit:
         self._read = self._write = -1
 
 
-def _exited_child(pid: int) -> bool:
-    """Whether child `pid` has exited (not reaped: it stays the caller's to collect)."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
 def _signal_exit(pid: int, write_fd: int) -> None:
     try:
         os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
@@ -218,16 +210,16 @@ def _signal_exit(pid: int, write_fd: int) -> None:
         os.close(write_fd)
 
 
-def _is_our_child(pid: int) -> bool:
-    """Whether `pid` is a child of this process that nobody has reaped yet (exited or not)."""
+def _child_exited(pid: int) -> bool | None:
+    """Whether `pid`, a child of this process that nobody has reaped yet, has exited (it
+    stays the caller's to collect); None when it is no such child (never ours, or reaped)."""
     waitid: Any = getattr(os, "waitid", None)
     if waitid is None:
-        return False  # no waitid (macOS before Python 3.13, which has kqueue anyway)
+        return None  # no waitid (macOS before Python 3.13, which has kqueue anyway)
     try:
-        waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        return waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:
-        return False
-    return True
+        return None
 
 
 def exit_watch(pid: int, selector: Any = select
@@ -243,7 +235,7 @@ def exit_watch(pid: int, selector: Any = select
     """
     kqueue = getattr(selector, "kqueue", None)
     if kqueue is None:
-        if not _is_our_child(pid):
+        if _child_exited(pid) is None:
             return None
         if threading.current_thread() is threading.main_thread():
             return _SignalledExit(pid)

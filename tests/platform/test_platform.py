@@ -226,7 +226,7 @@ def test_without_kqueue_a_watch_in_the_main_thread_starts_no_thread_and_ignores_
     try:
         assert set(threading.enumerate()) == threads
         other = subprocess.Popen([sys.executable, "-c", "pass"])
-        wait_until(lambda: portable._exited_child(other.pid), "the other child to exit")
+        wait_until(lambda: portable._child_exited(other.pid), "the other child to exit")
         assert not readable(watch, 0.2)  # its SIGCHLD came and was drained again
         other.wait()
         sleeper.kill()
