@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
 import time
 
@@ -115,6 +114,10 @@ def start_finalizer(spool_dir: str, finalizer: dict[str, Any], platform: Any) ->
     """Start the gateway's finalizer for the run of `spool_dir`, unless it is finalized
     already (no end record: the gateway removed the spool). Its stderr goes to the run's
     log; it is in no group of the run's."""
+    # Imported here, on this rare path (its gateway is gone), not by the zygote: subprocess
+    # imports threading, whose fork hook every forked supervisor would pay (supervisor.py).
+    import subprocess
+
     if not os.path.exists(os.path.join(spool_dir, supervisor.END_NAME)):
         return False
     try:

@@ -34,18 +34,21 @@ its own group and must outlive the SIGKILL to write the end record.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import select
 import shutil
 import signal
-import subprocess
 import sys
-import threading
 import time
 
 # Imported for the type checker only: pathlib and typing cost the zygote's start about 10 ms
-# (and the first run of a gateway waits for the zygote).
+# (and the first run of a gateway waits for the zygote). Not imported at all: subprocess and
+# threading. threading hooks fork() (os.register_at_fork): with it imported, every fork of
+# the zygote ran Python code in the child and copied about 125 more pages, 0.45 ms of CPU
+# per run on a 2-core box (the CLI is started with os.posix_spawn; a prompt larger than its
+# pipe imports threading in that one run, for its feeder).
 # The functions below take a str or any os.PathLike (the gateway passes Path).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -231,6 +234,71 @@ def _size(path: StrPath) -> int:
         return 0
 
 
+class Cli:
+    """The CLI's process: started by os.posix_spawn in this supervisor's group (no new
+    session: one pgid holds the run), reaped by waitpid.
+
+    Not subprocess.Popen: that module imports threading (see the imports), and its child
+    setup is Python code run in every supervisor; posix_spawn is one call (vfork and exec
+    on Linux, the native call on macOS) that reports a failed exec as an OSError. What
+    Popen did and this keeps: stdin, stdout and stderr on the given descriptors, every other
+    descriptor closed (each one this process opens is close-on-exec, PEP 446; the zygote
+    closed its own before the run), SIGPIPE and SIGXFSZ back to their defaults, the given
+    working directory and environment, the command searched on that environment's PATH."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    @classmethod
+    def spawn(cls, argv: list[str], cwd: str, env: dict[str, str] | None,
+              stdio: tuple[int, int, int]) -> Cli:
+        environ = dict(os.environ) if env is None else env
+        command = argv[0]
+        if os.sep not in command:
+            found = shutil.which(command, path=environ.get("PATH", os.defpath))
+            if found is None:
+                raise FileNotFoundError(2, "No such file or directory", command)
+            command = found
+        # os.posix_spawn takes no working directory: the supervisor (single-threaded) steps
+        # into it for the spawn and out again, holding no directory of the run's.
+        # The dup2 actions run in order: a descriptor below 3 could be overwritten before it
+        # is copied, so those are copied above 2 first.
+        lifted = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3) for fd in stdio if fd < 3]
+        sources = iter(lifted)
+        actions = [(os.POSIX_SPAWN_DUP2, fd if fd > 2 else next(sources), target)
+                   for target, fd in enumerate(stdio)]
+        os.chdir(cwd)
+        try:
+            pid = os.posix_spawn(command, argv, environ, file_actions=actions,
+                                 setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+        finally:
+            os.chdir("/")
+            for fd in lifted:
+                os.close(fd)
+        return cls(pid)
+
+    def poll(self) -> int | None:
+        """The returncode (-N: killed by signal N) once it exited, reaping it; else None."""
+        if self.returncode is None:
+            self._reap(os.WNOHANG)
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.returncode is None:
+            self._reap(0)
+        return self.returncode
+
+    def _reap(self, options: int) -> None:
+        try:
+            pid, status = os.waitpid(self.pid, options)
+        except ChildProcessError:  # reaped already, or SIGCHLD ignored: its status is lost
+            self.returncode = 0
+            return
+        if pid == self.pid:
+            self.returncode = os.waitstatus_to_exitcode(status)
+
+
 # -- the supervisor ------------------------------------------------------------------------
 
 
@@ -333,34 +401,38 @@ class Supervisor:
                  stop_message=(stop or {}).get("message"))
         return 0
 
-    def _spawn(self, payload: bytes | None) -> tuple[subprocess.Popen[bytes], threading.Thread | None]:
+    def _spawn(self, payload: bytes | None) -> tuple[Cli, Any]:
+        """Start the CLI in this supervisor's group; (the CLI, the feeder thread of a prompt
+        larger than its pipe, or None). Raises OSError as the CLI's start failed (a missing
+        command or working directory: FileNotFoundError)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
         out_fd = os.open(self.out, flags, 0o600)
         err_fd = os.open(self.err, flags, 0o600)
-        stdin: int = subprocess.DEVNULL
+        stdin_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         write_fd: int | None = None
         rest = b""
         try:
             if payload is not None:
                 # os.pipe: close-on-exec already (PEP 446); macOS has no pipe2.
-                stdin, write_fd = os.pipe()
+                os.close(stdin_fd)
+                stdin_fd, write_fd = os.pipe()
                 rest = _fill_pipe(write_fd, payload)
                 if not rest:  # the whole prompt waits in the pipe: EOF follows it
                     os.close(write_fd)
                     write_fd = None
-            # No new session: the CLI joins the supervisor's group, so one pgid holds the run.
-            child = subprocess.Popen(self.spec["argv"], stdin=stdin, stdout=out_fd,
-                                     stderr=err_fd, cwd=self.spec["cwd"], env=self.env)
+            child = Cli.spawn(self.spec["argv"], self.spec["cwd"], self.env,
+                              (stdin_fd, out_fd, err_fd))
         except BaseException:
             if write_fd is not None:
                 os.close(write_fd)
             raise
         finally:
-            for fd in (out_fd, err_fd, stdin):
-                if fd != subprocess.DEVNULL:
-                    os.close(fd)
+            for fd in (out_fd, err_fd, stdin_fd):
+                os.close(fd)
         writer = None
         if write_fd is not None:  # a prompt larger than the pipe: fed as the CLI reads it
+            import threading  # only here: see the imports above
+
             writer = threading.Thread(target=self._feed, args=(write_fd, rest), daemon=True)
             writer.start()
         return child, writer
@@ -395,7 +467,7 @@ class Supervisor:
             return {"kind": None}
         return request
 
-    def _watch(self, child: subprocess.Popen[bytes]
+    def _watch(self, child: Cli
                ) -> tuple[str, int | None, dict[str, Any] | None, int]:
         """Until the CLI exited and the group is empty: (why, returncode, stop, strays)."""
         exit_watch = self.platform.exit_watch(child.pid)  # None: the tick alone notices
@@ -405,7 +477,7 @@ class Supervisor:
             if exit_watch is not None:
                 exit_watch.close()
 
-    def _watch_until_gone(self, child: subprocess.Popen[bytes], exit_watch: Any
+    def _watch_until_gone(self, child: Cli, exit_watch: Any
                           ) -> tuple[str, int | None, dict[str, Any] | None, int]:
         why: str | None = None
         stop: dict[str, Any] | None = None
@@ -451,7 +523,7 @@ class Supervisor:
             else:
                 time.sleep(MONITOR_INTERVAL_S)
 
-    def _kill_all(self, child: subprocess.Popen[bytes]) -> None:
+    def _kill_all(self, child: Cli) -> None:
         deadline = time.monotonic() + REAP_TIMEOUT_S
         while time.monotonic() < deadline:
             _signal_members(self.platform, self.pgid, signal.SIGKILL)
@@ -488,6 +560,7 @@ def supervise(spool_dir: str, token: str, env: dict[str, str] | None) -> int:
     """Claim and supervise the run of `spool_dir` if its spec carries `token`; the exit code
     (0: the run ended and its end record is written). `env`: the CLI's environment (None:
     this process's own). What follows the end record is handoff.py's."""
+    spool_dir = os.path.abspath(spool_dir)  # the CLI is started from inside its cwd
     spec = read_record(spool_dir, RUN_NAME)
     if spec is None or spec.get("token") != token:
         return CLAIMED_ELSEWHERE_EXIT  # not our run (re-queued and relaunched): never run it

@@ -218,10 +218,11 @@ def _supervise(request: Callable[[], dict[str, Any] | None], zygote_pid: int,
         for fd in fds.closing:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        devnull = os.open(os.devnull, os.O_RDWR)
+        devnull = os.open(os.devnull, os.O_RDWR)  # 0: the lowest free one
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
-        os.close(devnull)
+        if devnull > 1:
+            os.close(devnull)
         run = request()
         code = 0 if run is None else handoff.take_run(run, fds.platform, zygote_pid)
     except BaseException:  # the log is all that is left to tell

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway import proc
+from gateway import platform, proc
 from gateway.jobs.run import supervisor as sup
 from tests.children import Children
 from tests.jobs.run.conftest import SUPERVISOR_PATH, StartSupervisor
@@ -172,3 +172,54 @@ def test_the_supervisor_imports_nothing_but_the_stdlib() -> None:
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(SUPERVISOR_PATH)],
                          capture_output=True, text=True, check=True, timeout=DEADLINE_S)
     assert out.stdout.strip() == "[]"
+
+
+async def test_the_cli_gets_its_stdio_and_working_dir_and_no_other_descriptor(
+    tmp_path: Path, start: StartSupervisor,
+) -> None:
+    """The CLI is started with posix_spawn (no Popen, which closed every other descriptor):
+    nothing the supervisor holds open leaks into it, and it runs where the spec says."""
+    work = tmp_path / "work"
+    work.mkdir()
+    start(tmp_path / "spool", """
+        import json, os
+        print(json.dumps({"fds": sorted(int(fd) for fd in os.listdir("/dev/fd")),
+                          "cwd": os.getcwd()}))
+    """, cwd=str(work))
+    record = await end_record(tmp_path / "spool")
+    assert record["returncode"] == 0
+    seen = json.loads((tmp_path / "spool" / "stdout").read_text())
+    # 0-2, and the one listdir() itself opened: the lowest free descriptor
+    assert (seen["fds"], seen["cwd"]) == ([0, 1, 2, 3], str(work.resolve()))
+
+
+async def test_a_missing_working_dir_is_recorded_and_nothing_runs(
+    tmp_path: Path, start: StartSupervisor,
+) -> None:
+    marker = tmp_path / "ran"
+    start(tmp_path, f"open({str(marker)!r}, 'w')", cwd=str(tmp_path / "gone"))
+    record = await end_record(tmp_path)
+    assert record["why"] == sup.WHY_NOT_FOUND and not marker.exists()
+
+
+async def test_a_supervisor_started_with_its_stdio_closed_still_wires_the_cli_right(
+    tmp_path: Path, children: Children,
+) -> None:
+    """The spool files then open as descriptors 0 and 1: the CLI's stdout must still be its
+    stdout file, not its stdin (the dup2 actions run in order)."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    sup.write_record(spool, sup.RUN_NAME, {
+        "version": sup.RECORD_VERSION, "token": "t0", "job_id": "job",
+        "argv": [sys.executable, "-c", "import sys; print(sys.stdin.read() == '')"],
+        "cwd": str(spool), "temp_cwd": False, "stdin": False, "timeout_s": 60.0,
+        "idle_timeout_s": None, "max_output_bytes": 1 << 20, "kill_grace_s": 0.3,
+        "nice": None, "autogroup_nice": None, **platform.supervisor_spec()})
+    closing = ("import os, sys; os.close(0); os.close(1); "
+               "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+    children.track(subprocess.Popen(
+        [sys.executable, "-c", closing, "-I", "-S", str(SUPERVISOR_PATH), str(spool), "t0"],
+        start_new_session=True))
+    record = await end_record(spool)
+    assert record["returncode"] == 0
+    assert (spool / "stdout").read_text() == "True\n"
