@@ -74,20 +74,21 @@ def serve_setup_error(message: str) -> int:
 
 
 async def run_stdio(server: GatewayServer) -> None:
-    """The SDK's `run_stdio_async`, but reading stdin on a daemon thread and writing stdout
-    on the loop (stdio.py): cancelling it then really ends serving, an answer costs no thread
-    hop, and a request the SDK cannot parse but whose id is known is answered
+    """The SDK's `run_stdio_async`, but reading stdin and writing stdout on the loop
+    (stdio.py): cancelling it then really ends serving, a request and its answer cost no
+    thread hop, and a request the SDK cannot parse but whose id is known is answered
     (unicode_errors.py). fd 1 points at stderr while serving, so stray writes never reach
     the wire."""
     from mcp.server.stdio import stdio_server
 
-    from gateway.mcp.stdio import DaemonStdin, LoopStdout
+    from gateway.mcp.stdio import LoopStdin, LoopStdout
     from gateway.mcp.unicode_errors import answer_unparsable
 
-    stdin = DaemonStdin()
+    stdin = LoopStdin()
     stdout = LoopStdout()
     lowlevel = server.lowlevel
     try:
+        await stdin.open()
         await stdout.open()
         async with (
             stdio_server(stdin=stdin, stdout=stdout) as (  # type: ignore[arg-type]

@@ -1,13 +1,15 @@
-"""The MCP stdio transport's ends: stdin read by a daemon thread so a signal can end
-serving, stdout written on the event loop.
+"""The MCP stdio transport's ends: stdin read so that a signal can end serving, and both
+ends on the event loop, with no thread hop per message.
 
 The SDK reads stdin with `anyio.wrap_file`: each line is a worker-thread `readline()` that
 a cancellation cannot interrupt, and anyio's worker threads are not daemons. After SIGTERM
 the server would drain and then hang until the client wrote another line or closed stdin
-(an MCP client that sends SIGTERM has usually stopped doing either). Here one daemon
-thread owns the blocking reads and hands lines to the event loop; awaiting the next line is
-an ordinary, cancellable queue read, and a thread still blocked at exit does not keep the
-process alive.
+(an MCP client that sends SIGTERM has usually stopped doing either). `LoopStdin` reads a
+pipe or socket through an asyncio read transport (a request wakes the loop itself, not a
+thread that then wakes the loop: on a 2-core box each such hop cost about a tenth of a
+millisecond of a short request); anything else (a terminal, a file) through one daemon
+thread's blocking reads. Awaiting the next line is an ordinary, cancellable queue read,
+and a thread still blocked at exit does not keep the process alive.
 
 Like the SDK's own claim, fd 0 is pointed at /dev/null while serving (children and stray
 reads see EOF) and the protocol is read from a private duplicate.
@@ -25,7 +27,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import stat
 import threading
+from collections.abc import Callable
 from typing import BinaryIO
 
 import structlog
@@ -33,12 +37,14 @@ import structlog
 log = structlog.get_logger(__name__)
 
 
-class DaemonStdin:
-    """An async iterator of protocol lines (str) from the process's stdin, ending at EOF."""
+class LoopStdin:
+    """An async iterator of protocol lines (str) from the process's stdin, ending at EOF.
+    Open with `await open()`; `restore()` when serving ends."""
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
+        self._split = _Lines(self._lines.put_nowait)
         # A private descriptor for the wire; fd 0 itself now reads /dev/null.
         # os.dup: close-on-exec, and above 0-2 while they are open (no fcntl import: this
         # module must load where the gateway only says it cannot run, native Windows).
@@ -48,36 +54,39 @@ class DaemonStdin:
             os.dup2(devnull, 0)
         finally:
             os.close(devnull)
+        self._transport: asyncio.ReadTransport | None = None
+
+    async def open(self) -> None:
+        """Read on the loop when the wire is a pipe or socket (what an MCP client gives):
+        each request then wakes the loop, not a thread that wakes the loop. Anything else (a
+        terminal, whose non-blocking flag its shell shares; a regular file) gets a daemon
+        thread's blocking reads."""
+        if stat.S_ISFIFO(mode := os.fstat(self._private_fd).st_mode) or stat.S_ISSOCK(mode):
+            wire = os.fdopen(os.dup(self._private_fd), "rb", buffering=0)  # the transport's
+            self._transport, _ = await self._loop.connect_read_pipe(
+                lambda: _LineProtocol(self._split), wire)
+            return
         # closefd=False: the thread may still be blocked on it when serving ends.
-        wire: BinaryIO = os.fdopen(self._private_fd, "rb", buffering=0, closefd=False)
-        self._thread = threading.Thread(target=self._pump, args=(wire,), name="mcp-stdin",
-                                        daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._pump, name="mcp-stdin", daemon=True,
+                         args=(os.fdopen(self._private_fd, "rb", buffering=0, closefd=False),)
+                         ).start()
 
     def _pump(self, wire: BinaryIO) -> None:
-        """Thread body: read whole lines until EOF or a read error, then signal the end."""
-        pending = b""
+        """Thread body: read until EOF or a read error, then signal the end."""
+        split = _Lines(self._deliver)
         try:
-            while True:
-                chunk = wire.read(65536)
-                if not chunk:
-                    break
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    self._deliver(line.decode("utf-8", errors="replace") + "\n")
+            while chunk := wire.read(65536):
+                split.feed(chunk)
         except OSError as exc:
             log.warning("stdin read failed; treating it as end of input", action="stdin",
                         error=str(exc))
-        if pending:
-            self._deliver(pending.decode("utf-8", errors="replace"))
-        self._deliver(None)
+        split.end()
 
     def _deliver(self, line: str | None) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
             self._loop.call_soon_threadsafe(self._lines.put_nowait, line)
 
-    def __aiter__(self) -> DaemonStdin:
+    def __aiter__(self) -> LoopStdin:
         return self
 
     async def __anext__(self) -> str:
@@ -88,9 +97,54 @@ class DaemonStdin:
         return line
 
     def restore(self) -> None:
-        """Point fd 0 back at the wire (the private fd stays open for the thread)."""
+        """Stop reading and point fd 0 back at the wire, blocking again (the private fd stays
+        open for a thread that may still be blocked on it)."""
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.close()
         with contextlib.suppress(OSError):
+            os.set_blocking(self._private_fd, True)  # the transport's dup shared the flag
             os.dup2(self._private_fd, 0)
+
+
+class _Lines:
+    """Bytes in, whole protocol lines out (`deliver(line)`), then `deliver(None)` at the end."""
+
+    def __init__(self, deliver: Callable[[str | None], None]) -> None:
+        self._deliver = deliver
+        self._pending = b""
+        self._ended = False
+
+    def feed(self, chunk: bytes) -> None:
+        *lines, self._pending = (self._pending + chunk).split(b"\n")
+        for line in lines:
+            self._deliver(line.decode("utf-8", errors="replace") + "\n")
+
+    def end(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        if self._pending:
+            self._deliver(self._pending.decode("utf-8", errors="replace"))
+        self._deliver(None)
+
+
+class _LineProtocol(asyncio.Protocol):
+    def __init__(self, split: _Lines) -> None:
+        self._split = split
+
+    def data_received(self, data: bytes) -> None:
+        self._split.feed(data)
+
+    def eof_received(self) -> bool:
+        self._split.end()
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            log.warning("stdin read failed; treating it as end of input", action="stdin",
+                        error=str(exc))
+        self._split.end()
 
 
 class LoopStdout:
@@ -135,7 +189,9 @@ class LoopStdout:
         it runs in the drain after SIGTERM, and every flush() already waited for its bytes,
         so what is left is at most an answer a client that stopped reading never takes."""
         writer, self._writer = self._writer, None
-        if writer is not None:
+        # Closed already when the wire is a socket whose peer shut it down (the transport
+        # watches a socket for that): aborting it again raised.
+        if writer is not None and not writer.transport.is_closing():
             writer.transport.abort()
         with contextlib.suppress(OSError):
             os.set_blocking(self._private_fd, True)  # the transport's dup shared the flag

@@ -247,3 +247,65 @@ async def test_a_client_that_never_lists_the_tools_still_gets_a_started_gateway(
     instance = db_row(db, "SELECT role FROM gateway_instances WHERE instance_id = ?",
                       status["instance_id"])
     assert instance is not None and instance["role"] == "stdio"
+
+
+def _handshake_lines() -> list[bytes]:
+    return [json.dumps(message).encode() for message in (
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
+            "clientInfo": {"name": "raw-test-client", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}})]
+
+
+def _answers(raw: bytes) -> dict[int, dict[str, Any]]:
+    messages = [json.loads(line) for line in raw.splitlines() if line.strip()]
+    return {m["id"]: m for m in messages if "id" in m}
+
+
+def test_a_request_from_a_regular_file_is_answered_though_its_line_has_no_newline(
+        stdio_harness: Harness) -> None:
+    """stdin a file (`agent-cli-gateway < request.json`): read by a thread, not the loop's
+    pipe transport; a last line with no newline is still a request, and EOF ends serving."""
+    config = stdio_harness.write_config({})
+    requests = stdio_harness.root / "request.json"
+    requests.write_bytes(_handshake_lines()[0])  # no newline after it
+    with requests.open("rb") as stdin:
+        done = subprocess.run([sys.executable, "-m", "gateway"], stdin=stdin,
+                              capture_output=True, timeout=TEST_TIMEOUT_S,
+                              env=server_env(stdio_harness.home, config),
+                              cwd=stdio_harness.home)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    answers = _answers(done.stdout)
+    assert set(answers) == {1} and answers[1]["result"]["serverInfo"]["name"]
+
+
+def test_a_socket_for_stdio_is_served_like_a_pipe(stdio_harness: Harness) -> None:
+    """Node-based clients (Claude Desktop, the TypeScript SDK, the Inspector) give their
+    stdio servers Unix socket pairs, not pipes: read on the loop all the same."""
+    import socket
+
+    config = stdio_harness.write_config({})
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        process = subprocess.Popen([sys.executable, "-m", "gateway"], stdin=theirs,
+                                   stdout=theirs, stderr=subprocess.PIPE,
+                                   env=server_env(stdio_harness.home, config),
+                                   cwd=stdio_harness.home)
+        theirs.close()
+        try:
+            ours.sendall(b"".join(line + b"\n" for line in _handshake_lines()))
+            ours.settimeout(TEST_TIMEOUT_S)
+            raw = b""
+            while 2 not in _answers(raw.rsplit(b"\n", 1)[0]):
+                chunk = ours.recv(65536)
+                assert chunk, "the gateway closed its end before answering"
+                raw += chunk
+            ours.shutdown(socket.SHUT_WR)  # EOF: the client is done
+            returncode = process.wait(timeout=TEST_TIMEOUT_S)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            stderr = process.communicate()[1].decode()
+    assert returncode == 0, stderr[-2000:]
+    assert len(_answers(raw.rsplit(b"\n", 1)[0])[2]["result"]["tools"]) > 10
