@@ -3,8 +3,8 @@ each forked supervisor's exit.
 
 One zygote per gateway process, started at its first run (an interpreter start, what every
 run used to pay) and again after it died: `Zygote.fork()` sends the run and waits for the
-forked supervisor's pid. A reader thread takes the zygote's lines: the pid a request waits
-for, and each supervisor's exit, which resolves that run's `ForkedExit` on the event loop.
+forked supervisor's pid. The event loop reads the zygote's lines: the pid a request waits
+for, and each supervisor's exit, which resolves that run's `ForkedExit`.
 
 What is not lost when something dies:
 - the gateway: the zygote reads EOF and exits; the supervisors run on and are adopted;
@@ -68,9 +68,15 @@ class ForkUnanswered(Exception):
 
 
 class Link:
-    """One zygote process and its reader thread."""
+    """One zygote process, read on the event loop that started it.
 
-    def __init__(self) -> None:
+    Its lines are read by the loop itself (add_reader), not by a thread that then wakes the
+    loop: a supervisor's exit resolves its run's ForkedExit in the same loop step, one thread
+    wake less on the path of every run (bench/README.md, the cost rows). A fork's answer
+    resolves the future a spawn thread waits on. A link serves one loop: a gateway has one
+    for its life; a new loop (tests run many) gets a new zygote (`Zygote._current`)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         chosen = platform.supervisor_spec()
         # -I: no PYTHON* variables, no user site, no script dir on sys.path; -S: no site
         # import. The zygote and its supervisors need the stdlib only.
@@ -81,14 +87,24 @@ class Link:
             cwd="/", env={},  # holds no directory and no secret of anyone's
             **platform.current().detach_kwargs(),  # a session of its own: no terminal signal
         )
+        self.loop = loop
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._answers: dict[int, concurrent.futures.Future[int]] = {}
         self._statuses: dict[int, int] = {}  # exits that no watcher has taken yet
         self._watchers: dict[int, ExitCallback] = {}
+        self._pending = b""
+        self._reading = False
+        self._reaping = False
         self.alive = True
-        threading.Thread(target=self._read, name=f"zygote-{self.popen.pid}",
-                         daemon=True).start()
+        assert self.popen.stdout is not None
+        self._out = self.popen.stdout.fileno()
+        os.set_blocking(self._out, False)
+        try:  # created in a spawn thread; add_reader belongs to the loop's own thread
+            loop.call_soon_threadsafe(self._start_reading)
+        except RuntimeError:  # the loop is closed: nobody would ever read it
+            self.kill()
+            self._gone()
 
     @property
     def pid(self) -> int:
@@ -123,7 +139,7 @@ class Link:
             raise ForkUnanswered from None
 
     def watch(self, pid: int, callback: ExitCallback) -> None:
-        """Call `callback` (from the reader thread, or at once) with `pid`'s returncode once
+        """Call `callback` (on the link's loop, or at once) with `pid`'s returncode once
         the zygote reaped it, or with None if the zygote went first."""
         with self._lock:
             status = self._statuses.pop(pid, None)
@@ -151,19 +167,29 @@ class Link:
             os.killpg(self.popen.pid, signal.SIGKILL)  # its own group: the supervisors are not in it
         self.close()
 
+    def _start_reading(self) -> None:
+        if self.popen.stdout is not None and not self.popen.stdout.closed:
+            self.loop.add_reader(self._out, self._read)
+            self._reading = True
+
     def _read(self) -> None:
-        assert self.popen.stdout is not None
+        """The loop's reader: every whole line the zygote wrote, then its EOF."""
         try:
-            for line in self.popen.stdout:
-                try:
-                    message = json.loads(line)
-                except ValueError:
-                    continue
-                self._take(message)
+            chunk = os.read(self._out, zygote_program.READ_CHUNK_BYTES)
+        except BlockingIOError:
+            return
         except OSError:
-            pass
-        finally:
+            chunk = b""
+        if not chunk:
             self._gone()
+            return
+        *lines, self._pending = (self._pending + chunk).split(b"\n")
+        for line in lines:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            self._take(message)
 
     def _take(self, message: dict[str, Any]) -> None:
         if "exited" in message:
@@ -197,10 +223,50 @@ class Link:
         for callback in watchers.values():
             callback(None)
         self.close()
+        self._stop_reading()
+        self._reap_later()
+
+    def _stop_reading(self) -> None:
+        """On the link's loop, or once that is closed."""
+        if self._reading:
+            self._reading = False
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                self.loop.remove_reader(self._out)
         assert self.popen.stdout is not None
         self.popen.stdout.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=10)  # it exits right after EOF; reaped here
+
+    def abandon(self) -> None:
+        """The gateway stops, or the link's loop is gone (a new one runs the runs now): EOF
+        to the zygote, which exits, reaped here; the runs it forked go on (their exits are
+        reported no more: what waited for them is drained, or on a loop that is gone)."""
+        self.alive = False
+        self.close()
+        try:
+            here = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            here = False
+        # Not read any more: the zygote's next write fails (EPIPE), it says nothing more,
+        # settles and exits at its EOF (zygote.py); whatever still waits on it is told.
+        if here or self.loop.is_closed():
+            self._gone()
+            return
+        try:
+            self.loop.call_soon_threadsafe(self._gone)
+        except RuntimeError:  # closed meanwhile
+            self._gone()
+
+    def _reap_later(self) -> None:
+        """It exits right after EOF: reaped by a thread, so that no loop waits (once)."""
+        with self._lock:
+            if self._reaping:
+                return
+            self._reaping = True
+
+        def reap() -> None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=10)
+
+        threading.Thread(target=reap, name=f"zygote-reap-{self.pid}", daemon=True).start()
 
 
 class Zygote:
@@ -219,17 +285,19 @@ class Zygote:
         link = self._link
         return link.pid if link is not None and link.alive else None
 
-    def fork(self, spool_dir: Path, token: str, env: dict[str, str]) -> tuple[int, Link]:
+    def fork(self, spool_dir: Path, token: str, env: dict[str, str],
+             loop: asyncio.AbstractEventLoop) -> tuple[int, Link]:
         """Fork a supervisor for the run in `spool_dir`: its pid, and the link that reports
-        its exit. The run's environment (and the finalizer's settings: the store's DSN may be
-        in them) go through the pipe, never a file. Raises ForkUnanswered (see above) or
+        its exit on `loop` (the runner's; this call blocks: from a spawn thread). The run's
+        environment (and the finalizer's settings: the store's DSN may be in them) go
+        through the pipe, never a file. Raises ForkUnanswered (see above) or
         GatewayError(LAUNCH_FAILED)."""
         run = {"spool_dir": str(spool_dir), "token": token, "env": env,
                "finalizer": self.finalizer}
         failure: OSError | None = None
         for _ in range(2):  # a zygote that died idle: once more, with a new one
             try:
-                link = self._current()
+                link = self._current(loop)
                 return link.fork(run), link
             except OSError as exc:
                 failure = exc
@@ -241,12 +309,14 @@ class Zygote:
         with self._lock:
             link, self._link = self._link, None
         if link is not None:
-            link.close()
+            link.abandon()
 
-    def _current(self) -> Link:
+    def _current(self, loop: asyncio.AbstractEventLoop) -> Link:
         with self._lock:
+            if self._link is not None and self._link.loop is not loop:
+                self._link.abandon()
             if self._link is None or not self._link.alive:
-                self._link = Link()  # raises OSError (EAGAIN, ENOMEM)
+                self._link = Link(loop)  # raises OSError (EAGAIN, ENOMEM)
             return self._link
 
 
@@ -294,6 +364,15 @@ class ForkedExit:
             self.exited.set_result(None)
 
     def _from_reader(self, status: int | None) -> None:
+        """The link's report: on this loop (its reader, or watch() called here), else from
+        a link of another loop's (gone: None)."""
+        try:
+            here = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            here = False
+        if here:
+            self._resolve(status)
+            return
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
             self._loop.call_soon_threadsafe(self._resolve, status)
 

@@ -236,7 +236,7 @@ class ProcessRun:
         for the supervisor's claim block for milliseconds each, and the event loop also
         answers every MCP request of this gateway."""
         loop = asyncio.get_running_loop()
-        spawning = loop.run_in_executor(None, self._spawn_blocking, argv)
+        spawning = loop.run_in_executor(None, self._spawn_blocking, argv, loop)
         try:
             return await asyncio.shield(spawning)
         except asyncio.CancelledError:
@@ -253,8 +253,9 @@ class ProcessRun:
                 self._discard(spawned)
             raise
 
-    def _spawn_blocking(self, argv: list[str]) -> Spawned:
-        """Validate, prepare the spool dir and start the supervisor (in a worker thread)."""
+    def _spawn_blocking(self, argv: list[str], loop: asyncio.AbstractEventLoop) -> Spawned:
+        """Validate, prepare the spool dir and start the supervisor (in a worker thread;
+        `loop`, the run's, reads its zygote)."""
         spec = self.spec
         env = child_env(spec.secret_env, spec.invocation.env)
         if spec.working_dir is not None and not Path(spec.working_dir).is_dir():
@@ -282,7 +283,7 @@ class ProcessRun:
             raise GatewayError(ErrorKind.LAUNCH_FAILED, directories_error(exc)) from None
         try:
             token = self._write_spec([executable, *argv[1:]], cwd)
-            spawned, replaced = self._fork(token, env, executable)
+            spawned, replaced = self._fork(token, env, executable, loop)
         except FileNotFoundError:
             self._remove_temp_dir()
             raise RunClaimedElsewhere(spec.job_id) from None  # removed since the check above
@@ -332,7 +333,8 @@ class ProcessRun:
         }, durable=False)
         return token
 
-    def _fork(self, token: str, env: dict[str, str], executable: str) -> tuple[Spawned, bool]:
+    def _fork(self, token: str, env: dict[str, str], executable: str,
+              loop: asyncio.AbstractEventLoop) -> tuple[Spawned, bool]:
         """The run's supervisor, forked by the zygote (its priority is the zygote's, lowered
         at its start; it sets the run's own values itself, absolute, and retries the
         autogroup), and whether a zygote that took it was replaced meanwhile. Raises
@@ -340,7 +342,7 @@ class ProcessRun:
         replaced = False
         for _ in range(2):
             try:
-                pid, link = ZYGOTE.fork(self.spec.spool_dir, token, env)
+                pid, link = ZYGOTE.fork(self.spec.spool_dir, token, env, loop)
                 break
             except ForkUnanswered:
                 # Replaced; the same run (same token) goes to the new zygote. If the old

@@ -66,7 +66,7 @@ SPARE_AFTER_S = 0.01
 
 
 def _send(message: dict[str, Any]) -> None:
-    """One line to the gateway. Blocking: the gateway's reader thread always reads."""
+    """One line to the gateway. Blocking: the gateway's event loop reads it at once."""
     data = (json.dumps(message) + "\n").encode("utf-8")
     view = memoryview(data)
     while view:
@@ -80,6 +80,8 @@ class Runs:
     def __init__(self) -> None:
         self.live: dict[int, dict[str, Any]] = {}  # pid -> its spool dir and finalizer
         self.owed: list[dict[str, Any]] = []
+        # The gateway no longer reads (EPIPE): what is left is its stdin's EOF, and settling.
+        self.unheard = False
 
     def reap(self) -> None:
         """Collect every forked supervisor that has exited, and tell the gateway."""
@@ -93,7 +95,17 @@ class Runs:
             if pid not in self.live:
                 continue  # a spare that never got a run: there is nothing to tell
             self._ended(pid)
-            _send({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
+            self.tell({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
+
+    def tell(self, message: dict[str, Any]) -> None:
+        """A line to the gateway while it reads. Once it stopped (EPIPE: it is gone, or it
+        closed us and its EOF follows), nothing more is said: the zygote still settles."""
+        if self.unheard:
+            return
+        try:
+            _send(message)
+        except BrokenPipeError:
+            self.unheard = True
 
     def _ended(self, pid: int) -> None:
         request = self.live.pop(pid, None)
@@ -117,6 +129,7 @@ class Runs:
 
     def reap_quietly(self) -> None:
         """reap() with nobody left to tell."""
+        self.unheard = True
         with contextlib.suppress(OSError):
             self.reap()
 
@@ -131,7 +144,7 @@ def _fork(request: dict[str, Any], runs: Runs, fds: ForkContext) -> None:
     try:
         pid = posix_detach.fork_session()
     except OSError as exc:
-        _send({"id": request.get("id"), "error": exc.strerror or str(exc)})
+        runs.tell({"id": request.get("id"), "error": exc.strerror or str(exc)})
         return
     if pid != 0:
         _started(pid, request, runs)
@@ -143,7 +156,7 @@ def _started(pid: int, request: dict[str, Any], runs: Runs) -> None:
     # What settling needs, not the run's environment: nothing of it outlives the fork.
     runs.live[pid] = {"spool_dir": request.get("spool_dir"),
                       "finalizer": request.get("finalizer")}
-    _send({"id": request.get("id"), "pid": pid})
+    runs.tell({"id": request.get("id"), "pid": pid})
 
 
 class Spare:

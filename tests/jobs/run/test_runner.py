@@ -259,14 +259,15 @@ async def test_a_start_cancelled_just_after_the_spawn_returned_kills_the_child(
     tmp_path: Path,
 ) -> None:
     # The other order: the thread has handed the child over, but start() is cancelled
-    # before it resumes. Blocking the loop (no await) keeps start() from resuming.
+    # before it resumes. The loop must run meanwhile (it reads the zygote's answer), one
+    # step at a time: start() resumes no sooner than two loop steps after the thread
+    # returned (the executor's future, then the task's wakeup), and the thread hands the
+    # child over before it returns, so this sees the hand-over first.
     run = ProcessRun(make_spec(tmp_path, child(tmp_path, "time.sleep(60)")))
     with anyio.fail_after(DEADLINE_S):
         starting = asyncio.create_task(run.start())
-        await asyncio.sleep(0)  # start() now awaits the spawn thread
-        deadline = time.monotonic() + DEADLINE_S
-        while run._spawned is None and time.monotonic() < deadline:
-            time.sleep(0.001)
+        while run._spawned is None:
+            await asyncio.sleep(0)
         handed_over = run._spawned
         assert handed_over is not None
         starting.cancel()

@@ -6,6 +6,8 @@ Real zygotes, real forked supervisors and small stdlib children (test_runner's h
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -17,11 +19,12 @@ import anyio
 import psutil
 import pytest
 
-from gateway import platform
+from gateway import platform, proc
 from gateway.jobs.run import forks, runner, spool
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.runner import ZYGOTE, ProcessRun
 from gateway.model import ErrorKind, GatewayError
+from tests.children import Children
 from tests.jobs.run.test_runner import DEADLINE_S, child, make_spec, until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
@@ -254,12 +257,13 @@ async def test_a_link_keeps_an_exit_reported_before_its_watcher_and_tells_late_w
     # A supervisor can exit before anyone watches it (an instant run, a bad spool): the
     # zygote's report is kept for the watcher. Once the zygote is gone a watcher hears None
     # at once (its exit is polled then), and the link refuses forks: nothing was sent.
-    link = forks.Link()
+    link = forks.Link(asyncio.get_running_loop())
     try:
         empty_spool = tmp_path / "empty-spool"  # no run.json: the supervisor gives up at once
         empty_spool.mkdir()
-        pid = link.fork({"spool_dir": str(empty_spool), "token": "t", "env": {},
-                         "finalizer": None})
+        # Blocking, as in a spawn thread: the loop reads the answer meanwhile.
+        pid = await anyio.to_thread.run_sync(link.fork, {
+            "spool_dir": str(empty_spool), "token": "t", "env": {}, "finalizer": None})
         await until(lambda: link.has_exited(pid), "the zygote to report the exit")
         heard: list[int | None] = []
         link.watch(pid, heard.append)
@@ -338,3 +342,47 @@ def test_the_zygote_imports_nothing_that_hooks_fork(platform_impl: str) -> None:
                          capture_output=True, text=True, check=True, timeout=DEADLINE_S)
     expected = "[]" if platform_impl == "linux" else "['subprocess', 'threading']"
     assert out.stdout.strip() == expected
+
+
+async def test_a_zygote_whose_gateway_stopped_reading_still_settles_the_runs_that_ended(
+        tmp_path: Path, children: Children) -> None:
+    """A gateway that closes its zygote (or is SIGKILLed) stops reading it too: the exit
+    line of a run that ends then meets EPIPE. The zygote says nothing more, and at its EOF
+    still starts the gateway's finalizer for that run, which nobody else would."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    go = tmp_path / "go"
+    sup.write_record(spool, sup.RUN_NAME, {
+        "version": sup.RECORD_VERSION, "token": "t0", "job_id": "job",
+        "argv": [sys.executable, "-c", "import os, sys, time" + WAIT_FOR_GO, "ended", str(go)],
+        "cwd": str(spool),
+        "temp_cwd": False, "stdin": False, "timeout_s": 60.0, "idle_timeout_s": None,
+        "max_output_bytes": 1 << 20, "kill_grace_s": 0.3, "nice": None,
+        "autogroup_nice": None, **platform.supervisor_spec()})
+    finalized = tmp_path / "finalized"
+    finalizer = {  # a live "gateway" (this process): the supervisor leaves it to the zygote
+        "argv": [sys.executable, "-c", f"import sys; open({str(finalized)!r}, 'w').write("
+                 "sys.argv[1] + ' ' + sys.stdin.read())"],
+        "env": {}, "settings": "settings", "gateway_pid": os.getpid(),
+        "gateway_started_at": proc.process_start_time(os.getpid())}
+    chosen = platform.supervisor_spec()
+    zygote = children.track(subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", forks.ZYGOTE_BOOT, str(chosen["platform"]),
+         *chosen["platform_path"]],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True))
+    assert zygote.stdin is not None and zygote.stdout is not None
+    zygote.stdin.write(json.dumps({"id": 1, "spool_dir": str(spool), "token": "t0",
+                                   "env": {}, "finalizer": finalizer}).encode() + b"\n")
+    zygote.stdin.flush()
+    answer = json.loads(await anyio.to_thread.run_sync(zygote.stdout.readline))
+    zygote.stdout.close()  # the gateway stops reading
+    go.touch()
+    with anyio.fail_after(DEADLINE_S):
+        while sup.read_record(spool, sup.END_NAME) is None:
+            await anyio.sleep(0.02)
+        await until(lambda: gone(answer["pid"]), "the run's supervisor to exit")
+        zygote.stdin.close()  # and then its EOF
+        assert await anyio.to_thread.run_sync(zygote.wait) == 0
+        await until(finalized.exists, "the zygote to start the finalizer")
+        await until(lambda: finalized.read_text() == f"{spool} settings",
+                    "the finalizer to read its settings")
