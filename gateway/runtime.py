@@ -279,6 +279,7 @@ class Gateway:
             from gateway.jobs.run.runner import ZYGOTE
 
             ZYGOTE.close()  # no run comes any more: it exits (its supervisors run on)
+            await manager.remove_settled_spools()
         if store is not None:
             try:
                 await store.close()

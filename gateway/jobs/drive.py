@@ -25,6 +25,7 @@ from gateway.jobs.local_job import LocalJob
 from gateway.jobs.outcome_to_completion import completion_of
 from gateway.jobs.run import spool
 from gateway.jobs.run.spec import RunClaimedElsewhere, directories_error
+from gateway.jobs.settled_spools import SettledSpools
 from gateway.model import EXIT_CODES, Completion, ErrorKind, GatewayError, JobStatus, Progress
 from gateway.store.base import JobStore, StoreFull, StoreUnavailable
 
@@ -49,6 +50,7 @@ class JobDriver:
         self.admission = admission
         self.limiter = limiter
         self.spool_root = spool.spool_root(settings.state_dir)
+        self.settled_spools = SettledSpools(self.spool_root)
         self._local = local
 
     async def drive(self, job: LocalJob) -> None:
@@ -65,12 +67,9 @@ class JobDriver:
             self._local.pop(job.row.id, None)  # the manager's jobs: it is not one any more
             job.done.set()
         if job.spool_settled:
-            # The row holds the output: no attempt's spool is needed. Removed after `done`,
-            # which a sync caller's answer waits for (an rmtree in a thread is about 1 ms of
-            # every short request); a gateway that exits first leaves it to the reaper's
-            # sweep of settled spools (leases.py).
-            await asyncio.to_thread(shutil.rmtree, spool.job_dir(self.spool_root, job.row.id),
-                                    ignore_errors=True)
+            # The row holds the output: no attempt's spool is needed. Removed once the
+            # answer `done` lets out is on its way (settled_spools.py).
+            self.settled_spools.add(job.row.id)
 
     async def _drive_inner(self, job: LocalJob) -> None:
         if job.adopted:

@@ -384,6 +384,10 @@ class JobManager:
         _, pending = await asyncio.wait(tasks, timeout=timeout_s)
         return not pending
 
+    async def remove_settled_spools(self) -> None:
+        """The gateway stops: the spools of ended jobs waiting to be removed go now."""
+        await self._driver.settled_spools.flush()
+
     def remove_spool(self, job_ids: list[str]) -> None:
         for job_id in job_ids:
             shutil.rmtree(spool.job_dir(self.spool_root, job_id), ignore_errors=True)
