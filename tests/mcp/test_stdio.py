@@ -288,8 +288,8 @@ def test_a_socket_for_stdio_is_served_like_a_pipe(stdio_harness: Harness) -> Non
     config = stdio_harness.write_config({})
     ours, theirs = socket.socketpair()
     with ours, theirs:
-        process = subprocess.Popen([sys.executable, "-m", "gateway"], stdin=theirs,
-                                   stdout=theirs, stderr=subprocess.PIPE,
+        process = subprocess.Popen([sys.executable, "-m", "gateway"], stdin=theirs.fileno(),
+                                   stdout=theirs.fileno(), stderr=subprocess.PIPE,
                                    env=server_env(stdio_harness.home, config),
                                    cwd=stdio_harness.home)
         theirs.close()
