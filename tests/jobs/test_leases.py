@@ -363,9 +363,12 @@ async def test_a_sweep_removes_the_spool_an_ended_jobs_killed_writer_left_and_no
     manager = await gw.manager()
     ended = await manager.submit("claude", SubmitRequest(prompt="done @sleep=0"))
     assert (await manager.wait(ended.job.id, 20)).status == JobStatus.COMPLETED
+    root = manager.spool_root
+    # Its own gateway removes its spool shortly after the answer (settled_spools.py): the
+    # dirs made below stand for one a killed writer left, so that removal must be over.
+    await wait_for(lambda: not (root / ended.job.id).exists(), 20)
     running = await manager.submit("claude", SubmitRequest(prompt="still going @sleep=30"))
     await wait_for(lambda: _status(manager.store, running.job.id, JobStatus.RUNNING), 20)
-    root = manager.spool_root
     idle = time.time() - 60
 
     def left_behind(job_id: str, *, idle_since: float | None = idle) -> Any:
