@@ -68,7 +68,7 @@ class _BinDirs:
         return all(_mtime_ns(directory) == mtime for directory, mtime in self.seen)
 
 
-# By home directory and patterns. Read and filled from the event loop and the spawn threads: a dict
+# By home directory and patterns. Read and filled from the event loop (and any thread): a dict
 # lookup and store are atomic, and two threads that both rescan store equal answers.
 _bin_dirs: dict[tuple[str, tuple[str, ...]], _BinDirs] = {}
 

@@ -2,9 +2,10 @@
 each forked supervisor's exit.
 
 One zygote per gateway process, started at its first run (an interpreter start, what every
-run used to pay) and again after it died: `Zygote.fork()` sends the run and waits for the
-forked supervisor's pid. The event loop reads the zygote's lines: the pid a request waits
-for, and each supervisor's exit, which resolves that run's `ForkedExit`.
+run used to pay) and again after it died: `await Zygote.fork()` sends the run and waits for
+the forked supervisor's pid. All of it happens on the event loop, with no thread: requests
+are written without blocking, and the loop reads the zygote's lines: the pid a request
+waits for, and each supervisor's exit, which resolves that run's `ForkedExit`.
 
 What is not lost when something dies:
 - the gateway: the zygote reads EOF and exits; the supervisors run on and are adopted;
@@ -20,7 +21,6 @@ What is not lost when something dies:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import itertools
 import json
@@ -68,13 +68,15 @@ class ForkUnanswered(Exception):
 
 
 class Link:
-    """One zygote process, read on the event loop that started it.
+    """One zygote process, written to and read on the event loop that started it.
 
-    Its lines are read by the loop itself (add_reader), not by a thread that then wakes the
-    loop: a supervisor's exit resolves its run's ForkedExit in the same loop step, one thread
-    wake less on the path of every run (bench/README.md, the cost rows). A fork's answer
-    resolves the future a spawn thread waits on. A link serves one loop: a gateway has one
-    for its life; a new loop (tests run many) gets a new zygote (`Zygote._current`)."""
+    Its lines are read by the loop itself (add_reader) and requests written by it (add_writer
+    for what the pipe does not take at once), not by threads that then wake the loop: a
+    fork's answer and a supervisor's exit each resolve their future in the loop step that
+    reads them, thread wakes less on the path of every run (bench/README.md, the cost rows).
+    A link serves one loop: a gateway has one for its life; a new loop (tests run many) gets
+    a new zygote (`Zygote._current`). Create it on that loop: starting the zygote blocks the
+    loop for its fork and exec, about a millisecond, once per gateway."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         chosen = platform.supervisor_spec()
@@ -88,55 +90,91 @@ class Link:
             **platform.current().detach_kwargs(),  # a session of its own: no terminal signal
         )
         self.loop = loop
+        # Guards what another loop's thread may touch (abandon(), has_exited(), watch()).
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._answers: dict[int, concurrent.futures.Future[int]] = {}
+        self._answers: dict[int, asyncio.Future[int]] = {}
         self._statuses: dict[int, int] = {}  # exits that no watcher has taken yet
         self._watchers: dict[int, ExitCallback] = {}
         self._pending = b""
-        self._reading = False
+        # Request bytes the pipe did not take yet (a burst of large environments while the
+        # zygote forks): written in order when it can take more. Never a partial line lost.
+        self._outbox = bytearray()
+        self._writing = False
         self._reaping = False
         self.alive = True
-        assert self.popen.stdout is not None
+        assert self.popen.stdout is not None and self.popen.stdin is not None
         self._out = self.popen.stdout.fileno()
+        self._in = self.popen.stdin.fileno()
         os.set_blocking(self._out, False)
-        try:  # created in a spawn thread; add_reader belongs to the loop's own thread
-            loop.call_soon_threadsafe(self._start_reading)
-        except RuntimeError:  # the loop is closed: nobody would ever read it
-            self.kill()
-            self._gone()
+        os.set_blocking(self._in, False)
+        loop.add_reader(self._out, self._read)
+        self._reading = True
 
     @property
     def pid(self) -> int:
         return self.popen.pid
 
-    def fork(self, run: dict[str, Any]) -> int:
-        """The pid of the supervisor forked for `run`. Raises OSError when the request could
-        not be sent (the zygote is gone: nothing was forked), ForkUnanswered when it was
-        sent and not answered, GatewayError when fork() failed in the zygote."""
-        answer: concurrent.futures.Future[int] = concurrent.futures.Future()
+    async def fork(self, run: dict[str, Any]) -> int:
+        """The pid of the supervisor forked for `run` (on the link's loop). Raises OSError
+        when the request could not be sent (the zygote is gone: nothing was forked),
+        ForkUnanswered when it was sent and not answered, GatewayError when fork() failed
+        in the zygote. Cancelled while it waits, the answer is not awaited any more: the
+        caller cannot know whether a supervisor was forked (runner.py handles that)."""
+        answer: asyncio.Future[int] = self.loop.create_future()
         with self._lock:
             if not self.alive:
                 raise BrokenPipeError("the zygote is gone")
             request_id = next(self._ids)
             self._answers[request_id] = answer
-            # Under the lock: two requests' bytes must not interleave on the pipe.
-            try:
-                assert self.popen.stdin is not None
-                self.popen.stdin.write((json.dumps({"id": request_id, **run}) + "\n")
-                                       .encode("utf-8"))
-                self.popen.stdin.flush()
-            except (OSError, ValueError) as exc:  # ValueError: stdin closed meanwhile
-                del self._answers[request_id]
-                self.alive = False  # the next run starts a new one (its EOF may come later)
-                raise BrokenPipeError(f"the zygote is gone: {exc}") from None
         try:
-            return answer.result(timeout=FORK_ANSWER_TIMEOUT_S)
-        except concurrent.futures.TimeoutError:
+            self._send((json.dumps({"id": request_id, **run}) + "\n").encode("utf-8"))
+        except OSError as exc:
+            with self._lock:
+                self._answers.pop(request_id, None)
+            self.alive = False  # the next run starts a new one (its EOF may come later)
+            raise BrokenPipeError(f"the zygote is gone: {exc}") from None
+        try:
+            async with asyncio.timeout(FORK_ANSWER_TIMEOUT_S):
+                return await answer
+        except TimeoutError:
             log.warning("the zygote did not answer a fork; replacing it", action="zygote",
                         zygote_pid=self.pid, timeout_s=FORK_ANSWER_TIMEOUT_S)
             self.kill()
             raise ForkUnanswered from None
+
+    def _send(self, data: bytes) -> None:
+        """Queue whole request lines in order (on the loop, one step: two requests' bytes
+        never interleave) without ever blocking it. Raises OSError: the zygote is gone."""
+        if self.popen.stdin is None or self.popen.stdin.closed:
+            raise BrokenPipeError("its stdin is closed")
+        if not self._outbox:
+            with contextlib.suppress(BlockingIOError):
+                data = data[os.write(self._in, data):]
+        if data:
+            self._outbox += data
+            if not self._writing:
+                self.loop.add_writer(self._in, self._flush)
+                self._writing = True
+
+    def _flush(self) -> None:
+        """The loop's writer: the pipe takes more."""
+        try:
+            del self._outbox[:os.write(self._in, self._outbox)]
+        except BlockingIOError:
+            return
+        except OSError:  # EPIPE: it died; its EOF tells every request that waits
+            self._outbox.clear()
+            self.alive = False
+        if not self._outbox:
+            self._stop_writing()
+
+    def _stop_writing(self) -> None:
+        if self._writing:
+            self._writing = False
+            self._outbox.clear()
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                self.loop.remove_writer(self._in)
 
     def watch(self, pid: int, callback: ExitCallback) -> None:
         """Call `callback` (on the link's loop, or at once) with `pid`'s returncode once
@@ -154,10 +192,13 @@ class Link:
             return pid in self._statuses
 
     def close(self) -> None:
-        """The gateway stops: the zygote reads EOF and exits (its supervisors run on)."""
-        with self._lock, contextlib.suppress(OSError):
-            assert self.popen.stdin is not None
-            self.popen.stdin.close()
+        """The gateway stops: the zygote reads EOF and exits (its supervisors run on).
+        Requests not written yet are dropped: their runs hear ForkUnanswered at the EOF."""
+        with self._lock:
+            self._stop_writing()  # before the descriptor can be closed and its number reused
+            with contextlib.suppress(OSError):
+                assert self.popen.stdin is not None
+                self.popen.stdin.close()
 
     def kill(self) -> None:
         """Replace it: from now on runs start a new zygote (its EOF, which tells its
@@ -166,11 +207,6 @@ class Link:
         with contextlib.suppress(OSError):
             os.killpg(self.popen.pid, signal.SIGKILL)  # its own group: the supervisors are not in it
         self.close()
-
-    def _start_reading(self) -> None:
-        if self.popen.stdout is not None and not self.popen.stdout.closed:
-            self.loop.add_reader(self._out, self._read)
-            self._reading = True
 
     def _read(self) -> None:
         """The loop's reader: every whole line the zygote wrote, then its EOF."""
@@ -203,7 +239,7 @@ class Link:
             return
         with self._lock:
             answer = self._answers.pop(int(message.get("id") or 0), None)
-        if answer is None:
+        if answer is None or answer.done():
             return  # answered after its request timed out: the claim settles that run
         if "pid" in message:
             answer.set_result(int(message["pid"]))
@@ -219,7 +255,9 @@ class Link:
             answers, self._answers = self._answers, {}
             watchers, self._watchers = self._watchers, {}
         for answer in answers.values():
-            answer.set_exception(ForkUnanswered())
+            if not answer.done():
+                with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
+                    answer.set_exception(ForkUnanswered())
         for callback in watchers.values():
             callback(None)
         self.close()
@@ -270,7 +308,7 @@ class Link:
 
 
 class Zygote:
-    """This gateway process's zygote. Thread-safe: runs are started from worker threads."""
+    """This gateway process's zygote, used from the event loop of its runs."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -285,20 +323,20 @@ class Zygote:
         link = self._link
         return link.pid if link is not None and link.alive else None
 
-    def fork(self, spool_dir: Path, token: str, env: dict[str, str],
-             loop: asyncio.AbstractEventLoop) -> tuple[int, Link]:
+    async def fork(self, spool_dir: Path, token: str, env: dict[str, str]
+                   ) -> tuple[int, Link]:
         """Fork a supervisor for the run in `spool_dir`: its pid, and the link that reports
-        its exit on `loop` (the runner's; this call blocks: from a spawn thread). The run's
-        environment (and the finalizer's settings: the store's DSN may be in them) go
-        through the pipe, never a file. Raises ForkUnanswered (see above) or
-        GatewayError(LAUNCH_FAILED)."""
+        its exit on the running loop. The run's environment (and the finalizer's settings:
+        the store's DSN may be in them) go through the pipe, never a file. Raises
+        ForkUnanswered (see above) or GatewayError(LAUNCH_FAILED)."""
         run = {"spool_dir": str(spool_dir), "token": token, "env": env,
                "finalizer": self.finalizer}
+        loop = asyncio.get_running_loop()
         failure: OSError | None = None
         for _ in range(2):  # a zygote that died idle: once more, with a new one
             try:
                 link = self._current(loop)
-                return link.fork(run), link
+                return await link.fork(run), link
             except OSError as exc:
                 failure = exc
         raise GatewayError(ErrorKind.LAUNCH_FAILED, "Failed to start the run's supervisor: "

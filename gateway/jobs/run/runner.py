@@ -29,7 +29,6 @@ import os
 import secrets
 import shutil
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -121,11 +120,6 @@ class ProcessRun:
         self._stderr_bytes = 0
         self._exit: ForkedExit | None = None
         self._wake = asyncio.Event()
-        # The spawn runs in a worker thread; if start() is cancelled meanwhile, whichever of
-        # the two comes second (under this lock) kills the supervisor it will never watch.
-        self._spawn_lock = threading.Lock()
-        self._spawn_abandoned = False
-        self._spawned: Spawned | None = None
 
     @classmethod
     def attach(cls, spec: RunSpec, identity: ProcessIdentity) -> ProcessRun:
@@ -173,8 +167,7 @@ class ProcessRun:
         argv = list(self.spec.invocation.argv)
         if not argv or not argv[0]:
             raise GatewayError(ErrorKind.INVALID_INPUT, "The invocation has no command to run.")
-        spawned = await self._spawn_off_loop(argv)
-        self._spawned = None  # claimed: watched from here on
+        spawned = await self._spawn(argv)
         pid = spawned.pid
         # On the loop, before anything can await: from here its exit is watched.
         self._exit = ForkedExit(spawned.link, pid, spawned.started_at)
@@ -230,32 +223,41 @@ class ProcessRun:
 
     # -- spawn --------------------------------------------------------------------------------
 
-    async def _spawn_off_loop(self, argv: list[str]) -> Spawned:
-        """Run `_spawn_blocking` in a worker thread: the directory checks, the PATH search
-        (user bin dirs are globbed), mkdir/mkdtemp, writing the spec, fork/exec and waiting
-        for the supervisor's claim block for milliseconds each, and the event loop also
-        answers every MCP request of this gateway."""
-        loop = asyncio.get_running_loop()
-        spawning = loop.run_in_executor(None, self._spawn_blocking, argv, loop)
+    async def _spawn(self, argv: list[str]) -> Spawned:
+        """Prepare the spool dir and have the zygote fork the run's supervisor, on the loop.
+
+        No thread hop: what is left to do here takes tens of microseconds (a stat or two, the
+        cached PATH search, mkdtemp, writing run.json; the fork happens in the zygote), while
+        two thread wakes cost a sync request about half a millisecond (bench/README.md, the
+        cost rows). Once the fork request is sent, the forking goes on in a task of its own
+        whatever happens to start(): if start() is cancelled (and the gateway does not
+        leave), the supervisor it forked is killed once its pid is known. Never a leak."""
+        executable, env, cwd = self._prepare(argv)
         try:
-            return await asyncio.shield(spawning)
+            token = self._write_spec([executable, *argv[1:]], cwd)
+        except FileNotFoundError:
+            self._remove_temp_dir()
+            raise RunClaimedElsewhere(self.spec.job_id) from None  # removed since _prepare
+        except BaseException:
+            self._remove_temp_dir()
+            raise
+        forking = asyncio.ensure_future(self._fork(token, env, executable))
+        try:
+            return await asyncio.shield(forking)
         except asyncio.CancelledError:
-            if self._detached:
-                # The gateway leaves: the supervisor, once started, runs on (it is adopted;
-                # its zygote, or init once that is gone, collects its exit).
-                raise
-            # The thread runs on: if it has spawned already, the supervisor is killed here;
-            # if not, the thread sees the flag and kills it itself. Never a leaked group.
-            with self._spawn_lock:
-                self._spawn_abandoned = True
-                spawned, self._spawned = self._spawned, None
-            if spawned is not None:
-                self._discard(spawned)
+            forking.add_done_callback(self._discard_forked)
             raise
 
-    def _spawn_blocking(self, argv: list[str], loop: asyncio.AbstractEventLoop) -> Spawned:
-        """Validate, prepare the spool dir and start the supervisor (in a worker thread;
-        `loop`, the run's, reads its zygote)."""
+    def _discard_forked(self, forking: asyncio.Future[Spawned]) -> None:
+        """What a cancelled start() forked: killed, unless the gateway leaves (then the
+        supervisor runs on and is adopted). A failure to fork left nothing to kill."""
+        if forking.cancelled() or forking.exception() is not None or self._detached:
+            return
+        self._discard(forking.result())
+
+    def _prepare(self, argv: list[str]) -> tuple[str, dict[str, str], str]:
+        """Validate and make the run's working dir: (the executable, the child's environment,
+        the cwd). Raises GatewayError, RunClaimedElsewhere."""
         spec = self.spec
         env = child_env(spec.secret_env, spec.invocation.env)
         if spec.working_dir is not None and not Path(spec.working_dir).is_dir():
@@ -272,40 +274,15 @@ class ProcessRun:
             # a gateway that judged this one gone re-queued the job meanwhile, and may have
             # run it already. Recreating it would launch the run twice (spool.run_dir).
             raise RunClaimedElsewhere(spec.job_id)
-        cwd = spec.working_dir
+        if spec.working_dir is not None:
+            return executable, env, spec.working_dir
         try:  # EACCES, ENOSPC, EROFS on the temp dir: a clear failure
-            if cwd is None:
-                self._temp_dir = spool.make_temp_cwd(spec.spool_dir)
-                cwd = str(self._temp_dir)
+            self._temp_dir = spool.make_temp_cwd(spec.spool_dir)
         except FileNotFoundError:
             raise RunClaimedElsewhere(spec.job_id) from None  # removed since the check above
         except OSError as exc:
             raise GatewayError(ErrorKind.LAUNCH_FAILED, directories_error(exc)) from None
-        try:
-            token = self._write_spec([executable, *argv[1:]], cwd)
-            spawned, replaced = self._fork(token, env, executable, loop)
-        except FileNotFoundError:
-            self._remove_temp_dir()
-            raise RunClaimedElsewhere(spec.job_id) from None  # removed since the check above
-        except BaseException:
-            self._remove_temp_dir()
-            raise
-        if replaced:  # which supervisor runs it, only the claim says
-            try:
-                self._await_claim(spawned)
-            except BaseException:
-                self._discard(spawned)  # nobody would ever watch it
-                raise
-            spawned = self._claimant(spawned, token)
-        # Else not waited for: the run is the supervisor's from its fork on. A gateway that
-        # dies before the claim leaves a run that an adopter claims for a re-queue first
-        # (then this supervisor never starts it) or finds claimed: it is launched once.
-        with self._spawn_lock:
-            if not self._spawn_abandoned:
-                self._spawned = spawned  # start() claims it once this thread returns
-                return spawned
-        self._discard(spawned)  # start() was cancelled while we spawned
-        return spawned
+        return executable, env, str(self._temp_dir)
 
     def _write_spec(self, argv: list[str], cwd: str) -> str:
         """run.json (and the stdin payload) for the supervisor; returns the launch token
@@ -333,16 +310,35 @@ class ProcessRun:
         }, durable=False)
         return token
 
-    def _fork(self, token: str, env: dict[str, str], executable: str,
-              loop: asyncio.AbstractEventLoop) -> tuple[Spawned, bool]:
+    async def _fork(self, token: str, env: dict[str, str], executable: str) -> Spawned:
         """The run's supervisor, forked by the zygote (its priority is the zygote's, lowered
         at its start; it sets the run's own values itself, absolute, and retries the
-        autogroup), and whether a zygote that took it was replaced meanwhile. Raises
-        GatewayError(LAUNCH_FAILED)."""
+        autogroup). Raises GatewayError(LAUNCH_FAILED); the temp dir goes with a failure."""
+        try:
+            spawned, replaced = await self._forked(token, env, executable)
+        except BaseException:
+            self._remove_temp_dir()
+            raise
+        if not replaced:
+            # Not waited for: the run is the supervisor's from its fork on. A gateway that
+            # dies before the claim leaves a run that an adopter claims for a re-queue first
+            # (then this supervisor never starts it) or finds claimed: it is launched once.
+            return spawned
+        try:  # which supervisor runs it, only the claim says
+            await self._await_claim(spawned)
+        except BaseException:
+            self._discard(spawned)  # nobody would ever watch it
+            raise
+        return self._claimant(spawned, token)
+
+    async def _forked(self, token: str, env: dict[str, str], executable: str
+                      ) -> tuple[Spawned, bool]:
+        """The supervisor the zygote forked, and whether a zygote that took the run was
+        replaced meanwhile."""
         replaced = False
         for _ in range(2):
             try:
-                pid, link = ZYGOTE.fork(self.spec.spool_dir, token, env, loop)
+                pid, link = await ZYGOTE.fork(self.spec.spool_dir, token, env)
                 break
             except ForkUnanswered:
                 # Replaced; the same run (same token) goes to the new zygote. If the old
@@ -350,14 +346,14 @@ class ProcessRun:
                 # run's supervisor is whichever won (_claimant): never a second launch.
                 replaced = True
         else:
-            return self._settle_unanswered_fork(executable, token), True
+            return await self._settle_unanswered_fork(executable, token), True
         # An instant run may have been reaped already, its pid reused: a start time that is
         # not its own makes every later liveness check of this identity say "gone", which is
         # what it is; without one (no such process) the spawn time serves as well.
         started_at = proc.process_start_time(pid) or time.time()
         return Spawned(pid=pid, link=link, started_at=started_at, executable=executable), replaced
 
-    def _settle_unanswered_fork(self, executable: str, token: str) -> Spawned:
+    async def _settle_unanswered_fork(self, executable: str, token: str) -> Spawned:
         """Two zygotes in a row took the run and died or stopped answering: whether either
         forked a supervisor, the run's claim says, now or once the run is claimed for
         nobody. Never a second launch: one spool, one claim."""
@@ -372,7 +368,7 @@ class ProcessRun:
                 except FileNotFoundError:
                     raise RunClaimedElsewhere(self.spec.job_id) from None
                 break  # ours, or a supervisor's that came at the last moment
-            time.sleep(CLAIM_POLL_S)
+            await asyncio.sleep(CLAIM_POLL_S)
         claim = sup.read_record(spool_dir, sup.START_NAME) or {}
         if claim.get("kind") != "supervisor":
             raise GatewayError(ErrorKind.LAUNCH_FAILED, "The run's supervisor could not be "
@@ -395,14 +391,14 @@ class ProcessRun:
                  job_id=self.spec.job_id, pid=claim.get("pid"))
         return Spawned.from_claim(claim, spawned.executable)
 
-    def _await_claim(self, spawned: Spawned) -> None:
-        """Until the supervisor has claimed the run (or exited). Blocking: spawn thread."""
+    async def _await_claim(self, spawned: Spawned) -> None:
+        """Until the supervisor has claimed the run (or exited)."""
         deadline = time.monotonic() + SUPERVISOR_START_TIMEOUT_S
         path = self.spec.spool_dir / sup.START_NAME
         while not path.exists() and time.monotonic() < deadline:
             if spawned.exited():
                 return
-            time.sleep(CLAIM_POLL_S)
+            await asyncio.sleep(CLAIM_POLL_S)
 
     def _discard(self, spawned: Spawned) -> None:
         """Kill a supervisor that start() will never watch; its temp dir goes once it is gone."""

@@ -1,5 +1,5 @@
-"""A supervisor just forked for a run by the runner's spawn thread, before the event loop
-watches it: what is known of it, and how its exit is learned meanwhile.
+"""A supervisor just forked for a run, before the runner watches it: what is known of it,
+and how its exit is learned meanwhile.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class Spawned:
                    executable=executable)
 
     def exited(self) -> bool:
-        """Whether it is known to have exited (from the spawn thread)."""
+        """Whether it is known to have exited."""
         if self.link is not None and self.link.alive:
             return self.link.has_exited(self.pid)
         return not proc.is_process_alive(self.pid, self.started_at)

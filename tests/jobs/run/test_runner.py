@@ -29,6 +29,7 @@ from gateway import proc
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.record_to_outcome import RunOutcome
 from gateway.jobs.run.runner import PROVIDER_NICE_INCREMENT, ZYGOTE, ProcessRun
+from gateway.jobs.run.spawned import Spawned
 from gateway.jobs.run.spec import RunSpec
 from gateway.jobs.run.spool import read_tail
 from gateway.model import ErrorKind, GatewayError
@@ -226,22 +227,23 @@ async def test_running_children_are_watched_without_a_thread_each(tmp_path: Path
 async def test_a_start_cancelled_while_the_child_spawns_leaves_no_process_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The spawn runs in a worker thread that goes on after start() is cancelled: the child
-    # it starts must be killed and reaped, and its temp cwd removed, by whichever side
-    # comes second. Here the thread is held right after the fork until the cancel is done.
+    # Once the fork request is out, the forking goes on after start() is cancelled: the
+    # supervisor it forked must be killed and reaped, and its temp cwd removed, once its
+    # pid is known. Here the forking is held right after the fork until the cancel is done.
     spawned: list[tuple[int, str]] = []
-    release = threading.Event()
-    start_time = proc.process_start_time
+    release = asyncio.Event()
+    real = ProcessRun._fork
 
-    def held_start_time(pid: int) -> float | None:
+    async def held_fork(self: ProcessRun, *args: Any) -> Spawned:
+        forked = await real(self, *args)
         # The run's temp cwd, from its spec (the supervisor itself waits in "/").
         run_record = sup.read_record(tmp_path / "spool", sup.RUN_NAME)
         assert run_record is not None and run_record["temp_cwd"]
-        spawned.append((pid, str(run_record["cwd"])))
-        release.wait(DEADLINE_S)
-        return start_time(pid)
+        spawned.append((forked.pid, str(run_record["cwd"])))
+        await release.wait()
+        return forked
 
-    monkeypatch.setattr(proc, "process_start_time", held_start_time)
+    monkeypatch.setattr(ProcessRun, "_fork", held_fork)
     run = ProcessRun(make_spec(tmp_path, child(tmp_path, "time.sleep(60)")))
     with anyio.fail_after(DEADLINE_S):
         starting = asyncio.create_task(run.start())
@@ -253,27 +255,34 @@ async def test_a_start_cancelled_while_the_child_spawns_leaves_no_process_behind
         pid, cwd = spawned[0]
         await until(lambda: not psutil.pid_exists(pid), "the child to be killed and reaped")
         await until(lambda: not Path(cwd).exists(), "its temp cwd to be removed")
+    assert run.identity is None
 
 
 async def test_a_start_cancelled_just_after_the_spawn_returned_kills_the_child(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The other order: the thread has handed the child over, but start() is cancelled
-    # before it resumes. The loop must run meanwhile (it reads the zygote's answer), one
-    # step at a time: start() resumes no sooner than two loop steps after the thread
-    # returned (the executor's future, then the task's wakeup), and the thread hands the
-    # child over before it returns, so this sees the hand-over first.
+    # The other order: the forking is done, but start() is cancelled before it resumes,
+    # which is no sooner than two loop steps later (the shield's outer future, then the
+    # task's wakeup); this test sees the forking's result one step after it, stepping the
+    # loop one step at a time.
+    handed_over: list[Spawned] = []
+    real = ProcessRun._fork
+
+    async def recorded_fork(self: ProcessRun, *args: Any) -> Spawned:
+        forked = await real(self, *args)
+        handed_over.append(forked)
+        return forked
+
+    monkeypatch.setattr(ProcessRun, "_fork", recorded_fork)
     run = ProcessRun(make_spec(tmp_path, child(tmp_path, "time.sleep(60)")))
     with anyio.fail_after(DEADLINE_S):
         starting = asyncio.create_task(run.start())
-        while run._spawned is None:
+        while not handed_over:
             await asyncio.sleep(0)
-        handed_over = run._spawned
-        assert handed_over is not None
         starting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await starting
-        pid = handed_over.pid
+        pid = handed_over[0].pid
         await until(lambda: not psutil.pid_exists(pid), "the child to be killed and reaped")
     assert run.identity is None
 

@@ -47,9 +47,9 @@ def handed_over(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     pids: list[int] = []
     real = runner.ZYGOTE.fork
 
-    def fork_blocked_before_the_claim(spool_dir: Path, *args: Any) -> tuple[int, Any]:
+    async def fork_blocked_before_the_claim(spool_dir: Path, *args: Any) -> tuple[int, Any]:
         os.mkfifo(spool_dir / sup.LOG_NAME, 0o600)
-        pid, link = real(spool_dir, *args)
+        pid, link = await real(spool_dir, *args)
         pids.append(pid)
         return pid, link
 

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -122,15 +121,13 @@ def lose_answers(monkeypatch: pytest.MonkeyPatch, count: int) -> list[int]:
     forked: list[int] = []
     real = forks.Link.fork
 
-    def answer_lost(self: forks.Link, run: dict[str, object]) -> int:
-        pid = real(self, run)
+    async def answer_lost(self: forks.Link, run: dict[str, object]) -> int:
+        pid = await real(self, run)
         if len(forked) >= count:
             return pid
         forked.append(pid)
         claim = Path(str(run["spool_dir"])) / sup.START_NAME
-        deadline = time.monotonic() + DEADLINE_S
-        while not claim.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        await until(claim.exists, "the forked supervisor to claim the run")
         self.kill()  # the zygote dies with the answer
         raise forks.ForkUnanswered
 
@@ -192,10 +189,10 @@ def stop_each_zygote_before_it_reads(monkeypatch: pytest.MonkeyPatch) -> list[in
     stopped: list[int] = []
     real = forks.Link.fork
 
-    def fork_to_a_stopped_zygote(self: forks.Link, run: dict[str, object]) -> int:
+    async def fork_to_a_stopped_zygote(self: forks.Link, run: dict[str, object]) -> int:
         stopped.append(self.pid)
         os.kill(self.pid, signal.SIGSTOP)
-        return real(self, run)
+        return await real(self, run)
 
     monkeypatch.setattr(forks.Link, "fork", fork_to_a_stopped_zygote)
     return stopped
@@ -261,8 +258,7 @@ async def test_a_link_keeps_an_exit_reported_before_its_watcher_and_tells_late_w
     try:
         empty_spool = tmp_path / "empty-spool"  # no run.json: the supervisor gives up at once
         empty_spool.mkdir()
-        # Blocking, as in a spawn thread: the loop reads the answer meanwhile.
-        pid = await anyio.to_thread.run_sync(link.fork, {
+        pid = await link.fork({
             "spool_dir": str(empty_spool), "token": "t", "env": {}, "finalizer": None})
         await until(lambda: link.has_exited(pid), "the zygote to report the exit")
         heard: list[int | None] = []
@@ -276,7 +272,7 @@ async def test_a_link_keeps_an_exit_reported_before_its_watcher_and_tells_late_w
     link.watch(pid, late.append)
     assert late == [None]
     with pytest.raises(BrokenPipeError):
-        link.fork({"spool_dir": str(tmp_path), "token": "t", "env": {}, "finalizer": None})
+        await link.fork({"spool_dir": str(tmp_path), "token": "t", "env": {}, "finalizer": None})
 
 
 async def idle_spare(tmp_path: Path, tag: str) -> int:
