@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import anyio
@@ -273,6 +274,43 @@ async def test_a_link_keeps_an_exit_reported_before_its_watcher_and_tells_late_w
     assert late == [None]
     with pytest.raises(BrokenPipeError):
         await link.fork({"spool_dir": str(tmp_path), "token": "t", "env": {}, "finalizer": None})
+
+
+async def test_requests_the_pipe_cannot_take_wait_their_turn_without_blocking_the_loop(
+        tmp_path: Path) -> None:
+    # The loop writes fork requests itself: a zygote that reads none for a while (stopped
+    # here; forking under a burst of large environments in life) must not block it. What the
+    # pipe does not take waits, in order, and every request is answered once it reads again.
+    link = forks.Link(asyncio.get_running_loop())
+    rescued = threading.Event()
+
+    def rescue() -> None:  # only if the loop itself blocked in a write: the test fails
+        rescued.set()
+        os.kill(link.pid, signal.SIGCONT)
+
+    safety = threading.Timer(DEADLINE_S, rescue)
+    try:
+        os.kill(link.pid, signal.SIGSTOP)
+        safety.start()
+        spools = [tmp_path / f"spool-{i}" for i in range(4)]  # no run.json: each gives up
+        env = {"PADDING": "x" * 40_000}  # 4 x 40 KB: more than a pipe holds (64 KiB)
+        forking = []
+        for spool_dir in spools:
+            spool_dir.mkdir()
+            forking.append(asyncio.ensure_future(link.fork(
+                {"spool_dir": str(spool_dir), "token": "t", "env": env, "finalizer": None})))
+        await until(lambda: link._writing, "the requests the pipe did not take to wait")
+        os.kill(link.pid, signal.SIGCONT)
+        safety.cancel()
+        with anyio.fail_after(DEADLINE_S):
+            pids = await asyncio.gather(*forking)
+    finally:
+        safety.cancel()
+        link.close()
+        await until(lambda: not link.alive and link.popen.poll() is not None,
+                    "the zygote to exit at EOF and be reaped")
+    assert not rescued.is_set()
+    assert len(set(pids)) == len(spools) and not link._outbox
 
 
 async def idle_spare(tmp_path: Path, tag: str) -> int:
