@@ -241,7 +241,8 @@ class ProcessRun:
         except BaseException:
             self._remove_temp_dir()
             raise
-        forking = asyncio.ensure_future(self._fork(token, env, executable))
+        forking = asyncio.get_running_loop().create_task(
+            self._fork(token, env, executable), name=f"fork:{self.spec.job_id}")
         try:
             return await asyncio.shield(forking)
         except asyncio.CancelledError:
@@ -313,10 +314,13 @@ class ProcessRun:
     async def _fork(self, token: str, env: dict[str, str], executable: str) -> Spawned:
         """The run's supervisor, forked by the zygote (its priority is the zygote's, lowered
         at its start; it sets the run's own values itself, absolute, and retries the
-        autogroup). Raises GatewayError(LAUNCH_FAILED); the temp dir goes with a failure."""
+        autogroup). Raises GatewayError(LAUNCH_FAILED); the temp dir goes with a failure
+        that leaves nothing running. Not with a cancel: the loop closing under a gateway
+        that leaves cancels this while the zygote may have forked the run's supervisor
+        already, and the run, working in that dir, is adopted by the next gateway."""
         try:
             spawned, replaced = await self._forked(token, env, executable)
-        except BaseException:
+        except (GatewayError, RunClaimedElsewhere):
             self._remove_temp_dir()
             raise
         if not replaced:
