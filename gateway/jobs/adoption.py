@@ -11,11 +11,13 @@ What happens to such a job is decided by its spool dir, never by guesses from th
   owner_instance) and watched; its end record and spool files are finalized through the
   manager's one finalize path, exactly as its owner would have. A run that ended while no
   gateway lived is finalized at once.
-- no supervisor claimed it (the row is queued, or it was marked running but the owner died
-  before the supervisor claimed the run): the run is claimed for the re-queue in the spool
-  (so a late supervisor can never start it) and queued again. A job is queued again each
+- no supervisor claimed it (the row is queued, or it was marked running in this boot and the
+  owner died before the supervisor claimed the run): the run is claimed for the re-queue in
+  the spool (so a late supervisor can never start it) and queued again. A job is queued again each
   time an owner of it is proven gone before it started (nothing ran, so nothing is spent);
   a run is still launched at most once, because the spool's start record decides.
+- a running row of a previous boot: left to the reaper, which orphans it. Spool records
+  are not fsynced, so after a power loss no claim proves that a run never started.
 - an owner proven alive here but stalled past its lease and a grace (SIGSTOPped for
   minutes): its jobs are taken over the same way. `orphaned` is final: an orphaned job is
   never adopted, healed or re-queued (a poller that saw it stopped polling).
@@ -158,6 +160,12 @@ class Adopter:
         1 if this instance took it. The sweep's step, and the finalizer's (finalizer.py)."""
         spool = run_dir(self.manager.spool_root, job)
         if job.transport == "process" and job.started_at is not None:
+            if job.boot_id != self.identity.boot_id:
+                # Marked running in a previous boot: its run, if it started, died with that
+                # boot, and no spool record is fsynced (supervisor.py), so a missing claim
+                # proves nothing after a power loss. Neither adopted (ADOPT_JOB) nor queued
+                # again: the reaper orphans it. A run is never launched twice.
+                return 0
             if not spool.is_dir():
                 # Marked running, but its spool dir is not here: maybe another state dir ran
                 # it. Nothing proves it never ran, so it is never run again (the reaper

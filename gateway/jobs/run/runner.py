@@ -308,7 +308,7 @@ class ProcessRun:
             "idle_timeout_s": spec.idle_timeout_s, "max_output_bytes": spec.max_output_bytes,
             "kill_grace_s": spec.kill_grace_s, "nice": nice, "autogroup_nice": autogroup,
             **platform.supervisor_spec(),
-        }, durable=False)
+        })
         return token
 
     async def _fork(self, token: str, env: dict[str, str], executable: str) -> Spawned:

@@ -97,8 +97,7 @@ def make_temp_cwd(attempt_dir: Path) -> Path:
     (FileNotFoundError: the attempt dir is gone)."""
     while True:
         path = Path(tempfile.gettempdir()) / f"{TEMP_DIR_PREFIX}{secrets.token_hex(8)}"
-        supervisor.write_record(attempt_dir, TEMP_CWD_NAME, {"path": str(path)},
-                                durable=False)
+        supervisor.write_record(attempt_dir, TEMP_CWD_NAME, {"path": str(path)})
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:

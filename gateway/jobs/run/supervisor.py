@@ -97,38 +97,28 @@ STDIN_CHUNK_BYTES = 64 * 1024
 # -- records: written atomically, read by the gateway --------------------------------------
 
 
-def _write_tmp(directory: StrPath, name: str, record: dict[str, Any], durable: bool = True) -> str:
+def _write_tmp(directory: StrPath, name: str, record: dict[str, Any]) -> str:
     tmp = os.path.join(directory, f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.write(fd, json.dumps(record, sort_keys=True).encode("utf-8"))
-        if durable:
-            os.fsync(fd)
     finally:
         os.close(fd)
     return tmp
 
 
-def _fsync_dir(directory: StrPath) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
+# No record is fsynced. Only the boot that wrote a spool acts on it: a running job of a
+# previous boot is never adopted nor re-queued, whatever its spool says (its row is
+# orphaned: adoption.settle), so after a power loss these files would tell nobody anything.
+# Within a boot every process sees them at once (the page cache); the claim's fsyncs were
+# the largest single cost on a sync request's path (1.2 ms, issue #26), and on macOS an
+# fsync does not even reach the disk.
 
 
-def write_record(directory: StrPath, name: str, record: dict[str, Any],
-                 durable: bool = True) -> None:
-    """Replace `name` atomically: a reader sees the old record or the whole new one.
-    `durable=False`: no fsyncs, for what only this boot reads (run.json, temp_cwd.json: no run
-    of a previous boot is adopted or started from its spool); claims and end records stay."""
-    tmp = _write_tmp(directory, name, record, durable)
+def write_record(directory: StrPath, name: str, record: dict[str, Any]) -> None:
+    """Replace `name` atomically: a reader sees the old record or the whole new one."""
+    tmp = _write_tmp(directory, name, record)
     os.replace(tmp, os.path.join(directory, name))
-    if durable:
-        _fsync_dir(directory)
 
 
 def claim_record(directory: StrPath, name: str, record: dict[str, Any]) -> bool:
@@ -140,7 +130,6 @@ def claim_record(directory: StrPath, name: str, record: dict[str, Any]) -> bool:
         return False
     finally:
         _unlink_quietly(tmp)
-    _fsync_dir(directory)
     return True
 
 
@@ -327,11 +316,7 @@ class Supervisor:
             "truncated": False, "stdin_incomplete": self.stdin_incomplete,
         }
         record.update(fields)
-        # Not fsynced: only this boot reads it. A run of a previous boot is never adopted or
-        # finalized from its spool (its row is orphaned), so after a power loss the record
-        # would tell nobody anything, and its two fsyncs were half a millisecond on the path
-        # of every sync request. The claim stays durable: it alone keeps a run to one launch.
-        write_record(self.dir, END_NAME, record, durable=False)
+        write_record(self.dir, END_NAME, record)
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
         self.stop_signalled = True
