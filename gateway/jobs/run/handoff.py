@@ -32,13 +32,15 @@ FINALIZER_POLL_S = 0.05
 START_TIME_TOLERANCE_S = 1.0
 
 
-def take_run(run: dict[str, Any], platform: Any, zygote_pid: int | None = None) -> int:
+def take_run(run: dict[str, Any], platform: Any, zygote_pid: int | None = None,
+             started_at: float | None = None) -> int:
     """Supervise the run a zygote forked this process for (gateway/jobs/run/zygote.py):
     `{"spool_dir", "token", "env", "finalizer"}`, as its gateway sent it through the
     zygote's pipe (the environment and the finalizer's settings may hold secrets: never a
     file). `platform`: the zygote's platform implementation; `zygote_pid`: that zygote,
     which starts the finalizer if the gateway goes after the run's end
-    (start_finalizer_if_alone). From here its stderr goes to the run's log."""
+    (start_finalizer_if_alone); `started_at`: this process's start time, read ahead. From
+    here its stderr goes to the run's log."""
     spool_dir = str(run["spool_dir"])
     try:
         log_fd = os.open(os.path.join(spool_dir, supervisor.LOG_NAME),
@@ -48,7 +50,7 @@ def take_run(run: dict[str, Any], platform: Any, zygote_pid: int | None = None) 
     else:
         os.dup2(log_fd, 2)
         os.close(log_fd)
-    code = supervisor.supervise(spool_dir, str(run["token"]), dict(run["env"]))
+    code = supervisor.supervise(spool_dir, str(run["token"]), dict(run["env"]), started_at)
     if code == 0:  # the run ended and is recorded (not claimed elsewhere)
         start_finalizer_if_alone(spool_dir, run.get("finalizer"), platform, zygote_pid)
     return code

@@ -293,13 +293,13 @@ class Cli:
 
 class Supervisor:
     def __init__(self, spool_dir: str, spec: dict[str, Any],
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, started_at: float | None = None) -> None:
         self.dir = spool_dir
         self.spec = spec
         self.env = env  # the CLI's environment (None: this process's own)
         self.platform = load_platform(spec)
         self.pgid = os.getpgrp()
-        self.started_at = self.platform.own_start_time() or time.time()
+        self.started_at = started_at or self.platform.own_start_time() or time.time()
         self.start_mono = time.monotonic()
         self.stop_signalled = False
         self.stdin_incomplete = False
@@ -541,10 +541,12 @@ class Supervisor:
                 shutil.rmtree(self.spec["cwd"], ignore_errors=True)  # what the CLI left there
 
 
-def supervise(spool_dir: str, token: str, env: dict[str, str] | None) -> int:
+def supervise(spool_dir: str, token: str, env: dict[str, str] | None,
+              started_at: float | None = None) -> int:
     """Claim and supervise the run of `spool_dir` if its spec carries `token`; the exit code
     (0: the run ended and its end record is written). `env`: the CLI's environment (None:
-    this process's own). What follows the end record is handoff.py's."""
+    this process's own); `started_at`: this process's start time if it was read already.
+    What follows the end record is handoff.py's."""
     spool_dir = os.path.abspath(spool_dir)  # the CLI is started from inside its cwd
     spec = read_record(spool_dir, RUN_NAME)
     if spec is None or spec.get("token") != token:
@@ -553,7 +555,7 @@ def supervise(spool_dir: str, token: str, env: dict[str, str] | None) -> int:
     if problem is not None:  # a spec this supervisor cannot read: never run it half-read
         sys.stderr.write(f"supervisor: {problem}\n")
         return 2
-    return Supervisor(spool_dir, spec, env).run()
+    return Supervisor(spool_dir, spec, env, started_at).run()
 
 
 def main(argv: list[str]) -> int:
