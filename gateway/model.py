@@ -206,6 +206,9 @@ class NewJob:
     # is admitted with all of them or not at all (BudgetExceeded).
     reservations: tuple[Reservation, ...] = ()
     principal: str | None = None
+    # Inserted `running` (started_at stamped): a process job admitted into a free run slot,
+    # its attempt dir made before the insert as it is before the launch's CAS otherwise.
+    running: bool = False
 
 
 class OutputFileError(RuntimeError):

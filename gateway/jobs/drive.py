@@ -95,31 +95,12 @@ class JobDriver:
             await self._finish_unstarted(job)
             return
         if self.admission.closing:
-            return  # shutting down: a queued job stays queued (detach releases it) or is failed
-        made = False  # whether this launch made its attempt's spool dir (spool.run_dir)
-        if job.target.transport == "process":
-            # Made before the row says running: an adopter that finds it with no start record
-            # may re-queue it (SIGKILLed in between); without it nothing proves it never ran.
-            # On the loop: two mkdirs take tens of microseconds, a thread hop about 0.1 ms of
-            # CPU and as much again on a sync request's path (bench/README.md, cost rows).
-            try:
-                made = spool.make_run_dir(job.spool_dir)
-            except OSError as exc:
-                await self._fail(job, GatewayError(ErrorKind.LAUNCH_FAILED,
-                                                   directories_error(exc)))
-                return
-        # CAS queued -> running BEFORE spawning: a row orphaned or cancelled while it waited
-        # is never launched (no child is spawned only to be killed).
-        marked = await self._mark_running(job)
-        if marked is None:  # gave up waiting: its attempt dir stays, the evidence of no start
-            if job.cancel_reason is not None:
-                await self._finish_unstarted(job)
+            # Shutting down: a queued job stays queued (detach releases it) or is failed; one
+            # inserted running, unlaunched, is re-queued by the next gateway (no claim).
             return
-        if not marked:
-            log.warning("job not launched: row no longer queued", action="mark_running",
-                        job_id=job.row.id)
-            if made:  # nothing runs in it: a woken owner's old attempt (issue 23, item 12)
-                await asyncio.to_thread(spool.discard_run_dir, job.spool_dir)
+        # Inserted running (manager._ready_to_run: its attempt dir made first), the insert was
+        # its transition; a queued row is marked now.
+        if job.row.status is not JobStatus.RUNNING and not await self._mark_for_launch(job):
             return
         job.row.status = JobStatus.RUNNING
         job.execution = build_execution(job.target, job.row.id, job.spool_dir, job.timeout_s,
@@ -151,6 +132,36 @@ class JobDriver:
                 log.warning("process identity not recorded", action="record_process",
                             job_id=job.row.id, pid=identity.pid)
         await self._run_to_end(job)
+
+    async def _mark_for_launch(self, job: LocalJob) -> bool:
+        """A queued row's launch: its attempt dir, then the CAS queued -> running. False: not
+        to be launched here (failed, given up, or no longer queued); what it made is gone."""
+        made = False  # whether this launch made its attempt's spool dir (spool.run_dir)
+        if job.target.transport == "process":
+            # Made before the row says running: an adopter that finds it with no start record
+            # may re-queue it (SIGKILLed in between); without it nothing proves it never ran.
+            # On the loop: two mkdirs take tens of microseconds, a thread hop about 0.1 ms of
+            # CPU and as much again on a sync request's path (bench/README.md, cost rows).
+            try:
+                made = spool.make_run_dir(job.spool_dir)
+            except OSError as exc:
+                await self._fail(job, GatewayError(ErrorKind.LAUNCH_FAILED,
+                                                   directories_error(exc)))
+                return False
+        # CAS queued -> running BEFORE spawning: a row orphaned or cancelled while it waited
+        # is never launched (no child is spawned only to be killed).
+        marked = await self._mark_running(job)
+        if marked is None:  # gave up waiting: its attempt dir stays, the evidence of no start
+            if job.cancel_reason is not None:
+                await self._finish_unstarted(job)
+            return False
+        if not marked:
+            log.warning("job not launched: row no longer queued", action="mark_running",
+                        job_id=job.row.id)
+            if made:  # nothing runs in it: a woken owner's old attempt (issue 23, item 12)
+                await asyncio.to_thread(spool.discard_run_dir, job.spool_dir)
+            return False
+        return True
 
     async def _mark_running(self, job: LocalJob) -> bool | None:
         """The launch's CAS queued -> running, waiting out a store that is down, busy or out

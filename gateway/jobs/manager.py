@@ -142,9 +142,28 @@ class JobManager:
             request_json=stored_request(target.normalized, request.timeout_s,
                                         target.worktree.as_dict() if target.worktree else None),
             forced=request.force_refresh, reservations=target.reservations,
-            principal=request.principal,
+            principal=request.principal, running=self._ready_to_run(job_id, target, ticket),
         )
         return await self._insert_and_start(new, target, ticket, request)
+
+    def _ready_to_run(self, job_id: str, target: Target, ticket: Ticket) -> bool:
+        """Whether the job is inserted `running`: a run with a free slot now, whose first
+        attempt dir is made first (drive.py makes it before the queued -> running CAS
+        otherwise; without it nothing would prove that the run never started). One write
+        instead of two on the path of every sync request (0.3 ms, issue #26). A dir that
+        cannot be made leaves the job queued: its launch fails it with the reason."""
+        if not ticket.granted or target.transport != "process":
+            return False
+        try:  # on the loop: two mkdirs, tens of microseconds
+            spool.make_run_dir(spool.first_run_dir(self.spool_root, job_id))
+        except OSError:
+            return False
+        return True
+
+    def _discard_unused_run_dir(self, new: NewJob) -> None:
+        """The first attempt dir `_ready_to_run` made, for a job that was not inserted."""
+        if new.running:
+            spool.discard_run_dir(spool.first_run_dir(self.spool_root, new.id))
 
     async def _insert_and_start(self, new: NewJob, target: Target, ticket: Ticket,
                                 request: SubmitRequest) -> Submission:
@@ -154,6 +173,7 @@ class JobManager:
             # Another caller (maybe another instance) won the race for this request key:
             # exactly one run, and this caller gets that job.
             ticket.release()
+            self._discard_unused_run_dir(new)
             existing = await self.store.get_job(dup.existing_id) if dup.existing_id else None
             if existing is None:
                 existing = await self._find_reusable(new.request_key)
@@ -165,7 +185,7 @@ class JobManager:
         except StoreUnavailable as exc:
             ticket.release()
             # The INSERT may have committed before the connection broke. Find out once the
-            # store answers and run the row if it exists: never a row queued forever.
+            # store answers and run the row if it exists: never a row left active forever.
             self._spawn_background(self._adopt_if_stored(new, target, request),
                                    name=f"adopt-{new.id}")
             raise GatewayError(ErrorKind.UNAVAILABLE,
@@ -175,6 +195,7 @@ class JobManager:
                                f"it.") from None
         except BaseException:
             ticket.release()  # fail closed: the permit goes back and nothing runs
+            self._discard_unused_run_dir(new)
             raise
         return self.start_local(row, target, ticket, request)
 
@@ -260,8 +281,12 @@ class JobManager:
                 break
             except StoreUnavailable:
                 await asyncio.sleep(next(waits))
-        if row is None or row.status != JobStatus.QUEUED or row.owner_instance != self.instance_id:
+        if row is None:
+            self._discard_unused_run_dir(new)  # it was not stored: nothing will run in it
             return
+        if (row.owner_instance != self.instance_id
+                or row.status not in (JobStatus.QUEUED, JobStatus.RUNNING)):
+            return  # (running: inserted so and never launched, nobody but us launches it)
         log.warning("an unconfirmed insert was stored; running the job", action="adopt",
                     job_id=new.id)
         try:

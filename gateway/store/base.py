@@ -50,7 +50,7 @@ REAPER_COLUMNS = (
 NEW_JOB_COLUMNS = (
     "id", "provider", "status", "request_key", "transport", "correlation_id",
     "owner_instance", "lease_deadline", "hostname", "working_dir", "model", "session_id",
-    "request_json", "created_at", "updated_at", "forced", "boot_id", "principal",
+    "request_json", "created_at", "updated_at", "forced", "boot_id", "principal", "started_at",
 )
 
 
@@ -252,7 +252,9 @@ class JobStore(Protocol):
         admission answers with the job's id and status, never its output."""
 
     async def insert_job(self, job: NewJob, ttl_s: float) -> JobRow:
-        """Insert a queued row, lease_deadline = now + ttl_s.
+        """Insert a queued row, lease_deadline = now + ttl_s; a running one (started_at =
+        now) when `job.running`: admitted into a free run slot, it needs no queued -> running
+        CAS before its launch.
 
         Raises DuplicateActiveJob when a non-forced active row has the same request_key (a
         partial unique index enforces it, so two instances racing get exactly one job).

@@ -185,7 +185,8 @@ class MemoryJobStore:
             row = JobRow(
                 id=job.id,
                 provider=job.provider,
-                status=JobStatus.QUEUED,
+                status=JobStatus.RUNNING if job.running else JobStatus.QUEUED,
+                started_at=now if job.running else None,
                 request_key=job.request_key,
                 transport=job.transport,
                 correlation_id=job.correlation_id,

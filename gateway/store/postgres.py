@@ -347,8 +347,8 @@ class PostgresJobStore:
         return _job(row) if row is not None else None
 
     async def insert_job(self, job: NewJob, ttl_s: float) -> JobRow:
-        """Insert a queued row; DuplicateActiveJob if an active twin exists, ValueError if
-        the id is taken."""
+        """Insert a queued (or running) row; DuplicateActiveJob if an active twin exists,
+        ValueError if the id is taken."""
         # Invariant: the job and its budget reservations commit together or not at all
         # (BudgetExceeded rolls the insert back): postgres_usage.RESERVE_BUDGET.
         scope = self._transaction if job.reservations else self._connection
@@ -360,7 +360,7 @@ class PostgresJobStore:
                         job.id, job.provider, job.request_key, job.transport,
                         job.correlation_id, job.owner_instance, float(ttl_s), job.hostname,
                         job.working_dir, job.model, job.session_id, job.request_json,
-                        job.forced, job.boot_id, job.principal,
+                        job.forced, job.boot_id, job.principal, job.running,
                     )
                     await postgres_usage.reserve(conn, job.id, job.reservations)
             except asyncpg.UniqueViolationError as exc:

@@ -207,9 +207,9 @@ LIMIT 1"""
 # transaction and then fails with a unique violation (mapped to DuplicateActiveJob).
 INSERT_JOB = f"""
 INSERT INTO jobs ({_NEW_JOB_COLUMNS})
-VALUES ($1, $2, 'queued', $3, $4, $5,
+VALUES ($1, $2, CASE WHEN $16 THEN 'running' ELSE 'queued' END, $3, $4, $5,
         $6, now() + make_interval(secs => $7), $8, $9, $10, $11,
-        $12, now(), now(), $13, $14, $15)
+        $12, now(), now(), $13, $14, $15, CASE WHEN $16 THEN now() END)
 RETURNING {_JOB_COLUMNS}"""
 
 # The one active, non-forced row the index let win (NULL if it finished meanwhile).

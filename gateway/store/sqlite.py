@@ -370,7 +370,7 @@ class SqliteJobStore:
             "working_dir": job.working_dir, "model": job.model,
             "session_id": job.session_id, "request_json": job.request_json,
             "forced": job.forced, "boot_id": job.boot_id, "ttl_s": ttl_s,
-            "principal": job.principal,
+            "principal": job.principal, "running": job.running,
         }
 
         def insert(db: sqlite3.Connection, now: float) -> JobRow:

@@ -242,9 +242,10 @@ LIMIT 1"""
 # non-forced row with the same key is not inserted (no row returned), whoever races.
 INSERT_JOB = f"""
 INSERT INTO jobs ({_NEW_JOB_COLUMNS})
-VALUES (:id, :provider, 'queued', :request_key, :transport, :correlation_id,
-        :owner_instance, :now + :ttl_s, :hostname, :working_dir, :model, :session_id,
-        :request_json, :now, :now, :forced, :boot_id, :principal)
+VALUES (:id, :provider, CASE WHEN :running THEN 'running' ELSE 'queued' END, :request_key,
+        :transport, :correlation_id, :owner_instance, :now + :ttl_s, :hostname, :working_dir,
+        :model, :session_id, :request_json, :now, :now, :forced, :boot_id, :principal,
+        CASE WHEN :running THEN :now END)
 ON CONFLICT (request_key) WHERE status IN ('queued','running') AND forced = 0 DO NOTHING
 RETURNING {_JOB_COLUMNS}"""
 

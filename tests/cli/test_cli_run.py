@@ -83,7 +83,7 @@ def test_run_prints_the_answer_and_leaves_a_completed_job_and_a_stopped_instance
     assert done.returncode == 0, done.stderr
     assert done.stdout == "fake-claude answer: say hi @stream=3:0.05\n"
     job_id = only_job_id(cli)
-    assert job_id is not None and f"job {job_id} queued" in done.stderr
+    assert job_id is not None and f"job {job_id} running" in done.stderr  # a free run slot
     assert f"job {job_id} completed after" in done.stderr
     stored = row(cli, job_id)
     assert stored.status is JobStatus.COMPLETED and stored.provider == "claude"

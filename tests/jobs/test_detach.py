@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,11 @@ import pytest
 
 from gateway import proc
 from gateway.config import Settings
+from gateway.jobs.manager import JobManager, Submission
 from gateway.jobs.requests import SubmitRequest
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.spool import run_dir, spool_root
-from gateway.model import Completion, ErrorKind, InstanceRow, JobStatus, NewJob
+from gateway.model import Completion, ErrorKind, InstanceRow, JobRow, JobStatus, NewJob
 from gateway.store import open_store
 from gateway.store.base import TakeOver
 from tests.children import Children
@@ -269,24 +271,34 @@ async def test_a_run_left_unstarted_twice_is_queued_again_and_runs_once(
 async def test_a_runs_spool_dir_exists_before_its_row_says_running(
     make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
-    # What the test above relies on: an owner SIGKILLed right after its queued -> running
-    # CAS left a spool dir, so the adopter can claim and re-queue the run. Without it the
+    # What the test above relies on: an owner SIGKILLed right after its job's row said
+    # running left a spool dir, so the adopter can claim and re-queue the run. Without it the
     # adopter cannot prove the run never started and the job ends orphaned (the chaos run
-    # found that window). The real store's CAS, observed at the moment it is called.
-    settings = make_settings()
+    # found that window). The real store's writes, observed at the moment they are called:
+    # the insert of a job admitted into a free run slot (inserted running) and of one that
+    # waits for a slot (queued, no dir yet), then that one's queued -> running CAS.
+    settings = make_settings(limits={"max_running_jobs": 1, "max_running_per_provider": 1})
     manager = await (await start_gateway(settings)).manager()
-    seen: list[bool] = []
-    cas = manager.store.mark_running
+    seen: list[tuple[str, bool]] = []
+    insert, cas = manager.store.insert_job, manager.store.mark_running
 
-    async def observed(job_id: str, *args: Any, **kwargs: Any) -> bool:
-        seen.append(spool_of(settings, job_id).is_dir())
+    async def observed_insert(job: NewJob, *args: Any, **kwargs: Any) -> JobRow:
+        seen.append((f"insert {'running' if job.running else 'queued'}",
+                     spool_of(settings, job.id).is_dir()))
+        return await insert(job, *args, **kwargs)
+
+    async def observed_cas(job_id: str, *args: Any, **kwargs: Any) -> bool:
+        seen.append(("cas", spool_of(settings, job_id).is_dir()))
         return await cas(job_id, *args, **kwargs)
 
-    manager.store.mark_running = observed  # type: ignore[method-assign]  # observe the CAS
-    sub = await manager.submit("claude", SubmitRequest(prompt="spool first"))
-    row = await wait_for(lambda: terminal(manager, sub.job.id), DONE_S)
-    assert row.status is JobStatus.COMPLETED
-    assert seen == [True]
+    manager.store.insert_job = observed_insert  # type: ignore[method-assign]
+    manager.store.mark_running = observed_cas  # type: ignore[method-assign]
+    first = await manager.submit("claude", SubmitRequest(prompt="spool first @sleep=0.5"))
+    second = await manager.submit("claude", SubmitRequest(prompt="spool first, queued"))
+    for job_id in (first.job.id, second.job.id):
+        row = await wait_for(functools.partial(terminal, manager, job_id), DONE_S)
+        assert row.status is JobStatus.COMPLETED
+    assert seen == [("insert running", True), ("insert queued", False), ("cas", True)]
 
 
 async def queued_under_a_stalled_owner(settings: Settings, job: NewJob,
@@ -398,26 +410,65 @@ async def test_an_owner_that_lost_its_job_leaves_the_spool_to_the_job_s_new_owne
     assert len(fake_log.spawns()) == 1
 
 
+TRANSITIONS = ["inserted running", "queued, then marked running"]
+
+
+async def submit_through(manager: JobManager, transition: str, prompt: str,
+                         then: Callable[[str], Awaitable[None]]) -> Submission:
+    """Submit `prompt`; `then(job_id)` runs once, right after its row says running and
+    before its launch (the owner stopped there): `transition` is the insert of a job that
+    found a free run slot, or the launch's CAS of one that waited in the queue (the one slot
+    held by a stand-in until it is queued)."""
+    store = manager.store
+    insert, cas = store.insert_job, store.mark_running
+    done: list[str] = []
+
+    async def once(job_id: str) -> None:
+        if not done:
+            done.append(job_id)
+            await then(job_id)
+
+    async def inserted(job: NewJob, *args: Any, **kwargs: Any) -> JobRow:
+        row = await insert(job, *args, **kwargs)
+        if row.status is JobStatus.RUNNING:
+            await once(job.id)
+        return row
+
+    async def marked(job_id: str, *args: Any, **kwargs: Any) -> bool:
+        result = await cas(job_id, *args, **kwargs)
+        await once(job_id)
+        return result
+
+    if transition == "inserted running":
+        store.insert_job = inserted  # type: ignore[method-assign]  # observe the insert
+        return await manager.submit("claude", SubmitRequest(prompt=prompt))
+    store.mark_running = marked  # type: ignore[method-assign]  # observe the CAS
+    held = manager.limiter.acquire("claude")  # the one run slot's stand-in
+    try:
+        sub = await manager.submit("claude", SubmitRequest(prompt=prompt))
+        assert sub.job.status is JobStatus.QUEUED
+    finally:
+        held.release()
+    return sub
+
+
+@pytest.mark.parametrize("transition", TRANSITIONS)
 async def test_a_supervisor_that_lost_the_claim_to_a_requeue_leaves_the_job_to_it(
-    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
+    transition: str,
 ) -> None:
     # Found by the detach chaos run ("the supervisor ended without recording how the run
     # ended"): a peer judged the owner gone and claimed the spool for a re-queue just
     # before the owner's supervisor could; the owner ended the job launch_failed before
     # the peer's re-queue CAS came. The run never started: the job is the claimer's.
-    settings = make_settings()
+    settings = make_settings(limits={"max_running_jobs": 1, "max_running_per_provider": 1})
     manager = await (await start_gateway(settings)).manager()
-    cas = manager.store.mark_running
 
-    async def claimed_by_a_peer(job_id: str, *args: Any, **kwargs: Any) -> bool:
-        marked = await cas(job_id, *args, **kwargs)
+    async def claimed_by_a_peer(job_id: str) -> None:
         assert sup.claim_for_requeue(spool_of(settings, job_id), by="peer")
-        return marked
 
-    manager.store.mark_running = claimed_by_a_peer  # type: ignore[method-assign]  # observe the CAS
-    sub = await manager.submit("claude", SubmitRequest(prompt="claimed by a peer"))
+    sub = await submit_through(manager, transition, "claimed by a peer", claimed_by_a_peer)
     await wait_for(lambda: sub.job.id not in manager.local_job_ids(), DONE_S)
-    manager.store.mark_running = cas  # type: ignore[method-assign]  # observe the CAS
     row = await job_row(manager.store, sub.job.id)
     assert row.status is JobStatus.RUNNING  # nothing written: not launch_failed
     assert fake_log.spawns() == []
@@ -430,22 +481,23 @@ async def test_a_supervisor_that_lost_the_claim_to_a_requeue_leaves_the_job_to_i
     assert fake_log.prompts() == ["claimed by a peer"]
 
 
+@pytest.mark.parametrize("transition", TRANSITIONS)
 async def test_an_owner_that_wakes_after_its_job_was_requeued_and_run_never_launches_it(
-    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
+    transition: str,
 ) -> None:
     # Found by the stop chaos run on PostgreSQL (duplicate_runs=1): an owner SIGSTOPped
     # between its queued -> running CAS and its launch; a peer claimed the spool, re-queued
     # the job, ran it and removed the spool; the owner woke, made the spool dir again and
     # its supervisor claimed a run that had already happened. A launch now only uses the
-    # dir made before its CAS, one per attempt (spool.run_dir), and never recreates it.
-    settings = make_settings()
+    # dir made before its row said running, one per attempt (spool.run_dir), and never
+    # recreates it. The same holds for a job inserted running.
+    settings = make_settings(limits={"max_running_jobs": 1, "max_running_per_provider": 1})
     manager = await (await start_gateway(settings)).manager()
     store = manager.store
-    cas = manager.store.mark_running
-    woke = anyio.Event()
+    cas = store.mark_running
 
-    async def stopped_after_the_cas(job_id: str, *args: Any, **kwargs: Any) -> bool:
-        marked = await cas(job_id, *args, **kwargs)
+    async def peer_ran_it_meanwhile(job_id: str) -> None:
         # Meanwhile the peer: it claims the run, re-queues it, runs it, cleans up.
         assert sup.claim_for_requeue(spool_of(settings, job_id), by="peer")
         row = await store.requeue_job(TakeOver(
@@ -457,14 +509,9 @@ async def test_an_owner_that_wakes_after_its_job_was_requeued_and_run_never_laun
         assert await cas(job_id, "peer", settings.lease.ttl_s)
         assert await store.complete(job_id, "peer", Completion(
             status=JobStatus.COMPLETED, exit_code=0, output="the peer's answer"))
-        woke.set()
-        return marked
 
-    manager.store.mark_running = stopped_after_the_cas  # type: ignore[method-assign]  # observe the CAS
-    sub = await manager.submit("claude", SubmitRequest(prompt="run by the peer"))
-    await woke.wait()
+    sub = await submit_through(manager, transition, "run by the peer", peer_ran_it_meanwhile)
     await wait_for(lambda: sub.job.id not in manager.local_job_ids(), DONE_S)
-    manager.store.mark_running = cas  # type: ignore[method-assign]  # observe the CAS
     row = await job_row(store, sub.job.id)
     assert (row.status, row.owner_instance) == (JobStatus.COMPLETED, "peer")
     assert fake_log.spawns() == []  # it ran once, at the peer (simulated here)

@@ -75,7 +75,8 @@ async def test_a_woken_owner_whose_cas_is_refused_leaves_no_attempt_dir(
 ) -> None:
     # An owner stopped while its job waited: a peer re-queued it, ran it and removed its
     # spool; the owner woke, made its old attempt's dir, had its CAS refused and kept it.
-    settings = make_settings()
+    # The job waits for the one run slot (a job admitted into a free slot has no CAS).
+    settings = make_settings(limits={"max_running_jobs": 1, "max_running_per_provider": 1})
     manager = await (await start_gateway(settings)).manager()
     store = manager.store
     made: list[Path] = []
@@ -104,9 +105,10 @@ async def test_a_woken_owner_whose_cas_is_refused_leaves_no_attempt_dir(
 
     monkeypatch.setattr(spool, "make_run_dir", make_run_dir)
     monkeypatch.setattr(store, "mark_running", peer_ran_it_meanwhile)
+    await manager.submit("claude", SubmitRequest(prompt="holds the slot @sleep=0.5"))
     sub = await manager.submit("claude", SubmitRequest(prompt="run by the peer"))
     await wait_for(lambda: sub.job.id not in manager.local_job_ids(), DONE_S)
     row = await job_row(store, sub.job.id)
     assert (row.status, row.owner_instance) == (JobStatus.COMPLETED, "peer")
-    assert fake_log.spawns() == []
+    assert "run by the peer" not in fake_log.prompts()
     assert not spool.job_dir(manager.spool_root, sub.job.id).exists()

@@ -16,6 +16,7 @@ import pytest
 from gateway.jobs import reads as job_reads
 from gateway.jobs.manager import JobManager
 from gateway.jobs.requests import SubmitRequest
+from gateway.jobs.run import spool
 from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 from providers.parsing import plain_text
 from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
@@ -40,7 +41,8 @@ async def test_a_request_runs_to_completion_with_the_parsed_answer(
     gw = await start_gateway(make_settings())
     manager = await gw.manager()
     sub = await manager.submit("claude", req("hello there"))
-    assert not sub.deduplicated and sub.job.status == JobStatus.QUEUED
+    assert not sub.deduplicated
+    assert sub.job.status == JobStatus.RUNNING and sub.job.started_at is not None  # a free slot
     row = await manager.wait(sub.job.id, 20)
     assert row.status == JobStatus.COMPLETED, row.error
     page = await manager.read_result(sub.job.id)
@@ -116,6 +118,10 @@ async def test_concurrent_identical_requests_on_two_managers_start_exactly_one_r
         row = await m2.wait(results[0].job.id, 20)
     assert row.status == JobStatus.COMPLETED
     assert len(fake_log.spawns()) == 1
+    # A loser of the insert race had made its attempt dir (admitted into a free slot, it
+    # would have been inserted running): nothing of it is left.
+    spooled = {p.name for p in spool.spool_root(settings.state_dir).iterdir()}
+    assert spooled <= {results[0].job.id}
 
 
 async def test_fifo_order_without_cross_provider_head_of_line_blocking(

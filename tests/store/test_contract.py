@@ -485,6 +485,22 @@ async def test_mark_running_stamps_the_start_and_renews_the_lease(store: JobStor
     assert epoch(row.lease_deadline) > epoch(queued.lease_deadline)
 
 
+async def test_insert_job_running_stamps_the_start_and_needs_no_cas(store: JobStore) -> None:
+    """A job admitted into a free run slot is inserted running: one write, not two."""
+    job = dataclasses.replace(new_job(key="k"), running=True)
+    before = await store.now()
+    row = await store.insert_job(job, TTL_S)
+    assert row.status is JobStatus.RUNNING and row == await get(store, job.id)
+    assert epoch(row.started_at) >= before - 1e-3
+    assert (row.pid, row.finished_at) == (None, None)  # not spawned yet
+    assert not await store.mark_running(job.id, OWNER, TTL_S)  # running already
+    with pytest.raises(DuplicateActiveJob):  # an active twin, as a queued one would be
+        await store.insert_job(new_job(key="k"), TTL_S)
+    assert await store.record_process(job.id, OWNER, 4242, 4242, 1.0)
+    assert await store.complete(job.id, OWNER, done())
+    assert (await get(store, job.id)).status is JobStatus.COMPLETED
+
+
 async def test_mark_running_refuses_another_owner_a_running_row_and_a_terminal_row(
     store: JobStore,
 ) -> None:

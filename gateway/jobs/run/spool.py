@@ -68,8 +68,13 @@ def run_dir(root: Path, row: JobRow) -> Path:
             # A run detached by a gateway of 0.1.0 (before 5869058): its records lie in
             # `<root>/<job id>/` itself, and a newer gateway adopts it from there.
             return legacy
-        return legacy / "0"
+        return first_run_dir(root, row.id)
     return job_dir(root, row.id) / f"r{round(row.requeued_at.timestamp() * 1_000_000)}"
+
+
+def first_run_dir(root: Path, job_id: str) -> Path:
+    """The dir of a job's first launch attempt (a new job's `run_dir`)."""
+    return job_dir(root, job_id) / "0"
 
 
 def make_run_dir(path: Path) -> bool:
