@@ -16,8 +16,10 @@ import pytest
 from gateway import proc
 from gateway.config import Settings, load_settings
 from gateway.jobs.leases import LeaseKeeper
-from gateway.model import JobRow
+from gateway.jobs.run import spool
+from gateway.model import InstanceRow, JobRow, NewJob
 from gateway.runtime import Gateway
+from gateway.store import open_store
 from gateway.store.base import JobStore
 
 FAKES_BIN = Path(__file__).resolve().parents[1] / "fakes" / "bin"
@@ -54,6 +56,31 @@ class HostIdentity(TypedDict):
 def here() -> HostIdentity:
     """This host's identity, for rows the test writes as if a process here had."""
     return {"hostname": proc.hostname(), "boot_id": proc.boot_id()}
+
+
+def claude_request_json(prompt: str) -> str:
+    """A stored claude request, as admission writes it into `request_json`."""
+    return json.dumps({"provider": "claude", "prompt": prompt, "model": None,
+                       "working_dir": None, "session_id": None, "options": {}})
+
+
+async def left_running(settings: Settings, job: NewJob, owner: InstanceRow | None = None) -> Path:
+    """`job` as an owner that died between its row saying running and its supervisor's claim
+    left it: inserted, marked running, its attempt dir made (no claim in it). `owner`: the
+    owner's instance row, if it was not collected. Returns the attempt dir."""
+    store = await open_store(settings)
+    try:
+        if owner is not None:
+            await store.register_instance(owner, 0.05)
+        await store.insert_job(job, 0.05)
+        assert await store.mark_running(job.id, job.owner_instance, 0.05)
+        row = await store.get_job(job.id)
+        assert row is not None
+        attempt = spool.run_dir(spool.spool_root(settings.state_dir), row)
+        spool.make_run_dir(attempt)
+        return attempt
+    finally:
+        await store.close()
 
 
 def leases_of(gateway: Gateway) -> LeaseKeeper:

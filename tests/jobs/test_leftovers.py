@@ -8,12 +8,10 @@ the peer and the dead owner are written into the store as their gateways would h
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,9 +19,17 @@ from gateway import proc
 from gateway.jobs.requests import SubmitRequest
 from gateway.jobs.run import spool
 from gateway.model import Completion, InstanceRow, JobStatus, NewJob
-from gateway.store import open_store
 from gateway.store.base import TakeOver
-from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, here, job_row, wait_for
+from tests.jobs.conftest import (
+    FakeLog,
+    MakeSettings,
+    StartGateway,
+    claude_request_json,
+    here,
+    job_row,
+    left_running,
+    wait_for,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -39,25 +45,13 @@ async def test_a_run_requeued_after_its_temp_cwd_was_made_leaves_no_temp_cwd(
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     started = proc.process_start_time(dead.pid)
     dead.wait()
-    request: dict[str, Any] = {"provider": "claude", "prompt": "re-queued before its claim", "model": None,
-               "working_dir": None, "session_id": None, "options": {}}
     job = NewJob(id="00000000-0000-4000-8000-000000000023", provider="claude",
                  request_key="leftover-temp-cwd", owner_instance="killed-owner",
-                 request_json=json.dumps(request), **here())
-    store = await open_store(settings)
-    try:
-        await store.register_instance(InstanceRow(
-            instance_id="killed-owner", pid=dead.pid, pid_started_at=started, role="stdio",
-            version="test", **here()), 0.05)
-        await store.insert_job(job, 0.05)
-        assert await store.mark_running(job.id, "killed-owner", 0.05)
-        row = await store.get_job(job.id)
-        assert row is not None
-        attempt = spool.run_dir(spool.spool_root(settings.state_dir), row)
-        spool.make_run_dir(attempt)
-        temp_cwd = spool.make_temp_cwd(attempt)  # what the runner does, then it was killed
-    finally:
-        await store.close()
+                 request_json=claude_request_json("re-queued before its claim"), **here())
+    attempt = await left_running(settings, job, InstanceRow(
+        instance_id="killed-owner", pid=dead.pid, pid_started_at=started, role="stdio",
+        version="test", **here()))
+    temp_cwd = spool.make_temp_cwd(attempt)  # what the runner does, then it was killed
     assert temp_cwd.is_dir()
     manager = await (await start_gateway(settings)).manager()
 

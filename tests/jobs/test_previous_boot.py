@@ -9,17 +9,20 @@ gateway would have, and its instance row is collected (gone), as after a reboot.
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pytest
 
 from gateway import proc
-from gateway.jobs.run import spool
 from gateway.jobs.run import supervisor as sup
 from gateway.model import JobStatus, NewJob
-from gateway.store import open_store
-from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, job_row, wait_for
+from tests.jobs.conftest import (
+    FakeLog,
+    MakeSettings,
+    StartGateway,
+    claude_request_json,
+    job_row,
+    left_running,
+    wait_for,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -33,21 +36,12 @@ async def test_an_unclaimed_running_job_is_requeued_only_within_its_boot(
 ) -> None:
     settings = make_settings()
     boot_id = proc.boot_id() if boot == "this" else "an-earlier-boot"
-    request: dict[str, Any] = {"provider": "claude", "prompt": PROMPT, "model": None,
-                               "working_dir": None, "session_id": None, "options": {}}
     job = NewJob(id=f"00000000-0000-4000-8000-00000000{'0001' if boot == 'this' else '0002'}",
                  provider="claude", request_key=f"unclaimed-{boot}", owner_instance="gone-owner",
-                 request_json=json.dumps(request), hostname=proc.hostname(), boot_id=boot_id)
-    store = await open_store(settings)
-    try:  # its owner marked it running and made its attempt dir; then the power went
-        await store.insert_job(job, 0.05)
-        assert await store.mark_running(job.id, "gone-owner", 0.05)
-        row = await store.get_job(job.id)
-        assert row is not None
-        attempt = spool.run_dir(spool.spool_root(settings.state_dir), row)
-        spool.make_run_dir(attempt)
-    finally:
-        await store.close()
+                 request_json=claude_request_json(PROMPT), hostname=proc.hostname(),
+                 boot_id=boot_id)
+    # Its owner marked it running and made its attempt dir; then the power went.
+    attempt = await left_running(settings, job)
     manager = await (await start_gateway(settings)).manager()
 
     async def settled() -> bool:
