@@ -72,7 +72,7 @@ CHECKS: dict[tuple[str, str, str], str] = {
         "tests/test_docs_reference.py::test_every_repository_path_the_docs_and_the_code_name_exists",
     ("docs/architecture.md", "mermaid", "stateDiagram-v2"):
         "test_the_state_pictures_name_exactly_the_statuses",
-    ("docs/architecture.md", "", "              admitted"):
+    ("docs/architecture.md", "", "   admitted, no free slot"):
         "test_the_state_pictures_name_exactly_the_statuses",
     ("docs/configuration.md", "", "agent-cli-gateway: invalid configuration in"):
         "test_the_config_error_example_is_what_the_gateway_prints",
