@@ -96,6 +96,7 @@ async def test_every_key_of_the_tools_docs_walk_through_is_in_the_real_answers(
         async with harness.connect() as client:
             started = await call(client, "codex_request_async",
                                  {"prompt": f"refactor {tag} @sleep=1.5"})
+            assert started["status"] == "running", started  # a free run slot, as documented
             while not (await call(client, "llm_job_wait",
                                   {"job_id": started["job_id"], "timeout_s": 20}))["done"]:
                 pass
