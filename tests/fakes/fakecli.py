@@ -5,7 +5,7 @@ it knows exactly the flags the real CLI's help lists (FLAGS below, copied from t
 snapshots; tests/fakes/test_fakes.py checks they still match), which of them take a value,
 and the allowed values where the real help names them. An unknown flag exits 2 with
 "error: unknown option '<flag>'". It reads the prompt from where the real CLI does, prints
-the real CLI's output format and obeys directives found in the prompt (@sleep, @stream,
+the real CLI's output format and obeys directives found in the prompt (@sleep, @until, @stream,
 @bytes, @tokens, @cost, @enospc-retry, @exit, @auth, @stderr, @ignore-term, @grandchild, @late).
 
 Stdlib only and few imports: the job tests spawn these hundreds of times.
@@ -445,6 +445,8 @@ def main(binary: str) -> None:
         spawn_grandchild(run)
     if run.d.get("sleep"):
         time.sleep(float(run.d["sleep"]))
+    while run.d.get("until") and not os.path.exists(run.d["until"]):
+        time.sleep(0.01)  # the test says when: no guess at how long its checks take
     if run.d.get("write"):
         write_files(run)
     try:

@@ -326,6 +326,19 @@ def test_sleep_directive_holds_the_answer(env: dict[str, str], tmp_path: Path,
     process.wait(WAIT_S)
 
 
+def test_until_directive_answers_once_its_file_exists(
+    env: dict[str, str], tmp_path: Path, spawned: list[subprocess.Popen[bytes]],
+) -> None:
+    out, go = tmp_path / "out", tmp_path / "go"
+    prompt = f"@until={go} held"
+    process = start(build("devin", "devin", prompt=prompt), env, out, spawned)
+    wait_until(lambda: log_entries(env), "the fake to start")
+    assert process.poll() is None
+    go.touch()
+    assert process.wait(WAIT_S) == 0
+    assert out.read_bytes() == f"{answer('devin', prompt)}\n".encode()
+
+
 def test_ignore_term_survives_sigterm_and_dies_of_sigkill(
     env: dict[str, str], tmp_path: Path, spawned: list[subprocess.Popen[bytes]],
 ) -> None:

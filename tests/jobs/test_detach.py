@@ -573,6 +573,46 @@ async def test_a_sigkilled_owners_run_is_adopted_by_a_running_peer_and_completes
     assert (await peer.read_result(job_id)).output == "fake-claude answer: outlive my owner @sleep=1.5"
 
 
+def zygote_of(owner: subprocess.Popen[str]) -> psutil.Process:
+    """The owner's zygote: its child with `import zygote` on its command line (as
+    bench/chaos.py finds it)."""
+    for child in psutil.Process(owner.pid).children():
+        if any("import zygote" in arg for arg in child.cmdline()):
+            return child
+    raise AssertionError(f"gateway {owner.pid} has no zygote")
+
+
+async def test_an_owner_and_its_zygote_killed_together_lose_nothing_and_run_once(
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path,
+    children: Children,
+) -> None:
+    # Each is killed alone elsewhere (test_zygote.py, the chaos deck); here both go in one
+    # instant, the way an OOM kill of the gateway's cgroup or a closed terminal takes them:
+    # the forked supervisor leads a session of its own and must not need either.
+    settings = make_settings()
+    peer = await (await start_gateway(settings)).manager()
+    go = tmp_path / "go"
+    prompt = f"outlive owner and zygote @until={go}"
+    owner, job_id = start_owner(settings, tmp_path, prompt, children)
+    spawn = await wait_for(lambda: next(iter(fake_log.spawns()), None), 10)
+    zygote = zygote_of(owner)
+    claim = await wait_for(lambda: sup.read_record(spool_of(settings, job_id), sup.START_NAME))
+    supervisor = int(claim["pid"])
+    assert supervisor != zygote.pid and os.getsid(supervisor) == supervisor  # its own session
+    os.kill(owner.pid, signal.SIGKILL)
+    zygote.kill()
+    owner.wait()
+    await wait_for(lambda: not alive(zygote.pid), 10)
+    assert alive(supervisor) and alive(spawn["pid"])  # the run goes on without either
+    await wait_for(lambda: job_id in peer.local_job_ids(), 10)  # adopted while it runs
+    go.touch()
+    row = await wait_for(lambda: terminal(peer, job_id), DONE_S)
+    assert row.status is JobStatus.COMPLETED and row.owner_instance == peer.instance_id
+    assert (await peer.read_result(job_id)).output == f"fake-claude answer: {prompt}"
+    assert len(fake_log.spawns()) == 1  # adopted, never launched again
+    await wait_for(lambda: not alive(supervisor), DONE_S)
+
+
 async def test_cancel_after_adoption_kills_a_grandchild_that_ignores_sigterm(
     make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path,
     children: Children,
