@@ -77,6 +77,11 @@ class Adopter:
         self.stalled_owner_grace_s = stalled_owner_grace_s
         # The last sweep's judgement of each owner it looked at: True when proven gone.
         self.judged_gone: dict[str | None, bool] = {}
+        # The stalled-owner grace the last sweep judged by, read once a sweep. The reaper of
+        # the same sweep judges by it too, never a second read: a grace shortened between
+        # the two would let the reaper orphan, for good, a queued job that adoption had left
+        # to its owner, when the next sweep's adoption would re-queue (or cancel) it.
+        self.grace_s = stalled_owner_grace_s()
 
     def alive_at_last_sweep(self, owner_id: str | None) -> bool:
         """Whether the last sweep judged this owner alive (it skipped the owner's jobs).
@@ -104,7 +109,7 @@ class Adopter:
         if owner is None or owner.lease_expires_at is None or job.lease_deadline is None:
             return False
         lapsed = max(owner.lease_expires_at.timestamp(), job.lease_deadline.timestamp())
-        return now - lapsed >= self.stalled_owner_grace_s()
+        return now - lapsed >= self.grace_s
 
     def owner_gone(self, owner: InstanceRow | None) -> bool:
         """Proven gone: no row (collected), a stopped row, or a dead pid on this host+boot.
@@ -129,6 +134,7 @@ class Adopter:
         """One pass; returns how many jobs this instance took over."""
         manager = self.manager
         self.judged_gone = gone = {}  # one probe per owner and sweep
+        self.grace_s = self.stalled_owner_grace_s()  # one grace per sweep, the reaper's too
         if not manager.admission.open:
             return 0  # an instance that cannot renew its own lease takes over nothing
         candidates = await self.store.list_adoption_candidates(

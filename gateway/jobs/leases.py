@@ -290,9 +290,11 @@ class LeaseKeeper:
         proven alive here (SIGSTOPped, stalled), now or when this sweep's adoption judged it
         (an owner killed in between is adopted from next sweep), and never while it is
         queued (the adopter re-queues it once its owner is proven gone: nothing runs
-        meanwhile), until stalled_owner_grace_s after the lease lapsed. Adoption ran first in
-        this sweep, so a job of a gone owner that is still a candidate is one nobody here can
-        settle. On another host the owner cannot be probed: as before, at its lease."""
+        meanwhile), until the stalled-owner grace after the lease lapsed: the grace this
+        sweep's adoption judged by, so what it left to a stalled owner is never orphaned in
+        the same sweep. Adoption ran first in this sweep, so a job of a gone owner that is
+        still a candidate is one nobody here can settle. On another host the owner cannot be
+        probed: as before, at its lease."""
         if self._provably_alive(row):
             return False
         if row.hostname != self.identity.hostname:
@@ -300,7 +302,9 @@ class LeaseKeeper:
         lapsed = max(
             row.lease_deadline.timestamp() if row.lease_deadline is not None else 0.0,
             owner.lease_expires_at.timestamp() if owner and owner.lease_expires_at else 0.0)
-        if now - lapsed >= self.stalled_owner_grace_s:
+        # `now` was read before this sweep's adoption read its own: a grace passed here
+        # passed there too, and adoption took the job over (or lost it to a peer's CAS).
+        if now - lapsed >= self.adopter.grace_s:
             return True
         return not (row.status is JobStatus.QUEUED
                     or self.adopter.alive_at_last_sweep(row.owner_instance)

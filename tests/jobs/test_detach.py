@@ -332,8 +332,28 @@ async def never_orphaned_for(manager: Any, job_id: str, sweeps: int, gw: Any) ->
         assert (await manager.get(job_id)).status is JobStatus.QUEUED
 
 
+def grace_passes_mid_sweep(gw: Any, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The stalled-owner grace drops to 0.2 s between a sweep's adoption and its reaper, the
+    worst moment (a loaded box once lined a background sweep up with it): the reaper must
+    judge by the grace adoption judged by, never orphan what adoption left queued."""
+    leases = leases_of(gw)
+    adopt = leases.adopter.sweep
+    shortened: list[bool] = []
+
+    async def adopt_then_shorten() -> int:
+        taken = await adopt()
+        if not shortened:
+            leases.stalled_owner_grace_s = 0.2
+            shortened.append(True)
+        return taken
+
+    monkeypatch.setattr(leases.adopter, "sweep", adopt_then_shorten)
+    return shortened
+
+
 async def test_a_queued_job_of_a_stalled_owner_is_never_orphaned_and_requeued_after_the_grace(
-    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Found by the detach chaos run: an owner SIGSTOPped past its lease had its queued job
     # orphaned, then re-queued and completed: a terminal state that changed (a poller that
@@ -346,7 +366,8 @@ async def test_a_queued_job_of_a_stalled_owner_is_never_orphaned_and_requeued_af
     manager = await gw.manager()
     await never_orphaned_for(manager, job.id, 5, gw)
     assert fake_log.prompts() == []
-    leases_of(gw).stalled_owner_grace_s = 0.2  # the grace passes
+    shortened = grace_passes_mid_sweep(gw, monkeypatch)
+    await wait_for(lambda: shortened)
     row = await wait_for(lambda: terminal(manager, job.id), DONE_S)
     assert row.status is JobStatus.COMPLETED and row.requeued_at is not None
     assert row.owner_instance == manager.instance_id
@@ -354,7 +375,8 @@ async def test_a_queued_job_of_a_stalled_owner_is_never_orphaned_and_requeued_af
 
 
 async def test_a_cancelled_queued_job_of_a_stalled_owner_ends_cancelled_never_orphaned(
-    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Found by the detach chaos run: cancelled while queued, then orphaned before the
     # stopped owner's poller saw the cancel. It must end cancelled, never via `orphaned`.
@@ -364,7 +386,8 @@ async def test_a_cancelled_queued_job_of_a_stalled_owner_ends_cancelled_never_or
     gw = await start_gateway(settings)
     manager = await gw.manager()
     await never_orphaned_for(manager, job.id, 3, gw)
-    leases_of(gw).stalled_owner_grace_s = 0.2
+    shortened = grace_passes_mid_sweep(gw, monkeypatch)
+    await wait_for(lambda: shortened)
     row = await wait_for(lambda: terminal(manager, job.id), DONE_S)
     assert row.status is JobStatus.CANCELLED
     assert row.error_kind == ErrorKind.CANCELLED and row.requeued_at is None
