@@ -381,7 +381,9 @@ class JobStore(Protocol):
         orphaned job is final: never a candidate; `orphaned_within_s` is unused); only those
         whose owner row is stopped, collected, or on this host and boot (the caller probes
         that owner's pid). A running http job is left out until its lease passed (its owner
-        may be draining it). Oldest first, at most `limit`."""
+        may be draining it). At most `limit`: those whose owner row is collected, stopped
+        or lapsed first, then the oldest, so a busy host's live jobs never fill the batch
+        ahead of a dead owner's (the reaper would otherwise orphan it unseen)."""
 
     async def adopt_job(self, take: TakeOver) -> JobRow | None:
         """CAS owner_instance -> take.instance_id on a queued, running or orphaned job of

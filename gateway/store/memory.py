@@ -468,7 +468,15 @@ class MemoryJobStore:
                 light = replace(job, output=None, result_json=None)
                 found.append(AdoptionCandidate(job=light,
                                                owner=replace(owner) if owner else None))
+            found.sort(key=lambda c: not self._owner_lapsed(c.owner, now))  # stable: oldest
             return found[:max(limit, 0)]
+
+    @staticmethod
+    def _owner_lapsed(owner: InstanceRow | None, now: datetime) -> bool:
+        """LIST_ADOPTION_CANDIDATES' first sort key: the owner row collected, stopped or
+        lapsed."""
+        return (owner is None or owner.stopped_at is not None
+                or (owner.lease_expires_at is not None and owner.lease_expires_at < now))
 
     @staticmethod
     def _settleable(job: JobRow, now: datetime, boot_id: str, within_s: float) -> bool:

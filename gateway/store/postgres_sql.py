@@ -467,7 +467,8 @@ WHERE jobs.id = d.id AND jobs.owner_instance = $1 AND jobs.status = 'running'"""
 # jobs of this host ($2) owned by another instance ($1) whose row is stopped, collected, or
 # on this host and boot ($3). Active ones only: `orphaned` is final (no adopter heals or
 # re-queues it). A running http job waits until its own lease passed: a detaching owner
-# drains it until then. At most $4, oldest first.
+# drains it until then. At most $4: jobs whose owner is collected, stopped or lapsed first,
+# then the oldest (see sqlite_sql.py).
 _CANDIDATE_COLUMNS = ", ".join(
     f"NULL AS {name}" if name in ("output", "result_json") else f"jobs.{name} AS {name}"
     for name in JobRow.column_names())
@@ -481,7 +482,9 @@ WHERE jobs.hostname = $2 AND jobs.owner_instance IS DISTINCT FROM $1
            AND jobs.lease_deadline >= now())
   AND (owner.instance_id IS NULL OR owner.stopped_at IS NOT NULL
        OR (owner.hostname = $2 AND owner.boot_id = $3))
-ORDER BY jobs.created_at, jobs.id
+ORDER BY CASE WHEN owner.instance_id IS NULL OR owner.stopped_at IS NOT NULL
+                   OR owner.lease_expires_at < now() THEN 0 ELSE 1 END,
+         jobs.created_at, jobs.id
 LIMIT $4"""
 
 # Adoption: one compare-and-set on owner_instance, from the owner the adopter read ($2), so

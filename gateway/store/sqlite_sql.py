@@ -433,6 +433,9 @@ WHERE owner_instance = :instance_id AND status = 'running'
 # (:orphaned_within_s is unused, kept for the protocol's signature.) A running http job
 # waits until its own lease passed: a
 # detaching owner drains it until then. Light columns, prefixed: the owner shares names.
+# Jobs whose owner is collected, stopped or lapsed come first, then the oldest: a busy
+# host's live jobs (another window's burst) never fill the batch ahead of a dead owner's,
+# which the reaper would otherwise orphan unseen (base.JobStore.list_adoption_candidates).
 _CANDIDATE_COLUMNS = ", ".join(
     f"NULL AS {name}" if name in ("output", "result_json") else f"jobs.{name} AS {name}"
     for name in JobRow.column_names())
@@ -446,7 +449,9 @@ WHERE jobs.hostname = :hostname AND jobs.owner_instance IS NOT :instance_id
            AND jobs.lease_deadline >= :now)
   AND (owner.instance_id IS NULL OR owner.stopped_at IS NOT NULL
        OR (owner.hostname = :hostname AND owner.boot_id = :boot_id))
-ORDER BY jobs.created_at, jobs.id
+ORDER BY CASE WHEN owner.instance_id IS NULL OR owner.stopped_at IS NOT NULL
+                   OR owner.lease_expires_at < :now THEN 0 ELSE 1 END,
+         jobs.created_at, jobs.id
 LIMIT :limit"""
 
 # Adoption: one compare-and-set on owner_instance, from the owner the adopter read, so of

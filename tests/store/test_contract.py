@@ -1369,6 +1369,28 @@ async def test_adoption_candidates_are_jobs_of_gone_or_local_owners_on_this_host
     assert owners[of_local.id] is not None and owners[of_local.id].pid == 4242  # type: ignore[union-attr]
 
 
+async def test_adoption_candidates_of_lapsed_owners_come_before_older_ones_of_live_owners(
+    store: JobStore,
+) -> None:
+    # A busy host's live jobs must not fill a sweep's batch ahead of a dead owner's: the
+    # reaper would orphan that one unseen (base.JobStore.list_adoption_candidates).
+    await store.register_instance(instance("live"), TTL_S)
+    await store.register_instance(instance("lapsed"), EXPIRED_TTL_S)
+    await store.register_instance(instance("stopped"), TTL_S)
+    await store.mark_instance_stopped("stopped")
+    live = [new_job(owner="live") for _ in range(3)]
+    for job in live:
+        await store.insert_job(job, TTL_S)
+    gone = [new_job(owner=owner) for owner in ("lapsed", "stopped", "collected")]
+    for job in gone:
+        await store.insert_job(job, TTL_S)
+    found = await store.list_adoption_candidates(OTHER, "host-1", "boot-1",
+                                                 ORPHANED_WITHIN_S, 4)
+    order = [c.job.id for c in found]
+    assert set(order[:3]) == {job.id for job in gone}
+    assert order[3] == live[0].id  # then the oldest
+
+
 async def test_orphaned_jobs_are_never_adoption_candidates(store: JobStore) -> None:
     # `orphaned` is final: no adopter heals or re-queues it (a poller that read it stopped).
     started = await orphaned(store, new_job(owner="gone"))
