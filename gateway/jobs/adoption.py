@@ -82,6 +82,10 @@ class Adopter:
         # the two would let the reaper orphan, for good, a queued job that adoption had left
         # to its owner, when the next sweep's adoption would re-queue (or cancel) it.
         self.grace_s = stalled_owner_grace_s()
+        # What the last sweep looked at, and whether that was every candidate (not cut
+        # short by its batch, a closed admission or a closing gateway): see left_unseen.
+        self.looked_at: set[str] = set()
+        self.saw_all = False
 
     def alive_at_last_sweep(self, owner_id: str | None) -> bool:
         """Whether the last sweep judged this owner alive (it skipped the owner's jobs).
@@ -91,6 +95,13 @@ class Adopter:
         its jobs are adopted next sweep (a run's end record finalized) rather than orphaned
         with their answer unread."""
         return self.judged_gone.get(owner_id) is False
+
+    def left_unseen(self, job_id: str) -> bool:
+        """Whether the last sweep was cut short before it looked at this job. The reaper of
+        the same sweep leaves such a job of this host alone: only adoption can tell a run
+        to finalize or work to re-queue from one nobody can settle, and `orphaned` is
+        final; the next sweep looks again."""
+        return not self.saw_all and job_id not in self.looked_at
 
     def owner_alive_here(self, owner: InstanceRow | None) -> bool:
         """Proven alive on this host and boot (pid with its start time), stopped or not."""
@@ -135,6 +146,8 @@ class Adopter:
         manager = self.manager
         self.judged_gone = gone = {}  # one probe per owner and sweep
         self.grace_s = self.stalled_owner_grace_s()  # one grace per sweep, the reaper's too
+        self.looked_at = looked_at = set()
+        self.saw_all = False
         if not manager.admission.open:
             return 0  # an instance that cannot renew its own lease takes over nothing
         candidates = await self.store.list_adoption_candidates(
@@ -144,7 +157,8 @@ class Adopter:
         now: float | None = None
         for candidate in candidates:
             if manager.closing:
-                break
+                return taken
+            looked_at.add(candidate.job.id)
             owner = candidate.job.owner_instance
             if owner not in gone:
                 gone[owner] = self.owner_gone(candidate.owner)
@@ -159,6 +173,7 @@ class Adopter:
                             "past its lease and the grace", action="adopt_stalled",
                             job_id=candidate.job.id, owner_instance=owner)
             taken += await self.settle(candidate.job, why)
+        self.saw_all = len(candidates) < ADOPT_BATCH
         return taken
 
     async def settle(self, job: JobRow, why: str = "owner_gone") -> int:

@@ -292,13 +292,15 @@ class LeaseKeeper:
         queued (the adopter re-queues it once its owner is proven gone: nothing runs
         meanwhile), until the stalled-owner grace after the lease lapsed: the grace this
         sweep's adoption judged by, so what it left to a stalled owner is never orphaned in
-        the same sweep. Adoption ran first in this sweep, so a job of a gone owner that is
-        still a candidate is one nobody here can settle. On another host the owner cannot be
-        probed: as before, at its lease."""
+        the same sweep. Adoption ran first in this sweep and looked at this job (or at every
+        candidate), so a job of a gone owner that is still a candidate is one nobody here
+        can settle. On another host the owner cannot be probed: as before, at its lease."""
         if self._provably_alive(row):
             return False
         if row.hostname != self.identity.hostname:
             return True
+        if self.adopter.left_unseen(row.id):
+            return False  # adoption was cut short before it: the next sweep looks again
         lapsed = max(
             row.lease_deadline.timestamp() if row.lease_deadline is not None else 0.0,
             owner.lease_expires_at.timestamp() if owner and owner.lease_expires_at else 0.0)

@@ -25,6 +25,7 @@ import pytest
 
 from gateway import proc
 from gateway.config import Settings
+from gateway.jobs import adoption, leases
 from gateway.jobs.manager import JobManager, Submission
 from gateway.jobs.requests import SubmitRequest
 from gateway.jobs.run import supervisor as sup
@@ -392,6 +393,76 @@ async def test_a_cancelled_queued_job_of_a_stalled_owner_ends_cancelled_never_or
     assert row.status is JobStatus.CANCELLED
     assert row.error_kind == ErrorKind.CANCELLED and row.requeued_at is None
     assert fake_log.prompts() == []
+
+
+async def lapsed_ghosts(settings: Settings, dead: list[NewJob], busy: list[NewJob]) -> None:
+    """`busy`, queued by a live owner ("busy": this process), then `dead`, queued by an
+    owner with no instance row (gone), their leases lapsed."""
+    store = await open_store(settings)
+    try:
+        owner = InstanceRow(instance_id="busy", pid=os.getpid(),
+                            pid_started_at=proc.process_start_time(os.getpid()), role="stdio",
+                            version="test", **here())
+        await store.register_instance(owner, ADOPTER_LEASE_S)
+        for job in busy:
+            await store.insert_job(job, ADOPTER_LEASE_S)
+        for job in dead:
+            await store.insert_job(job, 0.05)
+
+        async def lapsed() -> bool:
+            expired = await store.list_expired_candidates(settings.lease.http_job_grace_s)
+            return {job.id for job in dead} <= {r.id for r in expired}
+
+        await wait_for(lapsed)
+    finally:
+        await store.close()
+
+
+async def requeued_and_run(gw: Any, dead: list[NewJob], fake_log: FakeLog) -> None:
+    manager = await gw.manager()
+    for job in dead:
+        row = await wait_for(functools.partial(terminal, manager, job.id), DONE_S)
+        assert row.status is JobStatus.COMPLETED and row.requeued_at is not None, row
+    assert sorted(fake_log.prompts()) == sorted(json.loads(j.request_json)["prompt"]
+                                                for j in dead)
+
+
+async def test_a_gone_owner_s_job_behind_a_full_adoption_batch_is_requeued_never_orphaned(
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A busy host: more active jobs of live gateways (another window's burst) than adoption
+    # reads a sweep, all older than a dead owner's queued job. Adoption must still reach
+    # that job (a lapsed owner's jobs are read first), never leave it to the reaper.
+    settings = make_settings()
+    busy = [claude_job(n, f"busy {n}", "busy") for n in (20, 21)]
+    dead = [claude_job(22, "queued by a dead owner", "dead")]
+    await lapsed_ghosts(settings, dead, busy)
+    monkeypatch.setattr(adoption, "ADOPT_BATCH", 2)  # the two busy jobs would fill it
+    monkeypatch.setattr(leases, "STALLED_OWNER_GRACE_S", 0.0)  # the reaper's fallback: due
+    gw = await start_gateway(settings)
+    await requeued_and_run(gw, dead, fake_log)
+    manager = await gw.manager()
+    for job in busy:  # a live owner's jobs stay its own
+        row = await manager.get(job.id)
+        assert row.status is JobStatus.QUEUED and row.owner_instance == "busy"
+
+
+async def test_the_reaper_never_orphans_a_job_a_cut_short_adoption_did_not_look_at(
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # More dead owners' jobs than one sweep's batch: the first is re-queued, the second
+    # waits for the next sweep's adoption; the same sweep's reaper must not orphan it.
+    settings = make_settings(lease={"sweep_interval_s": 3600.0})  # the test sweeps
+    monkeypatch.setattr(leases, "STALLED_OWNER_GRACE_S", 0.0)  # the reaper's fallback: due
+    gw = await start_gateway(settings)
+    dead = [claude_job(n, f"dead owner's {n}", f"dead-{n}") for n in (23, 24)]
+    await lapsed_ghosts(settings, dead, [])
+    monkeypatch.setattr(adoption, "ADOPT_BATCH", 1)
+    assert await leases_of(gw).sweep_once() == []  # one re-queued, the other left unseen
+    assert await leases_of(gw).sweep_once() == []  # the other re-queued
+    await requeued_and_run(gw, dead, fake_log)
 
 
 async def test_an_owner_that_lost_its_job_leaves_the_spool_to_the_job_s_new_owner(
