@@ -309,21 +309,32 @@ async def queued_under_a_stalled_owner(settings: Settings, job: NewJob,
     cancel was requested before the owner's poller saw it."""
     store = await open_store(settings)
     try:
-        owner = InstanceRow(instance_id=job.owner_instance, pid=os.getpid(),
-                            pid_started_at=proc.process_start_time(os.getpid()), role="stdio",
-                            version="test", **here())
-        await store.register_instance(owner, 0.05)
+        await store.register_instance(this_process_as(job.owner_instance), 0.05)
         await store.insert_job(job, 0.05)
         if cancel:
             assert await store.request_cancel(job.id) is not None
-
-        async def lapsed() -> bool:
-            expired = await store.list_expired_candidates(settings.lease.http_job_grace_s)
-            return job.id in {r.id for r in expired}
-
-        await wait_for(lapsed)
+        await leases_lapsed(settings, store, [job])
     finally:
         await store.close()
+
+
+def this_process_as(instance_id: str | None) -> InstanceRow:
+    """An instance row for this test process: an owner proven alive on this host."""
+    assert instance_id is not None
+    return InstanceRow(instance_id=instance_id, pid=os.getpid(),
+                       pid_started_at=proc.process_start_time(os.getpid()), role="stdio",
+                       version="test", **here())
+
+
+async def leases_lapsed(settings: Settings, store: Any, jobs: list[NewJob]) -> None:
+    """Wait until the reaper would list every one of `jobs` (its lease and its owner's
+    lapsed)."""
+
+    async def lapsed() -> bool:
+        expired = await store.list_expired_candidates(settings.lease.http_job_grace_s)
+        return {job.id for job in jobs} <= {r.id for r in expired}
+
+    await wait_for(lapsed)
 
 
 async def never_orphaned_for(manager: Any, job_id: str, sweeps: int, gw: Any) -> None:
@@ -337,18 +348,18 @@ def grace_passes_mid_sweep(gw: Any, monkeypatch: pytest.MonkeyPatch) -> list[boo
     """The stalled-owner grace drops to 0.2 s between a sweep's adoption and its reaper, the
     worst moment (a loaded box once lined a background sweep up with it): the reaper must
     judge by the grace adoption judged by, never orphan what adoption left queued."""
-    leases = leases_of(gw)
-    adopt = leases.adopter.sweep
+    keeper = leases_of(gw)
+    adopt = keeper.adopter.sweep
     shortened: list[bool] = []
 
     async def adopt_then_shorten() -> int:
         taken = await adopt()
         if not shortened:
-            leases.stalled_owner_grace_s = 0.2
+            keeper.stalled_owner_grace_s = 0.2
             shortened.append(True)
         return taken
 
-    monkeypatch.setattr(leases.adopter, "sweep", adopt_then_shorten)
+    monkeypatch.setattr(keeper.adopter, "sweep", adopt_then_shorten)
     return shortened
 
 
@@ -400,20 +411,12 @@ async def lapsed_ghosts(settings: Settings, dead: list[NewJob], busy: list[NewJo
     owner with no instance row (gone), their leases lapsed."""
     store = await open_store(settings)
     try:
-        owner = InstanceRow(instance_id="busy", pid=os.getpid(),
-                            pid_started_at=proc.process_start_time(os.getpid()), role="stdio",
-                            version="test", **here())
-        await store.register_instance(owner, ADOPTER_LEASE_S)
+        await store.register_instance(this_process_as("busy"), ADOPTER_LEASE_S)
         for job in busy:
             await store.insert_job(job, ADOPTER_LEASE_S)
         for job in dead:
             await store.insert_job(job, 0.05)
-
-        async def lapsed() -> bool:
-            expired = await store.list_expired_candidates(settings.lease.http_job_grace_s)
-            return {job.id for job in dead} <= {r.id for r in expired}
-
-        await wait_for(lapsed)
+        await leases_lapsed(settings, store, dead)
     finally:
         await store.close()
 
@@ -479,9 +482,7 @@ async def test_an_owner_that_lost_its_job_leaves_the_spool_to_the_job_s_new_owne
     settings = make_settings()
     gw = await start_gateway(settings)
     manager = await gw.manager()
-    adopter = InstanceRow(instance_id="adopter", pid=os.getpid(),
-                          pid_started_at=proc.process_start_time(os.getpid()), role="stdio",
-                          version="test", **here())
+    adopter = this_process_as("adopter")
     await manager.store.register_instance(adopter, ADOPTER_LEASE_S)
     sub = await manager.submit("claude", SubmitRequest(prompt="taken from me @sleep=1"))
     await wait_for(lambda: len(fake_log.spawns()) == 1)
