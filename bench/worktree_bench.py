@@ -26,7 +26,6 @@ if str(REPO) not in sys.path:
 from gateway.config import load_settings  # noqa: E402
 from gateway.jobs.worktrees.create import (  # noqa: E402
     create_worktree,
-    git_quiet,
     inspect_repository,
     plan_worktree,
     remove_worktree,
@@ -72,14 +71,13 @@ def run_worktree_bench(workdir: Path, files: int = 10_000, samples: int = 20) ->
         t0 = time.perf_counter()
         create_worktree(settings, plan)
         gateway_s.append(time.perf_counter() - t0)
-        git_quiet(["worktree", "unlock", plan.path], plan.toplevel)
-        remove_worktree(plan.toplevel, plan.path, plan.branch)
+        remove_worktree(plan)
         Path(plan.path + ".json").unlink(missing_ok=True)
         plain = workdir / f"plain-{job_id[:8]}"
         t0 = time.perf_counter()
         _git(repo, "worktree", "add", "-q", "--detach", str(plain), found.base_sha)
         plain_s.append(time.perf_counter() - t0)
-        remove_worktree(str(repo), str(plain), None)
+        _git(repo, "worktree", "remove", "--force", str(plain))
     return {"files": files, "samples": samples,
             "gateway_p50_s": statistics.median(gateway_s), "gateway_p95_s": _pct(gateway_s, 95),
             "plain_p50_s": statistics.median(plain_s), "plain_p95_s": _pct(plain_s, 95),

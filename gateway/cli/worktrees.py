@@ -96,21 +96,16 @@ def cmd_jobs_discard(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _statuses(args: argparse.Namespace, job_ids: list[str]) -> dict[str, str]:
-    """Each job's status in the store, when there is a store to read."""
+def _rows(args: argparse.Namespace, job_ids: list[str]) -> dict[str, JobRow | None] | None:
+    """Each job's row in the store (None: there is no store to read)."""
     settings = store_settings(args)
-    if settings is None or not job_ids:
-        return {}
+    if settings is None:
+        return None
 
-    async def read(store: JobStore) -> dict[str, str]:
-        found = {}
-        for job_id in job_ids:
-            row = await store.get_job(job_id, with_output=False)
-            if row is not None:
-                found[job_id] = str(row.status)
-        return found
+    async def read(store: JobStore) -> dict[str, JobRow | None]:
+        return {job_id: await store.get_job(job_id, with_output=False) for job_id in job_ids}
 
-    async def session() -> dict[str, str]:
+    async def session() -> dict[str, JobRow | None]:
         return await with_store(settings, read)
 
     return run(session)
@@ -119,12 +114,12 @@ def _statuses(args: argparse.Namespace, job_ids: list[str]) -> dict[str, str]:
 def cmd_worktrees(args: argparse.Namespace) -> int:
     from gateway import proc
     from gateway.cli.common import load
-    from gateway.jobs.worktrees.gc import expire_worktrees, list_worktrees
+    from gateway.jobs.worktrees.gc import list_worktrees
 
     settings = load(args, quiet=True)
     host = proc.hostname()
     if args.worktrees_command == "gc":
-        removed = expire_worktrees(settings, host)
+        removed = _expire(args, settings, host)
         if args.json:
             print(json.dumps({"removed": removed}))
         else:
@@ -133,8 +128,10 @@ def cmd_worktrees(args: argparse.Namespace) -> int:
             for path in removed:
                 print(f"  {path}")
         return EXIT_OK
-    entries = list_worktrees(settings, host, now=time.time())
-    statuses = _statuses(args, [e.record.job_id for e in entries])
+    ids = [e.record.job_id for e in list_worktrees(settings, host, sizes=False)]
+    found = _rows(args, ids)
+    entries = list_worktrees(settings, host, now=time.time(), rows=found)
+    statuses = {job_id: str(row.status) for job_id, row in (found or {}).items() if row}
     rows = [{**e.as_dict(), "job_status": statuses.get(e.record.job_id)} for e in entries]
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -147,3 +144,20 @@ def cmd_worktrees(args: argparse.Namespace) -> int:
               f"({row['job_status'] or 'not in the store'})  {row['state']}  {size}  "
               f"{row['age_s'] / 3600:.1f} h")
     return EXIT_OK
+
+
+def _expire(args: argparse.Namespace, settings: Settings, host: str) -> list[str]:
+    """`worktrees gc`: what to remove comes from the store, so with no store nothing is."""
+    from gateway.jobs.worktrees.gc import expire_worktrees
+
+    found = store_settings(args)
+    if found is None:
+        return []
+
+    async def expire(store: JobStore) -> list[str]:
+        return await expire_worktrees(settings, host, store)
+
+    async def session() -> list[str]:
+        return await with_store(found, expire)
+
+    return run(session)

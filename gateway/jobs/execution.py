@@ -147,7 +147,8 @@ class ProcessExecution:
     async def wait(self) -> ExecutionOutcome:
         outcome = await self.run.wait()
         ended = outcome.error_kind or f"exit {outcome.exit_code}"
-        worktree = await settle_worktree(self.target.worktree, self.spec.job_id, ended)
+        worktree = await settle_worktree(self.target.worktree, self.spec.job_id, ended,
+                                         self.settings.worktrees.lfs)
         adapter = self.target.adapter
         options = self.target.options
 

@@ -379,7 +379,7 @@ class LeaseKeeper:
                 and await self.store.claim_sweep("retention", PURGE_INTERVAL_S)):
             self._last_purge = now
             await self._purge()
-            await asyncio.to_thread(expire_worktrees, self.settings, self.manager.hostname)
+            await expire_worktrees(self.settings, self.manager.hostname, self.store)
         return orphaned
 
     async def _purge(self) -> None:

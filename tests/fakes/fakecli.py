@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import runpy
 import signal
 import sys
 import time
@@ -449,6 +450,10 @@ def main(binary: str) -> None:
         time.sleep(0.01)  # the test says when: no guess at how long its checks take
     if run.d.get("write"):
         write_files(run)
+    if run.d.get("script"):
+        # `@script=FILE`: run a Python file in this process, in the cwd, as an agent's own
+        # commands (tampering with its worktree, planting git config): what a job did.
+        runpy.run_path(run.d["script"], run_name="__fake_script__")
     try:
         if "auth" in run.d:
             code = AUTH[run.binary](run)

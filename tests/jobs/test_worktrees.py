@@ -304,9 +304,12 @@ async def test_after_retention_the_directory_is_gone_and_the_branch_keeps_the_co
     shown = worktree_of(row.request_json, row.result_json)
     assert shown is not None and Path(shown["path"]).is_dir()
     host = proc.hostname()
-    assert expire_worktrees(settings, host, now=time.time() + 1800) == []
-    assert expire_worktrees(settings, "another-host", now=time.time() + 7200) == []
-    assert expire_worktrees(settings, host, now=time.time() + 3601) == [shown["path"]]
+    store = manager.store
+    assert await expire_worktrees(settings, host, store, now=time.time() + 1800) == []
+    assert await expire_worktrees(settings, "another-host", store,
+                                  now=time.time() + 7200) == []
+    assert await expire_worktrees(settings, host, store,
+                                  now=time.time() + 3601) == [shown["path"]]
     assert not Path(shown["path"]).exists()
     assert git(repo, "rev-parse", shown["branch"]) == shown["head_sha"]
     (entry,) = list_worktrees(settings, host)

@@ -13,6 +13,7 @@ read or change, even where a path of the same name exists.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,13 @@ from gateway.jobs.worktrees import records
 from gateway.jobs.worktrees.create import (
     WorktreeError,
     WorktreePlan,
-    git_quiet,
     plan_of,
     remove_worktree,
     repository_lock,
 )
 from gateway.jobs.worktrees.finish import worktree_of
-from gateway.jobs.worktrees.git import GitError, git
+from gateway.jobs.worktrees.git import GitError, git, repository
+from gateway.jobs.worktrees.verify import place_of, tampering
 from gateway.model import ErrorKind, GatewayError, JobRow
 from providers.parsing import char_boundary
 
@@ -65,7 +66,7 @@ def _own_plan(row: JobRow, hostname: str) -> WorktreePlan:
 def _branch_tip(plan: WorktreePlan) -> str | None:
     try:
         return git(["rev-parse", "--verify", "--quiet", f"refs/heads/{plan.branch}"],
-                   plan.toplevel).decode().strip() or None
+                   repository(plan.common_dir)).decode().strip() or None
     except GitError:
         return None
 
@@ -92,19 +93,24 @@ def diff(row: JobRow, hostname: str, fmt: str = "stat", offset: int = 0,
         raise _invalid("offset must be >= 0 and max_bytes >= 1.")
     plan = _own_plan(row, hostname)
     shape = ["--stat"] if fmt == "stat" else ["--patch"]
-    common = ["--no-color", "--no-ext-diff", *shape]
+    common = ["--no-color", *shape]
     try:
         if row.status.is_active:
             if not Path(plan.path).is_dir():
                 raise _invalid(f"Job {row.id} is {row.status} and its worktree is not made "
                                f"yet; ask again in a moment.")
-            data = git(["diff", *common, plan.base_sha, "--"], plan.path)
+            problems = tampering(plan)
+            if problems:
+                raise GatewayError(ErrorKind.WORKTREE_ERROR, f"Job {row.id}'s worktree is not "
+                                   f"as the gateway made it: {'; '.join(problems)}.")
+            data = git(["diff", *common, plan.base_sha, "--"], place_of(plan))
             tip = "worktree"
         else:
             branch_tip = _branch_tip(plan)
             if branch_tip is None:
                 raise _gone(row, plan)
-            data = git(["diff", *common, plan.base_sha, branch_tip, "--"], plan.toplevel)
+            data = git(["diff", *common, plan.base_sha, branch_tip, "--"],
+                       repository(plan.common_dir))
             tip = branch_tip
     except GitError as err:
         raise GatewayError(ErrorKind.WORKTREE_ERROR, f"git could not diff job {row.id}: "
@@ -150,6 +156,16 @@ def _terminal_plan(row: JobRow, hostname: str, action: str) -> WorktreePlan:
     return plan
 
 
+def _refuse_tampered(plan: WorktreePlan, job_id: str, action: str) -> None:
+    """Nothing is done for a job whose worktree is not as the gateway made it: its
+    removal, the last step of apply and discard, would be refused half-way."""
+    problems = tampering(plan) if os.path.lexists(plan.path) else []
+    if problems:
+        raise _invalid(f"Not {action}, nothing changed: job {job_id}'s worktree is not as the "
+                       f"gateway made it ({'; '.join(problems)}). Look at it and its branch "
+                       f"{plan.branch!r} yourself.")
+
+
 def apply(row: JobRow, hostname: str) -> dict[str, Any]:
     """Bring the job's changes into its working_dir's checkout as uncommitted edits, or
     change nothing and say why (GatewayError)."""
@@ -157,9 +173,10 @@ def apply(row: JobRow, hostname: str) -> dict[str, Any]:
     tip = _branch_tip(plan)
     if tip is None:
         raise _gone(row, plan)
+    _refuse_tampered(plan, row.id, "applied")
     try:
         files = _paths(git(["diff", "--name-only", "--no-renames", "-z", plan.base_sha, tip,
-                            "--"], plan.toplevel))
+                            "--"], repository(plan.common_dir)))
         if not files:
             raise _invalid(f"Job {row.id}'s branch has no changes against its base; nothing "
                            f"to apply (discard it instead).")
@@ -171,7 +188,7 @@ def apply(row: JobRow, hostname: str) -> dict[str, Any]:
                     f"uncommitted changes to files job {row.id} also changed: "
                     f"{clash[:SHOWN_FILES]}. Commit or stash them, then apply again.")
             patch = git(["diff", "--binary", "--full-index", "--no-renames", "--no-color",
-                         "--no-ext-diff", plan.base_sha, tip, "--"], plan.toplevel)
+                         plan.base_sha, tip, "--"], repository(plan.common_dir))
             try:
                 git(["apply", "--check", "--whitespace=nowarn", "-"], plan.toplevel,
                     input_bytes=patch)
@@ -196,11 +213,12 @@ def discard(row: JobRow, hostname: str) -> dict[str, Any]:
     """Remove the job's worktree and branch (its changes are gone)."""
     plan = _terminal_plan(row, hostname, "discard")
     tip = _branch_tip(plan)
-    present = Path(plan.path).is_dir()
+    present = os.path.lexists(plan.path)
     if tip is None and not present:
         raise _gone(row, plan)
     try:
         with repository_lock(plan.common_dir):
+            _refuse_tampered(plan, row.id, "discarded")
             _remove(plan, row.id, records.DISCARDED, hostname)
     except WorktreeError as err:
         raise GatewayError(ErrorKind.WORKTREE_ERROR, str(err)) from None
@@ -214,8 +232,7 @@ def _remove(plan: WorktreePlan, job_id: str, outcome: str, hostname: str) -> Non
     record = records.read_record(Path(plan.path))
     if record is not None and record.job_id != job_id:
         raise WorktreeError(f"{plan.path!r} belongs to job {record.job_id}, not {job_id}")
-    git_quiet(["worktree", "unlock", plan.path], plan.toplevel)
-    remove_worktree(plan.toplevel, plan.path, plan.branch)
+    remove_worktree(plan)
     if record is None:  # made before records, or lost: the tombstone is written anyway
         record = records.WorktreeRecord(
             job_id=job_id, host=hostname, instance=plan.instance, path=plan.path,

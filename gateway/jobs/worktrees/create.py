@@ -30,7 +30,8 @@ from gateway.config import Settings
 from gateway.fs import ensure_private_dir
 from gateway.jobs.requests import WORKTREE_KEY, stored_fields
 from gateway.jobs.worktrees import records
-from gateway.jobs.worktrees.git import GitError, git, git_text
+from gateway.jobs.worktrees.git import GitError, GitPlace, git, git_text, repository
+from gateway.jobs.worktrees.verify import admin_dir, place_of, real_directory, tampering
 from gateway.model import ErrorKind, GatewayError
 
 log = structlog.get_logger(__name__)
@@ -126,7 +127,9 @@ def inspect_repository(working_dir: str, base_ref: str | None) -> Repository:
 
 
 def worktree_root(settings: Settings) -> Path:
-    return settings.worktrees.root or settings.state_dir / "worktrees"
+    """The root of every worktree of this host, at its real location: a plan's path is
+    real, so a symlink put on its way later is seen (verify.py)."""
+    return Path(os.path.realpath(settings.worktrees.root or settings.state_dir / "worktrees"))
 
 
 def repo_key(common_dir: str) -> str:
@@ -152,7 +155,7 @@ def plan_worktree(settings: Settings, repo: Repository, base_ref: str | None,
     short = job_id.replace("-", "")[:JOB_PREFIX_CHARS]
     try:
         branch = git_text(["check-ref-format", "--branch", config.branch_prefix + short],
-                          repo.toplevel)
+                          repository(repo.common_dir))
     except GitError:
         raise GatewayError(ErrorKind.SETUP_ERROR, f"[worktrees] branch_prefix "
                            f"{config.branch_prefix!r} does not make a valid branch name "
@@ -225,6 +228,7 @@ def create_worktree(settings: Settings, plan: WorktreePlan, owner: Owner | None 
         if os.path.lexists(path):
             raise WorktreeError(f"{plan.path!r} exists already and is not this job's; it is "
                                 f"never reused nor deleted. Remove it if it is stale.")
+        _free_admin_dir(plan)
         if _branch_exists(plan):
             raise WorktreeError(f"branch {plan.branch!r} exists already; a branch the gateway "
                                 f"did not make for this job is never reused nor deleted.")
@@ -242,7 +246,7 @@ def create_worktree(settings: Settings, plan: WorktreePlan, owner: Owner | None 
                 _add_and_check_out(settings, plan)
                 break
             except (GitError, OSError) as exc:
-                remove_worktree(plan.toplevel, plan.path, plan.branch)
+                remove_made(plan)
                 locked = isinstance(exc, GitError) and exc.lock_error
                 if not locked or attempt == CREATE_ATTEMPTS:
                     record.delete()
@@ -253,14 +257,15 @@ def create_worktree(settings: Settings, plan: WorktreePlan, owner: Owner | None 
         try:
             _verify(plan)
             seed_files(settings.worktrees.copy_files, Path(plan.toplevel), path)
-            git(["worktree", "lock", "--reason", lock_reason(owner), plan.path], plan.toplevel)
+            git(["worktree", "lock", "--reason", lock_reason(owner), plan.path],
+                repository(plan.common_dir))
             if not plan.cwd.is_dir():
                 raise WorktreeError(f"working_dir's place {plan.subdir!r} is not in the commit "
                                     f"{plan.base_sha[:12]} (not tracked there).")
             record.state = records.RUNNING
             record.save()
         except (GitError, OSError, WorktreeError) as exc:
-            remove_worktree(plan.toplevel, plan.path, plan.branch)
+            remove_made(plan)
             record.delete()
             raise exc if isinstance(exc, WorktreeError) else WorktreeError(_why(exc)) from None
     log.info("worktree created", action="worktree_create", job_id=owner.job_id,
@@ -283,14 +288,32 @@ def _why(exc: BaseException) -> str:
 
 def _add_and_check_out(settings: Settings, plan: WorktreePlan) -> None:
     git(["worktree", "add", "--no-checkout", "--no-track", "-b", plan.branch, plan.path,
-         plan.base_sha], plan.toplevel)
-    env = {} if settings.worktrees.lfs else {"GIT_LFS_SKIP_SMUDGE": "1"}
-    git([*PARALLEL_CHECKOUT, "checkout", "--force", "--quiet"], plan.path, env=env)
+         plan.base_sha], repository(plan.common_dir))
+    if real_directory(admin_dir(plan)) is not None:
+        raise WorktreeError(f"git did not make the worktree's admin dir {admin_dir(plan)!r} "
+                            f"(another worktree of that name?)")
+    lfs = settings.worktrees.lfs
+    env = {} if lfs else {"GIT_LFS_SKIP_SMUDGE": "1"}
+    git([*PARALLEL_CHECKOUT, "checkout", "--force", "--quiet"], place_of(plan), env=env,
+        lfs=lfs)
+
+
+def _free_admin_dir(plan: WorktreePlan) -> None:
+    """The admin dir git will make for the worktree is free: a stale entry of a worktree
+    whose directory is gone is pruned; anything else there is refused (git would pick
+    another name, and every later call names the admin dir by the path's last part)."""
+    if not os.path.lexists(admin_dir(plan)):
+        return
+    git_quiet(["worktree", "prune"], repository(plan.common_dir))
+    if os.path.lexists(admin_dir(plan)):
+        raise WorktreeError(f"git's admin dir {admin_dir(plan)!r} is taken by another "
+                            f"worktree; remove it (`git worktree remove`) or retry.")
 
 
 def _branch_exists(plan: WorktreePlan) -> bool:
     try:
-        git(["show-ref", "--verify", "--quiet", f"refs/heads/{plan.branch}"], plan.toplevel)
+        git(["show-ref", "--verify", "--quiet", f"refs/heads/{plan.branch}"],
+            repository(plan.common_dir))
     except GitError as err:
         if err.stderr:  # not "no such ref" (exit 1, silent) but git failing
             raise WorktreeError(err.message) from None
@@ -299,18 +322,16 @@ def _branch_exists(plan: WorktreePlan) -> bool:
 
 
 def _verify(plan: WorktreePlan) -> None:
-    """The directory is the worktree we made: its top is the path, its common dir the
-    repository's, its HEAD our branch at base_sha. Anything else: WorktreeError."""
-    lines = git_text(["rev-parse", "--path-format=absolute", "--show-toplevel",
-                      "--git-common-dir"], plan.path).splitlines()
-    found = [os.path.realpath(line) for line in lines[:2]]
-    found.append(git_text(["symbolic-ref", "--quiet", "HEAD"], plan.path))
-    found.append(git_text(["rev-parse", "--verify", "HEAD"], plan.path))
-    expected = [os.path.realpath(plan.path), os.path.realpath(plan.common_dir),
-                f"refs/heads/{plan.branch}", plan.base_sha]
-    if found != expected:
+    """The directory is the worktree we made (verify.py's checks, the same as before a
+    commit or a removal), its HEAD at base_sha. Anything else: WorktreeError."""
+    problems = tampering(plan)
+    if not problems:
+        head = git_text(["rev-parse", "--verify", "HEAD"], place_of(plan))
+        if head != plan.base_sha:
+            problems.append(f"its HEAD is {head}, not {plan.base_sha}")
+    if problems:
         raise WorktreeError(f"the new worktree at {plan.path!r} is not what was made "
-                            f"(expected {expected}, git says {found}); nothing runs there.")
+                            f"({'; '.join(problems)}); nothing runs there.")
 
 
 def _clear_own_leftovers(plan: WorktreePlan, owner: Owner) -> None:
@@ -319,29 +340,51 @@ def _clear_own_leftovers(plan: WorktreePlan, owner: Owner) -> None:
     record = records.read_record(Path(plan.path))
     if record is None or record.job_id != owner.job_id or record.host != owner.host:
         return
-    git_quiet(["worktree", "unlock", plan.path], plan.toplevel)
-    remove_worktree(plan.toplevel, plan.path, plan.branch)
+    remove_made(plan)
     record.delete()
 
 
-def git_quiet(args: list[str], cwd: str) -> bool:
+def git_quiet(args: list[str], where: GitPlace) -> bool:
     """A clean-up step that may find nothing to do."""
     try:
-        git(args, cwd)
+        git(args, where)
     except GitError:
         return False
     return True
 
 
-def remove_worktree(toplevel: str, path: str, branch: str | None) -> None:
-    """Remove a worktree the gateway made (directory and git's metadata) and, when given,
-    its branch. Best effort: what is already gone is fine."""
-    git_quiet(["worktree", "remove", "--force", "--force", path], toplevel)
-    if os.path.lexists(path):
-        shutil.rmtree(path, ignore_errors=True)
-        git_quiet(["worktree", "prune"], toplevel)
-    if branch is not None:
-        git_quiet(["branch", "-D", "--", branch], toplevel)
+def remove_made(plan: WorktreePlan) -> None:
+    """Undo a creation that did not finish (the job's CLI never ran there; the repository
+    lock is held): whatever is at the path is this attempt's. A symlink is unlinked, never
+    followed."""
+    if os.path.islink(plan.path):
+        with contextlib.suppress(OSError):
+            os.unlink(plan.path)
+    _drop(plan, branch=True)
+
+
+def remove_worktree(plan: WorktreePlan, branch: bool = True) -> None:
+    """Remove a worktree a job ran in (directory and git's metadata) and, with `branch`,
+    its branch: only what verify.py finds as the gateway made it; a tampered one raises
+    WorktreeError and nothing is removed. What is already gone is fine."""
+    if os.path.lexists(plan.path):
+        problems = tampering(plan)
+        if problems:
+            raise WorktreeError(f"the worktree of job {plan.job_id} was tampered with, so it "
+                                f"is left for a person: {'; '.join(problems)}")
+    _drop(plan, branch)
+
+
+def _drop(plan: WorktreePlan, branch: bool) -> None:
+    """Directory (never through a symlink: rmtree refuses one, and walks by file
+    descriptors), then git's metadata, then the branch."""
+    repo = repository(plan.common_dir)
+    git_quiet(["worktree", "unlock", plan.path], repo)
+    if os.path.lexists(plan.path) and real_directory(plan.path) is None:
+        shutil.rmtree(plan.path, ignore_errors=True)
+    git_quiet(["worktree", "prune"], repo)
+    if branch:
+        git_quiet(["branch", "-D", "--", plan.branch], repo)
 
 
 def seed_files(names: list[str], source: Path, worktree: Path) -> list[str]:

@@ -13,6 +13,7 @@ worktree is reported as such, its `path` null once the directory is gone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -24,13 +25,15 @@ import structlog
 from gateway.jobs.requests import WORKTREE_KEY
 from gateway.jobs.worktrees import records
 from gateway.jobs.worktrees.create import (
+    WorktreeError,
     WorktreePlan,
     git_quiet,
     plan_of,
     remove_worktree,
     repository_lock,
 )
-from gateway.jobs.worktrees.git import GitError, git, git_text
+from gateway.jobs.worktrees.git import GitError, git, git_text, repository
+from gateway.jobs.worktrees.verify import place_of, tampering
 
 log = structlog.get_logger(__name__)
 
@@ -41,9 +44,11 @@ COMMITTER_EMAIL = "agent-cli-gateway@localhost"
 PLANNED_SHOWN = "planned"  # admitted, no worktree made yet
 KEPT_SHOWN = "kept"  # the run ended; directory and branch are there (diff, apply, discard)
 REMOVED_SHOWN = "removed"  # the run changed nothing: worktree and branch removed at once
+TAMPERED_SHOWN = "tampered"  # not as the gateway made it: not committed, nothing removed
 _SHOWN_STATE = {records.CREATING: "creating", records.RUNNING: "running",
                 records.KEPT: KEPT_SHOWN, records.BRANCH_ONLY: "expired",
-                records.APPLIED: "applied", records.DISCARDED: "discarded"}
+                records.APPLIED: "applied", records.DISCARDED: "discarded",
+                records.TAMPERED: TAMPERED_SHOWN}
 GONE_SHOWN = frozenset({REMOVED_SHOWN, "expired", "applied", "discarded"})  # no directory
 _SHORTSTAT = re.compile(r"(\d+) files? changed(?:, (\d+) insertions?\(\+\))?"
                         r"(?:, (\d+) deletions?\(-\))?")
@@ -57,47 +62,57 @@ def author_env(job_id: str) -> dict[str, str]:
 
 
 def shortstat(plan: WorktreePlan, head: str) -> tuple[int, int, int]:
-    text = git_text(["diff", "--shortstat", plan.base_sha, head, "--"], plan.toplevel)
+    text = git_text(["diff", "--shortstat", plan.base_sha, head, "--"],
+                    repository(plan.common_dir))
     match = _SHORTSTAT.search(text)
     if match is None:
         return 0, 0, 0
     return tuple(int(g or 0) for g in match.groups())  # type: ignore[return-value]
 
 
-def commit_worktree(plan: WorktreePlan, job_id: str, ended: str) -> str:
-    """Commit everything the run left in the worktree (hooks off, no signing prompt);
-    return the branch's tip."""
-    path = plan.path
-    git_quiet(["worktree", "unlock", path], plan.toplevel)
-    git(["add", "--all", "--", "."], path)
+def commit_worktree(plan: WorktreePlan, job_id: str, ended: str, lfs: bool = False) -> str:
+    """Commit everything the run left in the worktree (hooks and filters off, no signing
+    prompt), naming its git dir and work tree: never found from the directory; return the
+    branch's tip. The caller verified the worktree (verify.tampering) a moment ago."""
+    place = place_of(plan)
+    git_quiet(["worktree", "unlock", plan.path], repository(plan.common_dir))
+    git(["add", "--all"], place, lfs=lfs)
     try:
-        git(["diff", "--cached", "--quiet"], path)
+        git(["diff", "--cached", "--quiet"], place)
         staged = False
     except GitError as err:
         if err.stderr:
             raise
         staged = True
     if staged:
-        git(["-c", "commit.gpgsign=false", "commit", "--no-verify", "--quiet", "-m",
+        git(["commit", "--no-verify", "--quiet", "-m",
              f"agent-cli-gateway: job {job_id} ({ended})\n\nWhat the job's CLI changed in its "
-             f"worktree, committed by the gateway."], path, env=author_env(job_id))
-    return git_text(["rev-parse", "--verify", f"refs/heads/{plan.branch}"], plan.toplevel)
+             f"worktree, committed by the gateway."], place, env=author_env(job_id), lfs=lfs)
+    return git_text(["rev-parse", "--verify", f"refs/heads/{plan.branch}"],
+                    repository(plan.common_dir))
 
 
-def finish_worktree(plan: WorktreePlan, job_id: str, ended: str) -> dict[str, Any]:
-    """Commit, measure, and keep or remove the job's worktree. Never raises: a problem is
-    reported in the answer (`error`) and the worktree is kept for a person."""
+def finish_worktree(plan: WorktreePlan, job_id: str, ended: str,
+                    lfs: bool = False) -> dict[str, Any]:
+    """Verify, commit, measure, and keep or remove the job's worktree. Never raises: a
+    problem is reported in the answer (`error`) and the worktree is kept for a person; one
+    not as the gateway made it is `tampered`, and git is not run in it at all."""
     report: dict[str, Any] = {"path": plan.path, "branch": plan.branch,
                               "base_sha": plan.base_sha, "changed": None, "files_changed": 0,
                               "insertions": 0, "deletions": 0, "state": KEPT_SHOWN}
     record = records.read_record(Path(plan.path))
     if record is not None and record.job_id != job_id:
-        report["error"] = "the worktree's record names another job; left untouched"
-        return report
+        record = None  # the job can write its record: it decides nothing, and is not kept
+    try:
+        problems = tampering(plan) if Path(plan.path).exists() else []
+    except OSError as exc:
+        problems = [f"the worktree cannot be checked ({exc.strerror or exc})"]
+    if problems:
+        return _tampered(plan, job_id, record, report, problems)
     try:
         if not Path(plan.path).is_dir():
             raise GitError(f"the worktree {plan.path!r} is gone")
-        head = commit_worktree(plan, job_id, ended)
+        head = commit_worktree(plan, job_id, ended, lfs)
         files, plus, minus = shortstat(plan, head)
     except (GitError, OSError) as exc:
         report["error"] = f"could not commit the job's changes: {exc}"
@@ -108,8 +123,11 @@ def finish_worktree(plan: WorktreePlan, job_id: str, ended: str) -> dict[str, An
     report.update(head_sha=head, changed=changed, files_changed=files, insertions=plus,
                   deletions=minus, kept=changed)
     if not changed:
-        with repository_lock(plan.common_dir):
-            remove_worktree(plan.toplevel, plan.path, plan.branch)
+        try:
+            with repository_lock(plan.common_dir):
+                remove_worktree(plan)
+        except WorktreeError as exc:  # tampered between the commit and now
+            return _tampered(plan, job_id, record, report, [str(exc)])
         if record is not None:
             record.delete()
         report.update(removed=True, state=REMOVED_SHOWN, path=None)
@@ -122,15 +140,33 @@ def finish_worktree(plan: WorktreePlan, job_id: str, ended: str) -> dict[str, An
     return report
 
 
-async def settle_worktree(plan: WorktreePlan | None, job_id: str,
-                          ended: str) -> dict[str, Any] | None:
+def _tampered(plan: WorktreePlan, job_id: str, record: records.WorktreeRecord | None,
+              report: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    """A worktree the job changed behind git's back (its `.git`, its admin dir, a symlink
+    for a directory): nothing is committed or removed, the checkout is untouched, and the
+    branch is left for a person; the job's result and the log say what was wrong."""
+    report.update(state=TAMPERED_SHOWN, tampered=problems,
+                  error="the worktree is not as the gateway made it, so nothing was committed "
+                        "or removed; look at it and its branch yourself: "
+                        + "; ".join(problems))
+    log.warning("worktree tampered with: not committed, not removed",
+                action="worktree_tampered", job_id=job_id, path=plan.path, problems=problems)
+    if record is not None:
+        record.state, record.ended_at = records.TAMPERED, time.time()
+        with contextlib.suppress(OSError):  # the report says it; the record is a mirror
+            record.save()
+    return report
+
+
+async def settle_worktree(plan: WorktreePlan | None, job_id: str, ended: str,
+                          lfs: bool = False) -> dict[str, Any] | None:
     """The end of a run for an isolated job: commit, measure, keep or remove; the report is
     the job's `worktree` (None: the job is not isolated). Off the event loop; never raises,
     so the terminal write happens whatever git did."""
     if plan is None:
         return None
     try:
-        return await asyncio.to_thread(finish_worktree, plan, job_id, ended)
+        return await asyncio.to_thread(finish_worktree, plan, job_id, ended, lfs)
     except Exception as exc:
         log.exception("worktree settle failed", action="worktree_settle", job_id=job_id)
         return {"path": plan.path, "branch": plan.branch, "base_sha": plan.base_sha,
@@ -156,7 +192,10 @@ def worktree_of(request_json: str | None, result_json: str | None) -> dict[str, 
         return None
     record = _own_record(plan)
     # After the end a record still `creating`/`running` is one whose settling failed: the
-    # report (with its error) says more than the record.
+    # report (with its error) says more than the record; and a tampered worktree stays
+    # tampered whatever its record (which the job can write) says since.
+    if shown["state"] == TAMPERED_SHOWN:
+        record = None
     if record is not None and (ended is None or record.state not in records.ACTIVE_STATES):
         shown["state"] = _SHOWN_STATE.get(record.state, record.state)
     if shown["state"] in GONE_SHOWN:

@@ -33,6 +33,7 @@ KEPT = "kept"  # the run ended with changes: directory and branch kept for reten
 BRANCH_ONLY = "branch"  # past retention: the directory is gone, the branch stays
 APPLIED = "applied"  # tombstone: brought into the caller's checkout; worktree and branch gone
 DISCARDED = "discarded"  # tombstone: worktree and branch removed, the changes dropped
+TAMPERED = "tampered"  # the job changed it behind git's back: not committed, nothing removed
 ACTIVE_STATES = frozenset({CREATING, RUNNING})
 TOMBSTONE_STATES = frozenset({APPLIED, DISCARDED})  # nothing of the worktree is left
 ON_DISK_STATES = frozenset({CREATING, RUNNING, KEPT})  # what the quota counts
