@@ -140,6 +140,7 @@ import psutil  # noqa: E402
 import tomli_w  # noqa: E402
 from mcp import Client  # noqa: E402
 
+from bench.chaos_worktrees import TamperScene  # noqa: E402
 from gateway.config import Settings, load_settings  # noqa: E402
 from gateway.jobs.finalizer import ROLE as FINALIZER_ROLE  # noqa: E402
 from gateway.jobs.run.spool import TEMP_DIR_PREFIX, spool_root  # noqa: E402
@@ -249,6 +250,10 @@ class ChaosOptions:
     # calls made instead by a brand-new client of its own (0: only those sessions).
     sessions_per_instance: int = 1
     fresh_session_fraction: float = FRESH_SESSION_FRACTION
+    # Jobs (of `jobs`, spread over the run) that run isolated in a scratch checkout and
+    # tamper with their worktree (#38, bench/chaos_worktrees.py): the audit requires the
+    # checkout untouched and nothing outside the worktrees root removed.
+    tamper_worktrees: int = 0
 
 
 # -- the timeline ----------------------------------------------------------------------------
@@ -351,6 +356,7 @@ class LogicalJob:
     provider: str
     sleep_s: float
     prompt: str
+    arguments: dict[str, Any] = field(default_factory=dict)  # beside the prompt
     attempts: list[Attempt] = field(default_factory=list)
     job_ids: set[str] = field(default_factory=set)
     owner_instance: str | None = None
@@ -430,6 +436,9 @@ class ChaosReport:
     # Jobs whose terminal status later changed (seen terminal by the observer or orphaned in
     # a log line, and different at the end): a poller that read the first one stopped.
     flapped: int = 0
+    # A tamper job's escape from its worktree (#38): a commit on the user's branch, a changed
+    # checkout, a directory outside the worktrees root removed.
+    escapes: int = 0
     # Jobs neither cancelled nor completed (orphaned, failed: a run that did not survive its
     # gateway). Part of `ok` in the detach scenario; with on_shutdown = "stop" a SIGTERM's
     # drain fails running jobs by design, so it is only reported there.
@@ -446,7 +455,7 @@ class ChaosReport:
                 f"leftover_processes={self.leftover_processes} unfinished={self.unfinished} "
                 f"leftover_temp_cwds={self.leftover_temp_cwds} "
                 f"leftover_attempt_dirs={self.leftover_attempt_dirs} "
-                f"flapped={self.flapped}")
+                f"flapped={self.flapped} escapes={self.escapes}")
 
     def info_line(self) -> str:
         return "chaos-info: " + " ".join(f"{k}={v}" for k, v in self.info.items())
@@ -455,7 +464,7 @@ class ChaosReport:
     def ok(self) -> bool:
         return (self.lost == 0 and self.false_orphans == 0 and self.late_orphans == 0
                 and self.duplicate_runs == 0 and self.leftover_processes == 0
-                and self.flapped == 0
+                and self.flapped == 0 and self.escapes == 0
                 and not (self.require_finished and self.unfinished)
                 and not (self.require_finished
                          and self.leftover_temp_cwds + self.leftover_attempt_dirs)
@@ -774,6 +783,9 @@ class ChaosRun:
         self.rng.shuffle(rest)
         self.deck = [*rest, "zygote_kill", "stop_kill"]
         self.settings: Settings | None = None
+        self.tamper: TamperScene | None = None
+        self.tamper_info: dict[str, Any] = {}
+        self.tamper_every = max(1, options.jobs // max(1, options.tamper_worktrees))
         self.tg: Any = None
         self.t0 = 0.0
 
@@ -807,6 +819,9 @@ class ChaosRun:
                        else {"enabled": False})
                 for name, binary in FAKE_COMMANDS.items()},
         }
+        if self.o.tamper_worktrees:
+            self.tamper = TamperScene.prepare(self.workdir)
+            config["worktrees"] = {"root": str(self.workdir / "worktrees")}
         self.config_path.write_text(tomli_w.dumps(config))
         settings = load_settings(path=self.config_path)
         self.settings = settings
@@ -1067,7 +1082,7 @@ class ChaosRun:
                 continue
             tried.add(life.name)
             attempt = await self.call(
-                life, f"{job.provider}_request_async", {"prompt": job.prompt},
+                life, f"{job.provider}_request_async", {"prompt": job.prompt, **job.arguments},
                 tool_timeout=self.rng.uniform(*IMPATIENT_TIMEOUT_S) if impatient else None)
             if impatient and attempt.outcome.startswith("lost"):
                 attempt.outcome = "lost:impatient"
@@ -1110,7 +1125,12 @@ class ChaosRun:
                 provider = PROVIDERS[index % len(PROVIDERS)]
                 sleep_s = round(self.rng.uniform(lo, hi), 2)
                 prompt = f"{self.tag}-{index:05d} @sleep={sleep_s:.2f}"
-                job = LogicalJob(index, provider, sleep_s, prompt)
+                arguments: dict[str, Any] = {}
+                if self.tamper is not None and index % self.tamper_every == 0 \
+                        and len(self.tamper.kinds_used) < self.o.tamper_worktrees:
+                    directive, arguments = self.tamper.request(len(self.tamper.kinds_used))
+                    prompt = f"{prompt} {directive}"
+                job = LogicalJob(index, provider, sleep_s, prompt, arguments)
                 self.jobs.append(job)
                 tg.start_soon(self.submit, job)
 
@@ -1357,6 +1377,7 @@ class ChaosRun:
             leftovers = await self.wait_fakes_gone()
             outer.cancel_scope.cancel()
         report = await self.audit(settings, leftovers)
+        report.info.update(self.tamper_info)
         report.info["chaos_s"] = round(chaos_end - self.t0, 1)
         report.info["settle_s"] = round(self.settle_s, 1)
         return report
@@ -1415,10 +1436,16 @@ class ChaosRun:
                 if row.status == JobStatus.COMPLETED:
                     page = await store.read_output(row.id, 0, ANSWER_READ_BYTES, answer=True)
                     answers[row.id] = page[0].decode("utf-8", "replace") if page else ""
+            escapes: list[str] = []
+            if self.tamper is not None:
+                escapes, self.tamper_info = await self.tamper.audit(settings, store, rows)
         finally:
             await store.close()
         report = ChaosReport(backend=self.o.backend,
                              require_finished=self.o.on_shutdown == "detach")
+        if self.tamper is not None:
+            report.escapes = len(escapes)
+            report.details.extend(escapes)
         by_id = {r.id: r for r in rows}
         by_prompt: dict[str, list[JobRow]] = defaultdict(list)
         for row in rows:
@@ -1704,6 +1731,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh-clients", type=float, default=FRESH_SESSION_FRACTION,
                         help="share of calls made by a brand-new client (0: only the "
                              "long-lived sessions)")
+    parser.add_argument("--tamper-worktrees", type=int, default=0,
+                        help="jobs that run isolated and tamper with their worktree (#38)")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, db)")
     args = parser.parse_args(argv)
 
@@ -1731,7 +1760,8 @@ def main(argv: list[str] | None = None) -> int:
                            impatient_fraction=args.impatient, on_shutdown=args.on_shutdown,
                            kill_once_at=args.kill_once_at,
                            sessions_per_instance=args.sessions_per_instance,
-                           fresh_session_fraction=args.fresh_clients)
+                           fresh_session_fraction=args.fresh_clients,
+                           tamper_worktrees=args.tamper_worktrees)
     ok = False
     try:
         report = anyio.run(run_chaos, options)

@@ -48,6 +48,9 @@ CI_DETACH_JOBS = 100
 CI_DETACH_DURATION_S = 25.0
 # The same detach scenario, shorter, with every gateway and supervisor on the `portable`
 # platform (what a Mac runs; issue 21): psutil instead of procfs, a poll instead of process fds.
+# Jobs of a detach run that tamper with their worktree (#38): a `.git` rewritten, the
+# worktree swapped for a symlink to the checkout, the record aimed outside the root.
+CI_TAMPER_JOBS = 6
 CI_PORTABLE_JOBS = 60
 CI_PORTABLE_DURATION_S = 15.0
 PORTABLE_ENV = {platform.ENV_VAR: platform.PORTABLE}
@@ -254,10 +257,12 @@ async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_sqlite(
     report = await run_chaos(ChaosOptions(
         backend="sqlite", workdir=tmp_path / "chaos", jobs=CI_DETACH_JOBS,
         instances=CI_INSTANCES, duration_s=CI_DETACH_DURATION_S,
-        impatient_fraction=CI_IMPATIENT, on_shutdown="detach"))
+        impatient_fraction=CI_IMPATIENT, on_shutdown="detach",
+        tamper_worktrees=CI_TAMPER_JOBS))
     print(report.text())
-    assert report.ok, report.text()  # unfinished=0 included
+    assert report.ok, report.text()  # unfinished=0 and escapes=0 included
     assert_detached_runs_were_taken_over(report)
+    assert_jobs_tampered_with_their_worktrees(report)
 
 
 @pytest.mark.chaos
@@ -267,9 +272,10 @@ async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_postgres(
 ) -> None:
     report = await run_chaos_on_postgres(
         tmp_path, postgres_server, jobs=CI_DETACH_JOBS, duration_s=CI_DETACH_DURATION_S,
-        on_shutdown="detach")
-    assert report.ok, report.text()  # unfinished=0 included
+        on_shutdown="detach", tamper_worktrees=CI_TAMPER_JOBS)
+    assert report.ok, report.text()  # unfinished=0 and escapes=0 included
     assert_detached_runs_were_taken_over(report)
+    assert_jobs_tampered_with_their_worktrees(report)
     assert "store_outages" not in report.info, report.text()
 
 
@@ -285,6 +291,13 @@ async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_the_portab
     print(report.text())
     assert report.ok, report.text()
     assert_detached_runs_were_taken_over(report)
+
+
+def assert_jobs_tampered_with_their_worktrees(report: ChaosReport) -> None:
+    """The escapes scenario happened: tamper jobs ran and their worktrees were judged so
+    (a tamper job cancelled before its CLI ran tampers with nothing: at least one did)."""
+    assert report.info["tamper_jobs"] == CI_TAMPER_JOBS, report.text()
+    assert report.info["worktrees_tampered"] >= 1, report.text()
 
 
 def assert_the_load_run_lost_a_gateway_mid_way(report: ChaosReport) -> None:
