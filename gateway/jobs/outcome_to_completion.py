@@ -64,8 +64,10 @@ def completion_of(outcome: ExecutionOutcome, login_hint: str,
 
 
 def usage_figures(record: dict[str, Any], model: str | None) -> UsageFigures | None:
-    """The totals' share of a stored usage object; None when it holds no figure at all."""
-    if not has_figures(record):
+    """The totals' share of a stored usage object; None when it holds no figure at all and
+    no invalid cost either (a job whose only figures were refused is counted as `invalid`,
+    and settles its budget as one: gateway/store/usage.py `spent_on`)."""
+    if not has_figures(record) and record.get("cost_source") != "invalid":
         return None
     return UsageFigures(
         cost_source=str(record.get("cost_source", "absent")), model=model,
