@@ -110,6 +110,20 @@ def checked(name: str, value: Any) -> int | float | None:
     raise KeyError(f"{name} is not a usage figure")
 
 
+def plain_json(value: Any) -> Any:
+    """`value` (what an adapter kept of a run's output as it came: claude's `duration_ms`,
+    `num_turns`...) with every non-finite number made null. Python's json reads NaN and
+    Infinity and writes them back, but strict JSON has neither: PostgreSQL's `json` type
+    refuses the stored result that holds one, and so would a client's JSON parser."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {key: plain_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_json(item) for item in value]
+    return value
+
+
 @dataclass(slots=True)
 class Usage:
     input_tokens: int | None = None

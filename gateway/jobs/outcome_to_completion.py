@@ -10,6 +10,7 @@ from typing import Any
 from gateway.jobs.execution import ExecutionOutcome
 from gateway.jobs.requests import canonical_json
 from gateway.model import Completion, ErrorKind, JobStatus, UsageFigures
+from providers.figures import plain_json
 from providers.usage import has_figures, usage_record
 
 
@@ -50,7 +51,7 @@ def completion_of(outcome: ExecutionOutcome, login_hint: str,
         result_json = canonical_json({
             **answer, "session_id": result.session_id,
             "usage": record,
-            "is_error": result.is_error, "extra": result.extra,
+            "is_error": result.is_error, "extra": plain_json(result.extra),
             "duration_s": round(outcome.duration_s, 3),
         })
     if outcome.worktree is not None:  # an isolated run: its worktree beside the answer

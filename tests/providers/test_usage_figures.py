@@ -12,9 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.jobs.outcome_to_completion import usage_figures
-from gateway.model import UsageFigures
+from gateway.jobs.execution import ExecutionOutcome
+from gateway.jobs.outcome_to_completion import completion_of, usage_figures
+from gateway.model import JobStatus, UsageFigures
 from gateway.store.usage import spent_on
+from providers.base import ProviderResult
 from providers.figures import (
     MAX_JOB_COST_USD,
     MAX_TOKENS,
@@ -27,6 +29,7 @@ from providers.http import anthropic, openai
 from providers.registry import CLI_PROVIDERS
 from providers.usage import COST_SOURCES, usage_record
 
+NAN, INF = float("nan"), float("inf")
 # What a JSON document can hold where a figure belongs, Python's extensions included.
 JSON_SCALARS = (st.none() | st.booleans() | st.integers() | st.floats()
                 | st.text(max_size=12) | st.sampled_from(["12", " 7 ", "-3", "1e3", "nan",
@@ -166,6 +169,31 @@ def test_a_job_whose_only_figures_were_refused_counts_as_invalid() -> None:
     assert "invalid" in COST_SOURCES
 
 
+def _strict(text: str) -> Any:
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in stored JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_the_stored_result_is_strict_json_whatever_numbers_the_cli_printed() -> None:
+    """PostgreSQL's json type (the light reads cast result_json) refuses NaN and Infinity."""
+    usage = Usage()
+    usage.read("cost_usd", NAN)
+    usage.read("output_tokens", 3)
+    result = ProviderResult(text="hi", usage=usage, extra={
+        "duration_ms": NAN, "num_turns": INF, "nested": {"deep": [-INF, 1.5]}, "model": "m"})
+    outcome = ExecutionOutcome(exit_code=0, error_kind=None, error=None, output="hi",
+                               stderr_tail="", output_bytes=2, truncated=False,
+                               duration_s=0.1, result=result)
+    completion = completion_of(outcome, "log in")
+    assert completion.status == JobStatus.COMPLETED and completion.result_json is not None
+    stored = _strict(completion.result_json)
+    assert stored["text"] == "hi" and stored["usage"]["cost_source"] == "invalid"
+    assert stored["extra"] == {"duration_ms": None, "num_turns": None,
+                               "nested": {"deep": [None, 1.5]}, "model": "m"}
+    assert completion.usage is not None and completion.usage.output_tokens == 3
+
+
 # -- the ledger's own defence ------------------------------------------------------------
 
 
@@ -180,9 +208,6 @@ def test_settling_a_budget_never_credits_it() -> None:
 
 
 # -- every adapter reads through the check -----------------------------------------------
-
-NAN, INF = float("nan"), float("inf")
-
 
 def _lines(*events: dict[str, Any]) -> bytes:
     return "".join(json.dumps(event) + "\n" for event in events).encode()
