@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -39,33 +40,23 @@ JSON_VALUES = st.recursive(JSON_SCALARS, lambda inner: st.lists(inner, max_size=
                            max_leaves=6)
 
 
-@given(JSON_VALUES)
-def test_a_token_count_is_a_whole_number_in_range_or_refused_with_a_reason(value: Any) -> None:
+@pytest.mark.parametrize(("check", "kind", "ceiling"), [
+    (token_count, int, MAX_TOKENS), (cost_usd, float, MAX_JOB_COST_USD)],
+    ids=["tokens", "cost"])
+@given(value=JSON_VALUES)
+def test_a_figure_is_a_number_of_its_kind_in_range_or_refused_with_a_reason(
+        check: Callable[[Any], float | None], kind: type, ceiling: float, value: Any) -> None:
     try:
-        figure = token_count(value)
+        figure = check(value)
     except BadFigure as exc:
         assert str(exc)
         return
-    if value is None:
-        assert figure is None
-    else:
-        assert isinstance(figure, int) and 0 <= figure <= MAX_TOKENS
-
-
-@given(JSON_VALUES)
-def test_a_cost_is_finite_and_in_range_or_refused_with_a_reason(value: Any) -> None:
-    try:
-        figure = cost_usd(value)
-    except BadFigure as exc:
-        assert str(exc)
+    if figure is None:
+        assert value is None
         return
-    if value is None:
-        assert figure is None
-    else:
-        assert isinstance(figure, float) and math.isfinite(figure)
-        assert 0 <= figure <= MAX_JOB_COST_USD
-        # and the ledger can always hold it, in whole micro-dollars
-        assert UsageFigures("reported", cost_usd=figure).cost_micro_usd is not None
+    assert isinstance(figure, kind) and math.isfinite(figure) and 0 <= figure <= ceiling
+    # and the ledger can always hold a cost, in whole micro-dollars
+    assert kind is int or UsageFigures("reported", cost_usd=figure).cost_micro_usd is not None
 
 
 @pytest.mark.parametrize(("value", "why"), [
