@@ -13,6 +13,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from providers.figures import MAX_JOB_COST_USD
+
 OUTPUT_CHUNK_BYTES = 256 * 1024  # one piece of a large output on its way into the row
 
 
@@ -285,7 +287,7 @@ class UsageFigures:
     not reported, never 0), where the cost came from, and the model to group it under
     (None: the job's own `model` column)."""
 
-    cost_source: str  # "reported" | "estimated" | "absent"
+    cost_source: str  # "reported" | "estimated" | "absent" | "invalid" (providers/usage.py)
     model: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -295,7 +297,14 @@ class UsageFigures:
 
     @property
     def cost_micro_usd(self) -> int | None:
-        return None if self.cost_usd is None else to_micro_usd(self.cost_usd)
+        """The cost in whole micro-dollars, as the totals and budgets add it. Never negative
+        and never raising: the check where the figure was parsed (providers/figures.py)
+        refuses such a cost, and one that got past it anyway is left out here rather than
+        credited to a budget or failing the job's terminal write (#38)."""
+        cost = self.cost_usd
+        if cost is None or not 0 <= cost <= MAX_JOB_COST_USD:  # False for NaN too
+            return None
+        return to_micro_usd(cost)
 
 
 @dataclass(slots=True)

@@ -15,6 +15,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
+from providers.figures import Usage
 from providers.parsing import Stdout, decode, plain_text, strip_ansi, tail
 
 
@@ -70,25 +71,6 @@ class Invocation:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)  # added to the child's environment
     stdin: bytes | None = None  # written then closed; None means stdin is /dev/null
-
-
-@dataclass(slots=True)
-class Usage:
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_read_tokens: int | None = None
-    cache_creation_tokens: int | None = None
-    cost_usd: float | None = None
-    # Who pays, where the CLI says so ("api" | "subscription"); None: it did not say.
-    billing: str | None = None
-    # Per-model figures where the CLI breaks them down (claude's modelUsage), as it named them.
-    models: dict[str, dict[str, Any]] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """The figures the CLI reported (absent ones left out, never 0)."""
-        names = ("input_tokens", "output_tokens", "cache_read_tokens",
-                 "cache_creation_tokens", "cost_usd")
-        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
 
 @dataclass(slots=True)

@@ -31,7 +31,6 @@ from providers.base import (
     ProviderOptions,
     ProviderRequest,
     ProviderResult,
-    Usage,
     failed,
 )
 from providers.common import (
@@ -41,7 +40,8 @@ from providers.common import (
     start_checks,
     stdout_answer,
 )
-from providers.parsing import Stdout, as_int, as_str, decode, strip_ansi, tail
+from providers.figures import Usage
+from providers.parsing import Stdout, as_str, decode, strip_ansi, tail
 
 AUTH_FAILURE = re.compile(
     r"401 Unauthorized|Not logged in|codex login|Missing bearer|invalid_api_key"
@@ -172,9 +172,8 @@ def _error_message(event: Mapping[str, Any]) -> str | None:
 def _usage(raw: Any) -> Usage | None:
     if not isinstance(raw, Mapping):
         return None
-    usage = Usage(
-        input_tokens=as_int(raw.get("input_tokens")),
-        output_tokens=as_int(raw.get("output_tokens")),
-        cache_read_tokens=as_int(raw.get("cached_input_tokens")),
-    )
-    return usage if usage.as_dict() else None
+    usage = Usage()
+    for name, key in (("input_tokens", "input_tokens"), ("output_tokens", "output_tokens"),
+                      ("cache_read_tokens", "cached_input_tokens")):
+        usage.read(name, raw.get(key))
+    return usage.found()

@@ -31,7 +31,6 @@ from providers.base import (
     ProviderOptions,
     ProviderRequest,
     ProviderResult,
-    Usage,
     failed,
 )
 from providers.common import (
@@ -41,7 +40,8 @@ from providers.common import (
     start_checks,
     stdout_answer,
 )
-from providers.parsing import Stdout, as_int, as_str
+from providers.figures import Usage
+from providers.parsing import Stdout, as_str
 
 GEMINI_AUTH_EXIT_CODE = 41  # gemini-cli's FatalAuthenticationError exit status
 AUTH_FAILURE = re.compile(
@@ -163,30 +163,19 @@ def _from_envelope(document: Mapping[str, Any], exit_code: int | None) -> Provid
 
 
 def _usage(document: Mapping[str, Any]) -> Usage | None:
-    """gemini: stats.models.<name>.tokens {prompt, candidates, cached}; agy: usage {...}."""
+    """gemini: stats.models.<name>.tokens {prompt, candidates, cached}, summed over the
+    models; agy: usage {...}. Every figure checked (providers/figures.py)."""
     usage = Usage()
     stats = document.get("stats")
     models = stats.get("models") if isinstance(stats, Mapping) else None
     if isinstance(models, Mapping):
-        for per_model in models.values():
-            tokens = per_model.get("tokens") if isinstance(per_model, Mapping) else None
-            if not isinstance(tokens, Mapping):
-                continue
-            for field, key in (("input_tokens", "prompt"), ("output_tokens", "candidates"),
-                               ("cache_read_tokens", "cached")):
-                value = as_int(tokens.get(key))
-                if value is not None:
-                    setattr(usage, field, (getattr(usage, field) or 0) + value)
+        per_model = [tokens for one in models.values() if isinstance(one, Mapping)
+                     and isinstance(tokens := one.get("tokens"), Mapping)]
+        for name, key in (("input_tokens", "prompt"), ("output_tokens", "candidates"),
+                          ("cache_read_tokens", "cached")):
+            usage.read_sum(name, (tokens.get(key) for tokens in per_model))
     raw = document.get("usage")
     if isinstance(raw, Mapping):
-        # A reported 0 is a figure: only a missing one falls through to the other name.
-        usage.input_tokens = _first_int(raw, "input_tokens", "prompt_tokens")
-        usage.output_tokens = _first_int(raw, "output_tokens", "completion_tokens")
-    return usage if usage.as_dict() else None
-
-
-def _first_int(raw: Mapping[str, Any], *names: str) -> int | None:
-    for name in names:
-        if (value := as_int(raw.get(name))) is not None:
-            return value
-    return None
+        usage.read_first("input_tokens", raw, "input_tokens", "prompt_tokens")
+        usage.read_first("output_tokens", raw, "output_tokens", "completion_tokens")
+    return usage.found()

@@ -24,7 +24,6 @@ from providers.base import (
     ProviderOptions,
     ProviderRequest,
     ProviderResult,
-    Usage,
     failed,
 )
 from providers.common import (
@@ -34,7 +33,8 @@ from providers.common import (
     start_checks,
     stdout_answer,
 )
-from providers.parsing import Stdout, as_int, as_str
+from providers.figures import Usage
+from providers.parsing import Stdout, as_str
 
 AUTH_FAILURE = re.compile(
     r"not (?:logged|signed) in|unauthenticated|unauthori[sz]ed|\b401\b|XAI_API_KEY"
@@ -122,12 +122,11 @@ class GrokProvider(CliProvider):
 def _usage(raw: Any) -> Usage | None:
     if not isinstance(raw, Mapping):
         return None
-    usage = Usage(
-        input_tokens=as_int(raw.get("input_tokens")),
-        output_tokens=as_int(raw.get("output_tokens")),
-        cache_read_tokens=as_int(raw.get("cache_read_input_tokens")),
-    )
-    return usage if usage.as_dict() else None
+    usage = Usage()
+    for name, key in (("input_tokens", "input_tokens"), ("output_tokens", "output_tokens"),
+                      ("cache_read_tokens", "cache_read_input_tokens")):
+        usage.read(name, raw.get(key))
+    return usage.found()
 
 
 def _extra(source: Mapping[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,6 @@ from providers.base import (
     ProviderOptions,
     ProviderRequest,
     ProviderResult,
-    Usage,
     failed,
 )
 from providers.common import (
@@ -41,7 +40,8 @@ from providers.common import (
     stdout_answer,
     usd_arg,
 )
-from providers.parsing import Stdout, as_float, as_int, as_str
+from providers.figures import Usage
+from providers.parsing import Stdout, as_str
 
 MODEL_ENV = "VIBE_ACTIVE_MODEL"  # vibe reads any config field from VIBE_<FIELD>
 AUTH_FAILURE = re.compile(
@@ -158,10 +158,12 @@ def session_usage(meta: Mapping[str, Any]) -> Usage | None:
     stats = meta.get("stats")
     if not isinstance(stats, Mapping):
         return None
-    usage = Usage(input_tokens=as_int(stats.get("session_prompt_tokens")),
-                  output_tokens=as_int(stats.get("session_completion_tokens")),
-                  cost_usd=as_float(stats.get("session_cost")))
-    return usage if usage.as_dict() else None
+    usage = Usage()
+    for name, key in (("input_tokens", "session_prompt_tokens"),
+                      ("output_tokens", "session_completion_tokens"),
+                      ("cost_usd", "session_cost")):
+        usage.read(name, stats.get(key))
+    return usage.found()
 
 
 def _noting_stats(objects: Iterable[Mapping[str, Any]],

@@ -87,32 +87,6 @@ def json_document(text: str) -> Any | None:
     return None
 
 
-def as_int(value: Any) -> int | None:
-    """An int from a JSON number (or numeric string); None for anything else."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return None
-
-
-def as_float(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
-
-
 def as_str(value: Any) -> str | None:
     """A non-empty string, or None."""
     return value if isinstance(value, str) and value else None

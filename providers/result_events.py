@@ -11,33 +11,34 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from providers.base import ProviderResult, Usage
+from providers.base import ProviderResult
 from providers.common import stdout_answer
-from providers.parsing import Stdout, as_float, as_int, as_str
+from providers.figures import Usage
+from providers.parsing import Stdout, as_str
 
 STREAM_EVENT_TYPES = frozenset({"system", "assistant", "user", "result", "stream_event",
                                 "tool_call", "thinking"})
 
 
-def _first_int(data: Mapping[str, Any], *names: str) -> int | None:
-    for name in names:
-        value = as_int(data.get(name))
-        if value is not None:
-            return value
-    return None
+# Our figure -> its names in a Claude (snake_case) or Cursor (camelCase) usage object.
+USAGE_KEYS: dict[str, tuple[str, ...]] = {
+    "input_tokens": ("input_tokens", "inputTokens"),
+    "output_tokens": ("output_tokens", "outputTokens"),
+    "cache_read_tokens": ("cache_read_input_tokens", "cacheReadInputTokens", "cacheReadTokens"),
+    "cache_creation_tokens": ("cache_creation_input_tokens", "cacheCreationInputTokens",
+                              "cacheWriteTokens"),
+}
 
 
 def usage_from(raw: Any, cost: Any = None) -> Usage | None:
-    """Usage from a Claude (snake_case) or Cursor (camelCase) usage object; None if absent."""
-    usage = Usage(cost_usd=as_float(cost))
+    """Usage from a Claude (snake_case) or Cursor (camelCase) usage object, every figure
+    checked (providers/figures.py); None if it reports none."""
+    usage = Usage()
+    usage.read("cost_usd", cost)
     if isinstance(raw, Mapping):
-        usage.input_tokens = _first_int(raw, "input_tokens", "inputTokens")
-        usage.output_tokens = _first_int(raw, "output_tokens", "outputTokens")
-        usage.cache_read_tokens = _first_int(
-            raw, "cache_read_input_tokens", "cacheReadInputTokens", "cacheReadTokens")
-        usage.cache_creation_tokens = _first_int(
-            raw, "cache_creation_input_tokens", "cacheCreationInputTokens", "cacheWriteTokens")
-    return usage if usage.as_dict() else None
+        for name, keys in USAGE_KEYS.items():
+            usage.read_first(name, raw, *keys)
+    return usage.found()
 
 
 # claude's `apiKeySource` in its `system/init` event: "none" is a claude.ai login (a Pro or
@@ -53,18 +54,23 @@ def billing_of(init: Mapping[str, Any]) -> str | None:
     return "subscription" if source == SUBSCRIPTION_KEY_SOURCE else "api"
 
 
-def models_from(raw: Any) -> dict[str, dict[str, Any]] | None:
-    """claude's per-model `modelUsage` as usage objects of our names (figures it reported
-    only); None when there is none."""
+def models_from(raw: Any, usage: Usage) -> None:
+    """claude's per-model `modelUsage` into `usage.models`, as usage objects of our names
+    (figures it reported only, each checked: a refused one is noted in `usage.refused` as
+    `models.<name>.<figure>`)."""
     if not isinstance(raw, Mapping):
-        return None
+        return
     models: dict[str, dict[str, Any]] = {}
     for name, figures in raw.items():
-        usage = usage_from(figures, figures.get("costUSD") if isinstance(figures, Mapping)
-                           else None)
-        if usage is not None:
-            models[str(name)] = usage.as_dict()
-    return models or None
+        one = usage_from(figures, figures.get("costUSD") if isinstance(figures, Mapping)
+                         else None)
+        if one is None:
+            continue
+        for figure, why in one.refused.items():
+            usage.refused[f"models.{name}.{figure}"] = why
+        if one.as_dict():
+            models[str(name)] = one.as_dict()
+    usage.models = models or None
 
 
 def _message_text(event: Mapping[str, Any]) -> str:
@@ -167,7 +173,7 @@ class ClaudeStyleRun:
         usage = usage_from(result.get("usage"), result.get("total_cost_usd"))
         if usage is not None:
             usage.billing = self.billing
-            usage.models = models_from(model_usage)
+            models_from(model_usage, usage)
         return ProviderResult(
             text=text, session_id=as_str(result.get("session_id")) or self.session_id,
             usage=usage, is_error=is_error, extra=extra,

@@ -8,6 +8,11 @@ cost and the model is in the dated price table below (`price_table_version` says
 table priced it), else `absent`. `billing` is what the CLI said about the login: claude's
 `apiKeySource` ("none" is a claude.ai subscription, whose `total_cost_usd` is an API-rate
 estimate, not a bill); `unknown` when it said nothing.
+
+Every figure was checked where it was parsed (providers/figures.py). The cost is `invalid`
+when the one the CLI printed failed that check, or when no cost was printed and a token
+figure an estimate would price did (or the estimate itself passes the ceiling of one job):
+no figure then, and the record's `warnings` say which was left out and why.
 """
 
 from __future__ import annotations
@@ -15,11 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from providers.base import Usage
+from providers.figures import COST_NAME, MAX_JOB_COST_USD, TOKEN_NAMES, Usage
 
-CostSource = Literal["reported", "estimated", "absent"]
+CostSource = Literal["reported", "estimated", "absent", "invalid"]
 Billing = Literal["api", "subscription", "unknown"]
-COST_SOURCES: tuple[CostSource, ...] = ("reported", "estimated", "absent")
+COST_SOURCES: tuple[CostSource, ...] = ("reported", "estimated", "absent", "invalid")
+INVALID_COST: CostSource = "invalid"  # what budgets settle at the job's whole reservation
 # The CLIs that print what a run cost (and can stop themselves at a cap): only these count
 # against a money budget; the others count by job (docs/configuration.md, [budgets]).
 REPORTS_COST = frozenset({"claude", "mistral"})
@@ -84,22 +90,35 @@ def estimate_cost(usage: Usage, model: str | None) -> float | None:
 
 def usage_record(usage: Usage | None, model: str | None) -> dict[str, Any]:
     """The `usage` object of a job's result_json: the reported figures, `cost_source`,
-    `billing`, and for an estimate `price_table_version`. With nothing reported it is
-    `{"cost_source": "absent", "billing": ...}`: no figure at all, and no 0."""
+    `billing`, for an estimate `price_table_version`, and `warnings` when a figure was left
+    out. With nothing reported it is `{"cost_source": "absent", "billing": ...}`: no figure
+    at all, and no 0."""
     if usage is None:
         return {"cost_source": "absent", "billing": "unknown"}
     record = usage.as_dict()
+    warnings = usage.warnings()
     source: CostSource = "absent"
     if usage.cost_usd is not None:
         source = "reported"
+    elif COST_NAME in usage.refused:
+        source = INVALID_COST
+    elif price_of(model) is not None and any(name in usage.refused for name in TOKEN_NAMES):
+        source = INVALID_COST  # priced from what is left, it would be a guess
     elif (estimate := estimate_cost(usage, model)) is not None:
-        record["cost_usd"] = estimate
-        record["price_table_version"] = PRICE_TABLE_VERSION
-        source = "estimated"
+        if estimate <= MAX_JOB_COST_USD:
+            record["cost_usd"] = estimate
+            record["price_table_version"] = PRICE_TABLE_VERSION
+            source = "estimated"
+        else:
+            source = INVALID_COST
+            warnings.append(f"{COST_NAME}: the estimate of ${estimate:,.2f} is above the "
+                            f"ceiling of ${MAX_JOB_COST_USD:,.0f} for one job; left out")
     record["cost_source"] = source
     record["billing"] = usage.billing or "unknown"
     if usage.models:
         record["models"] = usage.models
+    if warnings:
+        record["warnings"] = warnings
     return record
 
 

@@ -233,10 +233,9 @@ async def call_normalized(
     log.info("api call finished", action="http_api_done", provider=name, model=model,
              http_status=status, attempts=attempts, output_bytes=collector.bytes,
              stop_reason=summary.stop_reason)
-    usage = summary.usage if summary.usage.as_dict() else None
     return ProviderResult(
         text=collector.take_text(),
-        usage=usage,
+        usage=summary.usage.found(),
         extra={"model": model, "stop_reason": summary.stop_reason, "http_status": status,
                "attempts": attempts, "response_id": summary.response_id},
     )

@@ -10,6 +10,7 @@ from typing import Any
 from gateway.jobs.execution import ExecutionOutcome
 from gateway.jobs.requests import canonical_json
 from gateway.model import Completion, ErrorKind, JobStatus, UsageFigures
+from providers.figures import plain_json
 from providers.usage import has_figures, usage_record
 
 
@@ -50,7 +51,7 @@ def completion_of(outcome: ExecutionOutcome, login_hint: str,
         result_json = canonical_json({
             **answer, "session_id": result.session_id,
             "usage": record,
-            "is_error": result.is_error, "extra": result.extra,
+            "is_error": result.is_error, "extra": plain_json(result.extra),
             "duration_s": round(outcome.duration_s, 3),
         })
     if outcome.worktree is not None:  # an isolated run: its worktree beside the answer
@@ -64,8 +65,10 @@ def completion_of(outcome: ExecutionOutcome, login_hint: str,
 
 
 def usage_figures(record: dict[str, Any], model: str | None) -> UsageFigures | None:
-    """The totals' share of a stored usage object; None when it holds no figure at all."""
-    if not has_figures(record):
+    """The totals' share of a stored usage object; None when it holds no figure at all and
+    no invalid cost either (a job whose only figures were refused is counted as `invalid`,
+    and settles its budget as one: gateway/store/usage.py `spent_on`)."""
+    if not has_figures(record) and record.get("cost_source") != "invalid":
         return None
     return UsageFigures(
         cost_source=str(record.get("cost_source", "absent")), model=model,

@@ -18,6 +18,7 @@ from gateway.store.usage import (
     UsageRow,
     add_figure,
     day_of,
+    spent_on,
     summed,
     window_of,
 )
@@ -57,18 +58,18 @@ class MemoryLedger:
             self.reservations.setdefault(job_id, []).append(
                 _Held(held.budget, key[1], held.unit, held.amount))
 
-    def _settle(self, held: list[_Held], cost_micro_usd: int | None) -> None:
+    def _settle(self, held: list[_Held], usage: UsageFigures | None) -> None:
         for one in held:
             key = (one.budget, one.window_start)
             window = self.windows.get(key, BudgetWindow(*key))
-            spent = one.amount if one.unit == "jobs" else (cost_micro_usd or 0)
+            spent = spent_on(one.unit, one.amount, usage)
             self.windows[key] = BudgetWindow(*key, spent=window.spent + spent,
                                              reserved=window.reserved - one.amount)
 
     def account(self, job_id: str, provider: str, job_model: str | None,
                 usage: UsageFigures | None, now: float) -> None:
         cost = usage.cost_micro_usd if usage else None
-        self._settle(self.reservations.pop(job_id, []), cost)
+        self._settle(self.reservations.pop(job_id, []), usage)
         model = (usage.model if usage and usage.model else None) or job_model or ""
         key = (day_of(now), provider, model, usage.cost_source if usage else NO_USAGE)
         row = self.rollup.get(key, UsageRow(key="", cost_source=key[3], jobs=0))

@@ -18,6 +18,7 @@ from gateway.store.usage import (
     BudgetWindow,
     GroupBy,
     UsageRow,
+    spent_on,
 )
 
 if TYPE_CHECKING:  # asyncpg is imported only by postgres.py (the postgres extra)
@@ -147,18 +148,18 @@ async def reserve(conn: asyncpg.Connection, job_id: str,
 
 
 async def _settle_rows(conn: asyncpg.Connection, rows: Sequence[asyncpg.Record],
-                       cost_micro_usd: int | None) -> None:
+                       usage: UsageFigures | None) -> None:
     for row in rows:
         amount = int(row["amount"])
-        spent = amount if row["unit"] == "jobs" else (cost_micro_usd or 0)
-        await conn.execute(SETTLE_BUDGET, row["budget"], row["window_start"], amount, spent)
+        await conn.execute(SETTLE_BUDGET, row["budget"], row["window_start"], amount,
+                           spent_on(row["unit"], amount, usage))
 
 
 async def account(conn: asyncpg.Connection, job_id: str, usage: UsageFigures | None) -> None:
     """A terminal write that applied: settle the job's reservations with its real cost and
     add it to the usage totals (same transaction)."""
     cost = usage.cost_micro_usd if usage else None
-    await _settle_rows(conn, await conn.fetch(TAKE_RESERVATIONS, job_id), cost)
+    await _settle_rows(conn, await conn.fetch(TAKE_RESERVATIONS, job_id), usage)
     await conn.execute(
         ADD_USAGE, job_id, usage.model if usage else None,
         usage.cost_source if usage else NO_USAGE,

@@ -18,6 +18,7 @@ from gateway.store.usage import (
     GroupBy,
     UsageRow,
     day_of,
+    spent_on,
     window_of,
 )
 
@@ -131,13 +132,12 @@ def reserve(db: sqlite3.Connection, job_id: str, reservations: Sequence[Reservat
         db.execute(RECORD_RESERVATION, {**params, "job_id": job_id, "unit": held.unit})
 
 
-def _settle_rows(db: sqlite3.Connection, rows: Sequence[sqlite3.Row | tuple[object, ...]],
-                 cost_micro_usd: int | None) -> None:
+def _settle_rows(db: sqlite3.Connection, rows: Sequence[tuple[str, str, str, int]],
+                 usage: UsageFigures | None) -> None:
     for budget, window_start, unit, amount in rows:
-        # A job-count budget spends its one job; a money budget what the job reported.
-        spent = amount if unit == "jobs" else (cost_micro_usd or 0)
         db.execute(SETTLE_BUDGET, {"budget": budget, "window_start": window_start,
-                                   "amount": amount, "spent": spent})
+                                   "amount": amount,
+                                   "spent": spent_on(unit, amount, usage)})
 
 
 def account(db: sqlite3.Connection, job_id: str, usage: UsageFigures | None,
@@ -145,7 +145,7 @@ def account(db: sqlite3.Connection, job_id: str, usage: UsageFigures | None,
     """A terminal write that applied: settle the job's reservations with its real cost and
     add it to the usage totals."""
     cost = usage.cost_micro_usd if usage else None
-    _settle_rows(db, db.execute(TAKE_RESERVATIONS, {"job_id": job_id}).fetchall(), cost)
+    _settle_rows(db, db.execute(TAKE_RESERVATIONS, {"job_id": job_id}).fetchall(), usage)
     db.execute(ADD_USAGE, {
         "day": day_of(now), "job_id": job_id, "model": usage.model if usage else None,
         "cost_source": usage.cost_source if usage else NO_USAGE,

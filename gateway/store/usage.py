@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from gateway.model import MICRO_USD, ErrorKind, GatewayError, Reservation
+from gateway.model import MICRO_USD, ErrorKind, GatewayError, Reservation, UsageFigures
+from providers.usage import INVALID_COST
 
 __all__ = ["BudgetExceeded", "BudgetWindow", "Reservation", "UsageRow"]
 
@@ -38,7 +39,7 @@ class UsageRow:
     job of it reported that figure)."""
 
     key: str  # the provider, the model ("" if unknown) or the day (YYYY-MM-DD)
-    cost_source: str  # reported | estimated | absent | none
+    cost_source: str  # reported | estimated | absent | invalid | none
     jobs: int
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -113,6 +114,21 @@ def window_resets_at(period: str, window_start: str) -> datetime:
 def day_of(epoch_s: float) -> str:
     """The rollup's day of a terminal write at `epoch_s`."""
     return window_of("day", epoch_s)
+
+
+def spent_on(unit: str, amount: int, usage: UsageFigures | None) -> int:
+    """What settling a reservation of `amount` spends in its budget's unit: a job-count
+    budget its one job; a money budget the job's cost, 0 when it reported none, and the
+    whole reservation when the cost it reported was invalid (cost_source `invalid`: the CLI
+    was capped at the reservation, the most the run can have cost). Never below 0: a
+    negative would credit the window and admit jobs past its limit (#38)."""
+    if unit == "jobs":
+        return amount
+    if usage is None:
+        return 0
+    if usage.cost_source == INVALID_COST:  # providers/usage.py says when
+        return amount
+    return max(usage.cost_micro_usd or 0, 0)
 
 
 def add_figure(total: int | None, figure: int | None) -> int | None:

@@ -12,12 +12,11 @@ from typing import Any
 
 from httpx2 import ServerSentEvent
 
-from providers.base import Usage
+from providers.figures import Usage
 from providers.http.wire import (
     RETRYABLE_STREAM_ERRORS,
     AnswerSummary,
     StreamFailure,
-    as_int,
     error_detail,
     error_type,
 )
@@ -56,15 +55,14 @@ def build_body(normalized: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _merge_usage(usage: Usage, raw: Any) -> None:
-    """Fold a `usage` object in: later events carry cumulative counts, so the last value wins."""
+    """Fold a `usage` object in, each figure checked: later events carry cumulative counts,
+    so the last value wins."""
     if not isinstance(raw, Mapping):
         return
     for ours, theirs in (("input_tokens", "input_tokens"), ("output_tokens", "output_tokens"),
                          ("cache_read_tokens", "cache_read_input_tokens"),
                          ("cache_creation_tokens", "cache_creation_input_tokens")):
-        value = as_int(raw.get(theirs))
-        if value is not None:
-            setattr(usage, ours, value)
+        usage.read(ours, raw.get(theirs))
 
 
 class StreamParser:

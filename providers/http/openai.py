@@ -14,12 +14,11 @@ from urllib.parse import urlsplit
 
 from httpx2 import ServerSentEvent
 
-from providers.base import Usage
+from providers.figures import Usage
 from providers.http.wire import (
     RETRYABLE_STREAM_ERRORS,
     AnswerSummary,
     StreamFailure,
-    as_int,
     error_detail,
     error_type,
 )
@@ -63,13 +62,15 @@ def build_body(normalized: Mapping[str, Any]) -> dict[str, Any]:
 def _usage(raw: Any) -> Usage | None:
     if not isinstance(raw, Mapping):
         return None
+    usage = Usage()
+    usage.read("input_tokens", raw.get("prompt_tokens"))
+    usage.read("output_tokens", raw.get("completion_tokens"))
     details = raw.get("prompt_tokens_details")
-    cached = as_int(details.get("cached_tokens")) if isinstance(details, Mapping) else None
-    return Usage(
-        input_tokens=as_int(raw.get("prompt_tokens")),
-        output_tokens=as_int(raw.get("completion_tokens")),
-        cache_read_tokens=cached or None,
-    )
+    if isinstance(details, Mapping):
+        usage.read("cache_read_tokens", details.get("cached_tokens"))
+    # OpenAI reports 0 cached tokens for every request that used no cache: no figure.
+    usage.cache_read_tokens = usage.cache_read_tokens or None
+    return usage
 
 
 def _note_envelope(summary: AnswerSummary, chunk: Mapping[str, Any]) -> None:

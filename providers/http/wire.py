@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from httpx2 import ServerSentEvent
 
-from providers.base import Usage
+from providers.figures import Usage
 
 
 @dataclass(slots=True)
@@ -100,8 +100,3 @@ def error_type(body: Any) -> str | None:
         kind = body["error"].get("type") or body["error"].get("code")
         return str(kind) if kind else None
     return None
-
-
-def as_int(value: Any) -> int | None:
-    """A token count from JSON, or None when absent or not a number."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -1,6 +1,8 @@
 """Usage across jobs and budgets that hold under concurrency (issue 28), over real MCP client
 sessions to gateways sharing one store (a SQLite file, then a PostgreSQL database), with the
-fake claude reporting what each run cost (`@cost`, `@tokens`)."""
+fake claude reporting what each run cost (`@cost`, `@tokens`). A figure no run could have
+cost (negative, NaN, infinite, absurd) never credits a budget, changes a job's outcome or
+loses its answer (#38 items 4 and 5)."""
 
 from __future__ import annotations
 
@@ -24,8 +26,9 @@ pytestmark = pytest.mark.anyio
 TEST_TIMEOUT_S = 120.0
 CLI_TIMEOUT_S = 60.0
 RACERS = 10  # concurrent claude_request calls against a $1.00 daily budget
-QUARTER = 0.25
-
+QUARTER = 0.25  # the default reservation of a job
+ALLOWED = 4  # claude jobs of a QUARTER each that a $1.00 daily budget admits
+HUGE_TOKENS = 10**30
 
 
 @pytest.fixture
@@ -134,3 +137,104 @@ async def test_concurrent_claude_requests_never_spend_past_the_daily_budget(
     claude_argv = [s["argv"] for s in spawns if s.get("provider") == "claude"]
     assert claude_argv and all("--max-budget-usd" in argv for argv in claude_argv)
     assert all(argv[argv.index("--max-budget-usd") + 1] == "0.25" for argv in claude_argv)
+
+
+def budget_of(status: dict[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any]
+    (found,) = status["budgets"]
+    return found
+
+
+def assert_answered(answer: dict[str, Any], prompt: str) -> None:
+    """The job completed with the CLI's answer (`text` of a request, `output` of
+    llm_job_result), whatever its usage said."""
+    assert answer["status"] == "completed", answer
+    text = answer["text"] if "text" in answer else answer["output"]
+    assert text.strip().endswith(prompt), text
+
+
+def warned_about(usage: dict[str, Any], field: str) -> bool:
+    return any(warning.startswith(f"{field}:") for warning in usage.get("warnings", []))
+
+
+async def test_a_negative_reported_cost_is_never_credited_to_the_budget(
+        harness: Harness, store_config: dict[str, Any]) -> None:
+    config = harness.write_config({**store_config,
+                                   "budgets": {"providers": {"claude": {"daily_usd": 1.0}}}})
+    marker = tag()
+    refused: list[dict[str, Any]] = []
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway(harness, config) as client:
+            prompt = f"@cost=-100 {marker}"
+            answer = await data_of(client, "claude_request", {"prompt": prompt})
+            assert_answered(answer, prompt)
+            usage = answer["usage"]
+            assert usage["cost_source"] == "invalid" and "cost_usd" not in usage
+            assert warned_about(usage, "cost_usd")
+            # What the capped CLI could have spent is charged: never a credit of $100.
+            first = budget_of(await data_of(client, "gateway_status", {}))
+            assert first["spent"] == pytest.approx(QUARTER)
+            assert first["left"] == pytest.approx(1.0 - QUARTER)
+            admitted = 1
+            for n in range(2 * ALLOWED - 1):
+                result = await client.call_tool(
+                    "claude_request", {"prompt": f"@cost={QUARTER} {marker} {n}"})
+                if result.is_error:
+                    refused.append(result.structured_content or {})
+                else:
+                    admitted += 1
+            status = budget_of(await data_of(client, "gateway_status", {}))
+            report = await data_of(client, "llm_usage", {})
+    assert admitted == ALLOWED
+    assert [r["error_kind"] for r in refused] == ["budget_exceeded"] * ALLOWED
+    assert status["spent"] == pytest.approx(1.0) and status["left"] == 0
+    claude = group(report, "claude")
+    assert claude["jobs"] == ALLOWED and claude["cost_source"] == "mixed"
+    assert claude["cost_usd"] == pytest.approx(QUARTER * (ALLOWED - 1))
+
+
+@pytest.mark.parametrize(("directive", "field", "source"), [
+    pytest.param("@cost=nan", "cost_usd", "invalid", id="nan-cost"),
+    pytest.param("@cost=inf", "cost_usd", "invalid", id="infinite-cost"),
+    pytest.param("@cost=1e308", "cost_usd", "invalid", id="1e308-cost"),
+    pytest.param("@cost=1e400", "cost_usd", "invalid", id="1e400-cost"),
+    # a bad token count is left out; the cost claude printed beside it still stands
+    pytest.param(f"@tokens={HUGE_TOKENS}:5", "input_tokens", "reported", id="1e30-tokens"),
+    pytest.param("@tokens=-5000:5", "input_tokens", "reported", id="negative-tokens"),
+])
+async def test_a_bad_usage_figure_leaves_the_job_completed_with_its_answer(
+        harness: Harness, store_config: dict[str, Any], directive: str, field: str,
+        source: str) -> None:
+    config = harness.write_config(store_config)
+    prompt = f"{directive} {tag()}"
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway(harness, config) as client:
+            answer = await data_of(client, "claude_request", {"prompt": prompt})
+            stored = await data_of(client, "llm_job_result", {"job_id": answer["job_id"]})
+            report = await data_of(client, "llm_usage", {})
+    for seen in (answer, stored):
+        assert_answered(seen, prompt)
+        usage = seen["usage"]
+        assert field not in usage and warned_about(usage, field), usage
+        assert usage["cost_source"] == source, usage
+    claude = group(report, "claude")
+    assert claude["jobs"] == 1 and claude["cost_source"] == source
+    assert field not in ("input_tokens", "cost_usd") or claude[field] is None
+
+
+async def test_negative_tokens_never_make_a_negative_estimate(
+        harness: Harness, store_config: dict[str, Any]) -> None:
+    config = harness.write_config(store_config)
+    prompt = f"@tokens=-2000000:-1000 {tag()}"
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with gateway(harness, config) as client:
+            answer = await data_of(client, "codex_request", {"prompt": prompt, "model": "gpt-5"})
+            report = await data_of(client, "llm_usage", {})
+    assert_answered(answer, prompt)
+    usage = answer["usage"]
+    assert "input_tokens" not in usage and "output_tokens" not in usage
+    assert warned_about(usage, "input_tokens") and warned_about(usage, "output_tokens")
+    # An estimate from the figures left would be a guess: the cost is invalid, not $0 or less.
+    assert usage["cost_source"] == "invalid" and "cost_usd" not in usage
+    codex = group(report, "codex")
+    assert codex["cost_usd"] is None and codex["input_tokens"] is None

@@ -224,6 +224,18 @@ async def test_anthropic_request_uses_x_api_key_version_and_top_level_system(
 
 
 @KINDS
+async def test_a_bad_usage_figure_from_an_api_is_left_out_and_the_answer_kept(
+        server: FakeApiServer, api_key: str, kind: str) -> None:
+    """#38: a negative or absurd token count is refused where the stream is parsed."""
+    server.push(Script(chunks=("still ", "here"), input_tokens=-5, output_tokens=10**30))
+    result = await call_api("p", config_for(server, kind), ApiRequest(prompt="hi"), retry=FAST)
+    assert result.text == "still here"
+    assert result.usage is not None
+    assert result.usage.input_tokens is None and result.usage.output_tokens is None
+    assert set(result.usage.refused) == {"input_tokens", "output_tokens"}
+
+
+@KINDS
 async def test_a_server_that_ignores_stream_still_yields_text_usage_and_stop_reason(
         server: FakeApiServer, api_key: str, kind: str) -> None:
     server.push(Script(stream=False, chunks=("all at once",), input_tokens=8, output_tokens=3,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gateway.jobs.outcome_to_completion import usage_figures
-from providers.base import Usage
+from providers.figures import Usage
 from providers.mistral import session_usage
 from providers.registry import CLI_PROVIDERS
 from providers.usage import PRICE_TABLE_VERSION, estimate_cost, price_of, usage_record
