@@ -1,12 +1,15 @@
-"""Private directories: every directory the gateway creates is 0700, whatever the umask.
+"""Private directories: every directory the gateway creates is 0700, whatever the umask,
+and is the directory it made, never another user's link.
 
 Job rows, spool files (prompts, outputs) and the config (tokens) live under them, so other
 users must not even list them (a spool directory's name is a job id). One helper for the
-SQLite store's directory, the spool directories and `init`'s config directory.
+SQLite store's directory, the spool directories and `init`'s config directory, and the
+checks the gateway makes of its state dir before it starts (runtime.py).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from contextlib import suppress
@@ -19,6 +22,68 @@ from gateway.config import gateway_home
 log = structlog.get_logger(__name__)
 
 PRIVATE_DIR_MODE = 0o700
+# The kernel's own bound on the links one path lookup follows (MAXSYMLINKS): a loop ends here.
+MAX_LINK_HOPS = 40
+# Opens a directory the gateway just made without following a link planted at its name.
+NOFOLLOW_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def foreign_link_problem(directory: Path) -> str | None:
+    """Why the way to `directory` is not the gateway's own: a symlink on it lies in a
+    directory every user can write and is owned neither by the gateway's user nor by that
+    directory's owner. That is the kernel's `protected_symlinks` rule (which covers sticky
+    world-writable dirs such as /tmp; one without the sticky bit is worse), checked here
+    whatever the sysctl says: another user who plants `/tmp/x -> a dir of yours` chooses
+    where the gateway keeps its jobs, and the directory checks after it see only the
+    target, which is ours (issue 38, item 7). Each link is followed as the kernel would,
+    relative targets and chains included, up to the first part that does not exist (the
+    gateway makes the rest, ensure_private_dir). None: no such link."""
+    path = directory if directory.is_absolute() else Path.cwd() / directory  # `..` kept
+    real = Path(path.anchor)  # the part resolved so far: no link in it
+    pending = list(path.parts[1:])
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part == "..":
+            real = real.parent
+            continue
+        candidate = real / part
+        try:
+            info = candidate.lstat()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"{candidate} cannot be checked ({exc.strerror or exc})"
+        if not stat.S_ISLNK(info.st_mode):
+            real = candidate
+            continue
+        hops += 1
+        if hops > MAX_LINK_HOPS:
+            return f"{directory} is reached through more than {MAX_LINK_HOPS} symlinks"
+        if problem := _link_problem(candidate, info, real):
+            return problem
+        target = Path(os.readlink(candidate))
+        if target.is_absolute():
+            real = Path(target.anchor)
+        pending[:0] = target.parts[1:] if target.is_absolute() else target.parts
+    return None
+
+
+def _link_problem(link: Path, info: os.stat_result, holder: Path) -> str | None:
+    """Why the symlink `link` (lstat `info`) in the directory `holder` must not be followed."""
+    me = os.geteuid()
+    try:
+        around = holder.stat()
+    except OSError as exc:
+        return f"{holder} cannot be checked ({exc.strerror or exc})"
+    if info.st_uid in (me, around.st_uid) or not around.st_mode & stat.S_IWOTH:
+        return None
+    return (f"the way to it passes {link}, a symlink owned by uid {info.st_uid} in "
+            f"{holder}, a directory every user can write (mode "
+            f"{oct(stat.S_IMODE(around.st_mode))}): whoever planted the link chooses where the "
+            f"gateway keeps its jobs. Point [persistence] path (the state dir is its "
+            f"directory; with PostgreSQL ~/.agent-cli-gateway) at a directory of your own "
+            f"that no other user's link leads to")
 
 
 def shared_dir_problem(directory: Path) -> str | None:
@@ -53,7 +118,7 @@ def ensure_private_dir(directory: Path) -> None:
     for path in reversed(missing):
         with suppress(FileExistsError):  # another process created it a moment ago
             os.mkdir(path, PRIVATE_DIR_MODE)
-        os.chmod(path, PRIVATE_DIR_MODE)  # the umask may have removed bits, never adds
+        _own_made_dir(path)
     if missing:
         return
     mode = stat.S_IMODE(directory.stat().st_mode)
@@ -63,3 +128,26 @@ def ensure_private_dir(directory: Path) -> None:
         # A directory the user chose: not ours to change, but worth saying.
         log.warning("gateway directory is accessible to other users", action="private_dir",
                     directory=str(directory), mode=oct(mode))
+
+
+def _own_made_dir(path: Path) -> None:
+    """Make sure `path`, which the gateway has just made (or found made a moment ago), is a
+    real directory of its own, and 0700 (the umask may have removed bits, never adds). It
+    is opened without following a link, so a link planted at the name (or the dangling one
+    that made `exists()` false) is refused rather than followed and chmodded, and nothing
+    is created at its target. Raises OSError naming the path."""
+    try:
+        fd = os.open(path, NOFOLLOW_DIR_FLAGS)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(path):
+            raise OSError(errno.ELOOP, "a symlink where the gateway makes a directory; it is "
+                                       "never followed: remove it", str(path)) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != os.geteuid():
+            raise PermissionError(errno.EPERM, f"made by uid {info.st_uid}, not by the "
+                                               f"gateway's user (uid {os.geteuid()})", str(path))
+        os.fchmod(fd, PRIVATE_DIR_MODE)
+    finally:
+        os.close(fd)

@@ -66,6 +66,7 @@ class ErrorKind(StrEnum):
     UNAVAILABLE = "unavailable"  # durable admission off; retryable
     CANCELLED = "cancelled"
     JOB_NOT_FOUND = "job_not_found"  # unknown job id asked of llm_job_*
+    LEGACY_JOB = "legacy_job"  # a job with no principal (0.1.0's) asked over HTTP with a token
     SETUP_ERROR = "setup_error"  # invalid config or a store that can never open: fix, restart
     WORKTREE_ERROR = "worktree_error"  # an isolated job's worktree could not be made (#27)
     BUDGET_EXCEEDED = "budget_exceeded"  # a [budgets] limit would be passed; not retryable

@@ -130,23 +130,28 @@ class Gateway:
                  backend=self.settings.persistence.backend, role=self.role)
 
     def _refuse_shared_state_dir(self) -> bool:
-        """A state or spool dir other users can write (or do not own) is refused for good:
-        its spool is what adoption trusts (issue 23, item 2). True if refused."""
-        from gateway.fs import shared_dir_problem
+        """A state or spool dir other users can write (or do not own), or one reached
+        through another user's link in a world-writable dir, is refused for good, before
+        anything is made in it: its spool is what adoption trusts (issue 23, item 2; issue
+        38, item 7). True if refused."""
+        from gateway.fs import foreign_link_problem, shared_dir_problem
         from gateway.jobs.run.spool import spool_root
 
         state_dir = self.settings.state_dir
+        problem = foreign_link_problem(spool_root(state_dir))  # the state dir's way too
+        if problem is not None:
+            problem = f"the state directory {state_dir} is not the gateway's own: {problem}"
         for directory in (state_dir, spool_root(state_dir)):
-            problem = shared_dir_problem(directory)
-            if problem is not None:
-                self._start_error = (f"the state directory is not private ({problem}); the "
-                                     f"gateway does not start on it")
-                self._failed.set()
-                self._attempted.set()
-                log.error("state directory not private; not starting", action="start",
-                          error=self._start_error)
-                return True
-        return False
+            if problem is None and (flaw := shared_dir_problem(directory)) is not None:
+                problem = f"the state directory is not private ({flaw})"
+        if problem is None:
+            return False
+        self._start_error = f"{problem}; the gateway does not start on it"
+        self._failed.set()
+        self._attempted.set()
+        log.error("state directory not safe; not starting", action="start",
+                  error=self._start_error)
+        return True
 
     async def manager(self, wait_s: float = READY_WAIT_S) -> JobManager:
         """The job manager once the store is open (a deferred start begins at once);

@@ -5,9 +5,18 @@ session or an HTTP gateway without a token (any local process can reach those an
 `token:` plus a hash of the HTTP gateway's bearer token (the token itself is never stored).
 Over MCP another principal's job does not exist: `llm_job_*` and `tasks/get`, `tasks/result`,
 `tasks/cancel` answer "not found" and `llm_job_list` and `tasks/list` leave it out, as the
-MCP Tasks specification's security guidance asks. A row from before schema 4 has no
-principal and is visible to `local` only. The operator CLI (`agent-cli-gateway jobs`) reads
-the store directly and sees every job: whoever can read the store is its operator.
+MCP Tasks specification's security guidance asks. The operator CLI (`agent-cli-gateway
+jobs`) reads the store directly and sees every job: whoever can read the store is its operator.
+
+A *legacy* job has no principal: 0.1.0 recorded none (the column came with schema 4), and a
+0.1.0 gateway still serving the store during an upgrade keeps writing such rows, so no
+migration can stamp them once and for all. Who made one is unknown, so it stays with `local`
+(stdio, and an HTTP gateway without a token: any local process could read the store anyway)
+and the operator CLI. A bearer-token client is never given one (any holder of any token would
+read every 0.1.0 job), but it is told why instead of a bare `job_not_found`: the error kind
+`legacy_job` names the job's age and where to read it. That says a job with this id exists
+and nothing else; job ids are random UUIDs, so only who was given the id learns it. Listings
+leave legacy jobs out for such a client, like any job that is not its own.
 
 Gateways sharing a store see each other's jobs exactly when they share the principal: every
 stdio gateway is `local`, and HTTP gateways with the same token are one principal.
@@ -60,8 +69,24 @@ def not_found(job_id: str) -> GatewayError:
                         f"jobs).")
 
 
+def predates_principals(job_id: str) -> GatewayError:
+    """The answer for a legacy job (no principal) asked by a bearer-token client: what it
+    is and where it can be read, rather than a `job_not_found` that sends the caller
+    looking for a typo."""
+    return GatewayError(ErrorKind.LEGACY_JOB,
+                        f"Job {job_id!r} was made by agent-cli-gateway 0.1.0 (or a 0.1.0 "
+                        f"gateway sharing this store), which recorded no owner, so it is "
+                        f"not served to a bearer-token HTTP client. Read it through a stdio "
+                        f"gateway on the same store (llm_job_result), or on the store's host "
+                        f"with `agent-cli-gateway jobs show {job_id}` (`jobs result` prints its "
+                        f"answer).")
+
+
 def owned(principal: str, row: JobRow) -> JobRow:
-    """`row` if `principal` may see it, else the not-found error."""
-    if not may_see(principal, row):
-        raise not_found(row.id)
-    return row
+    """`row` if `principal` may see it; else the legacy-job error for a row without a
+    principal, and the not-found error for another principal's."""
+    if may_see(principal, row):
+        return row
+    if row.principal is None:
+        raise predates_principals(row.id)
+    raise not_found(row.id)

@@ -132,7 +132,8 @@ async def load_task(state: ServerState, task_id: str) -> tuple[JobManager, JobRo
 
 def task_error(err: GatewayError) -> MCPError:
     """A job-layer failure as the JSON-RPC error the task specs name."""
-    if err.kind == ErrorKind.JOB_NOT_FOUND:
+    if err.kind in (ErrorKind.JOB_NOT_FOUND, ErrorKind.LEGACY_JOB):
+        # A legacy job is no task of a token's either; the message says why (principal.py).
         return MCPError(code=INVALID_PARAMS,
                         message=f"Failed to retrieve task: Task not found ({err.message})")
     return MCPError(code=INTERNAL_ERROR, message=err.message)

@@ -136,8 +136,15 @@ def _store_errors(action: str) -> Iterator[None]:
 
 
 def _ensure_private_file(path: Path) -> None:
-    """Create the database file 0600 before SQLite opens it (its -wal/-shm copy the mode)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    """Create the database file 0600 before SQLite opens it (its -wal/-shm copy the mode).
+    A new file is created where the path says, never through a link at its name (issue 38,
+    item 7: O_EXCL refuses any link, dangling too); an existing one, a link the user made
+    to their database included, is opened as it is, and is never created at a link's
+    target."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+    except FileExistsError:
+        fd = os.open(path, os.O_RDWR)
     os.close(fd)
     if stat.S_IMODE(path.stat().st_mode) != FILE_MODE:
         os.chmod(path, FILE_MODE)

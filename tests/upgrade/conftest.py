@@ -3,7 +3,8 @@
 `PREVIOUS_RELEASE` names its commit (0.1.0 is 009560b: a clone may not carry the tag). The
 venv is built once per test session under the session's tmp: `git archive` of that commit,
 `uv venv`, `uv pip install` with the versions this checkout's uv.lock pins (so the uv cache
-answers offline when it can; else the registry is asked, as `uv sync` would).
+answers offline when it can; else the registry is asked, as `uv sync` would). The `fleet`
+fixture puts it beside this checkout on one store (fleet.py), SQLite then PostgreSQL.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import in_ci
+from tests.upgrade.fleet import REPO, Fleet
 
-REPO = Path(__file__).resolve().parents[2]
 PREVIOUS_RELEASE = (Path(__file__).parent / "PREVIOUS_RELEASE").read_text().split()[0]
 BUILD_TIMEOUT_S = 300.0  # a cold install downloads ~30 wheels; a warm cache takes seconds
 
@@ -67,3 +69,13 @@ def previous_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if done.returncode != 0:
         _unavailable(f"the previous release could not be installed: {done.stderr.decode()[-600:]}")
     return python
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def fleet(request: pytest.FixtureRequest, tmp_path: Path, previous_python: Path) -> Fleet:
+    if request.param == "sqlite":
+        persistence: dict[str, Any] = {"backend": "sqlite",
+                                       "path": str(tmp_path / "state" / "jobs.db")}
+    else:
+        persistence = {"backend": "postgres", "dsn": request.getfixturevalue("postgres_dsn")}
+    return Fleet(tmp_path, persistence, previous_python)
