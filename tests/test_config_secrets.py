@@ -75,6 +75,17 @@ def test_a_secret_file_naming_no_key_is_rejected_and_named(secrets: Path) -> Non
     assert "pw@db" not in str(info.value)
 
 
+def test_a_secret_file_for_a_number_never_quotes_its_contents(secrets: Path) -> None:
+    """#38 item 8: a secret file is a secret, even one under a key that takes a number."""
+    write(secrets / "lease__ttl_s", "tok1")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    (problem,) = info.value.problems
+    assert "lease.ttl_s: Input should be a valid number" in problem
+    assert f"(set by secret file {secrets / 'lease__ttl_s'}; its value is never shown)" in problem
+    assert "tok1" not in str(info.value)
+
+
 def test_a_secret_file_of_no_section_is_rejected(secrets: Path) -> None:
     write(secrets / "persistance__dsn", "x")
     with pytest.raises(ConfigError) as info:
