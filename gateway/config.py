@@ -19,9 +19,17 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -194,6 +202,14 @@ class LimitsConfig(_Section):
     kill_grace_s: float = seconds(5, zero_ok=True)
 
 
+def _relative_path(name: str) -> str:
+    """A path inside the repository. The message names no value: describe() quotes it when
+    the file gave it and never when a variable did (gateway/config_errors.py)."""
+    if not name or Path(name).is_absolute() or ".." in Path(name).parts or "\x00" in name:
+        raise ValueError("must be a relative path inside the repository (no '..')")
+    return name
+
+
 class WorktreesConfig(_Section):
     """`[worktrees]`: isolated runs of CLI jobs in a git worktree of their own (issue #27)."""
 
@@ -204,7 +220,8 @@ class WorktreesConfig(_Section):
     branch_prefix: str = "agent-gateway/"
     retention_h: float = seconds(72, zero_ok=True, most=MAX_RETENTION_DAYS * 24)
     max_per_repo: int = count(20)
-    copy_files: list[str] = Field(default_factory=list, alias="copy")
+    copy_files: list[Annotated[str, AfterValidator(_relative_path)]] = Field(
+        default_factory=list, alias="copy")
     lfs: bool = False
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -214,15 +231,6 @@ class WorktreesConfig(_Section):
     def _expand_root(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
 
-    @field_validator("copy_files", mode="after")
-    @classmethod
-    def _relative_copies(cls, value: list[str]) -> list[str]:
-        for name in value:
-            parts = Path(name).parts
-            if not name or Path(name).is_absolute() or ".." in parts or "\x00" in name:
-                raise ValueError(f"worktrees.copy entry {name!r} must be a relative path "
-                                 f"inside the repository (no '..')")
-        return value
 
 
 class HttpConfig(_Section):

@@ -1,9 +1,12 @@
 """What a configuration error may say: the one readable line per problem, naming its source.
 
 `ConfigError` is what every loader raises instead of a pydantic (or pydantic-settings)
-traceback; `describe` turns one pydantic error into that line. Values are quoted only when
-`may_echo` allows (never a secret, never a long value), and keys are compared in ASCII only.
-This module knows no config model: gateway/config.py holds the models and the loading.
+traceback; `describe` turns one pydantic error into that line. A value that came from an
+environment variable or a secret file is never quoted (#38 item 8: a token pasted into
+`AGENT_GATEWAY_HTTP__PORT` was printed by `doctor`, logged and answered over MCP); one from
+the file only when `may_echo` allows (never under a secret key, never a long value). Keys
+are compared in ASCII only. This module knows no config model: gateway/config.py holds the
+models and the loading.
 """
 
 from __future__ import annotations
@@ -122,21 +125,33 @@ ENV = "env"
 SECRET_FILE = "secret file"
 # The source that set a key path, or None: then the key came from the file (or a default).
 OriginOf = Callable[[tuple[str, ...]], Origin | None]
+# Said instead of a value from a variable or a secret file, so nobody looks for a missing one.
+NOT_SHOWN = "its value is never shown"
 
 
 def describe(err: Mapping[str, Any], origin_of: OriginOf) -> tuple[str, Origin | None]:
-    """One problem as a line naming its key (and the variable or secret file that set it),
-    and that source. The value is quoted only when `may_echo` allows."""
+    """One problem as a line naming its key, what the key expects (pydantic's message) and
+    the variable or secret file that set it, and that source. The value is quoted only
+    when it came from the file and `may_echo` allows: a variable's or a secret file's value
+    may be a secret typed into the wrong name, so it is never shown. pydantic's own
+    messages never hold the input, and the config's validators quote none that failed (the
+    lease rules name numbers that passed as numbers)."""
     parts = [str(p) for p in err.get("loc", ()) if p not in ("function-after",)]
     loc = ".".join(parts)
     msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
     origin = origin_of(tuple(parts)) if parts else None
-    source = f" (set by {origin})" if origin else ""
     if err.get("type") == "extra_forbidden":
+        source = f" (set by {origin})" if origin else ""
         return (f"unknown key '{loc}'{source} (check the spelling; see config.example.toml "
                 "for every key)"), origin
     value = err.get("input")
-    shown = f" (got {value!r})" if may_echo(parts, value) else ""
+    if origin is None:
+        shown, source = (f" (got {value!r})" if may_echo(parts, value) else ""), ""
+    elif isinstance(value, dict):  # a rule between keys: it names the numbers it compares
+        shown, source = "", f" (set by {origin})"
+    else:
+        shown, source = "", f" (set by {origin}; {NOT_SHOWN})"
     if not loc or msg.startswith(loc.split(".")[0]):
         return f"{msg}{shown}{source}", origin
     return f"{loc}: {msg}{shown}{source}", origin
+

@@ -384,6 +384,29 @@ def test_a_short_plain_value_is_still_quoted(tmp_path: Path) -> None:
     assert "(got 0)" in problem
 
 
+@pytest.mark.parametrize(("name", "value", "expects"), [
+    ("AGENT_GATEWAY_HTTP__PORT", "sk-1", "valid integer"),
+    ("AGENT_GATEWAY_LIMITS__MAX_RUNNING_JOBS", "0", "greater than or equal to 1"),
+    ("AGENT_GATEWAY_LOGGING__LEVEL", "tok", "'debug', 'info', 'warning' or 'error'"),
+    ("AGENT_GATEWAY_WORKTREES__COPY", '["../tok"]', "relative path"),
+])
+def test_a_value_from_a_variable_is_never_quoted_however_short(
+        monkeypatch: pytest.MonkeyPatch, name: str, value: str, expects: str) -> None:
+    """#38 item 8: a short value is quoted from the file, never from a variable (it may be
+    a secret typed into the wrong one); the line says what the key expects instead."""
+    monkeypatch.setenv(name, value)
+    (problem,) = problems_of()
+    assert expects in problem and f"(set by env {name}; its value is never shown)" in problem
+    assert "got" not in problem and "tok" not in problem and "sk-1" not in problem
+
+
+def test_a_bad_copy_entry_is_named_by_its_place_and_quoted_from_the_file(
+        tmp_path: Path) -> None:
+    (problem,) = problems_of(write(tmp_path, '[worktrees]\ncopy = [".env", "../up"]\n'))
+    assert problem == ("worktrees.copy.1: must be a relative path inside the repository "
+                       "(no '..') (got '../up')")
+
+
 @pytest.mark.parametrize("value", ["[" * 50_000, '{"a":' * 50_000, "[" * 33 + "]" * 33])
 def test_deep_json_in_a_variable_is_a_config_error_not_a_recursion_error(
         monkeypatch: pytest.MonkeyPatch, value: str) -> None:

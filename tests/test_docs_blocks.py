@@ -248,18 +248,25 @@ def test_every_gateway_config_example_loads(tmp_path: Path,
 
 def test_the_config_error_example_is_what_the_gateway_prints(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (block,) = blocks_checked_by("test_the_config_error_example_is_what_the_gateway_prints")
+    """The file's example (its bad values quoted) and the variable's (its value never)."""
+    in_file, in_env = blocks_checked_by("test_the_config_error_example_is_what_the_gateway_prints")
     monkeypatch.setenv("HOME", str(tmp_path))
     for name in list(os.environ):
         if name.startswith("AGENT_GATEWAY_"):
             monkeypatch.delenv(name)
     path = tmp_path / "config.toml"
     path.write_text("[lease]\nttl = 5\n[limits]\nmax_running_jobs = 0\n", encoding="utf-8")
+    documented = in_file.body.replace("/home/me/.agent-cli-gateway/config.toml", str(path))
+    assert printed_error(path) == documented.strip().splitlines()
+    monkeypatch.setenv("AGENT_GATEWAY_HTTP__PORT", "sk-pasted-here")
+    assert printed_error(None) == in_env.body.strip().splitlines()
+
+
+def printed_error(path: Path | None) -> list[str]:
+    """What a command prints for the configuration it would load (exit 2)."""
     with pytest.raises(ConfigError) as raised:
         load_settings(path)
-    printed = f"agent-cli-gateway: {raised.value}"
-    documented = block.body.replace("/home/me/.agent-cli-gateway/config.toml", str(path))
-    assert printed.strip().splitlines() == documented.strip().splitlines()
+    return f"agent-cli-gateway: {raised.value}".strip().splitlines()
 
 
 def test_the_log_line_example_is_a_line_the_code_logs() -> None:

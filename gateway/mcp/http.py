@@ -15,7 +15,8 @@ untouched) that answers before the SDK sees the request:
 - at `http.max_sessions` open sessions, an `initialize` closes the least recently used
   session idle past the eviction floor to make room (sessions.py); 429 with Retry-After
   only when none can give way (the SDK refuses with 503; a full server is a "come back
-  later", which clients retry, not a server fault).
+  later", which clients retry, not a server fault), saying when one will (sessions.py
+  `retry_after_s`).
 A request that is JSON but not valid Unicode (a lone surrogate) gets a parse error for its
 own id (unicode_errors.py), not the SDK's `id: null`.
 `GET /healthz` needs no token and says only whether the gateway is ready and admitting.
@@ -43,7 +44,6 @@ from providers.loopback import LOCALHOST, is_loopback_host
 log = structlog.get_logger(__name__)
 
 HEALTH_PATH = "/healthz"
-SESSION_RETRY_AFTER_S = 5  # every session is busy: one frees when its request completes
 # Open SSE streams must not hold shutdown past the drain budget (uvicorn takes whole seconds).
 GRACEFUL_SHUTDOWN_S = 2
 SESSION_HEADER = b"mcp-session-id"
@@ -253,13 +253,16 @@ def _opening_response(send: Send, sessions: SessionTable) -> Send:
                     sessions.opened(value.decode("latin-1"))
         if message["type"] == "http.response.start" and message["status"] == 503:
             rewriting = True
+            retry_after_s = sessions.retry_after_s()
             body = json.dumps({"error": "session_capacity", "retryable": True,
-                               "message": "the gateway is at its HTTP session limit "
-                                          "(http.max_sessions); retry shortly"}).encode()
+                               "retry_after_s": retry_after_s,
+                               "message": f"the gateway is at its HTTP session limit "
+                                          f"(http.max_sessions); retry in {retry_after_s} s, "
+                                          f"when a session can give way"}).encode()
             await send({"type": "http.response.start", "status": 429, "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
-                (b"retry-after", str(SESSION_RETRY_AFTER_S).encode()),
+                (b"retry-after", str(retry_after_s).encode()),
             ]})
             await send({"type": "http.response.body", "body": body, "more_body": False})
             return

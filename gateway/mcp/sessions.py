@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 from collections.abc import Iterator
 
@@ -89,12 +90,25 @@ class SessionTable:
             else:  # an unknown id (404) or a session just ended: nothing to remember
                 self._last_used.pop(session_id, None)
 
-    def _idle(self, open_ids: list[str]) -> list[str]:
+    def _idle(self, open_ids: list[str], *, within_floor: bool = False) -> list[str]:
         # A session absent from _last_used is still answering its opening request: busy.
-        # One idle for less than the floor is treated as busy too.
+        # One idle for less than the floor is treated as busy too, unless `within_floor`.
         now = time.monotonic()
         return [s for s in open_ids if s in self._last_used and not self._in_flight.get(s)
-                and now - self._last_used[s] >= self._floor_s]
+                and (within_floor or now - self._last_used[s] >= self._floor_s)]
+
+    def retry_after_s(self) -> int:
+        """Whole seconds until `make_room` can evict a session, for a refused client's
+        Retry-After (#38 item 8: a fixed 5 s sent it back before the 10 s floor let any
+        session go, to be refused again): the least recently used idle session's time left
+        to the floor, rounded up, at least 1. The idle timeout is at least twice the floor,
+        so it never frees a session sooner. A busy session gives way no sooner than the
+        floor after its request ends, so with none idle the floor is the least to wait."""
+        idle = self._idle(self.open_ids(), within_floor=True)
+        if not idle:
+            return max(1, math.ceil(self._floor_s))
+        oldest = min(self._last_used[s] for s in idle)
+        return max(1, math.ceil(oldest + self._floor_s - time.monotonic()))
 
     def at_cap(self, max_sessions: int) -> bool:
         """Whether a new session would need another one to make room (forgets ended ones)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import httpx2
 import pytest
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from gateway.config import load_settings
+from gateway.config import HttpConfig, load_settings
 from gateway.mcp.http import build_http_app
 from gateway.mcp.sessions import eviction_floor_s
 from tests.mcp.conftest import TOKEN, Harness, HttpServer
@@ -67,6 +68,10 @@ EVICT_IDLE_TIMEOUT_S = 6.0
 EVICT_FLOOR_S = eviction_floor_s(EVICT_IDLE_TIMEOUT_S)
 
 
+# What a client adds to the Retry-After it was given: a scheduler's slack, no more.
+RETRY_MARGIN_S = 0.25
+
+
 async def past_the_eviction_floor() -> None:
     """Let every session that is idle now become evictable (the floor is a fixed duration)."""
     await anyio.sleep(EVICT_FLOOR_S + 0.2)
@@ -113,6 +118,28 @@ async def test_eviction_never_takes_a_session_younger_than_the_floor(
     assert ping(server, second) in (200, 202)
 
 
+async def test_retry_after_says_when_the_least_recently_used_session_gives_way(
+        harness: Harness) -> None:
+    """#38 item 8: at the default floor (10 s) a refused client was told `Retry-After: 5`
+    and refused again when it came back as told. Waiting what it says now gets in."""
+    server = harness.http_server({"http": {"max_sessions": 2}})
+    floor_s = eviction_floor_s(HttpConfig().session_idle_timeout_s)
+    first = open_session(server)
+    first_answered = time.monotonic()  # the server stamped `first` before this
+    second = open_session(server)
+    refusing = time.monotonic()  # ... and counted its time left after this
+    refused = post(server, INITIALIZE)
+    assert refused.status_code == 429, refused.text
+    retry_after = int(refused.headers["retry-after"])
+    # Never less than the time `first` really has left to the floor, never more than it.
+    assert first_answered + floor_s - refusing <= retry_after <= math.ceil(floor_s)
+    assert refused.json()["retry_after_s"] == retry_after
+    await anyio.sleep(retry_after + RETRY_MARGIN_S)
+    assert post(server, INITIALIZE).status_code == 200
+    assert ping(server, first) == 404  # the least recently used made room
+    assert ping(server, second) in (200, 202)
+
+
 async def test_retry_after_only_when_every_session_is_busy(harness: Harness) -> None:
     server = harness.http_server({"http": {"max_sessions": 2,
                                            "session_idle_timeout_s": EVICT_IDLE_TIMEOUT_S}})
@@ -121,7 +148,8 @@ async def test_retry_after_only_when_every_session_is_busy(harness: Harness) -> 
         with open_stream(server, second):
             refused = post(server, INITIALIZE)
             assert refused.status_code == 429
-            assert int(refused.headers["retry-after"]) > 0
+            # A busy session gives way no sooner than the floor after its request ends.
+            assert int(refused.headers["retry-after"]) >= EVICT_FLOOR_S
             assert refused.json()["retryable"] is True
         # second's stream closed: once idle past the floor it gives way; first is untouched.
         await past_the_eviction_floor()
