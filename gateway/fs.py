@@ -151,3 +151,18 @@ def _own_made_dir(path: Path) -> None:
         os.fchmod(fd, PRIVATE_DIR_MODE)
     finally:
         os.close(fd)
+
+
+def ensure_private_file(path: Path, mode: int) -> None:
+    """Create a file the gateway keeps (the SQLite database: its -wal/-shm copy the mode)
+    with `mode` before anything else opens it. A new file is created where the path says,
+    never through a link at its name (issue 38, item 7: O_EXCL refuses any link, dangling
+    too); an existing one, a link the user made to their database included, is opened as it
+    is, and is never created at a link's target."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    except FileExistsError:
+        fd = os.open(path, os.O_RDWR)
+    os.close(fd)
+    if stat.S_IMODE(path.stat().st_mode) != mode:
+        os.chmod(path, mode)

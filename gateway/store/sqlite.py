@@ -18,7 +18,6 @@ import errno
 import json
 import os
 import sqlite3
-import stat
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
@@ -30,7 +29,7 @@ import anyio
 import structlog
 
 from gateway.backoff import Backoff
-from gateway.fs import ensure_private_dir
+from gateway.fs import ensure_private_dir, ensure_private_file
 from gateway.model import (
     CANCELLED_ERROR,
     FINAL_STATUSES,
@@ -135,21 +134,6 @@ def _store_errors(action: str) -> Iterator[None]:
         raise unavailable(f"sqlite store: {action} failed: {exc.strerror or exc}") from exc
 
 
-def _ensure_private_file(path: Path) -> None:
-    """Create the database file 0600 before SQLite opens it (its -wal/-shm copy the mode).
-    A new file is created where the path says, never through a link at its name (issue 38,
-    item 7: O_EXCL refuses any link, dangling too); an existing one, a link the user made
-    to their database included, is opened as it is, and is never created at a link's
-    target."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
-    except FileExistsError:
-        fd = os.open(path, os.O_RDWR)
-    os.close(fd)
-    if stat.S_IMODE(path.stat().st_mode) != FILE_MODE:
-        os.chmod(path, FILE_MODE)
-
-
 
 class SqliteJobStore:
     """JobStore on one SQLite file (WAL), safe to share between processes on one host."""
@@ -182,7 +166,7 @@ class SqliteJobStore:
             return
         try:
             ensure_private_dir(self.path.parent)
-            _ensure_private_file(self.path)
+            ensure_private_file(self.path, FILE_MODE)
         except OSError as exc:
             # Named, and permanent unless it is a passing condition (disk full, too many
             # open files): a path on a virtual or read-only filesystem never becomes creatable.
