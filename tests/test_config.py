@@ -508,7 +508,7 @@ def test_a_gateway_variable_far_from_every_key_is_still_warned() -> None:
 def test_the_config_names_secrets_by_the_one_rule_of_providers_redaction() -> None:
     """One home for the secret-name rule (#24): a variable's name is no secret, a count of
     tokens is none either; a token, a password, a DSN, an env table are."""
-    from gateway.config_errors import is_secret_path
+    from gateway.config.errors import is_secret_path
 
     assert not is_secret_path(("api_providers", "openrouter", "api_key_env"))
     assert not is_secret_path(("api_providers", "openrouter", "max_output_tokens"))

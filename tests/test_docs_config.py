@@ -1,6 +1,6 @@
 """docs/configuration.md and config.example.toml list exactly the keys the config model has.
 
-The model is walked, not listed here: a key added to gateway/config.py without its docs row
+The model is walked, not listed here: a key added to gateway/config/ without its docs row
 and example line fails these tests, and so does a documented key the model no longer has.
 """
 

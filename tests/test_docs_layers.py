@@ -86,7 +86,9 @@ def test_the_map_reader_sees_what_a_map_says() -> None:
 
 def test_every_top_level_gateway_module_has_a_place_in_the_layers_contract() -> None:
     config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    (layers,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    # The gateway's own layers: a contract with `containers` layers the inside of one package.
+    (layers,) = [c for c in config["tool"]["importlinter"]["contracts"]
+                 if c["type"] == "layers" and "containers" not in c]
     placed = {name.strip() for layer in layers["layers"] for name in layer.split("|")}
     top_level = {
         f"gateway.{path.stem if path.is_file() else path.name}"

@@ -1,10 +1,10 @@
 """`config show`: the effective configuration, each value with the source that set it.
 
 Like `git config --list --show-origin`: the defaults, the file, the secret files and the
-environment merged exactly as the gateway merges them (gateway/config.py `load_planned`),
-printed as TOML with the source beside each value as a comment (`--json`: one object per
+environment merged exactly as the gateway merges them (gateway/config/__init__.py
+`load_planned`), printed as TOML with the source beside each value as a comment (`--json`: one object per
 key). Secrets are printed as the redaction marker, never their value: every key the
-config's own rule calls secret (gateway/config_errors.py `is_secret_path`), and any
+config's own rule calls secret (gateway/config/errors.py `is_secret_path`), and any
 password or bearer credential written inside another value (gateway/logs.py).
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway.cli.common import EXIT_OK
 from gateway.config import load_planned, origin_label, source_plan
-from gateway.config_errors import is_secret_path
+from gateway.config.errors import is_secret_path
 from providers.redaction import REDACTED, redact_value
 
 # (key path, value as printed, source)

@@ -6,9 +6,9 @@ vars, secret files (`$AGENT_GATEWAY_SECRETS_DIR`, opt-in), the TOML file
 (`$AGENT_GATEWAY_CONFIG` or `~/.agent-cli-gateway/config.toml`), defaults. No file is needed
 to start. Unknown keys are rejected everywhere: a typo must never be silently ignored.
 `load_settings` turns every validation problem into one readable line (`ConfigError`,
-gateway/config_errors.py), so the CLI can exit 2 without a traceback. The sources and the
+gateway/config/errors.py), so the CLI can exit 2 without a traceback. The sources and the
 rules pydantic-settings does not know (ASCII-only names, bounded JSON) are in
-gateway/config_sources.py.
+gateway/config/sources.py.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from gateway.config_errors import ENV, ConfigError, Origin, ascii_lower, ascii_upper, describe
-from gateway.config_sources import (
+from gateway.config.errors import ENV, ConfigError, Origin, ascii_lower, ascii_upper, describe
+from gateway.config.sources import (
     CONFIG_ENV,
     ENV_PREFIX,
     SECRETS_DIR_ENV,
@@ -204,7 +204,7 @@ class LimitsConfig(_Section):
 
 def _relative_path(name: str) -> str:
     """A path inside the repository. The message names no value: describe() quotes it when
-    the file gave it and never when a variable did (gateway/config_errors.py)."""
+    the file gave it and never when a variable did (gateway/config/errors.py)."""
     if not name or Path(name).is_absolute() or ".." in Path(name).parts or "\x00" in name:
         raise ValueError("must be a relative path inside the repository (no '..')")
     return name

@@ -5,8 +5,8 @@ traceback; `describe` turns one pydantic error into that line. A value that came
 environment variable or a secret file is never quoted (#38 item 8: a token pasted into
 `AGENT_GATEWAY_HTTP__PORT` was printed by `doctor`, logged and answered over MCP); one from
 the file only when `may_echo` allows (never under a secret key, never a long value). Keys
-are compared in ASCII only. This module knows no config model: gateway/config.py holds the
-models and the loading.
+are compared in ASCII only. This module knows no config model: gateway/config/__init__.py
+holds the models and the loading.
 """
 
 from __future__ import annotations

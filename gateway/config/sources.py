@@ -2,8 +2,8 @@
 
 pydantic-settings reads the `AGENT_GATEWAY_*` variables, splits them at `__`, decodes the
 JSON of list and table keys, reads the TOML file and the secret files, and merges them
-table by table (gateway/config.py `load_settings`). These subclasses add only what it does
-not do itself:
+table by table (gateway/config/__init__.py `load_settings`). These subclasses add only what
+it does not do itself:
 
 - names are matched case-insensitively in ASCII only (a Kelvin sign never names `k`), yet
   the keys of a table of strings (a CLI's `env`, HTTP `headers`) keep their case;
@@ -35,7 +35,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from gateway.config_errors import ENV, SECRET_FILE, ConfigError, Origin, ascii_lower, ascii_upper
+from gateway.config.errors import ENV, SECRET_FILE, ConfigError, Origin, ascii_lower, ascii_upper
 
 if TYPE_CHECKING:
     from pydantic_settings import BaseSettings
