@@ -14,6 +14,16 @@ it does not do itself:
 - an unreadable or invalid TOML file is a ConfigError naming the file.
 
 It knows no config model: the model class comes in as `settings_cls`.
+
+pydantic-settings has no public hook for any of this, so the sources override its
+underscored methods, here and nowhere else (`PRIVATE_HOOKS`): `EnvSettingsSource.
+_load_env_vars` (the variables, read once while the source is built),
+`NestedSecretsSettingsSource._load_env_vars` (the secret files by name) and
+`TomlConfigSettingsSource._read_file` (the one file). pyproject pins pydantic-settings to
+the minor release these were checked on (`>=2.16,<2.17`), and tests/test_config_fence.py
+asserts each exists with the signature overridden here and is still called where the
+override counts on it, so a release that renames or changes one fails there, by name, first
+(tests/test_packaging.py holds the pin).
 """
 
 from __future__ import annotations
@@ -51,6 +61,13 @@ SOURCE_VARIABLES = (CONFIG_ENV, SECRETS_DIR_ENV)
 # A value holding JSON (a list or a table) may nest this deep: real values nest two or
 # three levels; `[` * 50000 would exhaust the parser's recursion and kill `serve`.
 MAX_JSON_DEPTH = 32
+# The underscored hooks of pydantic-settings overridden below, for the fence's test: (the
+# pydantic-settings class that defines it, the name).
+PRIVATE_HOOKS: tuple[tuple[str, str], ...] = (
+    ("EnvSettingsSource", "_load_env_vars"),
+    ("NestedSecretsSettingsSource", "_load_env_vars"),
+    ("TomlConfigSettingsSource", "_read_file"),
+)
 
 
 @dataclass(frozen=True)
