@@ -87,9 +87,25 @@ class ProviderResult:
     answer_is_stdout: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class LoginCheck:
+    """What `doctor` may look at to learn whether a CLI is logged in without spending
+    anything (gateway/cli/doctor_auth.py), in this order: an offline status command, the
+    credential files it keeps, an API key it would be passed. All empty: the CLI has no
+    offline check, and doctor says "cannot tell" (an adapter sets that explicitly)."""
+
+    status_argv: tuple[str, ...] = ()  # an offline status subcommand: exit 0 = logged in
+    status_exit_1_is_no: bool = False  # its exit 1 is documented as "not logged in"
+    files: tuple[str, ...] = ()  # credential files (`~`, `$CODEX_HOME` expanded); present = yes
+    env_keys: tuple[str, ...] = ()  # an API key in one of these also authenticates it
+    in_macos_keychain: bool = False  # on macOS the login is kept in the keychain instead
+
+
 class CliProvider:
     """Base class of the seven CLI adapters. Subclasses set the class attributes and
-    implement `build_invocation` and `parse_stream`."""
+    implement `build_invocation` and `parse_stream`. Every attribute declared here without
+    a value is one of the provider's facts: each adapter must set it (a test fails when
+    one does not, instead of doctor or the budgets quietly guessing)."""
 
     name: ClassVar[str]
     commands: ClassVar[tuple[str, ...]]  # binaries to look for, preferred first
@@ -99,6 +115,10 @@ class CliProvider:
     options_model: ClassVar[type[ProviderOptions]] = ProviderOptions
     known_models: ClassVar[tuple[str, ...]] = ()
     auth_failure: ClassVar[re.Pattern[str]]  # the CLI's not-logged-in wording
+    login_check: ClassVar[LoginCheck]  # checked against docs/providers.md and the CLI's help
+    # Whether the CLI prints what a run cost (and can stop itself at a cap): only these count
+    # against a money budget; the others count by job (docs/configuration.md, [budgets]).
+    reports_cost: ClassVar[bool]
 
     def build_invocation(
         self, request: ProviderRequest, command: str, extra_args: list[str] | None = None,

@@ -23,6 +23,7 @@ from providers.base import (
     AbsolutePath,
     CliProvider,
     Invocation,
+    LoginCheck,
     OutputDiscipline,
     ProviderOptions,
     ProviderRequest,
@@ -77,6 +78,10 @@ class ClaudeProvider(CliProvider):
     options_model: ClassVar[type[ProviderOptions]] = ClaudeOptions
     auth_failure: ClassVar[re.Pattern[str]] = AUTH_FAILURE
     known_models: ClassVar[tuple[str, ...]] = ("opus", "sonnet", "haiku", "fable")
+    login_check: ClassVar[LoginCheck] = LoginCheck(
+        files=("~/.claude/.credentials.json",),
+        env_keys=("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"), in_macos_keychain=True)
+    reports_cost: ClassVar[bool] = True  # total_cost_usd
 
     def build_invocation(
         self, request: ProviderRequest, command: str, extra_args: list[str] | None = None,

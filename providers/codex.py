@@ -27,6 +27,7 @@ from providers.base import (
     CliProvider,
     InvalidRequest,
     Invocation,
+    LoginCheck,
     OutputDiscipline,
     ProviderOptions,
     ProviderRequest,
@@ -78,6 +79,11 @@ class CodexProvider(CliProvider):
     options_model: ClassVar[type[ProviderOptions]] = CodexOptions
     auth_failure: ClassVar[re.Pattern[str]] = AUTH_FAILURE
     known_models: ClassVar[tuple[str, ...]] = ("gpt-5.5", "gpt-5.4", "gpt-5.4-mini")
+    login_check: ClassVar[LoginCheck] = LoginCheck(
+        status_argv=("login", "status"), status_exit_1_is_no=True,
+        files=("$CODEX_HOME/auth.json", "~/.codex/auth.json"),
+        env_keys=("OPENAI_API_KEY", "CODEX_API_KEY"))
+    reports_cost: ClassVar[bool] = False  # tokens only: the cost is estimated
 
     def build_invocation(
         self, request: ProviderRequest, command: str, extra_args: list[str] | None = None,

@@ -20,6 +20,7 @@ from pydantic import Field
 from providers.base import (
     CliProvider,
     Invocation,
+    LoginCheck,
     OutputDiscipline,
     ProviderOptions,
     ProviderRequest,
@@ -84,6 +85,9 @@ class CursorProvider(CliProvider):
     options_model: ClassVar[type[ProviderOptions]] = CursorOptions
     auth_failure: ClassVar[re.Pattern[str]] = AUTH_FAILURE
     known_models: ClassVar[tuple[str, ...]] = ("auto", "sonnet-4.5", "gpt-5")
+    login_check: ClassVar[LoginCheck] = LoginCheck(status_argv=("status",),
+                                                   env_keys=("CURSOR_API_KEY",))
+    reports_cost: ClassVar[bool] = False
 
     def build_invocation(
         self, request: ProviderRequest, command: str, extra_args: list[str] | None = None,

@@ -15,6 +15,7 @@ from pydantic import Field
 from providers.base import (
     CliProvider,
     Invocation,
+    LoginCheck,
     OutputDiscipline,
     ProviderOptions,
     ProviderRequest,
@@ -61,6 +62,9 @@ class DevinProvider(CliProvider):
     options_model: ClassVar[type[ProviderOptions]] = DevinOptions
     auth_failure: ClassVar[re.Pattern[str]] = AUTH_FAILURE
     known_models: ClassVar[tuple[str, ...]] = ("swe-1.5",)
+    # No offline status command, credential file or API key variable known: doctor cannot tell.
+    login_check: ClassVar[LoginCheck] = LoginCheck()
+    reports_cost: ClassVar[bool] = False
 
     def build_invocation(
         self, request: ProviderRequest, command: str, extra_args: list[str] | None = None,

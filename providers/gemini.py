@@ -27,6 +27,7 @@ from pydantic import Field
 from providers.base import (
     CliProvider,
     Invocation,
+    LoginCheck,
     OutputDiscipline,
     ProviderOptions,
     ProviderRequest,
@@ -99,6 +100,9 @@ class GeminiProvider(CliProvider):
     auth_failure: ClassVar[re.Pattern[str]] = AUTH_FAILURE
     known_models: ClassVar[tuple[str, ...]] = (
         "gemini-2.5-pro", "gemini-2.5-flash", "gemini-3.1-pro-preview", "gemini-3.5-flash")
+    login_check: ClassVar[LoginCheck] = LoginCheck(
+        files=("~/.gemini/oauth_creds.json",), env_keys=("GEMINI_API_KEY", "GOOGLE_API_KEY"))
+    reports_cost: ClassVar[bool] = False  # tokens only: the cost is estimated
 
     def build_invocation(
         self, request: ProviderRequest, command: str, extra_args: list[str] | None = None,

@@ -20,6 +20,7 @@ from pydantic import Field
 from providers.base import (
     CliProvider,
     Invocation,
+    LoginCheck,
     OutputDiscipline,
     ProviderOptions,
     ProviderRequest,
@@ -81,6 +82,8 @@ class GrokProvider(CliProvider):
     options_model: ClassVar[type[ProviderOptions]] = GrokOptions
     auth_failure: ClassVar[re.Pattern[str]] = AUTH_FAILURE
     known_models: ClassVar[tuple[str, ...]] = ("grok-4.5", "grok-4", "grok-composer-2.5-fast")
+    login_check: ClassVar[LoginCheck] = LoginCheck(env_keys=("XAI_API_KEY",))
+    reports_cost: ClassVar[bool] = False
 
     def build_invocation(
         self, request: ProviderRequest, command: str, extra_args: list[str] | None = None,

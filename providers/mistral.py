@@ -26,6 +26,7 @@ from pydantic import Field
 from providers.base import (
     CliProvider,
     Invocation,
+    LoginCheck,
     OutputDiscipline,
     ProviderOptions,
     ProviderRequest,
@@ -86,6 +87,9 @@ class MistralProvider(CliProvider):
     auth_failure: ClassVar[re.Pattern[str]] = AUTH_FAILURE
     known_models: ClassVar[tuple[str, ...]] = ("mistral-medium-3.5", "devstral-2",
                                                "devstral-small")
+    login_check: ClassVar[LoginCheck] = LoginCheck(files=("~/.vibe/.env",),
+                                                   env_keys=("MISTRAL_API_KEY",))
+    reports_cost: ClassVar[bool] = True  # session_cost
 
     def build_invocation(
         self, request: ProviderRequest, command: str, extra_args: list[str] | None = None,

@@ -22,14 +22,20 @@ from providers.grok import GrokProvider
 from providers.mistral import MistralProvider
 from providers.safety import check_argv_size
 
-__all__ = ["CLI_PROVIDERS", "USER_BIN_DIRS", "check_argv_size", "extended_path",
-           "missing_command", "provider_binary", "user_bin_dirs"]
+__all__ = ["CLI_PROVIDERS", "REPORTS_COST", "USER_BIN_DIRS", "check_argv_size",
+           "extended_path", "missing_command", "provider_binary", "user_bin_dirs"]
 
+# The one list of CLI providers: the config's `[providers.<name>]` sections, doctor's
+# checks and the MCP tools all follow it (gateway/config PROVIDER_NAMES is its keys).
 CLI_PROVIDERS: dict[str, CliProvider] = {
     provider.name: provider
     for provider in (ClaudeProvider(), CodexProvider(), GeminiProvider(), GrokProvider(),
                      MistralProvider(), DevinProvider(), CursorProvider())
 }
+# The CLIs that print what a run cost (`CliProvider.reports_cost`): only these count against
+# a money budget and take a cost cap; an HTTP API's name is never in it.
+REPORTS_COST = frozenset(name for name, provider in CLI_PROVIDERS.items()
+                         if provider.reports_cost)
 
 # Where CLIs installed for the user live (npm -g, nvm, bun, pipx/uv tool, Homebrew), in the
 # order they are searched after the given PATH. A `*` component picks up every installed

@@ -26,9 +26,6 @@ CostSource = Literal["reported", "estimated", "absent", "invalid"]
 Billing = Literal["api", "subscription", "unknown"]
 COST_SOURCES: tuple[CostSource, ...] = ("reported", "estimated", "absent", "invalid")
 INVALID_COST: CostSource = "invalid"  # what budgets settle at the job's whole reservation
-# The CLIs that print what a run cost (and can stop themselves at a cap): only these count
-# against a money budget; the others count by job (docs/configuration.md, [budgets]).
-REPORTS_COST = frozenset({"claude", "mistral"})
 
 # The day the prices below were read from the vendors' public price pages. An estimate is
 # only as good as this date: a job records the version that priced it.

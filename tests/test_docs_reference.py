@@ -153,7 +153,7 @@ async def test_the_tools_doc_names_every_tool_and_every_job_tool_argument() -> N
     for provider in PROVIDER_NAMES:
         assert f"{provider}_request" in schemas and f"{provider}_request_async" in schemas
     common = set(first_cells(section(text, "### Inputs of a CLI provider's tools")))
-    from providers.usage import REPORTS_COST
+    from providers.registry import REPORTS_COST
 
     for provider in PROVIDER_NAMES:
         arguments = set(schemas[f"{provider}_request"]["properties"])

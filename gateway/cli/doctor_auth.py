@@ -3,9 +3,11 @@
 Per CLI, in this order: its own offline status command where it has one (`codex login
 status` reads ~/.codex/auth.json; `cursor-agent status` shows the stored login), then the
 credential file it keeps, then an API-key variable the gateway would pass it (the config's
-`[providers.<name>] env`, or this environment). Each answer is "yes", "no" or "cannot tell"
-(a login kept in the macOS keychain, a CLI without a status command): never a guess, and
-never a model call. A status command is bounded and killed with its process group.
+`[providers.<name>] env`, or this environment). What to look at is the adapter's
+`login_check` (providers/base.py `LoginCheck`), a fact of the provider beside its argv;
+this module only looks. Each answer is "yes", "no" or "cannot tell" (a login kept in the
+macOS keychain, a CLI without a status command): never a guess, and never a model call. A
+status command is bounded and killed with its process group.
 """
 
 from __future__ import annotations
@@ -21,36 +23,12 @@ from typing import Literal
 from gateway import platform
 from gateway.childenv import child_env
 from gateway.config import ProviderConfig
+from providers.registry import CLI_PROVIDERS
 
 STATUS_TIMEOUT_S = 10.0  # a status command reads a file; one that hangs is killed
 STATUS_OUTPUT_CHARS = 160  # what of its answer the report quotes
 
 LoggedIn = Literal["yes", "no", "cannot tell"]
-
-
-@dataclass(frozen=True, slots=True)
-class AuthSpec:
-    status_argv: tuple[str, ...] = ()  # an offline status subcommand: exit 0 = logged in
-    status_exit_1_is_no: bool = False  # its exit 1 is documented as "not logged in"
-    files: tuple[str, ...] = ()  # credential files (`~` expanded); present = logged in
-    env_keys: tuple[str, ...] = ()  # an API key in one of these also authenticates it
-
-
-# Checked against docs/providers.md and the CLIs' help snapshots. A CLI missing here, or a
-# check that finds nothing, is "cannot tell".
-AUTH_SPECS: dict[str, AuthSpec] = {
-    "claude": AuthSpec(files=("~/.claude/.credentials.json",),
-                       env_keys=("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")),
-    "codex": AuthSpec(status_argv=("login", "status"), status_exit_1_is_no=True,
-                      files=("$CODEX_HOME/auth.json", "~/.codex/auth.json"),
-                      env_keys=("OPENAI_API_KEY", "CODEX_API_KEY")),
-    "gemini": AuthSpec(files=("~/.gemini/oauth_creds.json",),
-                       env_keys=("GEMINI_API_KEY", "GOOGLE_API_KEY")),
-    "grok": AuthSpec(env_keys=("XAI_API_KEY",)),
-    "mistral": AuthSpec(files=("~/.vibe/.env",), env_keys=("MISTRAL_API_KEY",)),
-    "devin": AuthSpec(),
-    "cursor": AuthSpec(status_argv=("status",), env_keys=("CURSOR_API_KEY",)),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +41,9 @@ def check_login(name: str, executable: str, config: ProviderConfig,
                 secret_env: frozenset[str] = frozenset()) -> AuthFinding:
     """The login state of CLI `name` found at `executable` (see the module doc). A status
     command gets a provider run's environment: without the gateway's secrets
-    (`secret_env`), with the provider's configured env."""
-    spec = AUTH_SPECS.get(name, AuthSpec())
+    (`secret_env`), with the provider's configured env. Raises KeyError for a name that
+    is no CLI provider."""
+    spec = CLI_PROVIDERS[name].login_check
     if spec.status_argv:
         env = child_env(secret_env, config.env)
         finding = _status_command(executable, spec.status_argv, spec.status_exit_1_is_no, env)
@@ -84,7 +63,7 @@ def check_login(name: str, executable: str, config: ProviderConfig,
     looked += [p for p in spec.files]
     if not looked and not spec.env_keys:
         return AuthFinding("cannot tell", "this CLI has no offline login check")
-    if platform.logins_in_keychain() and name == "claude":
+    if platform.logins_in_keychain() and spec.in_macos_keychain:
         return AuthFinding("cannot tell", "on macOS the login is kept in the keychain")
     what = ", ".join(looked + [f"${k}" for k in spec.env_keys])
     if spec.files or spec.status_argv:

@@ -48,6 +48,7 @@ from gateway.config.sources import (
     gateway_variables,
     is_setting,
 )
+from providers.registry import CLI_PROVIDERS
 
 __all__ = ["CONFIG_ENV", "ENV_PREFIX", "SECRETS_DIR_ENV", "ConfigError", "field_by_key"]
 
@@ -62,7 +63,8 @@ POOL_MAX_HTTP = 10
 # The most output a job may keep (limits.max_output_bytes) and so the largest byte offset
 # into it: 1 TiB, far past any disk a gateway writes to, so 10**40 is a typo, not a limit.
 MAX_OUTPUT_BYTES_BOUND = 1 << 40
-PROVIDER_NAMES = ("claude", "codex", "gemini", "grok", "mistral", "devin", "cursor")
+# The CLI providers a `[providers.<name>]` section may name: the registry's adapters.
+PROVIDER_NAMES = tuple(CLI_PROVIDERS)
 # Bounds on the numbers a config may hold: far past any real setting, so that `inf`, 1e308
 # or 10**40 is refused as the typo it is rather than taken as "no limit" (#23 item 10).
 MAX_COUNT = 1_000_000  # jobs, sessions, heartbeat failures

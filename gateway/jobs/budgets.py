@@ -19,7 +19,7 @@ from gateway.config import BudgetsConfig, Settings
 from gateway.model import Reservation, from_micro_usd, to_micro_usd
 from gateway.store.base import JobStore
 from gateway.store.usage import window_resets_at
-from providers.usage import REPORTS_COST
+from providers.registry import REPORTS_COST
 
 # What a job reserves when neither its caller nor the config says: a typical single claude
 # -p task costs cents; a quarter keeps a $1 daily limit at four concurrent jobs.

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field, Strict
 from pydantic.fields import FieldInfo
 
 from gateway.config import MAX_TIMEOUT_S, MAX_USD
-from providers.usage import REPORTS_COST
+from providers.registry import REPORTS_COST
 
 COMMON_NAMES = frozenset({"prompt", "model", "working_dir", "session_id", "timeout_s",
                           "force_refresh", "isolation", "base_ref", "max_cost_usd"})

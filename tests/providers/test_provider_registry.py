@@ -8,13 +8,20 @@ dirs under the test's HOME (`HOME_BIN_DIRS`), never the host's /usr/bin, /usr/lo
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from gateway.config import PROVIDER_NAMES
-from providers.base import OutputDiscipline
-from providers.registry import CLI_PROVIDERS, USER_BIN_DIRS, extended_path, provider_binary
+from providers.base import CliProvider, LoginCheck, OutputDiscipline
+from providers.registry import (
+    CLI_PROVIDERS,
+    REPORTS_COST,
+    USER_BIN_DIRS,
+    extended_path,
+    provider_binary,
+)
 
 STREAMING = {"claude", "codex", "grok"}
 # The user bin dirs that live under HOME: the machine-wide ones (/usr/local/bin,
@@ -23,9 +30,52 @@ HOME_BIN_DIRS = tuple(d for d in USER_BIN_DIRS if d.startswith("~"))
 
 
 def test_there_is_one_adapter_per_configurable_provider() -> None:
-    assert set(CLI_PROVIDERS) == set(PROVIDER_NAMES)
+    assert tuple(CLI_PROVIDERS) == PROVIDER_NAMES  # the config's list is the registry's
     for name, adapter in CLI_PROVIDERS.items():
         assert adapter.name == name
+
+
+def facts() -> list[str]:
+    """What CliProvider declares without a value: a fact each adapter must set itself."""
+    return [name for name in CliProvider.__annotations__ if name not in vars(CliProvider)]
+
+
+def unset_facts(adapter: type[CliProvider]) -> list[str]:
+    return [fact for fact in facts() if not hasattr(adapter, fact)]
+
+
+def test_an_adapter_without_a_login_check_or_a_cost_fact_is_caught() -> None:
+    class Eighth(CliProvider):
+        name = "eighth"
+        commands = ("eighth",)
+        discipline = OutputDiscipline.AT_EXIT
+        login_hint = "Run `eighth login` and retry."
+        install_hint = "npm install -g eighth"
+        auth_failure = re.compile("not logged in")
+
+    assert unset_facts(Eighth) == ["login_check", "reports_cost"]
+
+
+@pytest.mark.parametrize("name", PROVIDER_NAMES)
+def test_each_adapter_sets_every_fact_the_interface_declares(name: str) -> None:
+    adapter = CLI_PROVIDERS[name]
+    assert unset_facts(type(adapter)) == [], f"{name}: set these in providers/{name}.py"
+    assert isinstance(adapter.login_check, LoginCheck)
+    assert isinstance(adapter.reports_cost, bool)
+
+
+def test_only_the_clis_that_print_a_cost_count_against_a_money_budget() -> None:
+    assert {"claude", "mistral"} == REPORTS_COST
+
+
+def test_each_login_check_is_what_doctor_looked_at_before_it_moved_to_the_adapter() -> None:
+    checks = {name: adapter.login_check for name, adapter in CLI_PROVIDERS.items()}
+    assert checks["codex"].status_argv == ("login", "status") and checks["codex"].status_exit_1_is_no
+    assert checks["cursor"].status_argv == ("status",)
+    assert checks["claude"].in_macos_keychain
+    assert not any(check.in_macos_keychain for name, check in checks.items() if name != "claude")
+    assert checks["devin"] == LoginCheck()  # no offline check: doctor cannot tell
+    assert all(check.env_keys for name, check in checks.items() if name != "devin")
 
 
 @pytest.mark.parametrize("name", PROVIDER_NAMES)
