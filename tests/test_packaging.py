@@ -14,12 +14,14 @@ import tarfile
 import tomllib
 import zipfile
 from importlib.metadata import packages_distributions, version
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 from packaging.requirements import Requirement
+
+from gateway.cli.main import EXAMPLE_CONFIG
 
 pytestmark = pytest.mark.anyio
 
@@ -98,8 +100,14 @@ def test_the_wheel_holds_both_packages_the_example_config_and_the_console_script
                    "providers/__init__.py", "providers/registry.py", "providers/claude.py",
                    "gateway/jobs/http_call.py"):
         assert module in names, module
-    # `agent-cli-gateway init` copies this file out of the installed package.
-    assert "gateway/config.example.toml" in names
+    # `agent-cli-gateway init` copies the example out of the installed package: the
+    # repository's one copy, put there from its root by pyproject's force-include.
+    hatch = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["hatch"]
+    packaged = hatch["build"]["targets"]["wheel"]["force-include"][EXAMPLE_CONFIG]
+    assert PurePosixPath(packaged) == PurePosixPath("gateway", EXAMPLE_CONFIG)  # what init reads
+    with zipfile.ZipFile(wheel) as archive:
+        example = archive.read(packaged)
+    assert example == (REPO / EXAMPLE_CONFIG).read_bytes()
     assert "agent-cli-gateway = gateway.entry:main" in entry_points
     assert not any(n.startswith("tests/") for n in names)
 

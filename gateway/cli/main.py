@@ -44,6 +44,8 @@ from providers.loopback import is_loopback_host
 
 DEFAULT_LIST_LIMIT = 20  # a screenful of jobs
 CONFIG_FILE_MODE = 0o600
+# What `init` writes: the example config, at the repository's root and inside the wheel.
+EXAMPLE_CONFIG = "config.example.toml"
 TOKEN_HOWTO = (
     "set [http] auth_token in the config file or the AGENT_GATEWAY_HTTP__AUTH_TOKEN environment "
     "variable (for example: export AGENT_GATEWAY_HTTP__AUTH_TOKEN=\"$(openssl rand -hex 32)\")"
@@ -380,8 +382,13 @@ def _isatty(stream: object) -> bool:
 
 
 def example_config_text() -> str:
-    """The commented starting config shipped inside the package (== config.example.toml)."""
-    return resources.files("gateway").joinpath("config.example.toml").read_text("utf-8")
+    """The commented starting config: config.example.toml, the repository's one copy. The
+    wheel carries it inside the package (pyproject: force-include); run from a checkout,
+    the package has none and the file is read at the repository's root."""
+    packaged = resources.files("gateway").joinpath(EXAMPLE_CONFIG)
+    if packaged.is_file():
+        return packaged.read_text("utf-8")
+    return (Path(__file__).resolve().parents[2] / EXAMPLE_CONFIG).read_text("utf-8")
 
 
 def cmd_init(args: argparse.Namespace) -> int:
