@@ -39,8 +39,10 @@ from gateway.config import (
     Settings,
     default_config_path,
     load_settings,
+    unknown_env_warnings,
 )
 from gateway.logs import configure_logging
+from gateway.store import POSTGRES_DRIVER_MISSING
 from gateway.store.base import SCHEMA_VERSION
 from providers.redaction import redact_text
 
@@ -150,6 +152,11 @@ def check_config(config_path: Path | None) -> tuple[Settings | None, Check]:
         return None, Check("config", "error", f"invalid: {exc.where}",
                            {"path": str(path), "problems": exc.problems,
                             "env_names": exc.env_names})
+    ignored = unknown_env_warnings(os.environ)
+    if ignored:  # what every other command warns of: a typo leaves a setting unset
+        return settings, Check("config", "warning", "; ".join(ignored),
+                               {"path": str(path), "exists": path.exists(),
+                                "ignored_variables": ignored})
     if not path.exists():
         return settings, Check("config", "ok", f"no file at {path}: using the defaults",
                                {"path": str(path), "exists": False})
@@ -177,6 +184,16 @@ def store_location(settings: Settings) -> str:
     return "in memory"
 
 
+def _driver_missing() -> bool:
+    """Whether asyncpg (the `postgres` extra) cannot be imported: the store would say so at
+    once, and doctor says what to install before it tries to connect."""
+    try:
+        import asyncpg  # noqa: F401  (import-for-presence: only a postgres doctor pays it)
+    except ImportError:
+        return True
+    return False
+
+
 def check_store(settings: Settings) -> Check:
     """The store's schema version, read without writing (see gateway/store/inspect.py)."""
     from gateway.store.inspect import inspect_schema
@@ -186,6 +203,8 @@ def check_store(settings: Settings) -> Check:
     details: dict[str, Any] = {"backend": backend, "location": where}
     if backend == "memory":
         return Check("store", "ok", "memory: jobs are lost when the gateway exits", details)
+    if backend == "postgres" and _driver_missing():
+        return Check("store", "error", POSTGRES_DRIVER_MISSING, details)
 
     async def inspect() -> Any:
         with anyio.fail_after(STORE_PROBE_TIMEOUT_S):

@@ -24,7 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import NoReturn
 
-from gateway import __version__
+from gateway import __version__, platform
 from gateway.cli import config_show, worktrees
 from gateway.cli.common import (
     EXIT_FAILURE,
@@ -39,6 +39,8 @@ from gateway.cli.common import (
 from gateway.config import ConfigError, default_config_path, unknown_env_warnings
 from gateway.fs import ensure_private_dir
 from gateway.model import JobStatus
+from gateway.platform import ENV_VAR as PLATFORM_ENV
+from gateway.platform import UnknownPlatform
 from gateway.store.base import StoreUnavailable
 from providers.loopback import is_loopback_host
 
@@ -295,9 +297,14 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
+        if args.command != "serve":  # serve answers it as every tool's setup_error
+            platform.choose()
         return handler(args)
     except ConfigError as exc:
         error(str(exc))
+        return EXIT_USAGE
+    except UnknownPlatform as exc:  # the environment names no platform: a config error
+        error(str(ConfigError(None, [str(exc)], [PLATFORM_ENV], in_file=False)))
         return EXIT_USAGE
     except CliError as exc:
         error(str(exc))

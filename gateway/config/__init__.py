@@ -48,6 +48,7 @@ from gateway.config.sources import (
     gateway_variables,
     is_setting,
 )
+from gateway.platform import ENV_VAR as PLATFORM_ENV
 from providers.registry import CLI_PROVIDERS
 
 __all__ = ["CONFIG_ENV", "ENV_PREFIX", "SECRETS_DIR_ENV", "ConfigError", "field_by_key"]
@@ -365,6 +366,12 @@ def known_env_names() -> list[str]:
     return names
 
 
+# The gateway's variables that are no setting: those naming a source, and the platform
+# choice (read by gateway.platform before any configuration, so even a broken config file
+# cannot hide it).
+READ_ELSEWHERE = (*SOURCE_VARIABLES, PLATFORM_ENV)
+
+
 def unknown_env_warnings(environ: Mapping[str, str]) -> list[str]:
     """One warning per AGENT_GATEWAY_* variable that is no setting and names no source (it
     is ignored: a one-underscore typo such as AGENT_GATEWAY_LEASE_TTL_S), with the nearest
@@ -372,7 +379,7 @@ def unknown_env_warnings(environ: Mapping[str, str]) -> list[str]:
     known = known_env_names()
     warnings = []
     for name, parts, _value in gateway_variables(environ):
-        if is_setting(Settings, parts) or ascii_upper(name) in SOURCE_VARIABLES:
+        if is_setting(Settings, parts) or ascii_upper(name) in READ_ELSEWHERE:
             continue
         near = difflib.get_close_matches(ascii_upper(name), known, n=1, cutoff=0.6)
         hint = f"; did you mean {near[0]}?" if near else (

@@ -126,9 +126,9 @@ def choose(value: str | None = None) -> str:
     """
     raw = (os.environ.get(ENV_VAR, "") if value is None else value).strip().lower() or AUTO
     if raw not in CHOICES:
-        raise UnknownPlatform(
-            f"{ENV_VAR}={raw!r} is not one of {', '.join(CHOICES)}; unset it (auto) or "
-            f"name one of them.")
+        raise UnknownPlatform(  # never the value: a pasted secret would be echoed (#38)
+            f"{ENV_VAR} is not one of {', '.join(CHOICES)} (its value is never shown); "
+            f"unset it (auto) or name one of them.")
     if raw == AUTO:
         return _auto()
     if raw != UNSUPPORTED and _auto() == UNSUPPORTED:
