@@ -2,8 +2,8 @@
 
 The store is a dumb executor of named statements; the manager and the lease tasks own the
 meaning. Every state transition is a compare-and-set whose WHERE clause is the invariant, so
-two instances racing on one row can never both win. Backends: `memory.py`, `sqlite.py`,
-`postgres.py`; all pass `tests/store/test_contract.py`.
+two instances racing on one row can never both win. Backends: `memory/`, `sqlite/`,
+`postgres/` (a folder each); all pass `tests/store/test_contract.py`.
 
 Clocks: PostgreSQL compares times with the database clock `now()`; SQLite and memory use the
 local clock. Durations are passed in seconds. A `clock_skew_s` hook is never needed: callers

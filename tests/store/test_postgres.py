@@ -26,19 +26,19 @@ from gateway.store.base import (
     DuplicateActiveJob,
     StoreUnavailable,
 )
-from gateway.store.postgres import PostgresJobStore
-from gateway.store.postgres_pool import (
+from gateway.store.postgres.pool import (
     APPLICATION_NAME,
     IDLE_IN_TRANSACTION_TIMEOUT_MS,
     LOCK_TIMEOUT_MS,
     STATEMENT_TIMEOUT_MS,
 )
-from gateway.store.postgres_sql import (
+from gateway.store.postgres.sql import (
     LIST_EXPIRED_CANDIDATES,
     LOCK_EXPIRED_OWNERS,
     RECOVER_EXPIRED_LEASES,
     RENEW_INSTANCE_LEASE,
 )
+from gateway.store.postgres.store import PostgresJobStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 

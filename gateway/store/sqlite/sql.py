@@ -1,6 +1,6 @@
 """Every SQL statement of the SQLite backend, each named after what it does.
 
-The executor (`sqlite.py`) runs them; the invariant each state transition protects is
+The executor (`store.py`) runs them; the invariant each state transition protects is
 written beside its statement, in its WHERE clause.
 """
 
@@ -17,9 +17,9 @@ from gateway.store.base import (
     SCHEMA_VERSION,
 )
 from gateway.store.owner_columns import INSTANCE_COLUMN_LIST, OWNER_COLUMN_LIST
-from gateway.store.sqlite_meta import SCHEMA_V7
-from gateway.store.sqlite_sweeps import SWEEPS_SCHEMA
-from gateway.store.sqlite_usage import SCHEMA_V5
+from gateway.store.sqlite.meta import SCHEMA_V7
+from gateway.store.sqlite.sweeps import SWEEPS_SCHEMA
+from gateway.store.sqlite.usage import SCHEMA_V5
 
 _JOB_COLUMNS = ", ".join(JobRow.column_names())
 _REAPER_COLUMNS = ", ".join(REAPER_COLUMNS)
@@ -178,10 +178,10 @@ _SCHEMA_V6 = (
 # statements in order changes nothing.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _SCHEMA_V1), (2, _SCHEMA_V2), (3, _SCHEMA_V3), (4, _SCHEMA_V4),
-    (5, SCHEMA_V5),  # usage totals and budgets (sqlite_usage.py)
+    (5, SCHEMA_V5),  # usage totals and budgets (usage.py)
     (6, _SCHEMA_V6),
-    (7, SCHEMA_V7),  # the lowest writer and the renewal wait (sqlite_meta.py)
-    (8, SWEEPS_SCHEMA))  # one sweeper per interval (sqlite_sweeps.py)
+    (7, SCHEMA_V7),  # the lowest writer and the renewal wait (meta.py)
+    (8, SWEEPS_SCHEMA))  # one sweeper per interval (sweeps.py)
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """SQLite SQL of usage totals and budgets (issue 28; gateway/store/usage.py says the model).
 
 Every function here runs on the connection's thread inside the caller's `BEGIN IMMEDIATE`
-transaction (sqlite.py `_transaction`), so it commits or rolls back with the job write it
+transaction (store.py `_transaction`), so it commits or rolls back with the job write it
 belongs to: the insert that admits a job, the guarded terminal write that ends it.
 """
 

@@ -1,6 +1,6 @@
 """Every SQL statement of the PostgreSQL backend, each named after what it does.
 
-The executor (`postgres.py`) runs them; the invariant each state transition protects is
+The executor (`store.py`) runs them; the invariant each state transition protects is
 written beside its statement, in its WHERE clause.
 """
 
@@ -17,10 +17,10 @@ from gateway.store.base import (
     SCHEMA_VERSION,
 )
 from gateway.store.owner_columns import INSTANCE_COLUMN_LIST, OWNER_COLUMN_LIST
-from gateway.store.postgres_meta import SCHEMA_V7
-from gateway.store.postgres_notices import NOTIFY_SCHEMA
-from gateway.store.postgres_sweeps import SWEEPS_SCHEMA
-from gateway.store.postgres_usage import SCHEMA_V5
+from gateway.store.postgres.meta import SCHEMA_V7
+from gateway.store.postgres.notices import NOTIFY_SCHEMA
+from gateway.store.postgres.sweeps import SWEEPS_SCHEMA
+from gateway.store.postgres.usage import SCHEMA_V5
 
 ACTIVE_INDEX_NAME = "jobs_active_request_key"
 
@@ -134,14 +134,14 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (3, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeued_at timestamptz",)),
     # v4: `principal` (who made the job; NULL for the rows before).
     (4, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS principal text",)),
-    (5, SCHEMA_V5),  # usage totals and budgets (postgres_usage.py)
+    (5, SCHEMA_V5),  # usage totals and budgets (usage.py)
     # v6: the bounded uncharged re-queues (how many, why) and which host orphaned a job.
     (6, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeue_count integer NOT NULL DEFAULT 0",
          "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeue_reasons text",
          "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS orphaned_by text")),
-    (7, SCHEMA_V7),  # the lowest writer and the renewal wait (postgres_meta.py)
-    # v8: one sweeper per interval and fillfactor (postgres_sweeps.py), notices of status
-    # and cancel changes (postgres_notices.py).
+    (7, SCHEMA_V7),  # the lowest writer and the renewal wait (meta.py)
+    # v8: one sweeper per interval and fillfactor (sweeps.py), notices of status
+    # and cancel changes (notices.py).
     (8, (*SWEEPS_SCHEMA, *NOTIFY_SCHEMA)))
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
@@ -468,7 +468,7 @@ WHERE jobs.id = d.id AND jobs.owner_instance = $1 AND jobs.status = 'running'"""
 # on this host and boot ($3). Active ones only: `orphaned` is final (no adopter heals or
 # re-queues it). A running http job waits until its own lease passed: a detaching owner
 # drains it until then. At most $4: jobs whose owner is collected, stopped or lapsed first,
-# then the oldest (see sqlite_sql.py).
+# then the oldest (see sqlite/sql.py).
 _CANDIDATE_COLUMNS = ", ".join(
     f"NULL AS {name}" if name in ("output", "result_json") else f"jobs.{name} AS {name}"
     for name in JobRow.column_names())

@@ -1,7 +1,7 @@
 """PostgreSQL SQL of usage totals and budgets (issue 28; gateway/store/usage.py says the model).
 
-The same statements as sqlite_usage.py in this dialect. Every function runs on the caller's
-connection inside its transaction (postgres.py), so it commits or rolls back with the job
+The same statements as sqlite/usage.py in this dialect. Every function runs on the caller's
+connection inside its transaction (store.py), so it commits or rolls back with the job
 write it belongs to. Windows and days come from the database clock (`now()` in UTC), never
 from a gateway's wall clock.
 """
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # asyncpg is imported only by postgres.py (the postgres extra
 # to_char formats of each period's window key (the same keys as usage.WINDOW_FORMATS).
 PG_WINDOW_FORMATS = {"day": "YYYY-MM-DD", "month": "YYYY-MM"}
 
-# Schema version 5: additive, three new tables (see sqlite_usage.SCHEMA_V5).
+# Schema version 5: additive, three new tables (see sqlite/usage.py SCHEMA_V5).
 SCHEMA_V5 = (
     """CREATE TABLE IF NOT EXISTS usage_daily (
     day text NOT NULL, provider text NOT NULL, model text NOT NULL, cost_source text NOT NULL,
