@@ -1,7 +1,7 @@
 """PostgreSQL-only behaviour of PostgresJobStore: the database clock, concurrent migration,
 surviving a server restart, and row-lock races between heartbeat and reaper.
 
-The shared contract (every backend) lives in test_contract.py; these tests cover what only a
+The shared contract (every backend) lives in test_contract_*.py; these tests cover what only a
 shared PostgreSQL server can get wrong.
 """
 

@@ -1,5 +1,5 @@
 """SQLite-only behaviour: the file on disk, its pragmas, migrations, indexes, and two OS
-processes sharing one file. The rules every backend shares are in test_contract.py."""
+processes sharing one file. The rules every backend shares are in test_contract_*.py."""
 
 from __future__ import annotations
 
