@@ -46,6 +46,14 @@ REAPER_COLUMNS = (
     "error", "error_kind", "finished_at", "updated_at",
 )
 
+# "Active" as SQL, `('queued','running')`, in JobStatus order: how every statement of both
+# dialects says it (`status IN {ACTIVE_STATUSES_SQL}`: the partial unique index of dedup and
+# the upsert that names it, the reaper, cancel, adoption, the reservation sweeper). Derived
+# from the model, so no statement can go on naming a list the model has left; both dialects
+# spell a list of string literals alike, so one fragment serves both.
+ACTIVE_STATUSES_SQL = "(" + ",".join(f"'{status.value}'" for status in JobStatus
+                                     if status.is_active) + ")"
+
 # What an admission's INSERT writes, in the order both dialects' VALUES lists follow.
 NEW_JOB_COLUMNS = (
     "id", "provider", "status", "request_key", "transport", "correlation_id",

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gateway.model import Reservation, UsageFigures
+from gateway.store.base import ACTIVE_STATUSES_SQL
 from gateway.store.usage import (
     NO_USAGE,
     BudgetExceeded,
@@ -84,10 +85,10 @@ WHERE budget = $1 AND window_start = $2"""
 
 # The sweeper's share: reservations of jobs that are no longer active (orphaned by the
 # reaper without a terminal write) or whose row is gone.
-TAKE_ENDED_RESERVATIONS = """
+TAKE_ENDED_RESERVATIONS = f"""
 DELETE FROM budget_reservations r
 WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = r.job_id
-                                        AND j.status IN ('queued','running'))
+                                        AND j.status IN {ACTIVE_STATUSES_SQL})
 RETURNING budget, window_start, unit, amount"""
 
 # A terminal write that applied adds its job once to its day's rollup row; a figure not
