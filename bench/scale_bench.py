@@ -53,7 +53,7 @@ from gateway.jobs.manager import JobManager
 from gateway.jobs.reads import REMOTE_POLL_S
 from gateway.model import Completion, InstanceRow, JobStatus, NewJob
 from gateway.store.base import RETENTION_BATCH_ROWS
-from gateway.store.postgres import PostgresJobStore
+from gateway.store.postgres.store import PostgresJobStore
 
 RESULTS = Path(__file__).resolve().parent / "results" / "scale.json"
 READS = 2_000

@@ -56,11 +56,11 @@ from gateway.config import load_settings  # noqa: E402
 from gateway.jobs.leases import LeaseKeeper  # noqa: E402
 from gateway.jobs.manager import JobManager  # noqa: E402
 from gateway.model import InstanceRow  # noqa: E402
-from gateway.store import postgres_sql as pg_sql  # noqa: E402
-from gateway.store import sqlite_sql  # noqa: E402
 from gateway.store.base import REAPER_BATCH_ROWS, JobStore  # noqa: E402
-from gateway.store.postgres import PostgresJobStore  # noqa: E402
-from gateway.store.sqlite import SqliteJobStore  # noqa: E402
+from gateway.store.postgres import sql as pg_sql  # noqa: E402
+from gateway.store.postgres.store import PostgresJobStore  # noqa: E402
+from gateway.store.sqlite import sql as sqlite_sql  # noqa: E402
+from gateway.store.sqlite.store import SqliteJobStore  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "store.json"
 TESTS_CONFTEST = ROOT / "tests" / "conftest.py"

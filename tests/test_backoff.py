@@ -10,8 +10,8 @@ import pytest
 from gateway.backoff import Backoff
 from gateway.jobs.drive import TERMINAL_WRITE_RETRY
 from gateway.jobs.manager import ADOPT_RETRY
-from gateway.store.postgres_pool import BUSY_RETRY
-from gateway.store.sqlite import WAL_RETRY
+from gateway.store.postgres.pool import BUSY_RETRY
+from gateway.store.sqlite.store import WAL_RETRY
 
 SAMPLES = 200  # jittered waits drawn per check
 

@@ -96,7 +96,7 @@ def test_the_wheel_holds_both_packages_the_example_config_and_the_console_script
                             if n.endswith(".dist-info/entry_points.txt"))
     for module in ("gateway/__init__.py", "gateway/__main__.py", "gateway/cli/main.py",
                    "gateway/mcp/server.py", "gateway/mcp/tools.py", "gateway/mcp/http.py",
-                   "gateway/runtime.py", "gateway/jobs/manager.py", "gateway/store/sqlite.py",
+                   "gateway/runtime.py", "gateway/jobs/manager.py", "gateway/store/sqlite/store.py",
                    "providers/__init__.py", "providers/registry.py", "providers/claude.py",
                    "gateway/jobs/http_call.py"):
         assert module in names, module
@@ -256,10 +256,9 @@ def test_every_package_the_code_imports_is_a_declared_dependency() -> None:
     imported = imported_top_level_modules("gateway", "providers")
     # The postgres extra's driver is imported by the PostgreSQL store alone, which is
     # imported only when it is the configured backend (gateway/store/__init__.py).
-    # The PostgreSQL store is split by concern into postgres.py and postgres_<concern>.py.
-    store = "gateway/store/"
-    assert all(path.startswith(store) and re.fullmatch(r"postgres(_[a-z]+)?\.py", path[len(store):])
-               for path in imported["asyncpg"]), imported["asyncpg"]
+    # The PostgreSQL store is split by concern into the modules of its folder.
+    store = "gateway/store/postgres/"
+    assert all(path.startswith(store) for path in imported["asyncpg"]), imported["asyncpg"]
     for module, files in imported.items():
         if module in FIRST_PARTY or module in sys.stdlib_module_names or module == "__future__":
             continue
@@ -273,8 +272,8 @@ def test_every_package_the_code_imports_is_a_declared_dependency() -> None:
 
 
 # Used through private names behind one module each (gateway/mcp/sdk_fence.py,
-# gateway/store/aiosqlite_fence.py, gateway/config/sources.py), which are checked on one minor
-# release only.
+# gateway/store/sqlite/aiosqlite_fence.py, gateway/config/sources.py), which are checked on
+# one minor release only.
 FENCED_LIBRARIES = ("mcp", "aiosqlite", "pydantic-settings")
 
 

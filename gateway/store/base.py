@@ -1,9 +1,9 @@
-"""The JobStore protocol: the persistence every backend implements (docs/architecture.md).
+"""The JobStore protocol, by role: the persistence every backend implements (docs/architecture.md).
 
 The store is a dumb executor of named statements; the manager and the lease tasks own the
 meaning. Every state transition is a compare-and-set whose WHERE clause is the invariant, so
-two instances racing on one row can never both win. Backends: `memory.py`, `sqlite.py`,
-`postgres.py`; all pass `tests/store/test_contract.py`.
+two instances racing on one row can never both win. Backends: `memory/`, `sqlite/`,
+`postgres/` (a folder each); all pass the contract suite, `tests/store/test_contract_*.py`.
 
 Clocks: PostgreSQL compares times with the database clock `now()`; SQLite and memory use the
 local clock. Durations are passed in seconds. A `clock_skew_s` hook is never needed: callers
@@ -45,6 +45,14 @@ REAPER_COLUMNS = (
     "lease_deadline", "hostname", "boot_id", "pid", "pgid", "pid_started_at",
     "error", "error_kind", "finished_at", "updated_at",
 )
+
+# "Active" as SQL, `('queued','running')`, in JobStatus order: how every statement of both
+# dialects says it (`status IN {ACTIVE_STATUSES_SQL}`: the partial unique index of dedup and
+# the upsert that names it, the reaper, cancel, adoption, the reservation sweeper). Derived
+# from the model, so no statement can go on naming a list the model has left; both dialects
+# spell a list of string literals alike, so one fragment serves both.
+ACTIVE_STATUSES_SQL = "(" + ",".join(f"'{status.value}'" for status in JobStatus
+                                     if status.is_active) + ")"
 
 # What an admission's INSERT writes, in the order both dialects' VALUES lists follow.
 NEW_JOB_COLUMNS = (
@@ -205,8 +213,9 @@ def output_to_bind(output: str | OutputFile | None) -> tuple[str | None, OutputF
 
 
 @runtime_checkable
-class JobStore(Protocol):
-    """Async persistence of jobs and gateway instances."""
+class StoreMeta(Protocol):
+    """The store itself: which backend, opening it (create or migrate the schema),
+    closing it, its schema version and its clock."""
 
     backend: str  # "memory" | "sqlite" | "postgres"
 
@@ -217,7 +226,15 @@ class JobStore(Protocol):
 
     async def schema_version(self) -> int: ...
 
-    # -- instances -------------------------------------------------------------------------
+    async def now(self) -> float:
+        """The store's clock (epoch seconds): the database clock on PostgreSQL."""
+
+
+@runtime_checkable
+class InstanceRows(Protocol):
+    """The gateway instances' rows: registration, the heartbeat that is every owned
+    job's lease, a clean stop, and the collection of rows whose owner is gone."""
+
     async def register_instance(self, instance: InstanceRow, ttl_s: float) -> None:
         """Upsert the instance row; heartbeat_at = now, lease_expires_at = now + ttl_s."""
 
@@ -244,7 +261,13 @@ class JobStore(Protocol):
 
     async def list_instances(self) -> list[InstanceRow]: ...
 
-    # -- admission and transitions --------------------------------------------------------
+
+@runtime_checkable
+class JobRows(Protocol):
+    """The job rows: admission, the compare-and-set transitions, the reaper's reads and
+    flips, retention, reads and pages of output, detach, adoption and re-queue."""
+
+    # -- admission and transitions -----------------------------------------------------
     async def find_reusable(self, request_key: str, dedup_window_s: float) -> JobRow | None:
         """The job an identical request should reuse: non-forced, and queued/running (any
         age), or completed with finished_at within dedup_window_s. Newest first. Never
@@ -312,7 +335,7 @@ class JobStore(Protocol):
     async def save_progress(self, job_id: str, owner_instance: str, progress: Progress) -> bool:
         """Write partial output of a running job (only while running and owned by owner)."""
 
-    # -- the reaper -----------------------------------------------------------------------
+    # -- the reaper --------------------------------------------------------------------
     async def list_expired_candidates(
         self, http_grace_s: float, limit: int = REAPER_BATCH_ROWS
     ) -> list[JobRow]:
@@ -339,7 +362,7 @@ class JobStore(Protocol):
         job's own host is final (complete() refuses it), one from another host (or unknown)
         may be self-healed by its revived owner."""
 
-    # -- retention and reads --------------------------------------------------------------
+    # -- retention and reads -----------------------------------------------------------
     async def purge_terminal(self, older_than_s: float,
                              limit: int = RETENTION_BATCH_ROWS) -> list[str]:
         """Delete terminal jobs finished more than older_than_s ago, at most `limit` of them
@@ -364,10 +387,7 @@ class JobStore(Protocol):
         it match only themselves), sorted, at most `limit`: how the CLI resolves a short id.
         An empty prefix matches nothing."""
 
-    async def now(self) -> float:
-        """The store's clock (epoch seconds): the database clock on PostgreSQL."""
-
-    # -- detach, adoption, re-queue (docs/architecture.md) --------------------------------
+    # -- detach, adoption, re-queue (docs/architecture.md) -----------------------------
     async def extend_leases(self, instance_id: str, seconds: Mapping[str, float]) -> int:
         """Detach: lease_deadline = now + seconds[id] for each of this instance's RUNNING
         jobs named (never shortened), so no gateway orphans a run its supervisor may still be
@@ -400,7 +420,7 @@ class JobStore(Protocol):
         billed) only once. Clears the start and the error fields. Returns the light row,
         None if it did not apply."""
 
-    # -- output --------------------------------------------------------------------------
+    # -- output and its changes --------------------------------------------------------
     async def read_output(
         self, job_id: str, offset: int, length: int, *, answer: bool = False
     ) -> tuple[bytes, int] | None:
@@ -411,7 +431,19 @@ class JobStore(Protocol):
         else the output. The cut is at bytes: the caller trims the page to whole
         characters. None: no such job."""
 
-    # -- usage and budgets (issue 28; store/usage.py) -------------------------------------
+    async def wait_for_change(self, job_id: str, timeout_s: float) -> None:
+        """Return when the store tells of a change to the job's status or cancel request
+        (PostgreSQL over a direct connection: LISTEN/NOTIFY), else after timeout_s: a
+        waiter on a job run by another instance re-reads the row then. A change may be
+        missed (it came before the call): the timeout is the poll that catches it."""
+
+
+@runtime_checkable
+class UsageLedger(Protocol):
+    """The usage ledger (issue 28; store/usage.py): totals per day, the budgets'
+    windows, and the sweeper that releases reservations nobody settled. Admission's
+    reservations and completion's settlement ride on JobRows' transactions."""
+
     async def usage_totals(self, group_by: GroupBy, since_day: str | None = None,
                            until_day: str | None = None) -> list[UsageRow]:
         """The usage totals of every job that ended from UTC day `since_day` through
@@ -422,11 +454,15 @@ class JobStore(Protocol):
         """The current window (store clock, UTC) of each (budget, period), in the given
         order; a window nobody reserved in yet reads as zero."""
 
-    async def wait_for_change(self, job_id: str, timeout_s: float) -> None:
-        """Return when the store tells of a change to the job's status or cancel request
-        (PostgreSQL over a direct connection: LISTEN/NOTIFY), else after timeout_s: a
-        waiter on a job run by another instance re-reads the row then. A change may be
-        missed (it came before the call): the timeout is the poll that catches it."""
+    async def release_reservations(self) -> int:
+        """The sweeper: release the reservations of jobs that ended without settling them
+        (orphaned by the reaper) or whose row is gone; each exactly once, whoever races.
+        Returns how many were released."""
+
+
+@runtime_checkable
+class SweepClaims(Protocol):
+    """One sweeper per interval (issue 29): the claim of a periodic task's run."""
 
     async def claim_sweep(self, task: str, every_s: float) -> bool:
         """Claim this interval's run of a periodic task (a host's reaper, retention): True
@@ -436,7 +472,11 @@ class JobStore(Protocol):
     async def sweep_runs(self, task: str) -> int:
         """How many runs of `task` were claimed so far (0 for a task never claimed)."""
 
-    async def release_reservations(self) -> int:
-        """The sweeper: release the reservations of jobs that ended without settling them
-        (orphaned by the reaper) or whose row is gone; each exactly once, whoever races.
-        Returns how many were released."""
+
+@runtime_checkable
+class JobStore(StoreMeta, InstanceRows, JobRows, UsageLedger, SweepClaims, Protocol):
+    """Async persistence of jobs and gateway instances: all the roles above, which every
+    backend (memory/, sqlite/, postgres/) implements. The roles say which part of the store
+    a rule belongs to, so a new capability lands in one of them, not in one protocol of
+    thirty-odd methods; a caller that needs the store takes a JobStore. The contract suite
+    (tests/store/test_contract_*.py) runs each role on every backend."""

@@ -64,7 +64,7 @@ async def inspect_schema(settings: Settings) -> SchemaState:
     if persistence.backend == "postgres":
         if not persistence.dsn:
             raise StoreUnavailable("persistence.dsn is required for the postgres backend")
-        from gateway.store.postgres_inspect import read_schema_version  # asyncpg: when used
+        from gateway.store.postgres.inspect import read_schema_version  # asyncpg: when used
 
         version, connections = await read_schema_version(persistence.dsn, persistence.pooler)
         return SchemaState(version, connections=connections)

@@ -92,7 +92,7 @@ def refusal_text(held: Reservation, window: BudgetWindow) -> str:
 
 
 # strftime formats of each period's window key (Python and SQLite; PostgreSQL's to_char
-# formats are in postgres_usage.py).
+# formats are in postgres/usage.py).
 WINDOW_FORMATS: dict[str, str] = {"day": "%Y-%m-%d", "month": "%Y-%m"}
 
 

@@ -92,7 +92,7 @@ async def test_a_full_disk_is_reported_as_store_full_and_changes_nothing(
     write cannot succeed, so the manager writes less instead of retrying forever."""
     from gateway.model import Completion, NewJob, OutputFile
     from gateway.store.base import StoreFull
-    from gateway.store.sqlite import SqliteJobStore
+    from gateway.store.sqlite.store import SqliteJobStore
 
     store = SqliteJobStore(small_state_fs / "jobs.db")
     await store.open()

@@ -24,7 +24,7 @@ from gateway.config import load_settings
 from gateway.jobs.requests import SubmitRequest
 from gateway.model import ErrorKind, GatewayError, JobStatus
 from gateway.runtime import Gateway
-from gateway.store.postgres_pool import APPLICATION_NAME, FULL_SERVER_S, IDLE_RELEASE_S
+from gateway.store.postgres.pool import APPLICATION_NAME, FULL_SERVER_S, IDLE_RELEASE_S
 from tests.conftest import PostgresServer
 from tests.jobs.conftest import FAKE_COMMANDS, FAKES_BIN, FakeLog
 

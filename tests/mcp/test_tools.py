@@ -546,7 +546,7 @@ def test_answering_tools_list_imports_none_of_the_job_machinery(tmp_path: Path) 
         "asyncio.run(build_server(Settings()).list_tools())\n"
         "print(' '.join(sorted(m for m in sys.modules if m in sys.argv[1:])))\n")
     heavy = ["gateway.jobs.manager", "gateway.jobs.run.runner", "gateway.jobs.leases",
-             "gateway.store.sqlite", "aiosqlite", "psutil", "gateway.jobs.http_call"]
+             "gateway.store.sqlite.store", "aiosqlite", "psutil", "gateway.jobs.http_call"]
     env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
     env.pop("AGENT_GATEWAY_CONFIG", None)
     done = subprocess.run([sys.executable, "-c", script, *heavy], env=env, cwd=tmp_path,

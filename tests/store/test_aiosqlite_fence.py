@@ -1,4 +1,4 @@
-"""The private names of aiosqlite the SQLite store relies on (gateway/store/aiosqlite_fence.py).
+"""The private names of aiosqlite the SQLite store relies on (gateway/store/sqlite/aiosqlite_fence.py).
 
 One test per name, on a real connection to a real file: each asserts the name exists and
 behaves as the fence uses it, so an aiosqlite release that renames or changes one fails
@@ -16,7 +16,7 @@ from typing import Any
 import aiosqlite
 import pytest
 
-from gateway.store.aiosqlite_fence import PRIVATE_NAMES, on_connection_thread
+from gateway.store.sqlite.aiosqlite_fence import PRIVATE_NAMES, on_connection_thread
 
 pytestmark = pytest.mark.anyio
 

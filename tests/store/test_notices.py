@@ -11,8 +11,8 @@ import anyio
 import asyncpg
 import pytest
 
-from gateway.store.postgres import PostgresJobStore
-from tests.store.test_contract import OWNER, TTL_S, done, new_job, running
+from gateway.store.postgres.store import PostgresJobStore
+from tests.store.contract_helpers import OWNER, TTL_S, done, new_job, running
 
 pytestmark = pytest.mark.anyio
 

@@ -1,7 +1,7 @@
 """PostgreSQL-only behaviour of PostgresJobStore: the database clock, concurrent migration,
 surviving a server restart, and row-lock races between heartbeat and reaper.
 
-The shared contract (every backend) lives in test_contract.py; these tests cover what only a
+The shared contract (every backend) lives in test_contract_*.py; these tests cover what only a
 shared PostgreSQL server can get wrong.
 """
 
@@ -26,19 +26,19 @@ from gateway.store.base import (
     DuplicateActiveJob,
     StoreUnavailable,
 )
-from gateway.store.postgres import PostgresJobStore
-from gateway.store.postgres_pool import (
+from gateway.store.postgres.pool import (
     APPLICATION_NAME,
     IDLE_IN_TRANSACTION_TIMEOUT_MS,
     LOCK_TIMEOUT_MS,
     STATEMENT_TIMEOUT_MS,
 )
-from gateway.store.postgres_sql import (
+from gateway.store.postgres.sql import (
     LIST_EXPIRED_CANDIDATES,
     LOCK_EXPIRED_OWNERS,
     RECOVER_EXPIRED_LEASES,
     RENEW_INSTANCE_LEASE,
 )
+from gateway.store.postgres.store import PostgresJobStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 

@@ -21,8 +21,8 @@ from gateway import __version__
 from gateway.model import InstanceRow, NewJob
 from gateway.store import compat
 from gateway.store.base import SCHEMA_VERSION, JobStore, StoreUnavailable
-from gateway.store.postgres import PostgresJobStore
-from gateway.store.sqlite import SqliteJobStore
+from gateway.store.postgres.store import PostgresJobStore
+from gateway.store.sqlite.store import SqliteJobStore
 
 pytestmark = pytest.mark.anyio
 

@@ -1,5 +1,5 @@
 """SQLite-only behaviour: the file on disk, its pragmas, migrations, indexes, and two OS
-processes sharing one file. The rules every backend shares are in test_contract.py."""
+processes sharing one file. The rules every backend shares are in test_contract_*.py."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import pytest
 
 from gateway.config import gateway_home
 from gateway.model import InstanceRow, JobRow, JobStatus, NewJob
-from gateway.store import sqlite_sql as sql
 from gateway.store.base import SCHEMA_VERSION, StoreUnavailable
-from gateway.store.sqlite import BUSY_TIMEOUT_MS, SqliteJobStore
+from gateway.store.sqlite import sql
+from gateway.store.sqlite.store import BUSY_TIMEOUT_MS, SqliteJobStore
 
 pytestmark = pytest.mark.anyio
 
@@ -384,7 +384,7 @@ CHILD_SCRIPT = textwrap.dedent(
     from pathlib import Path
     from gateway.model import NewJob
     from gateway.store.base import DuplicateActiveJob
-    from gateway.store.sqlite import SqliteJobStore
+    from gateway.store.sqlite.store import SqliteJobStore
 
     db, name, go, out, keys = sys.argv[1:6]
 

@@ -1,7 +1,7 @@
 """SQLite SQL of the one-sweeper-per-interval claim (issue 29; base.py `claim_sweep`).
 
 The gateways sharing one SQLite file are on one host, so the claim alone decides: one
-conditional upsert inside the caller's `BEGIN IMMEDIATE` transaction (sqlite.py
+conditional upsert inside the caller's `BEGIN IMMEDIATE` transaction (store.py
 `_transaction`), which SQLite already serializes.
 """
 
@@ -11,7 +11,7 @@ import sqlite3
 
 import aiosqlite
 
-# A migration (sqlite_sql.py names its version), additive: one new table, a row per periodic
+# A migration (sql.py names its version), additive: one new table, a row per periodic
 # task with its last claim on the store's clock and how many runs were claimed.
 SWEEPS_SCHEMA = (
     """CREATE TABLE IF NOT EXISTS sweeps (

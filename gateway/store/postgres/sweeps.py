@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncpg
 
-# A migration (postgres_sql.py names its version), additive: one new table (as in
-# sqlite_sweeps.py), and room on each page for the in-place updates of the hot rows (a
+# A migration (sql.py names its version), additive: one new table (as in
+# sqlite/sweeps.py), and room on each page for the in-place updates of the hot rows (a
 # heartbeat renews an instance row and its jobs' leases every heartbeat_s: with free space on
 # the page they stay HOT updates, no index write, no page split). fillfactor applies to the
 # pages written from now on.

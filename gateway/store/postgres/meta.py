@@ -1,7 +1,7 @@
 """PostgreSQL: schema 7 (the store's lowest writer, the instances' renewal wait) and its check.
 
 The rule itself lives in store/compat.py; this module is the PostgreSQL half of it: the
-statements and the two steps the migration transaction runs (postgres.py `_migrate`) under
+statements and the two steps the migration transaction runs (store.py `_migrate`) under
 the schema lock: read the store's record and refuse before the first write, then record who
 migrated it.
 """

@@ -21,14 +21,14 @@ from typing import Any
 import asyncpg
 import structlog
 
-from gateway.store.postgres_pool import APPLICATION_NAME, CONNECT_TIMEOUT_S
+from gateway.store.postgres.pool import APPLICATION_NAME, CONNECT_TIMEOUT_S
 
 log = structlog.get_logger(__name__)
 
 CHANNEL = "agent_gateway_jobs"
 RETRY_AFTER_S = 30.0  # a listener that failed to connect is tried again this much later
 
-# Part of a migration (postgres_sql.py names its version). Re-running it changes nothing.
+# Part of a migration (sql.py names its version). Re-running it changes nothing.
 NOTIFY_SCHEMA = (
     f"""CREATE OR REPLACE FUNCTION agent_gateway_notify_job() RETURNS trigger
 LANGUAGE plpgsql AS $$

@@ -1,4 +1,4 @@
-"""The memory store's usage totals and budgets: the rules of sqlite_usage.py held in dicts.
+"""The memory store's usage totals and budgets: the rules of sqlite/usage.py held in dicts.
 
 MemoryJobStore calls these under its one lock, inside the method whose transaction they
 belong to (insert_job, complete), so each is as atomic as the SQL backends' statements.

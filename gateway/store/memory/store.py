@@ -3,7 +3,7 @@
 For tests and ephemeral runs (`persistence.backend = "memory"`): nothing survives the
 process, and only this process can see the jobs. Every method takes one anyio lock for its
 whole body, so each call is atomic exactly like one SQL transaction; the checks inside each
-method are the same WHERE clauses the SQL backends use (see `sqlite.py` for the reasons).
+method are the same WHERE clauses the SQL backends use (see `sqlite/store.py` for the reasons).
 Rows are copied in and out, so a caller can never mutate the stored state by accident.
 """
 
@@ -43,7 +43,7 @@ from gateway.store.base import (
     reaper_row,
     without_output,
 )
-from gateway.store.memory_usage import MemoryLedger
+from gateway.store.memory.usage import MemoryLedger
 from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 
 
@@ -60,7 +60,7 @@ class MemoryJobStore:
         self.clock = clock  # the store's clock, injectable as SqliteJobStore's
         self._jobs: dict[str, JobRow] = {}
         self._instances: dict[str, InstanceRow] = {}
-        self._ledger = MemoryLedger()  # usage totals and budgets (memory_usage.py)
+        self._ledger = MemoryLedger()  # usage totals and budgets (usage.py)
         # One lock for everything: each method is one "transaction".
         self._lock = anyio.Lock()
         self._sweeps: dict[str, tuple[float | None, int]] = {}  # task -> (last claim, runs)
@@ -480,7 +480,7 @@ class MemoryJobStore:
 
     @staticmethod
     def _settleable(job: JobRow, now: datetime, boot_id: str, within_s: float) -> bool:
-        """LIST_ADOPTION_CANDIDATES' job predicate (see sqlite_sql.py for the reasons)."""
+        """LIST_ADOPTION_CANDIDATES' job predicate (see sqlite/sql.py for the reasons)."""
         if (job.transport == "http" and job.status is JobStatus.RUNNING
                 and job.lease_deadline is not None and job.lease_deadline >= now):
             return False

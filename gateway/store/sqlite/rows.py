@@ -1,7 +1,7 @@
 """The SQLite backend's rows and the work it runs on the connection's thread.
 
-Moved out of `sqlite.py` whole (the executor keeps connections, locking and the store's
-methods): converting `sqlite3.Row`s into the gateway's rows (REAL epoch seconds become
+Moved out of the executor (`store.py`) whole (the executor keeps connections, locking and
+the store's methods): converting `sqlite3.Row`s into the gateway's rows (REAL epoch seconds become
 timezone-aware UTC datetimes), one write transaction, and reading or writing a large output
 in place as a blob. Every function that takes a `sqlite3.Connection` runs on aiosqlite's
 thread (`aiosqlite_fence.on_connection_thread`), the one thread that may use it.
@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from gateway.model import InstanceRow, JobRow, OutputFile
 from gateway.store.base import AdoptionCandidate, answer_in, page_bounds, page_of, without_output
 from gateway.store.owner_columns import owner_fields
-from gateway.store.sqlite_sql import (
+from gateway.store.sqlite.sql import (
     _INSTANCE_TIME_FIELDS,
     _JOB_TIME_FIELDS,
     JOB_ROWID,

@@ -1,7 +1,7 @@
 """SQLite: schema 7 (the store's lowest writer, the instances' renewal wait) and its check.
 
 The rule itself lives in store/compat.py; this module is the SQLite half of it: the
-statements and the two steps the migration transaction runs (sqlite.py `_migrate`), on
+statements and the two steps the migration transaction runs (store.py `_migrate`), on
 the connection's thread, under the write lock: read the store's record and refuse before
 the first write, then record who migrated it.
 """

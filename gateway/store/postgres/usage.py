@@ -1,7 +1,7 @@
 """PostgreSQL SQL of usage totals and budgets (issue 28; gateway/store/usage.py says the model).
 
-The same statements as sqlite_usage.py in this dialect. Every function runs on the caller's
-connection inside its transaction (postgres.py), so it commits or rolls back with the job
+The same statements as sqlite/usage.py in this dialect. Every function runs on the caller's
+connection inside its transaction (store.py), so it commits or rolls back with the job
 write it belongs to. Windows and days come from the database clock (`now()` in UTC), never
 from a gateway's wall clock.
 """
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gateway.model import Reservation, UsageFigures
+from gateway.store.base import ACTIVE_STATUSES_SQL
 from gateway.store.usage import (
     NO_USAGE,
     BudgetExceeded,
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # asyncpg is imported only by postgres.py (the postgres extra
 # to_char formats of each period's window key (the same keys as usage.WINDOW_FORMATS).
 PG_WINDOW_FORMATS = {"day": "YYYY-MM-DD", "month": "YYYY-MM"}
 
-# Schema version 5: additive, three new tables (see sqlite_usage.SCHEMA_V5).
+# Schema version 5: additive, three new tables (see sqlite/usage.py SCHEMA_V5).
 SCHEMA_V5 = (
     """CREATE TABLE IF NOT EXISTS usage_daily (
     day text NOT NULL, provider text NOT NULL, model text NOT NULL, cost_source text NOT NULL,
@@ -84,10 +85,10 @@ WHERE budget = $1 AND window_start = $2"""
 
 # The sweeper's share: reservations of jobs that are no longer active (orphaned by the
 # reaper without a terminal write) or whose row is gone.
-TAKE_ENDED_RESERVATIONS = """
+TAKE_ENDED_RESERVATIONS = f"""
 DELETE FROM budget_reservations r
 WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = r.job_id
-                                        AND j.status IN ('queued','running'))
+                                        AND j.status IN {ACTIVE_STATUSES_SQL})
 RETURNING budget, window_start, unit, amount"""
 
 # A terminal write that applied adds its job once to its day's rollup row; a figure not

@@ -1,6 +1,6 @@
 """Every SQL statement of the PostgreSQL backend, each named after what it does.
 
-The executor (`postgres.py`) runs them; the invariant each state transition protects is
+The executor (`store.py`) runs them; the invariant each state transition protects is
 written beside its statement, in its WHERE clause.
 """
 
@@ -12,15 +12,16 @@ from gateway.model import (
     JobRow,
 )
 from gateway.store.base import (
+    ACTIVE_STATUSES_SQL,
     NEW_JOB_COLUMNS,
     REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
 from gateway.store.owner_columns import INSTANCE_COLUMN_LIST, OWNER_COLUMN_LIST
-from gateway.store.postgres_meta import SCHEMA_V7
-from gateway.store.postgres_notices import NOTIFY_SCHEMA
-from gateway.store.postgres_sweeps import SWEEPS_SCHEMA
-from gateway.store.postgres_usage import SCHEMA_V5
+from gateway.store.postgres.meta import SCHEMA_V7
+from gateway.store.postgres.notices import NOTIFY_SCHEMA
+from gateway.store.postgres.sweeps import SWEEPS_SCHEMA
+from gateway.store.postgres.usage import SCHEMA_V5
 
 ACTIVE_INDEX_NAME = "jobs_active_request_key"
 
@@ -112,7 +113,7 @@ _SCHEMA_V1 = (
     # (the loser's INSERT fails with a unique violation naming this index).
     f"""
     CREATE UNIQUE INDEX IF NOT EXISTS {ACTIVE_INDEX_NAME}
-        ON jobs (request_key) WHERE status IN ('queued','running') AND NOT forced""",
+        ON jobs (request_key) WHERE status IN {ACTIVE_STATUSES_SQL} AND NOT forced""",
     # The reaper's range scan: active rows ordered by their own lease deadline.
     "CREATE INDEX IF NOT EXISTS jobs_status_lease_deadline ON jobs (status, lease_deadline)",
     # The reaper's owner lock, the cancel poller and drain: one instance's active rows.
@@ -134,14 +135,14 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (3, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeued_at timestamptz",)),
     # v4: `principal` (who made the job; NULL for the rows before).
     (4, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS principal text",)),
-    (5, SCHEMA_V5),  # usage totals and budgets (postgres_usage.py)
+    (5, SCHEMA_V5),  # usage totals and budgets (usage.py)
     # v6: the bounded uncharged re-queues (how many, why) and which host orphaned a job.
     (6, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeue_count integer NOT NULL DEFAULT 0",
          "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS requeue_reasons text",
          "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS orphaned_by text")),
-    (7, SCHEMA_V7),  # the lowest writer and the renewal wait (postgres_meta.py)
-    # v8: one sweeper per interval and fillfactor (postgres_sweeps.py), notices of status
-    # and cancel changes (postgres_notices.py).
+    (7, SCHEMA_V7),  # the lowest writer and the renewal wait (meta.py)
+    # v8: one sweeper per interval and fillfactor (sweeps.py), notices of status
+    # and cancel changes (notices.py).
     (8, (*SWEEPS_SCHEMA, *NOTIFY_SCHEMA)))
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
@@ -197,7 +198,7 @@ SELECT {INSTANCE_COLUMN_LIST} FROM gateway_instances ORDER BY started_at, instan
 FIND_REUSABLE = f"""
 SELECT {_JOB_COLUMNS} FROM jobs
 WHERE request_key = $1 AND NOT forced
-  AND (status IN ('queued','running')
+  AND (status IN {ACTIVE_STATUSES_SQL}
        OR (status = 'completed' AND finished_at >= now() - make_interval(secs => $2)))
 ORDER BY created_at DESC, id DESC
 LIMIT 1"""
@@ -213,9 +214,9 @@ VALUES ($1, $2, CASE WHEN $16 THEN 'running' ELSE 'queued' END, $3, $4, $5,
 RETURNING {_JOB_COLUMNS}"""
 
 # The one active, non-forced row the index let win (NULL if it finished meanwhile).
-FIND_ACTIVE_BY_KEY = """
+FIND_ACTIVE_BY_KEY = f"""
 SELECT id FROM jobs
-WHERE request_key = $1 AND NOT forced AND status IN ('queued','running')
+WHERE request_key = $1 AND NOT forced AND status IN {ACTIVE_STATUSES_SQL}
 LIMIT 1"""
 
 # queued -> running only for the owner: a row orphaned or cancelled while it waited in the
@@ -239,19 +240,19 @@ WHERE id = $1 AND owner_instance = $2 AND status = 'running'"""
 # stale owner waking up must not end it with what it saw of the old one. Every taker CASes
 # owner_instance to itself before it writes. A cancel request on the row turns any outcome
 # into `cancelled` (cancelled wins over a late completion).
-_COMPLETE_JOB = """
+_COMPLETE_JOB = f"""
 UPDATE jobs SET
     status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE $3 END,
     error_kind = CASE WHEN cancel_requested_at IS NOT NULL AND $3 <> 'cancelled'
                       THEN 'cancelled' ELSE $4 END,
     error = CASE WHEN cancel_requested_at IS NOT NULL AND $3 <> 'cancelled'
                  THEN COALESCE($5, $12) ELSE $5 END,
-    exit_code = $6, output = {output}, stderr_tail = $8,
+    exit_code = $6, output = {{output}}, stderr_tail = $8,
     output_bytes = $9, truncated = $10, result_json = $11,
     finished_at = LEAST(COALESCE(to_timestamp($13::float8), now()), now()),
     updated_at = now(), lease_deadline = NULL
 WHERE id = $1 AND owner_instance = $2
-  AND (status IN ('queued','running')
+  AND (status IN {ACTIVE_STATUSES_SQL}
        OR (status = 'orphaned' AND orphaned_by IS DISTINCT FROM hostname))"""
 COMPLETE_JOB = _COMPLETE_JOB.format(output="$7")
 
@@ -271,13 +272,13 @@ COMPLETE_JOB_FROM_PIECES = _COMPLETE_JOB.format(
 # finished job as still running. request_cancel reads the row in a second statement.
 REQUEST_CANCEL = f"""
 UPDATE jobs SET cancel_requested_at = now(), updated_at = now()
-WHERE id = $1 AND status IN ('queued','running') AND cancel_requested_at IS NULL
+WHERE id = $1 AND status IN {ACTIVE_STATUSES_SQL} AND cancel_requested_at IS NULL
 RETURNING {_JOB_COLUMNS}"""
 
 # Only this instance's still-active rows: a cancel on a finished job needs no kill.
-LIST_CANCEL_REQUESTED = """
+LIST_CANCEL_REQUESTED = f"""
 SELECT id FROM jobs
-WHERE owner_instance = $1 AND status IN ('queued','running')
+WHERE owner_instance = $1 AND status IN {ACTIVE_STATUSES_SQL}
   AND cancel_requested_at IS NOT NULL
 ORDER BY created_at"""
 
@@ -295,8 +296,8 @@ WHERE id = $1 AND owner_instance = $2 AND status = 'running'"""
 # row is gone (collected) holds no lease. Never because another instance started.
 # `lease_deadline < now()` first, so the range scan on jobs_status_lease_deadline does the
 # work; the owner is one primary-key probe per row.
-_LEASE_EXPIRED = """
-status IN ('queued','running') AND lease_deadline < now()
+_LEASE_EXPIRED = f"""
+status IN {ACTIVE_STATUSES_SQL} AND lease_deadline < now()
   AND (transport <> 'http' OR lease_deadline + make_interval(secs => $1) < now())
   AND NOT EXISTS (
       SELECT 1 FROM gateway_instances AS owner
@@ -320,11 +321,11 @@ LIMIT $2"""
 # between: its lease had lapsed when we judged it, or it is not touched. SKIP LOCKED: an
 # owner row another transaction holds (its heartbeat, another reaper, a stalled peer) is
 # left for the next sweep instead of stalling this one; its jobs are not judged now.
-LOCK_EXPIRED_OWNERS = """
+LOCK_EXPIRED_OWNERS = f"""
 SELECT instance_id FROM gateway_instances AS owner
 WHERE lease_expires_at < now()
   AND EXISTS (SELECT 1 FROM jobs WHERE jobs.owner_instance = owner.instance_id
-                                   AND jobs.status IN ('queued','running'))
+                                   AND jobs.status IN {ACTIVE_STATUSES_SQL})
 ORDER BY instance_id
 FOR UPDATE SKIP LOCKED"""
 
@@ -468,7 +469,7 @@ WHERE jobs.id = d.id AND jobs.owner_instance = $1 AND jobs.status = 'running'"""
 # on this host and boot ($3). Active ones only: `orphaned` is final (no adopter heals or
 # re-queues it). A running http job waits until its own lease passed: a detaching owner
 # drains it until then. At most $4: jobs whose owner is collected, stopped or lapsed first,
-# then the oldest (see sqlite_sql.py).
+# then the oldest (see sqlite/sql.py).
 _CANDIDATE_COLUMNS = ", ".join(
     f"NULL AS {name}" if name in ("output", "result_json") else f"jobs.{name} AS {name}"
     for name in JobRow.column_names())
@@ -477,7 +478,7 @@ SELECT {_CANDIDATE_COLUMNS},
        {OWNER_COLUMN_LIST}
 FROM jobs LEFT JOIN gateway_instances AS owner ON owner.instance_id = jobs.owner_instance
 WHERE jobs.hostname = $2 AND jobs.owner_instance IS DISTINCT FROM $1
-  AND jobs.status IN ('queued','running')
+  AND jobs.status IN {ACTIVE_STATUSES_SQL}
   AND NOT (jobs.transport = 'http' AND jobs.status = 'running'
            AND jobs.lease_deadline >= now())
   AND (owner.instance_id IS NULL OR owner.stopped_at IS NOT NULL
@@ -493,7 +494,7 @@ LIMIT $4"""
 # of this boot ($6). The status stays: an orphaned row is healed by the adopter's complete().
 ADOPT_JOB = f"""
 UPDATE jobs SET owner_instance = $4, updated_at = now(),
-                lease_deadline = CASE WHEN status IN ('queued','running')
+                lease_deadline = CASE WHEN status IN {ACTIVE_STATUSES_SQL}
                                       THEN GREATEST(COALESCE(lease_deadline, now()),
                                                     now() + make_interval(secs => $7)) END
 WHERE id = $1 AND owner_instance IS NOT DISTINCT FROM $2 AND status = $3
@@ -525,5 +526,5 @@ WHERE id = $1 AND owner_instance IS NOT DISTINCT FROM $2 AND status = $3
   AND (forced OR NOT EXISTS (
       SELECT 1 FROM jobs AS twin
       WHERE twin.request_key = jobs.request_key AND twin.id <> jobs.id AND NOT twin.forced
-        AND twin.status IN ('queued','running')))
+        AND twin.status IN {ACTIVE_STATUSES_SQL}))
 RETURNING {_LIGHT_JOB_COLUMNS}"""

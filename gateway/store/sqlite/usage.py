@@ -1,7 +1,7 @@
 """SQLite SQL of usage totals and budgets (issue 28; gateway/store/usage.py says the model).
 
 Every function here runs on the connection's thread inside the caller's `BEGIN IMMEDIATE`
-transaction (sqlite.py `_transaction`), so it commits or rolls back with the job write it
+transaction (store.py `_transaction`), so it commits or rolls back with the job write it
 belongs to: the insert that admits a job, the guarded terminal write that ends it.
 """
 
@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from gateway.model import Reservation, UsageFigures
+from gateway.store.base import ACTIVE_STATUSES_SQL
 from gateway.store.usage import (
     NO_USAGE,
     BudgetExceeded,
@@ -71,10 +72,10 @@ WHERE budget = :budget AND window_start = :window_start"""
 
 # The sweeper's share: reservations of jobs that ended without settling them (the reaper
 # orphaned them) or whose row is gone. An active job's reservation is never released.
-TAKE_ENDED_RESERVATIONS = """
+TAKE_ENDED_RESERVATIONS = f"""
 DELETE FROM budget_reservations
 WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = budget_reservations.job_id
-                                     AND jobs.status IN ('queued','running'))
+                                     AND jobs.status IN {ACTIVE_STATUSES_SQL})
 RETURNING budget, window_start, unit, amount"""
 
 # A terminal write adds its job once to its day's rollup row (the caller runs this only when

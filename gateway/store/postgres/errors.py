@@ -1,6 +1,6 @@
 """How the PostgreSQL backend tells "the store is unavailable" from a bug, without the DSN.
 
-Moved out of `postgres.py` whole: which asyncpg and OS errors mean the server cannot be
+Moved out of the executor (`store.py`) whole: which asyncpg and OS errors mean the server cannot be
 reached or refused a statement right now (they become StoreUnavailable, and a cause that
 does not pass by itself is marked permanent), and the DSN's secrets, which no such error's
 text may contain (the rules and the marker: providers/redaction.py).

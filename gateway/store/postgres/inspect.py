@@ -1,6 +1,6 @@
 """Reading a PostgreSQL store without changing it: `doctor` and the CLI's reading commands.
 
-Moved out of `postgres.py` whole: one connection of its own, a read-only transaction, no
+Moved out of the executor (`store.py`) whole: one connection of its own, a read-only transaction, no
 pool, nothing created or migrated (gateway/store/inspect.py says why).
 """
 
@@ -11,9 +11,9 @@ from contextlib import suppress
 import asyncpg
 
 from gateway.store.base import StoreUnavailable
-from gateway.store.postgres_errors import _UNAVAILABLE_ERRORS, secrets_of, unavailable_error
-from gateway.store.postgres_pool import APPLICATION_NAME, CLOSE_TIMEOUT_S, CONNECT_TIMEOUT_S, Pooler
-from gateway.store.postgres_sql import (
+from gateway.store.postgres.errors import _UNAVAILABLE_ERRORS, secrets_of, unavailable_error
+from gateway.store.postgres.pool import APPLICATION_NAME, CLOSE_TIMEOUT_S, CONNECT_TIMEOUT_S, Pooler
+from gateway.store.postgres.sql import (
     HAS_SCHEMA_VERSION_TABLE,
     READ_CONNECTION_USAGE,
     READ_SCHEMA_VERSION,

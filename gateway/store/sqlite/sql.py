@@ -1,6 +1,6 @@
 """Every SQL statement of the SQLite backend, each named after what it does.
 
-The executor (`sqlite.py`) runs them; the invariant each state transition protects is
+The executor (`store.py`) runs them; the invariant each state transition protects is
 written beside its statement, in its WHERE clause.
 """
 
@@ -12,14 +12,15 @@ from gateway.model import (
     JobRow,
 )
 from gateway.store.base import (
+    ACTIVE_STATUSES_SQL,
     NEW_JOB_COLUMNS,
     REAPER_COLUMNS,
     SCHEMA_VERSION,
 )
 from gateway.store.owner_columns import INSTANCE_COLUMN_LIST, OWNER_COLUMN_LIST
-from gateway.store.sqlite_meta import SCHEMA_V7
-from gateway.store.sqlite_sweeps import SWEEPS_SCHEMA
-from gateway.store.sqlite_usage import SCHEMA_V5
+from gateway.store.sqlite.meta import SCHEMA_V7
+from gateway.store.sqlite.sweeps import SWEEPS_SCHEMA
+from gateway.store.sqlite.usage import SCHEMA_V5
 
 _JOB_COLUMNS = ", ".join(JobRow.column_names())
 _REAPER_COLUMNS = ", ".join(REAPER_COLUMNS)
@@ -101,9 +102,9 @@ _SCHEMA_V1 = (
         stopped_at       REAL
     )""",
     # Exactly-once dedup: at most one active, non-forced job per request key, whoever races.
-    """
+    f"""
     CREATE UNIQUE INDEX IF NOT EXISTS jobs_active_request_key
-        ON jobs (request_key) WHERE status IN ('queued','running') AND forced = 0""",
+        ON jobs (request_key) WHERE status IN {ACTIVE_STATUSES_SQL} AND forced = 0""",
     # The reaper's range scan: active rows ordered by their own lease deadline.
     "CREATE INDEX IF NOT EXISTS jobs_status_lease_deadline ON jobs (status, lease_deadline)",
     # The cancel poller and drain: one instance's active rows.
@@ -178,10 +179,10 @@ _SCHEMA_V6 = (
 # statements in order changes nothing.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _SCHEMA_V1), (2, _SCHEMA_V2), (3, _SCHEMA_V3), (4, _SCHEMA_V4),
-    (5, SCHEMA_V5),  # usage totals and budgets (sqlite_usage.py)
+    (5, SCHEMA_V5),  # usage totals and budgets (usage.py)
     (6, _SCHEMA_V6),
-    (7, SCHEMA_V7),  # the lowest writer and the renewal wait (sqlite_meta.py)
-    (8, SWEEPS_SCHEMA))  # one sweeper per interval (sqlite_sweeps.py)
+    (7, SCHEMA_V7),  # the lowest writer and the renewal wait (meta.py)
+    (8, SWEEPS_SCHEMA))  # one sweeper per interval (sweeps.py)
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
@@ -233,7 +234,7 @@ SELECT {INSTANCE_COLUMN_LIST} FROM gateway_instances ORDER BY started_at, instan
 FIND_REUSABLE = f"""
 SELECT {_JOB_COLUMNS} FROM jobs
 WHERE request_key = :request_key AND forced = 0
-  AND (status IN ('queued','running')
+  AND (status IN {ACTIVE_STATUSES_SQL}
        OR (status = 'completed' AND finished_at >= :now - :dedup_window_s))
 ORDER BY created_at DESC, id DESC
 LIMIT 1"""
@@ -246,13 +247,13 @@ VALUES (:id, :provider, CASE WHEN :running THEN 'running' ELSE 'queued' END, :re
         :transport, :correlation_id, :owner_instance, :now + :ttl_s, :hostname, :working_dir,
         :model, :session_id, :request_json, :now, :now, :forced, :boot_id, :principal,
         CASE WHEN :running THEN :now END)
-ON CONFLICT (request_key) WHERE status IN ('queued','running') AND forced = 0 DO NOTHING
+ON CONFLICT (request_key) WHERE status IN {ACTIVE_STATUSES_SQL} AND forced = 0 DO NOTHING
 RETURNING {_JOB_COLUMNS}"""
 
 # The one active, non-forced row the index let win (read in the same transaction).
-FIND_ACTIVE_BY_KEY = """
+FIND_ACTIVE_BY_KEY = f"""
 SELECT id FROM jobs
-WHERE request_key = :request_key AND forced = 0 AND status IN ('queued','running')"""
+WHERE request_key = :request_key AND forced = 0 AND status IN {ACTIVE_STATUSES_SQL}"""
 
 # queued -> running only for the owner: a row orphaned or cancelled while it waited in the
 # queue never starts (the manager spawns only after this returns true).
@@ -277,7 +278,7 @@ WHERE id = :job_id AND owner_instance = :owner_instance AND status = 'running'""
 # into `cancelled` (cancelled wins over a late completion). A large
 # output (:reserve bytes) is reserved as a zero blob here and written in place right after,
 # in the same transaction (complete()).
-COMPLETE_JOB = """
+COMPLETE_JOB = f"""
 UPDATE jobs SET
     status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE :status END,
     error_kind = CASE WHEN cancel_requested_at IS NOT NULL AND :status <> 'cancelled'
@@ -290,18 +291,18 @@ UPDATE jobs SET
     finished_at = MIN(COALESCE(:ended_at, :now), :now), updated_at = :now,
     lease_deadline = NULL
 WHERE id = :job_id AND owner_instance = :owner_instance
-  AND (status IN ('queued','running')
+  AND (status IN {ACTIVE_STATUSES_SQL}
        OR (status = 'orphaned' AND orphaned_by IS NOT hostname))"""
 
 # A cancel lands only on an active row, and the first request's time is kept.
-REQUEST_CANCEL = """
+REQUEST_CANCEL = f"""
 UPDATE jobs SET cancel_requested_at = :now, updated_at = :now
-WHERE id = :job_id AND status IN ('queued','running') AND cancel_requested_at IS NULL"""
+WHERE id = :job_id AND status IN {ACTIVE_STATUSES_SQL} AND cancel_requested_at IS NULL"""
 
 # Only this instance's still-active rows: a cancel on a finished job needs no kill.
-LIST_CANCEL_REQUESTED = """
+LIST_CANCEL_REQUESTED = f"""
 SELECT id FROM jobs
-WHERE owner_instance = :owner_instance AND status IN ('queued','running')
+WHERE owner_instance = :owner_instance AND status IN {ACTIVE_STATUSES_SQL}
   AND cancel_requested_at IS NOT NULL
 ORDER BY created_at"""
 
@@ -320,8 +321,8 @@ WHERE id = :job_id AND owner_instance = :owner_instance AND status = 'running'""
 # (collected) holds no lease. Never because another instance started. `lease_deadline <
 # :now` first, so the range scan on jobs_status_lease_deadline does the work; the owner is
 # one primary-key probe per row.
-_LEASE_EXPIRED = """
-status IN ('queued','running') AND lease_deadline < :now
+_LEASE_EXPIRED = f"""
+status IN {ACTIVE_STATUSES_SQL} AND lease_deadline < :now
   AND (transport <> 'http' OR lease_deadline + :http_grace_s < :now)
   AND NOT EXISTS (
       SELECT 1 FROM gateway_instances AS owner
@@ -444,7 +445,7 @@ SELECT {_CANDIDATE_COLUMNS},
        {OWNER_COLUMN_LIST}
 FROM jobs LEFT JOIN gateway_instances AS owner ON owner.instance_id = jobs.owner_instance
 WHERE jobs.hostname = :hostname AND jobs.owner_instance IS NOT :instance_id
-  AND jobs.status IN ('queued','running')
+  AND jobs.status IN {ACTIVE_STATUSES_SQL}
   AND NOT (jobs.transport = 'http' AND jobs.status = 'running'
            AND jobs.lease_deadline >= :now)
   AND (owner.instance_id IS NULL OR owner.stopped_at IS NOT NULL
@@ -460,7 +461,7 @@ LIMIT :limit"""
 # status stays: an orphaned row is healed by the adopter's guarded complete().
 ADOPT_JOB = f"""
 UPDATE jobs SET owner_instance = :instance_id, updated_at = :now,
-                lease_deadline = CASE WHEN status IN ('queued','running')
+                lease_deadline = CASE WHEN status IN {ACTIVE_STATUSES_SQL}
                                       THEN MAX(COALESCE(lease_deadline, 0), :now + :ttl_s) END
 WHERE id = :job_id AND owner_instance IS :expected_owner AND status = :expected_status
   AND status IN ('queued','running','orphaned') AND hostname = :hostname
@@ -490,5 +491,5 @@ WHERE id = :job_id AND owner_instance IS :expected_owner AND status = :expected_
   AND (forced = 1 OR NOT EXISTS (
       SELECT 1 FROM jobs AS twin
       WHERE twin.request_key = jobs.request_key AND twin.id <> jobs.id AND twin.forced = 0
-        AND twin.status IN ('queued','running')))
+        AND twin.status IN {ACTIVE_STATUSES_SQL}))
 RETURNING {_LIGHT_JOB_COLUMNS}"""

@@ -42,7 +42,6 @@ from gateway.model import (
     OutputFile,
     Progress,
 )
-from gateway.store import postgres_meta, postgres_sweeps, postgres_usage
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
@@ -59,14 +58,17 @@ from gateway.store.base import (
     without_output,
 )
 from gateway.store.owner_columns import owner_fields
-from gateway.store.postgres_errors import (
+from gateway.store.postgres import meta as postgres_meta
+from gateway.store.postgres import sweeps as postgres_sweeps
+from gateway.store.postgres import usage as postgres_usage
+from gateway.store.postgres.errors import (
     _UNAVAILABLE_ERRORS,
     redact_dsn,
     secrets_of,
     unavailable_error,
 )
-from gateway.store.postgres_notices import JobNotices
-from gateway.store.postgres_pool import (
+from gateway.store.postgres.notices import JobNotices
+from gateway.store.postgres.pool import (
     COMMAND_TIMEOUT_S,
     IDLE_RELEASE_S,
     LEASE_COMMAND_TIMEOUT_S,
@@ -78,7 +80,7 @@ from gateway.store.postgres_pool import (
     FullServer,
     Pooler,
 )
-from gateway.store.postgres_sql import (
+from gateway.store.postgres.sql import (
     _JSON_ERRORS,
     ACTIVE_INDEX_NAME,
     ADOPT_JOB,
@@ -418,7 +420,7 @@ class PostgresJobStore:
             await postgres_usage.account(conn, job_id, completion.usage)
             return await _light_job(conn, job_id)
 
-    # -- usage and budgets (postgres_usage.py) --------------------------------------------
+    # -- usage and budgets (usage.py) ---------------------------------------------------
     async def usage_totals(self, group_by: GroupBy, since_day: str | None = None,
                            until_day: str | None = None) -> list[UsageRow]:
         async with self._connection("usage totals") as conn:

@@ -41,8 +41,6 @@ from gateway.model import (
     NewJob,
     Progress,
 )
-from gateway.store import sqlite_meta, sqlite_sweeps, sqlite_usage
-from gateway.store.aiosqlite_fence import on_connection_thread
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
@@ -56,7 +54,11 @@ from gateway.store.base import (
     like_prefix,
     output_to_bind,
 )
-from gateway.store.sqlite_rows import (
+from gateway.store.sqlite import meta as sqlite_meta
+from gateway.store.sqlite import sweeps as sqlite_sweeps
+from gateway.store.sqlite import usage as sqlite_usage
+from gateway.store.sqlite.aiosqlite_fence import on_connection_thread
+from gateway.store.sqlite.rows import (
     _candidate,
     _changed,
     _epoch,
@@ -67,7 +69,7 @@ from gateway.store.sqlite_rows import (
     _run_transaction,
     _write_output,
 )
-from gateway.store.sqlite_sql import (
+from gateway.store.sqlite.sql import (
     ADOPT_JOB,
     COMPLETE_JOB,
     CREATE_SCHEMA_VERSION_TABLE,
@@ -557,7 +559,7 @@ class SqliteJobStore:
     async def adopt_job(self, take: TakeOver) -> JobRow | None:
         return await self._take_over("adopt_job", ADOPT_JOB, take)
 
-    # -- usage and budgets (sqlite_usage.py) --------------------------------------------
+    # -- usage and budgets (usage.py) ---------------------------------------------------
     async def usage_totals(self, group_by: GroupBy, since_day: str | None = None,
                            until_day: str | None = None) -> list[UsageRow]:
         async with self._read("usage_totals") as conn:
