@@ -289,7 +289,7 @@ def test_the_backup_commands_name_the_real_files_and_tables(
     monkeypatch.delenv("AGENT_GATEWAY_PERSISTENCE__PATH", raising=False)
     default_db = Settings().persistence.path
     assert f"sqlite3 {str(default_db).replace(str(tmp_path), '~')} " in sqlite_block.body
-    sql = "".join(p.read_text(encoding="utf-8") for p in (REPO / "gateway" / "store").glob("*.py"))
+    sql = "".join(p.read_text(encoding="utf-8") for p in (REPO / "gateway" / "store").rglob("*.py"))
     created = set(re.findall(r"CREATE TABLE\s+(?:IF NOT EXISTS\s+)?(\w+)", sql))
     tables = re.findall(r"--table=(\w+)", pg_block.body)
     assert tables and set(tables) <= created, (tables, created)

@@ -44,6 +44,7 @@ from gateway.config import (
 from gateway.logs import configure_logging
 from gateway.store import POSTGRES_DRIVER_MISSING
 from gateway.store.base import SCHEMA_VERSION
+from gateway.store.postgres import driver_missing
 from providers.redaction import redact_text
 
 STORE_PROBE_TIMEOUT_S = 10.0  # a database that does not answer is "unreachable", not a hang
@@ -184,16 +185,6 @@ def store_location(settings: Settings) -> str:
     return "in memory"
 
 
-def _driver_missing() -> bool:
-    """Whether asyncpg (the `postgres` extra) cannot be imported: the store would say so at
-    once, and doctor says what to install before it tries to connect."""
-    try:
-        import asyncpg  # noqa: F401  (import-for-presence: only a postgres doctor pays it)
-    except ImportError:
-        return True
-    return False
-
-
 def check_store(settings: Settings) -> Check:
     """The store's schema version, read without writing (see gateway/store/inspect.py)."""
     from gateway.store.inspect import inspect_schema
@@ -203,7 +194,7 @@ def check_store(settings: Settings) -> Check:
     details: dict[str, Any] = {"backend": backend, "location": where}
     if backend == "memory":
         return Check("store", "ok", "memory: jobs are lost when the gateway exits", details)
-    if backend == "postgres" and _driver_missing():
+    if backend == "postgres" and driver_missing():
         return Check("store", "error", POSTGRES_DRIVER_MISSING, details)
 
     async def inspect() -> Any:

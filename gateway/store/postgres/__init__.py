@@ -2,3 +2,13 @@
 out of them, each a module of this folder. The only place asyncpg is imported, and imported
 only when it is the configured backend (gateway/store/__init__.py), so a SQLite install
 never needs the `postgres` extra."""
+
+
+def driver_missing() -> bool:
+    """Whether asyncpg (the `postgres` extra) cannot be imported: `doctor` says what to
+    install before it tries to connect, as the store itself would at open."""
+    try:
+        import asyncpg  # noqa: F401  (import-for-presence, only when postgres is configured)
+    except ImportError:
+        return True
+    return False
