@@ -159,19 +159,23 @@ def current() -> Platform:
 
 
 # The Claude Desktop entry that runs the gateway inside WSL (the user's default distribution),
-# the supported way on Windows. README.md shows the same snippet.
+# the supported way on Windows: from a checkout cloned inside WSL, the form that works before a
+# release is on PyPI (README.md shows the same snippet; WSL_RELEASE_ARGS once released).
+WSL_CHECKOUT = "/home/you/agent-cli-gateway"
 WSL_SNIPPET = ('{"mcpServers": {"agent-cli-gateway": {"command": "wsl.exe", '
-               '"args": ["uvx", "agent-cli-gateway"]}}}')
+               f'"args": ["uv", "run", "--directory", "{WSL_CHECKOUT}", "agent-cli-gateway"]}}}}}}')
+WSL_RELEASE_ARGS = '["uvx", "agent-cli-gateway"]'
 
 
 def unsupported_message() -> str:
     """What every tool answers (setup_error) where the POSIX process model is missing."""
     return (f"agent-cli-gateway cannot run provider CLIs natively on this system "
             f"({sys.platform}): it needs POSIX process groups and signals. Run it inside WSL "
-            f"instead: install uv in your WSL distribution, then in Claude Desktop's "
-            f"claude_desktop_config.json use {WSL_SNIPPET} (for Codex on Windows: command = "
-            f"\"wsl.exe\", args = [\"uvx\", \"agent-cli-gateway\"]), and restart the client. "
-            f"This will not pass by itself.")
+            f"instead: install uv in your WSL distribution and clone agent-cli-gateway there, "
+            f"then in Claude Desktop's claude_desktop_config.json use {WSL_SNIPPET} (your "
+            f"clone's path inside WSL for {WSL_CHECKOUT}; for Codex on Windows: command = "
+            f"\"wsl.exe\" with the same args; once a release is on PyPI, args = "
+            f"{WSL_RELEASE_ARGS}), and restart the client. This will not pass by itself.")
 
 
 def setup_problem() -> str | None:

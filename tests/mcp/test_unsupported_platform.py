@@ -65,7 +65,8 @@ def params(tmp_path: Path, code: str | None) -> StdioServerParameters:
 
 def assert_names_the_wsl_route(text: str) -> None:
     assert '"command": "wsl.exe"' in text, text
-    assert '"args": ["uvx", "agent-cli-gateway"' in text, text
+    assert '"args": ["uv", "run", "--directory", "/home/you/agent-cli-gateway", ' \
+        '"agent-cli-gateway"]' in text, text  # the checkout form: it works before a release
     assert "WSL" in text and "will not pass by itself" in text, text
 
 
@@ -97,7 +98,8 @@ def test_the_wsl_snippet_is_valid_claude_desktop_json() -> None:
     config = json.loads(platform.WSL_SNIPPET)
     server = config["mcpServers"]["agent-cli-gateway"]
     assert server["command"] == "wsl.exe"
-    assert server["args"][:2] == ["uvx", "agent-cli-gateway"]
+    assert server["args"][:3] == ["uv", "run", "--directory"]
+    assert server["args"][-1] == "agent-cli-gateway"
 
 
 def test_the_readme_shows_the_same_wsl_snippet() -> None:
