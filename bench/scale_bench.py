@@ -205,7 +205,7 @@ async def bench_sweepers(pg: Any, workdir: Path, instances: int, seconds: float,
 
 
 async def _cross_instance_wait(owner: PostgresJobStore, waiter: PostgresJobStore) -> float:
-    """From the owner's terminal write to the end of a waiter's loop as manager.wait runs it
+    """From the owner's terminal write to the end of a waiter's loop as JobReads.wait runs it
     (re-read the row after each wait_for_change of at most REMOTE_POLL_S)."""
     job_id = str(uuid.uuid4())
     await owner.insert_job(NewJob(id=job_id, provider="claude", request_key=job_id,

@@ -228,7 +228,7 @@ async def _wait(manager: Any, job_id: str, *, progress: bool) -> JobRow:
             print(f"\r{PROG}: running, {size(output_bytes)} of output, {duration(elapsed)}"
                   f"\033[K", end="", file=sys.stderr, flush=True)
 
-    row: JobRow = await manager.wait(job_id, float("inf"), on_progress=on_progress)
+    row: JobRow = await manager.reads.wait(job_id, float("inf"), on_progress=on_progress)
     if live:
         print("\r\033[K", end="", file=sys.stderr, flush=True)
     if progress:
