@@ -180,7 +180,8 @@ async def bench_sweepers(pg: Any, workdir: Path, instances: int, seconds: float,
             manager.admission.lease_renewed()
             keeper = LeaseKeeper(settings, store, manager, InstanceRow(
                 instance_id=instance_id, hostname=proc.hostname(), boot_id=proc.boot_id(),
-                pid=0, pid_started_at=None, role="bench", version="bench"))
+                pid=0, pid_started_at=None, role="bench", version="bench"),
+                manager.spool_root)
             await keeper.start()
             keepers.append(keeper)
         task = f"reaper@{proc.hostname()}"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -389,10 +388,6 @@ class JobManager:
     async def remove_settled_spools(self) -> None:
         """The gateway stops: the spools of ended jobs waiting to be removed go now."""
         await self._driver.settled_spools.flush()
-
-    def remove_spool(self, job_ids: list[str]) -> None:
-        for job_id in job_ids:
-            shutil.rmtree(spool.job_dir(self.spool_root, job_id), ignore_errors=True)
 
 
 def _retrieve_exception(task: asyncio.Task[Any]) -> None:
