@@ -26,6 +26,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from gateway.cli.arguments import CommandTree, positive_float
 from gateway.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -65,6 +66,27 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
     return {"provider": args.provider, "prompt": args.prompt, "model": args.model,
             "working_dir": working_dir, "timeout_s": args.timeout,
             "force_refresh": args.force}
+
+
+def add_parsers(tree: CommandTree) -> None:
+    """`run PROVIDER PROMPT`."""
+    run = tree.add(
+        "run", help="run one request from the shell",
+        description="Submit one request as a durable job (as an MCP client would), wait for "
+                    "it with a progress line on stderr, print the answer on stdout. The exit "
+                    "status says how the job ended.")
+    run.add_argument("provider", metavar="PROVIDER", help="a CLI or API provider name")
+    run.add_argument("prompt", metavar="PROMPT", help="the prompt")
+    run.add_argument("--async", dest="async_", action="store_true",
+                     help="print the job id and return; the job runs on in the background")
+    run.add_argument("--model", help="the model (default: the provider's)")
+    run.add_argument("--working-dir", metavar="DIR", help="the CLI's working directory")
+    run.add_argument("--timeout", type=positive_float, metavar="S",
+                     help="the job's wall-clock timeout in seconds")
+    run.add_argument("--force", action="store_true",
+                     help="run again even if an identical job is running or just completed")
+    run.add_argument("--detached-child", action="store_true", help=argparse.SUPPRESS)
+    run.set_defaults(handler=cmd_run)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
