@@ -180,7 +180,8 @@ async def bench_sweepers(pg: Any, workdir: Path, instances: int, seconds: float,
             manager.admission.lease_renewed()
             keeper = LeaseKeeper(settings, store, manager, InstanceRow(
                 instance_id=instance_id, hostname=proc.hostname(), boot_id=proc.boot_id(),
-                pid=0, pid_started_at=None, role="bench", version="bench"))
+                pid=0, pid_started_at=None, role="bench", version="bench"),
+                manager.spool_root)
             await keeper.start()
             keepers.append(keeper)
         task = f"reaper@{proc.hostname()}"
@@ -205,7 +206,7 @@ async def bench_sweepers(pg: Any, workdir: Path, instances: int, seconds: float,
 
 
 async def _cross_instance_wait(owner: PostgresJobStore, waiter: PostgresJobStore) -> float:
-    """From the owner's terminal write to the end of a waiter's loop as manager.wait runs it
+    """From the owner's terminal write to the end of a waiter's loop as JobReads.wait runs it
     (re-read the row after each wait_for_change of at most REMOTE_POLL_S)."""
     job_id = str(uuid.uuid4())
     await owner.insert_job(NewJob(id=job_id, provider="claude", request_key=job_id,

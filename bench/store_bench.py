@@ -420,7 +420,7 @@ def _keeper(store: JobStore, workdir: Path) -> LeaseKeeper:
     instance_id = f"bench-reaper-{uuid.uuid4().hex[:8]}"
     manager = JobManager(settings, store, instance_id, proc.hostname(), proc.boot_id())
     manager.admission.lease_renewed()
-    keeper = LeaseKeeper(settings, store, manager, _identity(instance_id))
+    keeper = LeaseKeeper(settings, store, manager, _identity(instance_id), manager.spool_root)
     return keeper
 
 

@@ -122,7 +122,8 @@ class Gateway:
             from gateway.jobs.run.runner import ZYGOTE
 
             ZYGOTE.finalizer = handoff(self.settings)  # a run that outlives us is finalized
-        self.leases = LeaseKeeper(self.settings, self.store, self._manager, identity)
+        self.leases = LeaseKeeper(self.settings, self.store, self._manager, identity,
+                                  self._manager.spool_root)
         await self.leases.start()
         self._ready.set()
         self._attempted.set()

@@ -15,6 +15,7 @@ import json
 import re
 from typing import Any
 
+from gateway.cli.arguments import CommandTree
 from gateway.cli.common import EXIT_OK
 from gateway.config import load_planned, origin_label, source_plan
 from gateway.config.errors import is_secret_path
@@ -27,13 +28,12 @@ BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 SOURCE_COLUMN = 48  # where the source comments start, unless a line is longer
 
 
-def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
+def add_parsers(tree: CommandTree) -> None:
     """`config show [--json]`."""
-    config = commands.add_parser("config", parents=[common],
-                                 help="the effective configuration and where each value is from")
+    config = tree.add("config", help="the effective configuration and where each value is from")
     actions = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     show = actions.add_parser(
-        "show", parents=[common], help="print the effective configuration with its sources",
+        "show", parents=[tree.common], help="print the effective configuration with its sources",
         description="Print the configuration the gateway would run with: the defaults, the "
                     "config file, the secret files ($AGENT_GATEWAY_SECRETS_DIR) and the "
                     "AGENT_GATEWAY_* variables merged, as TOML with each value's source "

@@ -31,6 +31,7 @@ import anyio
 
 from gateway import __version__, platform
 from gateway.childenv import secret_env_names
+from gateway.cli.arguments import CommandTree
 from gateway.cli.common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, PROG
 from gateway.config import (
     PROVIDER_NAMES,
@@ -428,6 +429,17 @@ def summarize(checks: Iterable[Check]) -> tuple[int, int]:
 # -- rendering ---------------------------------------------------------------------------
 
 _MARKS = {"ok": "ok", "warning": "WARN", "error": "FAIL", "disabled": "off", "skipped": "skip"}
+
+
+def add_parsers(tree: CommandTree) -> None:
+    """`doctor [--json]`."""
+    doctor = tree.add(
+        "doctor", help="check the config, the store and the providers",
+        description="Check the config, the store (read-only: never creates or migrates it), "
+                    "each provider CLI (found under an MCP client's PATH? version? logged "
+                    "in?) and each API provider. Exit 1 when not ready.")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.set_defaults(handler=cmd_doctor)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -12,8 +12,19 @@ import argparse
 import sys
 from pathlib import Path
 
+from gateway.cli.arguments import CommandTree
 from gateway.cli.common import EXIT_FAILURE, EXIT_OK, load, run
 from gateway.logs import configure_logging
+
+
+def add_parsers(tree: CommandTree) -> None:
+    """`finalize SPOOL_DIR`: not for people (hidden from --help)."""
+    finalize = tree.add(
+        "finalize", help=argparse.SUPPRESS,
+        description="Write the terminal row of a run that ended while its gateway was gone "
+                    "(a supervisor starts this, its settings on stdin).")
+    finalize.add_argument("spool_dir", metavar="SPOOL_DIR", help="the run's spool directory")
+    finalize.set_defaults(handler=cmd_finalize)
 
 
 def cmd_finalize(args: argparse.Namespace) -> int:

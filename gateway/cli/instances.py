@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from gateway.cli.arguments import CommandTree
 from gateway.cli.common import EXIT_OK, PROG, run, store_settings, with_store
 from gateway.cli.format import ago, iso, table, terminal_columns, use_colour
 from gateway.model import ACTIVE_STATUSES, InstanceRow
@@ -57,6 +58,15 @@ def worth_showing(instance: InstanceRow, owned: int, now: float) -> bool:
     Stopped rows stay until the instances GC (an hour): after a day of client restarts
     they would be most of the table."""
     return owned > 0 or lease_state(instance, now) in ("live", "stopping")
+
+
+def add_parsers(tree: CommandTree) -> None:
+    """`instances [--all] [--json]`."""
+    instances = tree.add("instances", help="the gateway instances that share the store")
+    instances.add_argument("--all", action="store_true",
+                           help="also the stopped and lapsed instances that own no job")
+    instances.add_argument("--json", action="store_true", help="print them as JSON")
+    instances.set_defaults(handler=cmd_instances)
 
 
 def cmd_instances(args: argparse.Namespace) -> int:

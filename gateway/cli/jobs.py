@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 
 from gateway import proc
+from gateway.cli.arguments import CommandTree, non_negative_int, positive_float, positive_int
 from gateway.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -52,6 +53,58 @@ from providers.redaction import redact_value
 # sits whole in memory, and each piece is one store read.
 RESULT_CHUNK_BYTES = 1 << 20
 WAIT_POLL_S = 0.5  # `jobs wait` re-reads the row this often: a person notices no delay
+DEFAULT_LIST_LIMIT = 20  # a screenful of jobs
+
+
+def add_parsers(tree: CommandTree) -> None:
+    """`jobs list|show|result|tail|wait|cancel`."""
+    listing = tree.add_job_action("list", help="newest jobs first")
+    listing.add_argument("--status", action="append", choices=[s.value for s in JobStatus],
+                         help="only this status (repeat for several)")
+    listing.add_argument("--provider", help="only this provider")
+    listing.add_argument("--limit", type=positive_int, default=DEFAULT_LIST_LIMIT,
+                         help=f"at most this many (default {DEFAULT_LIST_LIMIT})")
+    listing.add_argument("--json", action="store_true", help="a JSON array, one object per job")
+    listing.set_defaults(handler=cmd_jobs_list)
+    show = tree.add_job_action("show", help="one job in detail")
+    show.add_argument("id")
+    show.add_argument("--json", action="store_true", help="print it as a JSON object")
+    show.set_defaults(handler=cmd_jobs_show)
+    result = tree.add_job_action(
+        "result", help="a finished job's answer",
+        description="Print the job's whole answer (its parsed text; --raw: the CLI's "
+                    "stdout), ending with a newline. With --max-bytes it prints one page "
+                    "from --offset; pages are exact byte ranges: concatenated they are the "
+                    "whole output, and the next page's command is on stderr.")
+    result.add_argument("id")
+    result.add_argument("--offset", type=non_negative_int, default=0,
+                        help="first byte to print (default 0)")
+    result.add_argument("--max-bytes", type=positive_int, default=None,
+                        help="print one page of at most this many bytes (default: the rest "
+                             "of the answer)")
+    result.add_argument("--raw", action="store_true",
+                        help="the CLI's raw stdout instead of the parsed answer")
+    result.set_defaults(handler=cmd_jobs_result)
+    tail = tree.add_job_action(
+        "tail", help="a job's output so far; -f: follow it to the end",
+        description="Print the job's output so far (the parsed text; --raw: the CLI's "
+                    "stdout) and, with -f, new output as it arrives until the job ends. The "
+                    "exit status says how the job ended.")
+    tail.add_argument("id")
+    tail.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
+    tail.add_argument("--raw", action="store_true", help="the CLI's raw stdout stream")
+    tail.set_defaults(handler=cmd_jobs_tail)
+    wait = tree.add_job_action(
+        "wait", help="wait until a job ends",
+        description="Wait for the job to end; print its final status. The exit status says "
+                    "how it ended (8: still active when --timeout passed).")
+    wait.add_argument("id")
+    wait.add_argument("--timeout", type=positive_float, metavar="S",
+                      help="give up after S seconds (default: wait as long as it takes)")
+    wait.set_defaults(handler=cmd_jobs_wait)
+    cancel = tree.add_job_action("cancel", help="request a cancel")
+    cancel.add_argument("id")
+    cancel.set_defaults(handler=cmd_jobs_cancel)
 
 
 # -- what a row says ------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The operator's command line: argparse and dispatch, plus `serve` and `init`.
 
 The commands live by concern: jobs.py (`jobs ...`), tail.py (`jobs tail`), run.py (`run`),
-instances.py, doctor.py; common.py has the exit codes, format.py the tables and times.
+instances.py, doctor.py; each adds its own parsers (`add_parsers`, COMMAND_MODULES below, on
+the tree of arguments.py); common.py has the exit codes, format.py the tables and times.
 Exit codes (common.py): 0 success, 1 failure, 2 usage or configuration error, 130
 interrupted; the commands that follow a job report how it ended (JOB_EXIT_CODES). A bad
 config prints one line per problem and never a traceback; an unexpected error prints one
@@ -14,18 +15,25 @@ commands talk to a human on stdout and put errors on stderr.
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
-import re
 import sys
 import traceback
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import NoReturn
 
 from gateway import __version__, platform
-from gateway.cli import config_show, worktrees
+from gateway.cli import (
+    config_show,
+    doctor,
+    finalize,
+    instances,
+    jobs,
+    run,
+    usage,
+    worktrees,
+)
+from gateway.cli.arguments import CommandTree, Parser, port
 from gateway.cli.common import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -38,13 +46,11 @@ from gateway.cli.common import (
 )
 from gateway.config import ConfigError, default_config_path, unknown_env_warnings
 from gateway.fs import ensure_private_dir
-from gateway.model import JobStatus
 from gateway.platform import ENV_VAR as PLATFORM_ENV
 from gateway.platform import UnknownPlatform
 from gateway.store.base import StoreUnavailable
 from providers.loopback import is_loopback_host
 
-DEFAULT_LIST_LIMIT = 20  # a screenful of jobs
 CONFIG_FILE_MODE = 0o600
 # What `init` writes: the example config, at the repository's root and inside the wheel.
 EXAMPLE_CONFIG = "config.example.toml"
@@ -66,76 +72,9 @@ STDIO_HINT = (
 # -- parser --------------------------------------------------------------------------------
 
 
-def _positive_int(text: str) -> int:
-    value = _non_negative_int(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be a positive integer")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be a positive number of seconds")
-    return value
-
-
-def _lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
-    """A handler imported when its command runs: `--help` and `serve` load no more than
-    they need (MCP clients time a server's start)."""
-
-    def handler(args: argparse.Namespace) -> int:
-        from importlib import import_module
-
-        command: Callable[[argparse.Namespace], int] = getattr(import_module(module), name)
-        return command(args)
-
-    return handler
-
-
-def _port(text: str) -> int:
-    value = _non_negative_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError("must be between 0 and 65535")
-    return value
-
-
-INVALID_CHOICE = re.compile(r"invalid choice: '(?P<typed>[^']*)' \(choose from (?P<choices>.*)\)")
-
-
-COMMAND_PREFIXES = ("argument COMMAND: ", "argument ACTION: ")  # the metavars below
-SUGGEST_CUTOFF = 0.5  # difflib ratio: 'lsit' -> 'list' (0.5), 'claud' -> 'claude'
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse with a "did you mean" for a mistyped command (`jobs lst`), as git and gh
-    have; subparsers are built from the same class, so every level gets it."""
-
-    def error(self, message: str) -> NoReturn:
-        found = INVALID_CHOICE.search(message)
-        if found:
-            typed = found.group("typed")
-            choices = re.findall(r"'([^']*)'", found.group("choices"))
-            close = difflib.get_close_matches(typed, choices, n=1, cutoff=SUGGEST_CUTOFF)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            prefix = message[:found.start()]
-            what = ("unknown command" if prefix in COMMAND_PREFIXES
-                    else f"{prefix}invalid choice")
-            message = f"{what} '{typed}'{hint}; choose from {', '.join(choices)}"
-        super().error(message)
+# Each adds its commands (`add_parsers`), in the order `--help` lists them, after serve and
+# init (this module's).
+COMMAND_MODULES = (doctor, run, instances, usage, finalize, jobs, worktrees, config_show)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,127 +101,27 @@ def build_parser() -> argparse.ArgumentParser:
                         help="debug logging and full tracebacks")
     parser.set_defaults(handler=cmd_serve, transport="stdio", host=None, port=None,
                         no_auth=False)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    tree = CommandTree(parser.add_subparsers(dest="command", metavar="COMMAND"), common)
+    for add_parsers in (_add_parsers, *(m.add_parsers for m in COMMAND_MODULES)):
+        add_parsers(tree)
+    return parser
 
-    serve = commands.add_parser("serve", parents=[common], help="serve MCP (the default)",
-                                description="Serve MCP. Logs go to stderr; stdout is the "
-                                            "stdio channel.")
+
+def _add_parsers(tree: CommandTree) -> None:
+    """This module's commands: `serve` and `init`."""
+    serve = tree.add("serve", help="serve MCP (the default)",
+                     description="Serve MCP. Logs go to stderr; stdout is the stdio channel.")
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     serve.add_argument("--host", help="HTTP bind address (default: [http] host)")
-    serve.add_argument("--port", type=_port, help="HTTP port (default: [http] port)")
+    serve.add_argument("--port", type=port, help="HTTP port (default: [http] port)")
     serve.add_argument("--no-auth", action="store_true",
                        help="HTTP without a bearer token; only allowed on a loopback host")
     serve.set_defaults(handler=cmd_serve)
 
-    init = commands.add_parser("init", parents=[common], help="write a starting config file",
-                               description="Write a commented starting config (mode 0600).")
+    init = tree.add("init", help="write a starting config file",
+                    description="Write a commented starting config (mode 0600).")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.set_defaults(handler=cmd_init)
-
-    doctor = commands.add_parser(
-        "doctor", parents=[common], help="check the config, the store and the providers",
-        description="Check the config, the store (read-only: never creates or migrates it), "
-                    "each provider CLI (found under an MCP client's PATH? version? logged "
-                    "in?) and each API provider. Exit 1 when not ready.")
-    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
-    doctor.set_defaults(handler=_lazy("gateway.cli.doctor", "cmd_doctor"))
-
-    run = commands.add_parser(
-        "run", parents=[common], help="run one request from the shell",
-        description="Submit one request as a durable job (as an MCP client would), wait for "
-                    "it with a progress line on stderr, print the answer on stdout. The exit "
-                    "status says how the job ended.")
-    run.add_argument("provider", metavar="PROVIDER", help="a CLI or API provider name")
-    run.add_argument("prompt", metavar="PROMPT", help="the prompt")
-    run.add_argument("--async", dest="async_", action="store_true",
-                     help="print the job id and return; the job runs on in the background")
-    run.add_argument("--model", help="the model (default: the provider's)")
-    run.add_argument("--working-dir", metavar="DIR", help="the CLI's working directory")
-    run.add_argument("--timeout", type=_positive_float, metavar="S",
-                     help="the job's wall-clock timeout in seconds")
-    run.add_argument("--force", action="store_true",
-                     help="run again even if an identical job is running or just completed")
-    run.add_argument("--detached-child", action="store_true", help=argparse.SUPPRESS)
-    run.set_defaults(handler=_lazy("gateway.cli.run", "cmd_run"))
-
-    instances = commands.add_parser("instances", parents=[common],
-                                    help="the gateway instances that share the store")
-    instances.add_argument("--all", action="store_true",
-                           help="also the stopped and lapsed instances that own no job")
-    instances.add_argument("--json", action="store_true", help="print them as JSON")
-    instances.set_defaults(handler=_lazy("gateway.cli.instances", "cmd_instances"))
-
-    usage = commands.add_parser(
-        "usage", parents=[common], help="tokens and cost of every job in the store",
-        description="Usage totals of every job in the store (any gateway sharing it), "
-                    "per provider, model or UTC day; --by day draws a bar per day.")
-    usage.add_argument("--by", choices=("provider", "model", "day"), default="provider",
-                       help="how to group (default: provider)")
-    usage.add_argument("--since", metavar="DAY",
-                       help="first UTC day: YYYY-MM-DD, 'today' or Nd (the last N days)")
-    usage.add_argument("--until", metavar="DAY", help="last UTC day (default: today)")
-    usage.add_argument("--json", action="store_true", help="print the totals as JSON")
-    usage.set_defaults(handler=_lazy("gateway.cli.usage", "cmd_usage"))
-    finalize = commands.add_parser(
-        "finalize", parents=[common], help=argparse.SUPPRESS,
-        description="Write the terminal row of a run that ended while its gateway was gone "
-                    "(a supervisor starts this, its settings on stdin).")
-    finalize.add_argument("spool_dir", metavar="SPOOL_DIR", help="the run's spool directory")
-    finalize.set_defaults(handler=_lazy("gateway.cli.finalize", "cmd_finalize"))
-
-    jobs = commands.add_parser("jobs", parents=[common], help="inspect, follow and cancel jobs",
-                               description="A job id may be given as any unique prefix.")
-    jobs_commands = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
-    listing = jobs_commands.add_parser("list", parents=[common], help="newest jobs first")
-    listing.add_argument("--status", action="append", choices=[s.value for s in JobStatus],
-                         help="only this status (repeat for several)")
-    listing.add_argument("--provider", help="only this provider")
-    listing.add_argument("--limit", type=_positive_int, default=DEFAULT_LIST_LIMIT,
-                         help=f"at most this many (default {DEFAULT_LIST_LIMIT})")
-    listing.add_argument("--json", action="store_true", help="a JSON array, one object per job")
-    listing.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_list"))
-    show = jobs_commands.add_parser("show", parents=[common], help="one job in detail")
-    show.add_argument("id")
-    show.add_argument("--json", action="store_true", help="print it as a JSON object")
-    show.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_show"))
-    result = jobs_commands.add_parser(
-        "result", parents=[common], help="a finished job's answer",
-        description="Print the job's whole answer (its parsed text; --raw: the CLI's "
-                    "stdout), ending with a newline. With --max-bytes it prints one page "
-                    "from --offset; pages are exact byte ranges: concatenated they are the "
-                    "whole output, and the next page's command is on stderr.")
-    result.add_argument("id")
-    result.add_argument("--offset", type=_non_negative_int, default=0,
-                        help="first byte to print (default 0)")
-    result.add_argument("--max-bytes", type=_positive_int, default=None,
-                        help="print one page of at most this many bytes (default: the rest "
-                             "of the answer)")
-    result.add_argument("--raw", action="store_true",
-                        help="the CLI's raw stdout instead of the parsed answer")
-    result.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_result"))
-    tail = jobs_commands.add_parser(
-        "tail", parents=[common], help="a job's output so far; -f: follow it to the end",
-        description="Print the job's output so far (the parsed text; --raw: the CLI's "
-                    "stdout) and, with -f, new output as it arrives until the job ends. The "
-                    "exit status says how the job ended.")
-    tail.add_argument("id")
-    tail.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
-    tail.add_argument("--raw", action="store_true", help="the CLI's raw stdout stream")
-    tail.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_tail"))
-    wait = jobs_commands.add_parser(
-        "wait", parents=[common], help="wait until a job ends",
-        description="Wait for the job to end; print its final status. The exit status says "
-                    "how it ended (8: still active when --timeout passed).")
-    wait.add_argument("id")
-    wait.add_argument("--timeout", type=_positive_float, metavar="S",
-                      help="give up after S seconds (default: wait as long as it takes)")
-    wait.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_wait"))
-    cancel = jobs_commands.add_parser("cancel", parents=[common], help="request a cancel")
-    cancel.add_argument("id")
-    cancel.set_defaults(handler=_lazy("gateway.cli.jobs", "cmd_jobs_cancel"))
-    worktrees.add_parsers(commands, jobs_commands, common)  # jobs diff|apply|discard, worktrees
-    config_show.add_parsers(commands, common)  # config show
-    return parser
 
 
 # -- entry point ---------------------------------------------------------------------------

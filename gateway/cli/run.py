@@ -24,8 +24,9 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gateway.cli.arguments import CommandTree, positive_float
 from gateway.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -38,6 +39,11 @@ from gateway.cli.common import (
 from gateway.cli.format import duration, size, terminal_safe, visible
 from gateway.config import Settings
 from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
+from gateway.store.base import JobStore
+
+if TYPE_CHECKING:  # `run` loads the job machinery only once it drives a job (_drive)
+    from gateway.jobs.reads import JobReads
+    from gateway.runtime import Gateway
 
 START_TIMEOUT_S = 30.0  # store open + registration; a store that does not open is an error
 STORE_RETRY_NOTE_S = 2.0  # one line per store-open retry on a terminal (runtime retries every 2 s)
@@ -60,6 +66,27 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
     return {"provider": args.provider, "prompt": args.prompt, "model": args.model,
             "working_dir": working_dir, "timeout_s": args.timeout,
             "force_refresh": args.force}
+
+
+def add_parsers(tree: CommandTree) -> None:
+    """`run PROVIDER PROMPT`."""
+    run = tree.add(
+        "run", help="run one request from the shell",
+        description="Submit one request as a durable job (as an MCP client would), wait for "
+                    "it with a progress line on stderr, print the answer on stdout. The exit "
+                    "status says how the job ended.")
+    run.add_argument("provider", metavar="PROVIDER", help="a CLI or API provider name")
+    run.add_argument("prompt", metavar="PROMPT", help="the prompt")
+    run.add_argument("--async", dest="async_", action="store_true",
+                     help="print the job id and return; the job runs on in the background")
+    run.add_argument("--model", help="the model (default: the provider's)")
+    run.add_argument("--working-dir", metavar="DIR", help="the CLI's working directory")
+    run.add_argument("--timeout", type=positive_float, metavar="S",
+                     help="the job's wall-clock timeout in seconds")
+    run.add_argument("--force", action="store_true",
+                     help="run again even if an identical job is running or just completed")
+    run.add_argument("--detached-child", action="store_true", help=argparse.SUPPRESS)
+    run.set_defaults(handler=cmd_run)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -163,10 +190,10 @@ async def _drive(settings: Settings, request: dict[str, Any], *, detached: bool,
         else:
             joined = " (an identical job was running: joined it)" if submission.deduplicated else ""
             print(f"{PROG}: job {job.id} {job.status.value}{joined}", file=sys.stderr)
-        final = await _wait(manager, job.id, progress=not detached)
+        final = await _wait(manager.reads, job.id, progress=not detached)
         if detached:
             return job_exit_code(final)
-        await _print_answer(gateway, final)
+        await _print_answer(manager.store, final)
         return job_exit_code(final)
     finally:
         for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -175,7 +202,7 @@ async def _drive(settings: Settings, request: dict[str, Any], *, detached: bool,
             await asyncio.shield(gateway.stop())
 
 
-async def _start(gateway: Any, *, tell: bool, debug: bool) -> None:
+async def _start(gateway: Gateway, *, tell: bool, debug: bool) -> None:
     """Start the gateway, waiting up to START_TIMEOUT_S for a store that is down. While it
     retries, a person at a terminal gets one plain line per retry (`tell`) instead of a
     JSON log record each; a script gets only the final error. A cause that no retry fixes
@@ -219,7 +246,7 @@ def _answer_parent(message: dict[str, Any]) -> None:
     os.close(devnull)
 
 
-async def _wait(manager: Any, job_id: str, *, progress: bool) -> JobRow:
+async def _wait(reads: JobReads, job_id: str, *, progress: bool) -> JobRow:
     started = time.monotonic()
     live = progress and sys.stderr.isatty()
 
@@ -228,7 +255,7 @@ async def _wait(manager: Any, job_id: str, *, progress: bool) -> JobRow:
             print(f"\r{PROG}: running, {size(output_bytes)} of output, {duration(elapsed)}"
                   f"\033[K", end="", file=sys.stderr, flush=True)
 
-    row: JobRow = await manager.wait(job_id, float("inf"), on_progress=on_progress)
+    row = await reads.wait(job_id, float("inf"), on_progress=on_progress)
     if live:
         print("\r\033[K", end="", file=sys.stderr, flush=True)
     if progress:
@@ -237,9 +264,8 @@ async def _wait(manager: Any, job_id: str, *, progress: bool) -> JobRow:
     return row
 
 
-async def _print_answer(gateway: Any, job: JobRow) -> None:
+async def _print_answer(store: JobStore, job: JobRow) -> None:
     """The answer (or, for a job that did not complete, what it printed) on stdout."""
-    store = gateway.store
     out = terminal_safe(sys.stdout.buffer)
     offset, last = 0, b"\n"
     while True:

@@ -1,8 +1,8 @@
 """`jobs diff|apply|discard ID` and `worktrees [list|gc]`: an isolated job's changes and the
 worktrees of this host, from the shell (the same code as `llm_job_changes`).
 
-The parsers are added by `add_parsers` (one call in main.py); the work is imported only when
-a command runs, so `serve` never pays for it.
+The parsers are added by `add_parsers` (main.py calls every command module's); the work is
+imported only when a command runs, so `serve` never pays for it.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 import time
 from typing import Any
 
+from gateway.cli.arguments import CommandTree
 from gateway.cli.common import EXIT_OK, CliError, on_job, run, store_settings, with_store
 from gateway.config import Settings
 from gateway.model import GatewayError, JobRow
@@ -20,25 +21,25 @@ from gateway.store.base import JobStore
 DIFF_PAGE_BYTES = 1_000_000
 
 
-def add_parsers(commands: Any, jobs_commands: Any, common: argparse.ArgumentParser) -> None:
-    diff = jobs_commands.add_parser("diff", parents=[common],
-                                    help="an isolated job's changes against its base")
+def add_parsers(tree: CommandTree) -> None:
+    """`jobs diff|apply|discard ID` and `worktrees [list|gc]`."""
+    diff = tree.add_job_action("diff", help="an isolated job's changes against its base")
     diff.add_argument("id")
     diff.add_argument("--stat", action="store_true", help="a diffstat instead of the patch")
     diff.set_defaults(handler=cmd_jobs_diff)
-    apply = jobs_commands.add_parser(
-        "apply", parents=[common], help="bring an isolated job's changes into its checkout",
+    apply = tree.add_job_action(
+        "apply", help="bring an isolated job's changes into its checkout",
         description="Apply the job's changes to its working_dir's checkout as uncommitted "
                     "edits, or change nothing when they touch files with changes there or "
                     "do not apply; then remove its worktree and branch.")
     apply.add_argument("id")
     apply.set_defaults(handler=cmd_jobs_apply)
-    discard = jobs_commands.add_parser("discard", parents=[common],
-                                       help="remove an isolated job's worktree and branch")
+    discard = tree.add_job_action("discard",
+                                  help="remove an isolated job's worktree and branch")
     discard.add_argument("id")
     discard.set_defaults(handler=cmd_jobs_discard)
-    worktrees = commands.add_parser(
-        "worktrees", parents=[common], help="the job worktrees of this host",
+    worktrees = tree.add(
+        "worktrees", help="the job worktrees of this host",
         description="list (the default): path, branch, job, state, size on disk, age. gc: "
                     "remove the directories past [worktrees] retention_h (branches stay).")
     worktrees.add_argument("worktrees_command", nargs="?", choices=["list", "gc"],

@@ -70,10 +70,12 @@ class Adopter:
     """Settles the jobs of gone owners on this host (one per gateway)."""
 
     def __init__(self, manager: JobManager, store: JobStore, identity: InstanceRow,
+                 spool_root: Path,
                  stalled_owner_grace_s: Callable[[], float] = lambda: 300.0) -> None:
         self.manager = manager  # takes over what is settled here: drives, re-queues
         self.store = store
         self.identity = identity
+        self.spool_root = spool_root  # where this host's runs keep their spools (the evidence)
         self.stalled_owner_grace_s = stalled_owner_grace_s
         # The last sweep's judgement of each owner it looked at: True when proven gone.
         self.judged_gone: dict[str | None, bool] = {}
@@ -179,7 +181,7 @@ class Adopter:
     async def settle(self, job: JobRow, why: str = "owner_gone") -> int:
         """Take over one job of a gone owner as its spool says (adopt, re-queue or end it);
         1 if this instance took it. The sweep's step, and the finalizer's (finalizer.py)."""
-        spool = run_dir(self.manager.spool_root, job)
+        spool = run_dir(self.spool_root, job)
         if job.transport == "process" and job.started_at is not None:
             if job.boot_id != self.identity.boot_id:
                 # Marked running in a previous boot: its run, if it started, died with that
@@ -259,7 +261,7 @@ class Adopter:
         if await self.store.adopt_job(self._take(job)) is None:
             return 0
         if await self.store.complete(job.id, self.identity.instance_id, completion):
-            remove_job_dir(self.manager.spool_root, job.id)  # no leftovers (issue 23, item 12)
+            remove_job_dir(self.spool_root, job.id)  # no leftovers (issue 23, item 12)
         return 1
 
     async def requeue(self, job: JobRow, why: str) -> int:

@@ -3,8 +3,8 @@
 One named asyncio task per job runs `JobDriver.drive` (the MCP call that submitted the job
 may be cancelled or time out; the drive goes on). It waits for a run slot, marks the row
 running with a compare-and-set before anything is spawned, starts the run, flushes its
-progress for other instances, and ends with the one guarded terminal write for every run,
-started here or adopted.
+progress for other instances, settles an isolated job's worktree once the run is over, and
+ends with the one guarded terminal write for every run, started here or adopted.
 """
 
 from __future__ import annotations
@@ -12,13 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+from typing import Any
 
 import structlog
 
 from gateway.backoff import Backoff
 from gateway.config import Settings
 from gateway.jobs.admission import AdmissionState
-from gateway.jobs.execution import STDERR_TAIL_BYTES, Execution, build_execution
+from gateway.jobs.execution import (
+    STDERR_TAIL_BYTES,
+    Execution,
+    ExecutionOutcome,
+    build_execution,
+)
 from gateway.jobs.full_store import fitted_completion
 from gateway.jobs.limiter import Limiter
 from gateway.jobs.local_job import LocalJob
@@ -26,6 +32,7 @@ from gateway.jobs.outcome_to_completion import completion_of
 from gateway.jobs.run import spool
 from gateway.jobs.run.spec import RunClaimedElsewhere, directories_error
 from gateway.jobs.settled_spools import SettledSpools
+from gateway.jobs.worktrees.finish import settle_worktree
 from gateway.model import EXIT_CODES, Completion, ErrorKind, GatewayError, JobStatus, Progress
 from gateway.store.base import JobStore, StoreFull, StoreUnavailable
 
@@ -206,11 +213,23 @@ class JobDriver:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
-        completion = completion_of(outcome, job.target.login_hint, job.target.model)
+        worktree = await self._settle_worktree(job, outcome)
+        completion = completion_of(outcome, job.target.login_hint, job.target.model, worktree)
         # The parsed answer is in completion.result_json now; its text can be as large as
         # the output, so the outcome must not stay alive through the terminal write.
         del outcome
         await self._finish(job, completion)
+
+    async def _settle_worktree(self, job: LocalJob,
+                               outcome: ExecutionOutcome) -> dict[str, Any] | None:
+        """An isolated job's worktree once its run is over: what the CLI changed committed
+        to the job's branch, or worktree and branch removed when it changed nothing. A step
+        of the drive, not of the run: every run, started here or adopted, passes here once
+        before its terminal write, which carries the report (None: not isolated). Never
+        raises (settle_worktree reports a failure instead)."""
+        ended = outcome.error_kind or f"exit {outcome.exit_code}"
+        return await settle_worktree(job.target.worktree, job.row.id, ended,
+                                     self.settings.worktrees.lfs)
 
     async def _finish_unstarted(self, job: LocalJob) -> None:
         reason = job.cancel_reason or ErrorKind.CANCELLED

@@ -12,7 +12,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import BinaryIO, Protocol
 
 from gateway.childenv import secret_env_names
 from gateway.config import Settings
@@ -53,7 +53,6 @@ class ExecutionOutcome:
     # The parsed answer is the output's bytes [start, end): stored as this range instead of
     # a second copy of the text (result.text is then empty).
     answer_span: tuple[int, int] | None = None
-    worktree: dict[str, Any] | None = None  # an isolated run's committed worktree (#27)
     ended_at: float | None = None  # epoch s: when the run ended (a supervisor's record)
 
 
@@ -146,9 +145,6 @@ class ProcessExecution:
 
     async def wait(self) -> ExecutionOutcome:
         outcome = await self.run.wait()
-        ended = outcome.error_kind or f"exit {outcome.exit_code}"
-        worktree = await settle_worktree(self.target.worktree, self.spec.job_id, ended,
-                                         self.settings.worktrees.lfs)
         adapter = self.target.adapter
         options = self.target.options
 
@@ -178,7 +174,6 @@ class ProcessExecution:
             output_bytes=outcome.stdout_bytes, truncated=outcome.truncated,
             duration_s=outcome.duration_s, result=result, answer_span=final.answer_span,
             auth_error=auth and outcome.error_kind in (None, ErrorKind.PROVIDER_ERROR),
-            worktree=worktree,
             ended_at=outcome.ended_at,
         )
 

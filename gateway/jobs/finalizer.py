@@ -123,7 +123,7 @@ async def _finalize_on(settings: Settings, spool_dir: Path, job_id: str, store: 
     manager = JobManager(settings, store, identity.instance_id, hostname, boot_id)
     if run_dir(manager.spool_root, row).resolve() != spool_dir.resolve():
         return "another attempt of this job is current"
-    adopter = Adopter(manager, store, identity)
+    adopter = Adopter(manager, store, identity, manager.spool_root)
     owners = {i.instance_id: i for i in await store.list_instances()}
     if not adopter.owner_gone(owners.get(row.owner_instance or "")):
         return "its owner is alive"

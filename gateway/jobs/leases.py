@@ -39,8 +39,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import structlog
 
@@ -96,12 +98,13 @@ class LeaseKeeper:
     """Owns this instance's lease and the background loops of its `[lease]` config section."""
 
     def __init__(self, settings: Settings, store: JobStore, manager: JobManager,
-                 identity: InstanceRow) -> None:
+                 identity: InstanceRow, spool_root: Path) -> None:
         self.settings = settings
         self.lease: LeaseConfig = settings.lease
         self.store = store
         self.manager = manager
         self.identity = identity
+        self.spool_root = spool_root  # the spools the sweeps remove and adoption reads
         self.registered = False
         self.heartbeat_failures = 0
         self.skip_next_sweep = False
@@ -115,7 +118,8 @@ class LeaseKeeper:
         self._tasks: list[asyncio.Task[None]] = []
         self._last_purge = 0.0
         self.stalled_owner_grace_s = STALLED_OWNER_GRACE_S
-        self.adopter = Adopter(manager, store, identity, lambda: self.stalled_owner_grace_s)
+        self.adopter = Adopter(manager, store, identity, spool_root,
+                               lambda: self.stalled_owner_grace_s)
         # How long each renewal was pending, from its tick to the store's answer (Paperclip's
         # renewalPendingMs): a saturated pool or a slow database shows here long before a
         # lease lapses (`gateway_status`).
@@ -389,7 +393,8 @@ class LeaseKeeper:
         for _ in range(RETENTION_MAX_BATCHES):
             purged = await self.store.purge_terminal(
                 self.settings.persistence.retention_days * 86400, RETENTION_BATCH_ROWS)
-            self.manager.remove_spool(purged)
+            for job_id in purged:
+                shutil.rmtree(spool.job_dir(self.spool_root, job_id), ignore_errors=True)
             if len(purged) < RETENTION_BATCH_ROWS:
                 return
 
@@ -400,16 +405,15 @@ class LeaseKeeper:
         before retention. Only spools idle for SETTLED_SPOOL_IDLE_S and at most
         SETTLED_SPOOL_BATCH per pass (one row read each). An orphaned job's is left to
         retention: its run may still be writing it."""
-        manager = self.manager
-        job_ids = await asyncio.to_thread(spool.idle_job_ids, manager.spool_root,
+        job_ids = await asyncio.to_thread(spool.idle_job_ids, self.spool_root,
                                           SETTLED_SPOOL_IDLE_S, time.time(),
-                                          set(manager.local_job_ids()))
+                                          set(self.manager.local_job_ids()))
         for job_id in job_ids[:SETTLED_SPOOL_BATCH]:
             row = await self.store.get_job(job_id, with_output=False)
             # A final status is for good (no transition leaves it): nothing in the spool is
             # anyone's evidence any more; the row holds the output.
             if row is not None and row.status in FINAL_STATUSES:
-                await asyncio.to_thread(spool.remove_job_dir, manager.spool_root, job_id)
+                await asyncio.to_thread(spool.remove_job_dir, self.spool_root, job_id)
                 log.info("spool of an ended job removed", action="settled_spool",
                          job_id=job_id, status=str(row.status))
 

@@ -3,14 +3,14 @@
 Admission: validate -> dedup by request key -> refuse when durable admission is off
 (admission.py) -> limiter -> insert the queued row (fail closed) -> mark running (CAS) -> run.
 One named asyncio task of this manager drives a job (drive.py): the MCP call that submitted
-it may be cancelled or time out. Reads of any job are answered by reads.py.
+it may be cancelled or time out. Reads of any job are answered by `reads` (reads.py): the
+front ends call it directly; the manager forwards none of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -25,13 +25,7 @@ from gateway.jobs.drive import JobDriver
 from gateway.jobs.execution import Execution
 from gateway.jobs.limiter import Limiter, Ticket
 from gateway.jobs.local_job import LocalJob
-from gateway.jobs.reads import (
-    DEFAULT_RESULT_PAGE,
-    JobReads,
-    ProgressCallback,
-    ResultPage,
-    store_down,
-)
+from gateway.jobs.reads import JobReads, store_down
 from gateway.jobs.requests import SubmitRequest, request_key, stored_request
 from gateway.jobs.run import spool
 from gateway.jobs.run.spec import stop_supervised_run
@@ -62,7 +56,8 @@ class CancelOutcome:
 
 
 class JobManager:
-    """Owns this instance's jobs. Stores, runs and finalizes them; answers reads for any job."""
+    """Owns this instance's jobs: stores, runs and finalizes them. Reads of any job go
+    through `reads` (a JobReads over the same store and the jobs driven here)."""
 
     def __init__(self, settings: Settings, store: JobStore, instance_id: str,
                  hostname: str, boot_id: str) -> None:
@@ -322,8 +317,8 @@ class JobManager:
             grace = self.settings.limits.kill_grace_s + 2.0
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(local.done.wait(), grace)
-            return CancelOutcome("cancelled", await self.get(job_id))
-        row = await self.get(job_id)
+            return CancelOutcome("cancelled", await self.reads.get(job_id))
+        row = await self.reads.get(job_id)
         if row.status is JobStatus.ORPHANED and row.hostname == self.hostname \
                 and row.boot_id == self.boot_id:
             # Orphaned elsewhere while its process may still run here: stop that process
@@ -370,25 +365,6 @@ class JobManager:
     def local_jobs(self) -> list[LocalJob]:
         return list(self._local.values())
 
-    # -- reads (reads.py answers them) --------------------------------------------------------
-    async def get(self, job_id: str) -> JobRow:
-        return await self.reads.get(job_id)
-
-    async def wait(self, job_id: str, timeout_s: float,
-                   on_progress: ProgressCallback | None = None,
-                   read: JobRow | None = None) -> JobRow:
-        return await self.reads.wait(job_id, timeout_s, on_progress, read)
-
-    async def list_jobs(self, status: str | None = None, provider: str | None = None,
-                        limit: int = 20, principal: str | None = None,
-                        unowned_too: bool = False) -> list[JobRow]:
-        return await self.reads.list_jobs(status, provider, limit, principal, unowned_too)
-
-    async def read_result(self, job_id: str, offset: int = 0,
-                          max_bytes: int = DEFAULT_RESULT_PAGE, raw: bool = False,
-                          terminal: JobRow | None = None) -> ResultPage:
-        return await self.reads.read_result(job_id, offset, max_bytes, raw, terminal)
-
     def snapshot(self) -> dict[str, Any]:
         return {"admitting": self.admission.open,
                 "local_jobs": len(self._local), **self.limiter.snapshot()}
@@ -412,10 +388,6 @@ class JobManager:
     async def remove_settled_spools(self) -> None:
         """The gateway stops: the spools of ended jobs waiting to be removed go now."""
         await self._driver.settled_spools.flush()
-
-    def remove_spool(self, job_ids: list[str]) -> None:
-        for job_id in job_ids:
-            shutil.rmtree(spool.job_dir(self.spool_root, job_id), ignore_errors=True)
 
 
 def _retrieve_exception(task: asyncio.Task[Any]) -> None:

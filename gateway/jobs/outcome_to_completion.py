@@ -15,12 +15,14 @@ from providers.usage import has_figures, usage_record
 
 
 def completion_of(outcome: ExecutionOutcome, login_hint: str,
-                  model: str | None = None) -> Completion:
+                  model: str | None = None,
+                  worktree: dict[str, Any] | None = None) -> Completion:
     """The terminal write a finished run asks for: its status and error kind from how it
     ended (and what the provider said), and the answer stored once, as a range of the
     output when it is one. `login_hint` becomes the error of a run the CLI refused as not
     logged in. `model` is what the job asked for: the one an estimate prices when the CLI
-    did not name the model it ran."""
+    did not name the model it ran. `worktree`: an isolated run's settled worktree (the
+    drive's report of it, worktrees/finish.py), stored beside the answer."""
     result = outcome.result
     kind = outcome.error_kind
     error = outcome.error
@@ -54,9 +56,9 @@ def completion_of(outcome: ExecutionOutcome, login_hint: str,
             "is_error": result.is_error, "extra": plain_json(result.extra),
             "duration_s": round(outcome.duration_s, 3),
         })
-    if outcome.worktree is not None:  # an isolated run: its worktree beside the answer
+    if worktree is not None:  # an isolated run: its worktree beside the answer
         parsed = json.loads(result_json) if result_json else {}
-        result_json = canonical_json({**parsed, "worktree": outcome.worktree})
+        result_json = canonical_json({**parsed, "worktree": worktree})
     return Completion(status=status, exit_code=outcome.exit_code, error=error,
                       error_kind=kind, output=outcome.output, stderr_tail=outcome.stderr_tail,
                       output_bytes=outcome.output_bytes, truncated=outcome.truncated,

@@ -20,7 +20,7 @@ from gateway.mcp.results import job_fields, next_call, ok
 from gateway.mcp.signatures import JOB_ID
 
 if TYPE_CHECKING:
-    from gateway.jobs.manager import JobManager
+    from gateway.jobs.reads import JobReads
 
 ToolBody = Callable[..., Awaitable[CallToolResult]]
 
@@ -28,7 +28,7 @@ ToolBody = Callable[..., Awaitable[CallToolResult]]
 class _State(Protocol):
     principal: str  # who calls (gateway/mcp/principal.py): another's job is not found
 
-    async def manager(self) -> JobManager: ...
+    async def reads(self) -> JobReads: ...
 
 DEFAULT_DIFF_PAGE_BYTES = 100_000
 MAX_DIFF_PAGE_BYTES = 400_000  # like llm_job_result: the page travels twice in one message
@@ -48,9 +48,9 @@ def change_tools(state: _State) -> list[tuple[str, ToolBody, ToolAnnotations]]:
                                         description="page size")] = DEFAULT_DIFF_PAGE_BYTES,
     ) -> CallToolResult:
         """An isolated job's changes: diff, apply or discard them."""
-        manager = await state.manager()
-        row = owned(state.principal, await manager.get(job_id))
-        host = manager.hostname
+        reads = await state.reads()
+        row = owned(state.principal, await reads.get(job_id))
+        host = reads.hostname
         fields = job_fields(row)
         if action == "diff":
             page = await asyncio.to_thread(changes.diff, row, host, format, offset, max_bytes)

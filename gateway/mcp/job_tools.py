@@ -49,15 +49,15 @@ CANCEL_ANNOTATIONS = ToolAnnotations(destructive_hint=True, idempotent_hint=True
 
 class JobTools:
     """The tool bodies over one server's state: every job they touch is the caller's own
-    (principal.py), every store access goes through the gateway's manager."""
+    (principal.py); reads go through the gateway's JobReads, a cancel through its manager."""
 
     def __init__(self, state: ServerState) -> None:
         self.state = state
 
     async def llm_job_status(self, job_id: JOB_ID) -> CallToolResult:
         """A job's status, exit code, error and output size (any gateway's)."""
-        manager = await self.state.manager()
-        row = owned(self.state.principal, await manager.get(job_id))
+        reads = await self.state.reads()
+        row = owned(self.state.principal, await reads.get(job_id))
         text = describe_status(row)
         return ok(text, {**job_fields(row), "message": text, "next": follow_up(row)})
 
@@ -72,9 +72,9 @@ class JobTools:
     ) -> CallToolResult:
         """A page of a job's answer (raw: its stdout), also while it runs; repeat with
         offset=next_offset until null."""
-        manager = await self.state.manager()
-        owned(self.state.principal, await manager.get(job_id))
-        page = await manager.read_result(job_id, offset, max_bytes, raw)
+        reads = await self.state.reads()
+        owned(self.state.principal, await reads.get(job_id))
+        page = await reads.read_result(job_id, offset, max_bytes, raw)
         row = page.job
         # A job still running has no parsed answer yet: what it has is the CLI's stdout
         # so far (stream-json, JSONL), and the answer says so rather than `raw: false`.
@@ -108,7 +108,7 @@ class JobTools:
     async def llm_job_cancel(self, job_id: JOB_ID) -> CallToolResult:
         """Stop a job wherever it runs (another gateway's within seconds)."""
         manager = await self.state.manager()
-        owned(self.state.principal, await manager.get(job_id))
+        owned(self.state.principal, await manager.reads.get(job_id))
         outcome = await manager.cancel(job_id)
         row = outcome.job
         texts = {
@@ -136,14 +136,14 @@ class JobTools:
     ) -> CallToolResult:
         """Wait up to timeout_s for a job to end; call again while done is false."""
         progress = Progress(ctx)
-        manager = await self.state.manager()
+        reads = await self.state.reads()
 
         async def on_progress(output_bytes: int, elapsed: float) -> None:
             await progress.report(output_bytes, f"job {job_id} running: {output_bytes} bytes "
                                                 f"of output after {elapsed:.0f} s of waiting")
 
-        seen = owned(self.state.principal, await manager.get(job_id))
-        row = await manager.wait(job_id, timeout_s, on_progress, read=seen)
+        seen = owned(self.state.principal, await reads.get(job_id))
+        row = await reads.wait(job_id, timeout_s, on_progress, read=seen)
         done = row.status.is_terminal
         text = describe_status(row)
         if not done:
@@ -163,8 +163,7 @@ class JobTools:
                                     "jobs.")] = DEFAULT_LIST_LIMIT,
     ) -> CallToolResult:
         """Recent jobs, newest first."""
-        manager = await self.state.manager()
-        rows = await visible_jobs(manager, self.state.principal, status=status,
+        rows = await visible_jobs(await self.state.reads(), self.state.principal, status=status,
                                   provider=provider, limit=limit)
         jobs = [job_fields(r) for r in rows]
         lines = [f"{r.id}  {r.provider:<8} {r.status:<10} {_when(r)}" for r in rows]

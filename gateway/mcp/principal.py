@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from gateway.model import ErrorKind, GatewayError, JobRow
 
 if TYPE_CHECKING:
-    from gateway.jobs.manager import JobManager
+    from gateway.jobs.reads import JobReads
 
 LOCAL = "local"
 
@@ -54,12 +54,12 @@ def may_see(principal: str, row: JobRow) -> bool:
     return row.principal == principal or (row.principal is None and sees_unowned(principal))
 
 
-async def visible_jobs(manager: JobManager, principal: str, *, limit: int,
+async def visible_jobs(reads: JobReads, principal: str, *, limit: int,
                        status: str | None = None, provider: str | None = None) -> list[JobRow]:
     """The newest `limit` jobs `principal` may see, filtered in the store query (before its
     LIMIT), so a page of `llm_job_list` or `tasks/list` is full whenever that many exist."""
-    return await manager.list_jobs(status=status, provider=provider, limit=limit,
-                                   principal=principal, unowned_too=sees_unowned(principal))
+    return await reads.list_jobs(status=status, provider=provider, limit=limit,
+                                 principal=principal, unowned_too=sees_unowned(principal))
 
 
 def not_found(job_id: str) -> GatewayError:

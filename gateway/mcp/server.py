@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
@@ -43,6 +43,9 @@ from gateway.mcp.tasks_legacy import LegacyTasksMiddleware
 from gateway.mcp.unicode_errors import unencodable_path
 from gateway.model import ErrorKind
 from gateway.versions import CliVersions
+
+if TYPE_CHECKING:  # loaded by the lifespan, after the handshake: not before tools/list
+    from gateway.runtime import Gateway
 
 log = structlog.get_logger(__name__)
 
@@ -293,7 +296,7 @@ async def _recheck_tools_periodically(state: ServerState) -> None:
                 log.warning("tool re-check failed", action="tools_recheck", error=repr(exc))
 
 
-async def _probe_versions_when_ready(state: ServerState, gateway: Any) -> None:
+async def _probe_versions_when_ready(state: ServerState, gateway: Gateway) -> None:
     """Probe CLI versions in the background, after the store is open (startup first)."""
     await gateway.wait_ready(VERSION_PROBE_START_WAIT_S)
     try:

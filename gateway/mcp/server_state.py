@@ -15,6 +15,7 @@ from gateway.model import ErrorKind, GatewayError
 if TYPE_CHECKING:
     from gateway.config import Settings
     from gateway.jobs.manager import JobManager
+    from gateway.jobs.reads import JobReads
     from gateway.runtime import Gateway
     from gateway.versions import CliVersions
 
@@ -51,6 +52,11 @@ class ServerState:
                                "The gateway is not running (it is starting or shutting "
                                "down). Retry in a few seconds.")
         return await gateway.manager()
+
+    async def reads(self) -> JobReads:
+        """The read side of the job path (any gateway's job: its row, the list, a wait, a
+        page of output); the same errors as `manager()` while it is not up."""
+        return (await self.manager()).reads
 
     def ready_manager(self) -> JobManager | None:
         """The manager if the gateway is already up, without waiting (status reports)."""

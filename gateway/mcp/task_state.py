@@ -26,6 +26,7 @@ from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 
 if TYPE_CHECKING:  # the job machinery loads after the handshake (startup stays light)
     from gateway.jobs.manager import JobManager
+    from gateway.jobs.reads import JobReads
 
 LEGACY_TASKS_VERSION = "2025-11-25"  # the one handshake version that has (experimental) tasks
 # Another instance's view of a running job is at most PROGRESS_FLUSH_S (2 s) stale and a
@@ -125,7 +126,7 @@ async def load_task(state: ServerState, task_id: str) -> tuple[JobManager, JobRo
     """The manager and the job behind a task id; -32602 for an unknown or purged one."""
     try:
         manager = await state.manager()
-        return manager, owned(state.principal, await manager.get(task_id))
+        return manager, owned(state.principal, await manager.reads.get(task_id))
     except GatewayError as err:
         raise task_error(err) from None
 
@@ -139,10 +140,10 @@ def task_error(err: GatewayError) -> MCPError:
     return MCPError(code=INTERNAL_ERROR, message=err.message)
 
 
-async def task_result(manager: JobManager, row: JobRow) -> dict[str, Any]:
+async def task_result(reads: JobReads, row: JobRow) -> dict[str, Any]:
     """The finished task's result: exactly the sync tool's answer, as wire JSON."""
     try:
-        answer = await final_answer(manager, row)
+        answer = await final_answer(reads, row)
     except GatewayError as err:
         raise task_error(err) from None
     return dump(answer)

@@ -117,7 +117,7 @@ class TasksExtension(Extension):
             return tasks_legacy.legacy_fields(task)
         data = {"resultType": "complete", **task.fields()}
         if task.status == "completed":
-            data["result"] = await task_result(manager, row)
+            data["result"] = await task_result(manager.reads, row)
         return data
 
     async def _update(self, ctx: ServerRequestContext[Any, Any],

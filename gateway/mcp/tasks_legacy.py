@@ -137,9 +137,9 @@ async def _notify_when_done(ctx: ServerRequestContext[Any, Any], manager: JobMan
     Best effort by design: the client polls anyway, so a closed connection, a stopping
     gateway or an unreachable store just ends the watch."""
     try:
-        row = await manager.wait(task_id, WATCH_STEP_S)
+        row = await manager.reads.wait(task_id, WATCH_STEP_S)
         while row.status.is_active and not manager.closing:
-            row = await manager.wait(task_id, WATCH_STEP_S)
+            row = await manager.reads.wait(task_id, WATCH_STEP_S)
         if row.status.is_active:
             return
         fields = legacy_fields(view(manager, row))
@@ -178,7 +178,7 @@ def result_handler(state: ServerState) -> Handler:
                            params: TaskIdParams) -> dict[str, Any]:
         manager, _ = await load_task(state, params.task_id)
         try:
-            row = await manager.wait(params.task_id, RESULT_WAIT_S)
+            row = await manager.reads.wait(params.task_id, RESULT_WAIT_S)
         except GatewayError as err:
             raise task_error(err) from None
         if row.status.is_active:
@@ -186,7 +186,7 @@ def result_handler(state: ServerState) -> Handler:
                            message=f"Task {row.id} is still working after {RESULT_WAIT_S:g} s; "
                                    f"poll tasks/get and call tasks/result again once it is "
                                    f"terminal.")
-        result = await task_result(manager, row)
+        result = await task_result(manager.reads, row)
         result.pop("resultType", None)  # 2026 vocabulary: no such key at 2025-11-25
         meta = dict(result.get("_meta") or {})
         meta[RELATED_TASK_META_KEY] = {"taskId": row.id}
@@ -201,7 +201,7 @@ def list_handler(state: ServerState) -> Handler:
         start = _cursor_offset(params.cursor)
         try:
             manager = await state.manager()
-            rows = await visible_jobs(manager, state.principal,
+            rows = await visible_jobs(manager.reads, state.principal,
                                       limit=min(LIST_MAX_TASKS, start + LIST_PAGE_SIZE + 1))
         except GatewayError as err:
             raise task_error(err) from None

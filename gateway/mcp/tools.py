@@ -54,7 +54,8 @@ from gateway.mcp.signatures import (
 from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 
 if TYPE_CHECKING:
-    from gateway.jobs.manager import JobManager, Submission
+    from gateway.jobs.manager import Submission
+    from gateway.jobs.reads import JobReads
     from gateway.mcp.server_state import ServerState
 
 log = structlog.get_logger(__name__)
@@ -185,10 +186,10 @@ class ProviderTools:
                                                 f"{elapsed:.0f} s")
 
         budget = self.state.settings.limits.sync_defer_after_s - progress.elapsed_s
-        row = await manager.wait(job_id, max(0.0, budget), on_progress)
+        row = await manager.reads.wait(job_id, max(0.0, budget), on_progress)
         if row.status.is_active:
             return self.deferred(row, submission.deduplicated, progress)
-        return await final_answer(manager, row, submission.deduplicated)
+        return await final_answer(manager.reads, row, submission.deduplicated)
 
     def deferred(self, row: JobRow, deduplicated: bool,
                  progress: Progress) -> CallToolResult:
@@ -203,7 +204,7 @@ class ProviderTools:
         return ok(text, data)
 
 
-async def final_answer(manager: JobManager, row: JobRow,
+async def final_answer(reads: JobReads, row: JobRow,
                        deduplicated: bool = False) -> CallToolResult:
     """A terminal job as the sync tool's answer: the reply text, or an isError. Also an
     MCP task's result (task_state.py): the one place that answer is built."""
@@ -230,7 +231,7 @@ async def final_answer(manager: JobManager, row: JobRow,
         common.pop("error")
         return failure(kind, message, text=text, **common, what_to_do=hint,
                        stderr_tail=stderr_excerpt(row))
-    page = await manager.read_result(row.id, 0, INLINE_ANSWER_BYTES, terminal=row)
+    page = await reads.read_result(row.id, 0, INLINE_ANSWER_BYTES, terminal=row)
     rest = None
     if page.next_offset is not None:
         rest = next_call("llm_job_result", "the answer is longer than this page",

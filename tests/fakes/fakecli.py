@@ -227,46 +227,65 @@ def parse(table_name: str, args: list[str]) -> tuple[Flags, list[str]]:
         if not arg.startswith("-") or arg == "-":
             positionals.append(arg)
             continue
-        name, eq, inline = arg.partition("=")
-        if not name.startswith("--"):
-            if name not in shorts:
-                raise UsageError(f"error: unknown option '{name}'")
-            name = shorts[name]
-        if name not in table and name != "--version":
-            raise UsageError(f"error: unknown option '{name}'")
-        arity = table.get(name, 0)
+        given, eq, inline = arg.partition("=")
+        name = _long_name(given, table, shorts)
         values = flags.setdefault(name, [])
-        if eq:
-            if arity == 0:
-                raise UsageError(f"error: option '{name}' does not take a value")
-            values.append(inline)
-        elif arity == 1:
-            if i >= len(args):
-                raise UsageError(f"error: option '{name}' argument missing")
+        i = _take_values(name, table.get(name, 0), inline if eq else None, args, i, values)
+        _check_choices(name, values, choices.get(name))
+    return flags, positionals
+
+
+def _long_name(given: str, table: dict[str, Arity], shorts: dict[str, str]) -> str:
+    """The long flag `given` (a long or a short one) names; UsageError for an unknown one."""
+    name = given
+    if not name.startswith("--"):
+        if name not in shorts:
+            raise UsageError(f"error: unknown option '{name}'")
+        name = shorts[name]
+    if name not in table and name != "--version":
+        raise UsageError(f"error: unknown option '{name}'")
+    return name
+
+
+def _take_values(name: str, arity: Arity, inline: str | None, args: list[str], i: int,
+                 values: list[Any]) -> int:
+    """Append the values flag `name` takes (`inline`: its `=value`; else from args[i:]),
+    as the real CLIs' parsers do; return the index of the next argument."""
+    if inline is not None:
+        if arity == 0:
+            raise UsageError(f"error: option '{name}' does not take a value")
+        values.append(inline)
+        return i
+    if arity == 1:
+        if i >= len(args):
+            raise UsageError(f"error: option '{name}' argument missing")
+        values.append(args[i])
+        return i + 1
+    if arity == "?":
+        if i < len(args) and not args[i].startswith("-"):
+            values.append(args[i])
+            return i + 1
+        values.append(True)
+        return i
+    if arity == "*":
+        start = i
+        while i < len(args) and not args[i].startswith("-"):
             values.append(args[i])
             i += 1
-        elif arity == "?":
-            if i < len(args) and not args[i].startswith("-"):
-                values.append(args[i])
-                i += 1
-            else:
-                values.append(True)
-        elif arity == "*":
-            start = i
-            while i < len(args) and not args[i].startswith("-"):
-                values.append(args[i])
-                i += 1
-            if i == start:
-                raise UsageError(f"error: option '{name}' argument missing")
-        else:
-            values.append(True)
-        allowed = choices.get(name)
-        if allowed:
-            for value in values:
-                if value not in allowed:
-                    raise UsageError(f"error: option '{name}' argument '{value}' is invalid. "
-                                     f"Allowed choices are {', '.join(allowed)}.")
-    return flags, positionals
+        if i == start:
+            raise UsageError(f"error: option '{name}' argument missing")
+        return i
+    values.append(True)
+    return i
+
+
+def _check_choices(name: str, values: list[Any], allowed: tuple[str, ...] | None) -> None:
+    if not allowed:
+        return
+    for value in values:
+        if value not in allowed:
+            raise UsageError(f"error: option '{name}' argument '{value}' is invalid. "
+                             f"Allowed choices are {', '.join(allowed)}.")
 
 
 def last(flags: Flags, name: str, default: Any = None) -> Any:

@@ -52,7 +52,7 @@ async def test_api_key_env_never_reaches_a_cli_child(
     assert settings.http.auth_token == SECRETS["AGENT_GATEWAY_HTTP__AUTH_TOKEN"]  # it is held
     manager = await (await start_gateway(settings)).manager()
     sub = await manager.submit("claude", SubmitRequest(prompt="hello"))
-    row = await manager.wait(sub.job.id, 20)
+    row = await manager.reads.wait(sub.job.id, 20)
     assert row.status == JobStatus.COMPLETED, row.error
     (spawn,) = fake_log.spawns()
     assert_no_secret(spawn["env"])

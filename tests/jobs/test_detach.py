@@ -63,7 +63,7 @@ def alive(pid: int) -> bool:
 
 
 async def terminal(manager: Any, job_id: str) -> Any:
-    row = await manager.get(job_id)
+    row = await manager.reads.get(job_id)
     return row if row.status.is_terminal else None
 
 
@@ -117,7 +117,7 @@ async def test_a_detached_run_goes_on_and_the_next_gateway_finalizes_its_answer(
     manager = await reader.manager()
     done = await wait_for(lambda: terminal(manager, job_id), DONE_S)
     assert done.status is JobStatus.COMPLETED and done.exit_code == 0
-    page = await manager.read_result(job_id)
+    page = await manager.reads.read_result(job_id)
     assert page.output == "fake-claude answer: survive the window @sleep=1.5"
     assert page.parsed is not None and page.parsed["session_id"]
     assert len(fake_log.spawns()) == 1
@@ -135,10 +135,10 @@ async def test_a_run_that_ended_with_no_gateway_alive_is_finalized_at_start(
     # Settled during start (before any tool call could be served): no sweep needed.
     manager = await gw.manager()
     with anyio.fail_after(5):
-        row = await manager.wait(job_id, 5)
+        row = await manager.reads.wait(job_id, 5)
     assert row.status is JobStatus.FAILED
     assert (row.exit_code, row.error_kind) == (3, ErrorKind.PROVIDER_ERROR)  # its real code
-    assert "finish alone" in (await manager.read_result(job_id)).output
+    assert "finish alone" in (await manager.reads.read_result(job_id)).output
 
 
 async def test_the_timeout_holds_while_no_gateway_is_alive(
@@ -184,7 +184,7 @@ async def test_three_gateways_starting_together_adopt_once_and_run_once(
     assert row.status is JobStatus.COMPLETED
     assert row.owner_instance in {gw.instance_id for gw in gateways}
     assert len(fake_log.spawns()) == 1
-    page = await managers[1].read_result(job_id)
+    page = await managers[1].reads.read_result(job_id)
     assert page.output == "fake-claude answer: one answer @sleep=1"
 
 
@@ -341,7 +341,7 @@ async def never_orphaned_for(manager: Any, job_id: str, sweeps: int, gw: Any) ->
     """Sweep `sweeps` times: the job is never orphaned (or ended) meanwhile."""
     for _ in range(sweeps):
         await gw.leases.sweep_once()
-        assert (await manager.get(job_id)).status is JobStatus.QUEUED
+        assert (await manager.reads.get(job_id)).status is JobStatus.QUEUED
 
 
 def grace_passes_mid_sweep(gw: Any, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
@@ -447,7 +447,7 @@ async def test_a_gone_owner_s_job_behind_a_full_adoption_batch_is_requeued_never
     await requeued_and_run(gw, dead, fake_log)
     manager = await gw.manager()
     for job in busy:  # a live owner's jobs stay its own
-        row = await manager.get(job.id)
+        row = await manager.reads.get(job.id)
         assert row.status is JobStatus.QUEUED and row.owner_instance == "busy"
 
 
@@ -500,7 +500,7 @@ async def test_an_owner_that_lost_its_job_leaves_the_spool_to_the_job_s_new_owne
     await manager.store.mark_instance_stopped(adopter.instance_id)
     row = await wait_for(lambda: terminal(manager, sub.job.id), DONE_S)
     assert row.status is JobStatus.COMPLETED and row.owner_instance == manager.instance_id
-    page = await manager.read_result(sub.job.id)
+    page = await manager.reads.read_result(sub.job.id)
     assert page.output == "fake-claude answer: taken from me @sleep=1"
     assert len(fake_log.spawns()) == 1
 
@@ -665,7 +665,7 @@ async def test_a_sigkilled_owners_run_is_adopted_by_a_running_peer_and_completes
     assert time.monotonic() - t0 < settings.lease.ttl_s
     row = await wait_for(lambda: terminal(peer, job_id), DONE_S)
     assert row.status is JobStatus.COMPLETED and row.owner_instance == peer.instance_id
-    assert (await peer.read_result(job_id)).output == "fake-claude answer: outlive my owner @sleep=1.5"
+    assert (await peer.reads.read_result(job_id)).output == "fake-claude answer: outlive my owner @sleep=1.5"
 
 
 def zygote_of(owner: subprocess.Popen[str]) -> psutil.Process:
@@ -703,7 +703,7 @@ async def test_an_owner_and_its_zygote_killed_together_lose_nothing_and_run_once
     go.touch()
     row = await wait_for(lambda: terminal(peer, job_id), DONE_S)
     assert row.status is JobStatus.COMPLETED and row.owner_instance == peer.instance_id
-    assert (await peer.read_result(job_id)).output == f"fake-claude answer: {prompt}"
+    assert (await peer.reads.read_result(job_id)).output == f"fake-claude answer: {prompt}"
     assert len(fake_log.spawns()) == 1  # adopted, never launched again
     await wait_for(lambda: not alive(supervisor), DONE_S)
 
@@ -752,7 +752,7 @@ async def test_a_cancel_of_a_job_orphaned_elsewhere_stops_its_process_here(
 
 
 async def _status_is(manager: Any, job_id: str, status: JobStatus) -> bool:
-    return (await manager.get(job_id)).status is status
+    return (await manager.reads.get(job_id)).status is status
 
 
 def unshare_available() -> bool:
@@ -822,7 +822,7 @@ async def test_a_run_detached_in_the_previous_releases_spool_layout_is_adopted(
     manager = await (await start_gateway(make_settings())).manager()
     row = await wait_for(lambda: terminal(manager, job_id), DONE_S)
     assert row.status is JobStatus.COMPLETED
-    assert (await manager.read_result(job_id)).output == "fake-claude answer: old layout @sleep=0.3"
+    assert (await manager.reads.read_result(job_id)).output == "fake-claude answer: old layout @sleep=0.3"
 
 
 async def test_an_owner_killed_between_adoption_and_the_reaper_has_its_ended_run_finalized(
@@ -870,5 +870,5 @@ async def test_an_owner_killed_between_adoption_and_the_reaper_has_its_ended_run
     ended = await wait_for(lambda: terminal(manager, job_id), DONE_S)
     assert ended.status is JobStatus.COMPLETED, ended
     assert ended.owner_instance == manager.instance_id
-    assert (await manager.read_result(job_id)).output == (
+    assert (await manager.reads.read_result(job_id)).output == (
         "fake-claude answer: ended under a frozen owner @sleep=0.3")

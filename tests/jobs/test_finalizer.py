@@ -191,7 +191,7 @@ async def test_a_new_gateways_first_answer_about_an_ended_run_is_final_and_dated
     # The gap this test is about: the next gateway starts well after the run ended.
     await anyio.sleep(GAP_S)
     manager = await (await start_gateway(settings)).manager()
-    row = await manager.get(job_id)  # the first answer, right after start
+    row = await manager.reads.get(job_id)  # the first answer, right after start
     assert row.status is JobStatus.COMPLETED, row
     assert row.finished_at is not None
     assert abs(row.finished_at.timestamp() - float(end["ended_at"])) < GAP_S / 2

@@ -50,19 +50,19 @@ async def test_full_disk_ends_the_run_truncated_frees_its_spool_and_keeps_servin
     gw = await start_gateway(settings)
     manager = await gw.manager()
     big = await manager.submit("claude", SubmitRequest(prompt=f"big @bytes={output_bytes}"))
-    row = await manager.wait(big.job.id, 60)
+    row = await manager.reads.wait(big.job.id, 60)
     assert row.status == JobStatus.FAILED, (row.status, row.error)
     assert row.error_kind == ErrorKind.OUTPUT_LIMIT and row.truncated
     assert row.error is not None and "disk is full" in row.error
     assert row.output_bytes <= FULL_STORE_KEPT_BYTES
-    page = await manager.read_result(big.job.id, raw=True)
+    page = await manager.reads.read_result(big.job.id, raw=True)
     assert page.total_bytes == row.output_bytes and set(page.output) <= {"x"}
     # The row holds what was kept: the spool goes just after the job's end.
     await wait_for(lambda: not (manager.spool_root / big.job.id).exists(), 10)
     # The space is back: the heartbeat renews, admission is on, the next job completes.
     await wait_for(lambda: manager.admitting, 20)
     small = await manager.submit("claude", SubmitRequest(prompt="small after a full disk"))
-    done = await manager.wait(small.job.id, 30)
+    done = await manager.reads.wait(small.job.id, 30)
     assert done.status == JobStatus.COMPLETED, done.error
 
 
@@ -77,7 +77,7 @@ async def test_a_provider_that_keeps_writing_on_a_full_disk_is_stopped_not_left_
     manager = await gw.manager()
     sub = await manager.submit("claude", SubmitRequest(
         prompt=f"stubborn @bytes={6 * MIB} @enospc-retry", timeout_s=600))
-    row = await manager.wait(sub.job.id, 60)
+    row = await manager.reads.wait(sub.job.id, 60)
     assert row.status == JobStatus.FAILED and row.error_kind == ErrorKind.OUTPUT_LIMIT
     assert row.truncated and row.error is not None and "full" in row.error
     pid = fake_log.spawns()[0]["pid"]

@@ -48,9 +48,9 @@ async def test_an_api_request_streams_to_a_completed_http_job_with_usage(
     manager = await (await start_gateway(http_settings)).manager()
     sub = await manager.submit(provider, SubmitRequest(prompt="hi"))
     assert sub.job.transport == "http" and sub.job.pid is None
-    row = await manager.wait(sub.job.id, 20)
+    row = await manager.reads.wait(sub.job.id, 20)
     assert row.status == JobStatus.COMPLETED, row.error
-    page = await manager.read_result(sub.job.id)
+    page = await manager.reads.read_result(sub.job.id)
     assert page.output == "Hello, world"
     assert page.parsed is not None
     assert page.parsed["usage"]["input_tokens"] == 11
@@ -63,7 +63,7 @@ async def test_an_api_job_sends_exactly_the_request_its_row_stores(
     manager = await (await start_gateway(http_settings)).manager()
     sub = await manager.submit("openrouter", SubmitRequest(
         prompt="hi", options={"system": "be terse", "temperature": 0.25}))
-    row = await manager.wait(sub.job.id, 20)
+    row = await manager.reads.wait(sub.job.id, 20)
     assert row.status == JobStatus.COMPLETED, row.error
     stored = json.loads(row.request_json)
     body = api.requests[0].body
@@ -78,11 +78,11 @@ async def test_identical_api_requests_are_deduplicated(
 ) -> None:
     manager = await (await start_gateway(http_settings)).manager()
     a = await manager.submit("openrouter", SubmitRequest(prompt="same", options={"temperature": 0.5}))
-    await manager.wait(a.job.id, 20)
+    await manager.reads.wait(a.job.id, 20)
     b = await manager.submit("openrouter", SubmitRequest(prompt="same", options={"temperature": 0.5}))
     c = await manager.submit("openrouter", SubmitRequest(prompt="same", options={"temperature": 0.7}))
     assert b.deduplicated and b.job.id == a.job.id and not c.deduplicated
-    await manager.wait(c.job.id, 20)
+    await manager.reads.wait(c.job.id, 20)
     assert len(api.requests) == 2
 
 
@@ -92,13 +92,13 @@ async def test_a_401_fails_the_job_as_auth_and_429_then_500_are_retried(
     manager = await (await start_gateway(http_settings)).manager()
     api.push(Script(status=401))
     bad = await manager.submit("openrouter", SubmitRequest(prompt="denied"))
-    row = await manager.wait(bad.job.id, 20)
+    row = await manager.reads.wait(bad.job.id, 20)
     assert row.status == JobStatus.FAILED and row.error_kind == ErrorKind.AUTH
     assert row.error is not None
     assert KEY_ENV in row.error and KEY not in row.error
     api.push(Script(status=429, headers={"Retry-After": "1"}), Script(status=500), Script())
     ok = await manager.submit("openrouter", SubmitRequest(prompt="retry me"))
-    row = await manager.wait(ok.job.id, 30)
+    row = await manager.reads.wait(ok.job.id, 30)
     assert row.status == JobStatus.COMPLETED, row.error
 
 
@@ -108,7 +108,7 @@ async def test_a_hanging_api_times_out_and_a_cancel_aborts_mid_stream(
     manager = await (await start_gateway(http_settings)).manager()
     api.push(Script(hang=True))
     slow = await manager.submit("openrouter", SubmitRequest(prompt="hang", timeout_s=1))
-    row = await manager.wait(slow.job.id, 20)
+    row = await manager.reads.wait(slow.job.id, 20)
     assert row.status == JobStatus.TIMED_OUT and row.error_kind == ErrorKind.TIMEOUT
     api.push(Script(stall_after=1))
     sub = await manager.submit("openrouter", SubmitRequest(prompt="stall"))
@@ -127,7 +127,7 @@ async def test_bad_api_input_is_refused_before_anything_is_stored(
         with pytest.raises(GatewayError) as err:
             await manager.submit("openrouter", SubmitRequest(prompt="x", options=options))
         assert err.value.kind == ErrorKind.INVALID_INPUT
-    assert await manager.list_jobs() == [] and api.requests == []
+    assert await manager.reads.list_jobs() == [] and api.requests == []
 
 
 async def test_the_api_key_reaches_neither_the_store_nor_the_logs(
@@ -138,8 +138,8 @@ async def test_the_api_key_reaches_neither_the_store_nor_the_logs(
         api.push(Script(status=401, echo_credentials=True), Script())
         for prompt in ("one", "two"):
             sub = await manager.submit("claude_api", SubmitRequest(prompt=prompt))
-            await manager.wait(sub.job.id, 20)
-        rows = await manager.list_jobs(limit=10)
+            await manager.reads.wait(sub.job.id, 20)
+        rows = await manager.reads.list_jobs(limit=10)
     assert api.requests[0].headers.get("x-api-key") == KEY  # it was really sent
     dumped = repr([r for r in rows]) + repr(logs)
     assert KEY not in dumped
@@ -160,8 +160,8 @@ async def test_an_api_call_cut_off_by_detach_is_requeued_once_and_its_row_says_s
     successor = await (await start_gateway(http_settings)).manager()
     bound = 20.0  # its lease after detach (drain time + HTTP_RELEASE_MARGIN_S), then the call
     with anyio.fail_after(bound):
-        row = await successor.wait(sub.job.id, bound)
+        row = await successor.reads.wait(sub.job.id, bound)
     assert row.status == JobStatus.COMPLETED, row.error
     assert row.requeued_at is not None  # the row shows it was retried
-    assert (await successor.read_result(sub.job.id)).output == "Hello, world"
+    assert (await successor.reads.read_result(sub.job.id)).output == "Hello, world"
     assert len(api.requests) == 2

@@ -42,10 +42,10 @@ async def test_a_fresh_instance_starting_never_orphans_a_live_instances_jobs(
     while time.monotonic() < deadline:
         for gw in newcomers:
             await leases_of(gw).sweep_once()
-        row = await owner.get(sub.job.id)
+        row = await owner.reads.get(sub.job.id)
         assert row.status in (JobStatus.QUEUED, JobStatus.RUNNING), row.status
         await anyio.sleep(0.05)
-    assert (await owner.wait(sub.job.id, 20)).status == JobStatus.COMPLETED
+    assert (await owner.reads.wait(sub.job.id, 20)).status == JobStatus.COMPLETED
 
 
 async def test_a_dead_instances_jobs_are_orphaned_within_ttl_plus_sweep(
@@ -121,7 +121,7 @@ async def test_a_cross_instance_cancel_ends_the_run_on_the_owner(
 
 
 async def _terminal(manager: JobManager, job_id: str) -> JobRow | None:
-    row = await manager.get(job_id)
+    row = await manager.reads.get(job_id)
     return row if row.status.is_terminal else None
 
 
@@ -158,7 +158,7 @@ async def test_heartbeat_failures_turn_admission_off_and_recovery_turns_it_back_
     await store.open()  # it comes back: the instance re-registers and admits again
     await wait_for(lambda: manager.admitting, 10)
     sub = await manager.submit("claude", SubmitRequest(prompt="accepted again"))
-    assert (await manager.wait(sub.job.id, 20)).status == JobStatus.COMPLETED
+    assert (await manager.reads.wait(sub.job.id, 20)).status == JobStatus.COMPLETED
 
 
 async def test_a_stopping_drain_fails_queued_and_stops_running_jobs_then_marks_the_instance_stopped(
@@ -182,7 +182,7 @@ async def test_a_stopping_drain_fails_queued_and_stops_running_jobs_then_marks_t
         assert psutil.Process(spawn["pid"]).status() == psutil.STATUS_ZOMBIE
     reader = await (await start_gateway(settings)).manager()
     for sub in (running, queued):
-        row = await reader.get(sub.job.id)
+        row = await reader.reads.get(sub.job.id)
         assert (row.status, row.error_kind) == (JobStatus.FAILED, ErrorKind.SHUTDOWN)
     instances = {i.instance_id: i for i in await reader.store.list_instances()}
     assert instances[gw.instance_id].stopped_at is not None
@@ -362,7 +362,7 @@ async def test_a_sweep_removes_the_spool_an_ended_jobs_killed_writer_left_and_no
     gw = await start_gateway(settings)
     manager = await gw.manager()
     ended = await manager.submit("claude", SubmitRequest(prompt="done @sleep=0"))
-    assert (await manager.wait(ended.job.id, 20)).status == JobStatus.COMPLETED
+    assert (await manager.reads.wait(ended.job.id, 20)).status == JobStatus.COMPLETED
     root = manager.spool_root
     # Its own gateway removes its spool shortly after the answer (settled_spools.py): the
     # dirs made below stand for one a killed writer left, so that removal must be over.

@@ -56,7 +56,7 @@ async def test_a_run_requeued_after_its_temp_cwd_was_made_leaves_no_temp_cwd(
     manager = await (await start_gateway(settings)).manager()
 
     async def completed() -> bool:
-        return (await manager.get(job.id)).status is JobStatus.COMPLETED
+        return (await manager.reads.get(job.id)).status is JobStatus.COMPLETED
 
     await wait_for(completed, DONE_S)
     assert fake_log.prompts() == ["re-queued before its claim"]

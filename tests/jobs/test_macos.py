@@ -69,9 +69,9 @@ async def test_a_node_script_cli_finds_node_when_the_gateway_has_the_minimal_pat
     monkeypatch.setenv("PATH", GUI_PATH)
     manager = await (await start_gateway(settings)).manager()
     sub = await manager.submit("claude", SubmitRequest(prompt="hello from a GUI client"))
-    row = await manager.wait(sub.job.id, DONE_S)
+    row = await manager.reads.wait(sub.job.id, DONE_S)
     assert row.status is JobStatus.COMPLETED, (row.error, row.stderr_tail)
-    page = await manager.read_result(sub.job.id)
+    page = await manager.reads.read_result(sub.job.id)
     assert page.output == "fake-claude answer: hello from a GUI client"
 
 
@@ -83,7 +83,7 @@ async def test_no_two_names_in_the_state_dir_differ_only_by_case(
     manager = await (await start_gateway(settings)).manager()
     for n in range(3):
         sub = await manager.submit("claude", SubmitRequest(prompt=f"case {n}"))
-        assert (await manager.wait(sub.job.id, DONE_S)).status is JobStatus.COMPLETED
+        assert (await manager.reads.wait(sub.job.id, DONE_S)).status is JobStatus.COMPLETED
         assert sub.job.id == sub.job.id.lower()  # minted ids: lower-case hex
     state = settings.persistence.path.parent
     names = [path.relative_to(state).as_posix() for path in state.rglob("*")]

@@ -43,9 +43,9 @@ async def test_a_request_runs_to_completion_with_the_parsed_answer(
     sub = await manager.submit("claude", req("hello there"))
     assert not sub.deduplicated
     assert sub.job.status == JobStatus.RUNNING and sub.job.started_at is not None  # a free slot
-    row = await manager.wait(sub.job.id, 20)
+    row = await manager.reads.wait(sub.job.id, 20)
     assert row.status == JobStatus.COMPLETED, row.error
-    page = await manager.read_result(sub.job.id)
+    page = await manager.reads.read_result(sub.job.id)
     assert "hello there" in page.output and page.complete and page.next_offset is None
     assert page.parsed and page.parsed["session_id"]
 
@@ -58,7 +58,7 @@ async def test_an_identical_running_request_is_deduplicated_without_a_second_spa
     await wait_for(lambda: len(fake_log.spawns()) == 1)
     second = await manager.submit("codex", req("work @sleep=1"))
     assert second.deduplicated and second.job.id == first.job.id
-    await manager.wait(first.job.id, 20)
+    await manager.reads.wait(first.job.id, 20)
     third = await manager.submit("codex", req("work @sleep=1"))  # completed within window
     assert third.deduplicated and third.job.id == first.job.id
     assert len(fake_log.spawns()) == 1
@@ -69,10 +69,10 @@ async def test_force_refresh_runs_again(
 ) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     a = await manager.submit("grok", req("same"))
-    await manager.wait(a.job.id, 20)
+    await manager.reads.wait(a.job.id, 20)
     b = await manager.submit("grok", req("same", force_refresh=True))
     assert not b.deduplicated and b.job.id != a.job.id
-    await manager.wait(b.job.id, 20)
+    await manager.reads.wait(b.job.id, 20)
     assert len(fake_log.spawns()) == 2
 
 
@@ -92,7 +92,7 @@ async def test_no_dedup_across_prompts_models_working_dirs_or_providers(
         assert not sub.deduplicated
         ids.add(sub.job.id)
     for job_id in ids:
-        await manager.wait(job_id, 20)
+        await manager.reads.wait(job_id, 20)
     assert len(ids) == len(variants) == len(fake_log.spawns())
 
 
@@ -113,9 +113,9 @@ async def test_concurrent_identical_requests_on_two_managers_start_exactly_one_r
     assert len({r.job.id for r in results}) == 1
     assert sum(not r.deduplicated for r in results) == 1
     await wait_for(lambda: m1.store.get_job(results[0].job.id), 10)
-    row = await m1.wait(results[0].job.id, 20)
+    row = await m1.reads.wait(results[0].job.id, 20)
     if row.status.is_active:  # owned by m2: wait there
-        row = await m2.wait(results[0].job.id, 20)
+        row = await m2.reads.wait(results[0].job.id, 20)
     assert row.status == JobStatus.COMPLETED
     assert len(fake_log.spawns()) == 1
     # A loser of the insert race had made its attempt dir (admitted into a free slot, it
@@ -134,12 +134,12 @@ async def test_fifo_order_without_cross_provider_head_of_line_blocking(
     queued = [await manager.submit("claude", req(f"c{i}")) for i in range(3)]
     other = await manager.submit("codex", req("not blocked"))
     # codex runs while claude's queue waits behind its cap
-    done = await manager.wait(other.job.id, 20)
+    done = await manager.reads.wait(other.job.id, 20)
     assert done.status == JobStatus.COMPLETED
-    assert (await manager.get(queued[0].job.id)).status == JobStatus.QUEUED
+    assert (await manager.reads.get(queued[0].job.id)).status == JobStatus.QUEUED
     for sub in queued:
-        assert (await manager.wait(sub.job.id, 30)).status == JobStatus.COMPLETED
-    await manager.wait(hold.job.id, 20)
+        assert (await manager.reads.wait(sub.job.id, 30)).status == JobStatus.COMPLETED
+    await manager.reads.wait(hold.job.id, 20)
     claude_prompts = [p for p in fake_log.prompts() if p.startswith("c") and len(p) == 2]
     assert claude_prompts == ["c0", "c1", "c2"]
 
@@ -155,7 +155,7 @@ async def test_queue_timeout_and_saturation(
     with pytest.raises(GatewayError) as err:
         await manager.submit("claude", req("one too many"))
     assert err.value.kind == ErrorKind.SATURATED and err.value.retryable
-    row = await manager.wait(waiting.job.id, 10)
+    row = await manager.reads.wait(waiting.job.id, 10)
     assert row.status == JobStatus.FAILED and row.error_kind == ErrorKind.QUEUE_TIMEOUT
     assert row.exit_code == 75
     assert "limits.max_running_jobs" in (row.error or "")
@@ -174,8 +174,8 @@ async def test_a_request_to_a_full_queue_is_admitted_once_a_run_frees_a_place(
     first = await manager.submit("claude", req("busy @sleep=0.5"))
     await manager.submit("claude", req("waits"))
     third = await manager.submit("claude", req("one more"))
-    assert (await manager.wait(first.job.id, 30)).status == JobStatus.COMPLETED
-    assert (await manager.wait(third.job.id, 30)).status == JobStatus.COMPLETED
+    assert (await manager.reads.wait(first.job.id, 30)).status == JobStatus.COMPLETED
+    assert (await manager.reads.wait(third.job.id, 30)).status == JobStatus.COMPLETED
     assert manager.snapshot()["rejected"] == 0
 
 
@@ -189,7 +189,7 @@ async def test_a_full_queue_refuses_once_nothing_freed_a_place_within_the_bound(
         await manager.submit("claude", req("one too many"))
     assert err.value.kind == ErrorKind.SATURATED and err.value.retryable
     assert "limits.queue_full_wait_s" in err.value.message
-    assert (await manager.get(running.job.id)).status.is_active  # untouched by the refusal
+    assert (await manager.reads.get(running.job.id)).status.is_active  # untouched by the refusal
     await manager.cancel(running.job.id)
 
 
@@ -200,7 +200,7 @@ async def test_a_queue_timeout_names_the_per_provider_limit_when_that_is_the_one
     manager = await (await start_gateway(settings)).manager()
     running = await manager.submit("claude", req("busy @sleep=3"))
     waiting = await manager.submit("claude", req("waits"))
-    row = await manager.wait(waiting.job.id, 10)
+    row = await manager.reads.wait(waiting.job.id, 10)
     assert row.error_kind == ErrorKind.QUEUE_TIMEOUT
     assert "raise limits.max_running_per_provider" in (row.error or "")
     assert "max_running_jobs" not in (row.error or "")
@@ -252,11 +252,11 @@ async def test_result_paging_across_a_multi_mib_output(
 ) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     sub = await manager.submit("gemini", req("@bytes=3000000 big"))
-    row = await manager.wait(sub.job.id, 30)
+    row = await manager.reads.wait(sub.job.id, 30)
     assert row.status == JobStatus.COMPLETED, row.error
     pieces, offset = [], 0
     while True:
-        page = await manager.read_result(sub.job.id, offset=offset, max_bytes=700_000, raw=True)
+        page = await manager.reads.read_result(sub.job.id, offset=offset, max_bytes=700_000, raw=True)
         pieces.append(page.output)
         if page.next_offset is None:
             break
@@ -272,7 +272,7 @@ async def test_a_plain_text_answer_is_stored_once_as_a_range_of_the_output(
 ) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     sub = await manager.submit("devin", req("@bytes=600000 plain"))  # devin prints text
-    row = await manager.wait(sub.job.id, 30)
+    row = await manager.reads.wait(sub.job.id, 30)
     assert row.status == JobStatus.COMPLETED, row.error
     stored = await manager.store.get_job(sub.job.id)
     assert stored is not None and stored.output is not None and stored.result_json
@@ -280,7 +280,7 @@ async def test_a_plain_text_answer_is_stored_once_as_a_range_of_the_output(
     assert "text" not in parsed and parsed["text_span"][1] > 600_000  # no second copy
     pieces, offset = [], 0
     while True:
-        page = await manager.read_result(sub.job.id, offset=offset, max_bytes=200_000)
+        page = await manager.reads.read_result(sub.job.id, offset=offset, max_bytes=200_000)
         pieces.append(page.output)
         if page.next_offset is None:
             break
@@ -296,7 +296,7 @@ async def test_a_stream_past_the_output_limit_is_truncated_and_pages_the_capped_
     settings = make_settings(limits={"max_output_bytes": limit})
     manager = await (await start_gateway(settings)).manager()
     sub = await manager.submit("claude", req("@bytes=3000000 flood"))
-    row = await manager.wait(sub.job.id, 30)
+    row = await manager.reads.wait(sub.job.id, 30)
     assert (row.status, row.error_kind, row.truncated) == (
         JobStatus.FAILED, ErrorKind.OUTPUT_LIMIT, True)
     stored = await manager.store.get_job(sub.job.id)
@@ -305,7 +305,7 @@ async def test_a_stream_past_the_output_limit_is_truncated_and_pages_the_capped_
     for raw in (True, False):  # the raw output, and the answer (all of it, as plain text)
         pieces, offset = [], 0
         while True:
-            page = await manager.read_result(sub.job.id, offset=offset, max_bytes=300_000,
+            page = await manager.reads.read_result(sub.job.id, offset=offset, max_bytes=300_000,
                                              raw=raw)
             pieces.append(page.output)
             if page.next_offset is None:
@@ -321,14 +321,14 @@ async def test_small_pages_of_a_finished_answer_never_split_a_character(
     # page must still start and end on a character, even one smaller than a character.
     manager = await (await start_gateway(make_settings())).manager()
     sub = await manager.submit("claude", req("añ€𝄞 " * 12))  # 2-, 3- and 4-byte characters
-    row = await manager.wait(sub.job.id, 20)
+    row = await manager.reads.wait(sub.job.id, 20)
     assert row.status == JobStatus.COMPLETED, row.error
-    whole = (await manager.read_result(sub.job.id)).output
+    whole = (await manager.reads.read_result(sub.job.id)).output
     assert "añ€𝄞 añ€𝄞" in whole
     for max_bytes in (1, 3, 5):
         pieces, offset = [], 0
         while True:
-            page = await manager.read_result(sub.job.id, offset=offset, max_bytes=max_bytes)
+            page = await manager.reads.read_result(sub.job.id, offset=offset, max_bytes=max_bytes)
             assert page.output and "\ufffd" not in page.output
             pieces.append(page.output)
             if page.next_offset is None:
@@ -342,9 +342,9 @@ async def test_a_wait_past_the_deferral_deadline_returns_and_the_job_still_compl
 ) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     sub = await manager.submit("claude", req("slow @sleep=1.5"))
-    row = await manager.wait(sub.job.id, 0.3)
+    row = await manager.reads.wait(sub.job.id, 0.3)
     assert row.status == JobStatus.RUNNING
-    assert (await manager.wait(sub.job.id, 20)).status == JobStatus.COMPLETED
+    assert (await manager.reads.wait(sub.job.id, 20)).status == JobStatus.COMPLETED
 
 
 async def test_a_sync_answer_and_a_wait_on_an_ended_job_read_the_row_once(
@@ -365,11 +365,11 @@ async def test_a_sync_answer_and_a_wait_on_an_ended_job_read_the_row_once(
 
     monkeypatch.setattr(manager.store, "get_job", counted)
     sub = await manager.submit("claude", req("answer once"))
-    row = await manager.wait(sub.job.id, 20)
+    row = await manager.reads.wait(sub.job.id, 20)
     assert row.status is JobStatus.COMPLETED and reads == [sub.job.id]  # its first look only
     reads.clear()
-    seen = await manager.get(sub.job.id)
-    assert (await manager.wait(sub.job.id, 20, read=seen)) == seen and len(reads) == 1
+    seen = await manager.reads.get(sub.job.id)
+    assert (await manager.reads.wait(sub.job.id, 20, read=seen)) == seen and len(reads) == 1
 
 
 async def test_results_survive_closing_and_reopening_on_the_same_store(
@@ -379,10 +379,10 @@ async def test_results_survive_closing_and_reopening_on_the_same_store(
     gw = await start_gateway(settings)
     manager = await gw.manager()
     sub = await manager.submit("claude", req("remember me"))
-    await manager.wait(sub.job.id, 20)
+    await manager.reads.wait(sub.job.id, 20)
     await gw.stop()
     manager2 = await (await start_gateway(settings)).manager()
-    page = await manager2.read_result(sub.job.id)
+    page = await manager2.reads.read_result(sub.job.id)
     assert "remember me" in page.output and page.job.status == JobStatus.COMPLETED
 
 
@@ -391,21 +391,21 @@ async def test_unknown_job_ids_and_bad_input_are_clear_errors(
 ) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     cases: list[Callable[[], Awaitable[object]]] = [
-        lambda: manager.get("nope"),
+        lambda: manager.reads.get("nope"),
         lambda: manager.submit("claude", req("")),
         lambda: manager.submit("claude", req("a\x00b")),
         lambda: manager.submit("claude", req("x", working_dir=str(tmp_path / "missing"))),
         lambda: manager.submit("claude", req("x", working_dir="relative/dir")),
         lambda: manager.submit("nosuch", req("x")),
         lambda: manager.submit("claude", req("x", timeout_s=-1)),
-        lambda: manager.read_result("nope"),
+        lambda: manager.reads.read_result("nope"),
     ]
     for case in cases:
         with pytest.raises(GatewayError) as err:
             await case()
         assert err.value.kind in (ErrorKind.INVALID_INPUT, ErrorKind.JOB_NOT_FOUND)
         assert err.value.message
-    assert await manager.list_jobs() == []
+    assert await manager.reads.list_jobs() == []
 
 
 async def test_idle_timeout_applies_only_to_runs_that_stream(
@@ -421,9 +421,9 @@ async def test_idle_timeout_applies_only_to_runs_that_stream(
     ]
     streaming = await manager.submit("codex", req("then silence @sleep=3"))
     for sub in quiet:
-        row = await manager.wait(sub.job.id, 20)
+        row = await manager.reads.wait(sub.job.id, 20)
         assert row.status == JobStatus.COMPLETED, (row.provider, row.error)
-    row = await manager.wait(streaming.job.id, 20)
+    row = await manager.reads.wait(streaming.job.id, 20)
     assert row.status == JobStatus.TIMED_OUT and row.error_kind == ErrorKind.IDLE_TIMEOUT
     assert row.exit_code == 125
 
@@ -440,11 +440,11 @@ async def test_regression_a_caller_that_gives_up_mid_admission_never_leaves_a_jo
             await manager.submit("claude", req(f"impatient {i}"))
 
     async def none_active() -> bool:
-        rows = await manager.list_jobs(limit=100)
+        rows = await manager.reads.list_jobs(limit=100)
         return all(r.status.is_terminal for r in rows)
 
     await wait_for(none_active, 30)
-    rows = await manager.list_jobs(limit=100)
+    rows = await manager.reads.list_jobs(limit=100)
     assert rows and all(r.status == JobStatus.COMPLETED for r in rows)
 
 
@@ -477,28 +477,28 @@ async def test_a_working_dir_too_long_for_the_kernel_is_invalid_input_not_intern
             await manager.submit("claude", req("x", working_dir=working_dir))
         assert err.value.kind == ErrorKind.INVALID_INPUT
         assert "working_dir" in err.value.message and len(err.value.message) < 600
-    assert await manager.list_jobs() == []
+    assert await manager.reads.list_jobs() == []
 
 
 async def test_a_result_offset_of_2_62_on_a_running_job_is_an_empty_page_not_memory_error(
         make_settings: MakeSettings, start_gateway: StartGateway) -> None:
     manager = await (await start_gateway(make_settings())).manager()
     sub = await manager.submit("claude", req("hold @sleep=3"))
-    await wait_for(lambda: manager.get(sub.job.id), 10)
+    await wait_for(lambda: manager.reads.get(sub.job.id), 10)
     await wait_for(async_status(manager, sub.job.id, JobStatus.RUNNING))
     for offset in (2**62, 2**70):
-        page = await manager.read_result(sub.job.id, offset=offset, max_bytes=2**62)
+        page = await manager.reads.read_result(sub.job.id, offset=offset, max_bytes=2**62)
         assert page.output == "" and not page.complete
     await manager.cancel(sub.job.id)
-    row = await manager.wait(sub.job.id, 20)
+    row = await manager.reads.wait(sub.job.id, 20)
     assert row.status.is_terminal
-    page = await manager.read_result(sub.job.id, offset=2**70, max_bytes=2**62)
+    page = await manager.reads.read_result(sub.job.id, offset=2**70, max_bytes=2**62)
     assert page.output == "" and page.next_offset is None
 
 
 def async_status(manager: Any, job_id: str, status: JobStatus) -> Any:
     async def check() -> bool:
-        row = await manager.get(job_id)
+        row = await manager.reads.get(job_id)
         return bool(row.status == status)
     return check
 
@@ -514,7 +514,7 @@ async def test_an_unusable_state_dir_fails_the_run_with_a_clear_launch_error(
         manager.spool_root.rmdir()
     manager.spool_root.write_text("not a directory")
     sub = await manager.submit("claude", req("never runs"))
-    row = await manager.wait(sub.job.id, 20)
+    row = await manager.reads.wait(sub.job.id, 20)
     assert row.status == JobStatus.FAILED
     assert row.error_kind == ErrorKind.LAUNCH_FAILED
     assert "state directory" in (row.error or "")
@@ -528,7 +528,7 @@ async def test_timeout_s_beyond_one_week_or_not_a_number_is_invalid_input(
         await manager.submit("claude", req("x", timeout_s=timeout_s))
     assert err.value.kind == ErrorKind.INVALID_INPUT
     assert "at most 604800" in err.value.message
-    assert await manager.list_jobs() == []
+    assert await manager.reads.list_jobs() == []
 
 
 async def test_max_prompt_bytes_bounds_the_whole_request_messages_and_system_too(
@@ -551,4 +551,4 @@ async def test_max_prompt_bytes_bounds_the_whole_request_messages_and_system_too
             await manager.submit(provider_name, request)
         assert err.value.kind == ErrorKind.INVALID_INPUT, provider_name
         assert "max_prompt_bytes" in err.value.message
-    assert await manager.list_jobs() == []
+    assert await manager.reads.list_jobs() == []

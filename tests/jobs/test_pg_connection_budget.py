@@ -75,7 +75,7 @@ async def wait_until_terminal(gateway: Gateway, job_id: str) -> Any:
     answers `unavailable`, and the client asks again."""
     while True:
         try:
-            row = await (await gateway.manager()).wait(job_id, RUN_BOUND_S)
+            row = await (await gateway.manager()).reads.wait(job_id, RUN_BOUND_S)
         except GatewayError as err:
             assert err.kind == ErrorKind.UNAVAILABLE, err.message
             await anyio.sleep(0.5)
@@ -191,7 +191,7 @@ async def test_a_pool_blocked_on_row_locks_for_twice_the_ttl_costs_a_live_gatewa
             await anyio.sleep(settings.lease.sweep_interval_s)
         worst = owner.connection_report()["renewal_pending_ms_max_1h"]
         assert worst is not None and worst < settings.lease.ttl_s * 1000
-        row = await manager.wait(job.id, 30)
+        row = await manager.reads.wait(job.id, 30)
         assert row.status == JobStatus.COMPLETED, (row.status, row.error)
     finally:
         await outside.close()

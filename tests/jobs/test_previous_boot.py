@@ -45,7 +45,7 @@ async def test_an_unclaimed_running_job_is_requeued_only_within_its_boot(
     manager = await (await start_gateway(settings)).manager()
 
     async def settled() -> bool:
-        return (await manager.get(job.id)).status in (JobStatus.COMPLETED, JobStatus.ORPHANED)
+        return (await manager.reads.get(job.id)).status in (JobStatus.COMPLETED, JobStatus.ORPHANED)
 
     await wait_for(settled, DONE_S)
     row = await job_row(manager.store, job.id)

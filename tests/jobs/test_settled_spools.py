@@ -56,7 +56,7 @@ async def test_a_stopping_gateway_leaves_no_spool_of_its_ended_jobs(
     gateway = await start_gateway(make_settings())
     manager = await gateway.manager()
     sub = await manager.submit("claude", SubmitRequest(prompt="ends before the stop"))
-    row = await manager.wait(sub.job.id, DONE_S)
+    row = await manager.reads.wait(sub.job.id, DONE_S)
     assert row is not None and row.status is JobStatus.COMPLETED
     assert (await job_row(manager.store, sub.job.id)).output  # the row holds the answer
     directory = spool.job_dir(manager.spool_root, sub.job.id)

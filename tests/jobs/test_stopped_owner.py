@@ -85,13 +85,13 @@ async def test_an_owner_stopped_past_ttl_and_instance_gc_keeps_its_row_and_its_w
     control = marked_running_job(2, "dead-owner").id
 
     async def control_settled() -> bool:
-        row = await manager.get(control)
+        row = await manager.reads.get(control)
         instances = {i.instance_id for i in await manager.store.list_instances()}
         return row.status is JobStatus.COMPLETED and "dead-owner" not in instances
 
     await wait_for(control_settled, DONE_S)
     instances = {i.instance_id for i in await manager.store.list_instances()}
     assert "stopped-owner" in instances  # past ttl_s + instance_gc_s, but alive
-    owned = await manager.get(marked_running_job(1, "stopped-owner").id)
+    owned = await manager.reads.get(marked_running_job(1, "stopped-owner").id)
     assert owned.owner_instance == "stopped-owner" and owned.requeued_at is None
     assert fake_log.prompts() == ["owner test 2"]  # the stopped owner's run never ran here

@@ -79,7 +79,7 @@ def branches(repo: Path) -> list[str]:
 
 async def finished(manager: Any, job_id: str) -> Any:
     with anyio.fail_after(DONE_S):
-        row = await manager.wait(job_id, DONE_S)
+        row = await manager.reads.wait(job_id, DONE_S)
     assert row.status.is_terminal, row.status
     return row
 
@@ -227,7 +227,7 @@ async def test_a_request_that_cannot_be_isolated_is_refused_and_nothing_runs(
         with pytest.raises(GatewayError) as caught:
             await manager.submit("claude", case)
         assert caught.value.kind == ErrorKind.INVALID_INPUT, caught.value.message
-    assert await manager.list_jobs() == [] and fake_log.spawns() == []
+    assert await manager.reads.list_jobs() == [] and fake_log.spawns() == []
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])

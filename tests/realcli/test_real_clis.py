@@ -254,7 +254,7 @@ async def _run_through_gateway(tmp_path: Path, provider_name: str, command: str,
         with anyio.fail_after(RUN_TIMEOUT_S):
             submission = await manager.submit(
                 provider_name, SubmitRequest(prompt="hello", options=options or {}))
-            return await manager.wait(submission.job.id, RUN_TIMEOUT_S)
+            return await manager.reads.wait(submission.job.id, RUN_TIMEOUT_S)
     finally:
         with anyio.fail_after(RUN_TIMEOUT_S):
             await gateway.stop()

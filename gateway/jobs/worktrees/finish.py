@@ -1,13 +1,14 @@
 """The end of an isolated run: what the CLI changed is committed to the job's branch.
 
-One call (`settle_worktree`) in the one finalize path, for a run this gateway started and for
-one it adopted alike. A run that changed nothing has its worktree and branch removed at once
-(no pile of empty worktrees: claude-code #63087, 80 GB); one with changes keeps both, the
-directory for `[worktrees] retention_h` (gc.py), the branch until applied or discarded. The
-job's result then carries `worktree`: `{path, branch, base_sha, changed, files_changed,
-insertions, deletions, state}`; `state` is what became of it since (#27): the host's record
-of it is read when the job is shown (`worktree_of`), so an applied, discarded or expired
-worktree is reported as such, its `path` null once the directory is gone.
+One call (`settle_worktree`), a step of the drive between the run's end and its terminal
+write (gateway/jobs/drive.py), for a run this gateway started and for one it adopted alike.
+A run that changed nothing has its worktree and branch removed at once (no pile of empty
+worktrees: claude-code #63087, 80 GB); one with changes keeps both, the directory for
+`[worktrees] retention_h` (gc.py), the branch until applied or discarded. The job's result
+then carries `worktree`: `{path, branch, base_sha, changed, files_changed, insertions,
+deletions, state}`; `state` is what became of it since (#27): the host's record of it is
+read when the job is shown (`worktree_of`), so an applied, discarded or expired worktree is
+reported as such, its `path` null once the directory is gone.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def handed_over(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 async def terminal(manager: Any, job_id: str) -> Any:
-    row = await manager.get(job_id)
+    row = await manager.reads.get(job_id)
     return row if row.status.is_terminal else None
 
 
