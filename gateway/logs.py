@@ -5,7 +5,7 @@ structlog's default logger prints to stdout), so every record, ours and the stdl
 (mcp, httpx2, asyncpg, uvicorn), goes to stderr. A redaction processor runs last before
 rendering as a safety net: callers must still never log secrets, but if one slips into a
 key that looks secret or into a URL, it is masked before it reaches a terminal or a file
-(the rules and the marker: providers/redaction.py).
+(the rules and the marker: neutral/redaction.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Literal, TextIO
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
-from providers.redaction import REDACTED, is_secret_key, redact_value
+from neutral.redaction import REDACTED, is_secret_key, redact_value
 
 LogFormat = Literal["auto", "json", "console"]
 

@@ -15,10 +15,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from neutral.utf8 import char_boundary
+
 TAIL_CHARS = 4000  # what `tail` keeps: the end of a CLI's output, where its error message is
-# A UTF-8 character is one lead byte and at most 3 continuation bytes (10xxxxxx): no character
-# boundary is further than this from any byte of valid UTF-8.
-UTF8_MAX_CONTINUATION = 3
 
 # CSI sequences (colours, cursor moves) and OSC sequences (titles, hyperlinks).
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
@@ -31,26 +30,6 @@ def decode(data: bytes | str | None) -> str:
     if isinstance(data, str):
         return data
     return data.decode("utf-8", errors="replace")
-
-
-def char_boundary(data: bytes, index: int, *, forward: bool = False) -> int:
-    """Where a cut of `data` near `index` keeps every UTF-8 character whole: `index` itself
-    unless it falls inside a character, else that character's start (forward: the next
-    character's start). The one home of this rule: spool tails, result pages and `Stdout.tail`
-    all cut here.
-
-    Never moves past either end of `data` (a window whose first bytes continue a character
-    cut off before it moves forward, never back) and by at most UTF8_MAX_CONTINUATION bytes:
-    bytes that are not UTF-8 have no boundary to find and decode as U+FFFD.
-    """
-    step = 1 if forward else -1
-    for _ in range(UTF8_MAX_CONTINUATION):
-        if not 0 <= index < len(data) or data[index] & 0xC0 != 0x80:
-            break
-        if index == 0 and not forward:
-            break
-        index += step
-    return index
 
 
 def strip_ansi(text: str) -> str:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 ARCHITECTURE = REPO / "docs" / "architecture.md"
-PACKAGES = ("gateway", "providers")
+PACKAGES = ("gateway", "providers", "neutral")
 # An entry of the map starts at column 0 with its path: a module (`gateway/fs.py`) or a folder
 # (`gateway/jobs/run/`), then its description, continued on indented lines.
-ENTRY = re.compile(r"^((?:gateway|providers)(?:/[\w.]+)*/?)\s")
+ENTRY = re.compile(r"^((?:gateway|providers|neutral)(?:/[\w.]+)*/?)\s")
 MODULE_TOKEN = re.compile(r"(?<![\w/.])([\w/]+\.py)\b")
 
 

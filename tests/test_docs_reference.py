@@ -189,6 +189,8 @@ def test_every_cli_flag_in_a_documented_command_exists() -> None:
     used: set[str] = set()
     for text in texts:
         for line in text.splitlines():
+            if line.lstrip().startswith("{"):  # a client's JSON config names the server
+                continue
             # Each mention up to the next one; in `claude mcp add agent-cli-gateway -- uv run
             # --directory ... agent-cli-gateway` the name is a server's, and what follows
             # ` -- ` is another program's command line.
@@ -203,7 +205,7 @@ def test_every_cli_flag_in_a_documented_command_exists() -> None:
 
 
 # A path into this repository, as docs and comments write it (`gateway/jobs/run/spool.py`).
-REPO_PATH = re.compile(r"(?<![\w./-])((?:gateway|providers|tests|bench|scripts|docs|\.ci)/"
+REPO_PATH = re.compile(r"(?<![\w./-])((?:gateway|providers|neutral|tests|bench|scripts|docs|\.ci)/"
                        r"[\w./*<>-]*[\w*>/])")
 GENERATED_DIRS = ("bench/results",)  # written by the benchmarks, not in the repository
 
@@ -211,7 +213,7 @@ GENERATED_DIRS = ("bench/results",)  # written by the benchmarks, not in the rep
 def test_every_repository_path_the_docs_and_the_code_name_exists() -> None:
     texts = [REPO / "README.md", *DOCS.glob("*.md"), *(REPO / "bench").glob("*.md"),
              *(REPO / "scripts").glob("*"), REPO / ".ci" / "run"]
-    for top in ("gateway", "providers", "tests", "bench"):
+    for top in ("gateway", "providers", "neutral", "tests", "bench"):
         texts += (REPO / top).rglob("*.py")
     missing = []
     for path in texts:

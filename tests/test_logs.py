@@ -15,7 +15,7 @@ import pytest
 import structlog
 
 from gateway.logs import configure_logging
-from providers.redaction import REDACTED, is_secret_key, redact_text
+from neutral.redaction import REDACTED, is_secret_key, redact_text
 
 
 @pytest.fixture(autouse=True)

@@ -37,7 +37,8 @@ NETWORK_ENV = frozenset({"SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_P
 # posix_detach, supervisor and handoff: gateway/platform/posix_detach.py and
 # gateway/jobs/run/{supervisor,handoff}.py as the zygote imports them, top-level (its isolated
 # interpreter has their folders on its path and no gateway package).
-FIRST_PARTY = frozenset({"gateway", "providers", "posix_detach", "supervisor", "handoff"})
+PRODUCT_PACKAGES = ("gateway", "providers", "neutral")  # what the wheel installs
+FIRST_PARTY = frozenset({"gateway", "providers", "neutral", "posix_detach", "supervisor", "handoff"})
 
 
 def in_ci() -> bool:
@@ -155,8 +156,8 @@ def test_the_sdist_holds_the_source_and_no_tests_benchmarks_ci_or_caches(
     (sdist,) = tmp_path.glob("agent_cli_gateway-*.tar.gz")
     with tarfile.open(sdist) as archive:
         tops = {name.split("/")[1] for name in archive.getnames() if name.count("/") >= 1}
-    assert {"gateway", "providers", "docs", "README.md", "LICENSE", "pyproject.toml",
-            "config.example.toml"} <= tops
+    assert {"gateway", "providers", "neutral", "docs", "README.md", "LICENSE",
+            "pyproject.toml", "config.example.toml"} <= tops
     assert not tops & {".hypothesis", "tests", "bench", ".ci", ".pytest_cache", ".venv",
                        "scripts", "dist"}, sorted(tops)
 
@@ -253,7 +254,7 @@ def test_every_package_the_code_imports_is_a_declared_dependency() -> None:
                 for spec in [*project["dependencies"], *extras]}
     distributions = packages_distributions()
     missing: dict[str, list[str]] = {}
-    imported = imported_top_level_modules("gateway", "providers")
+    imported = imported_top_level_modules(*PRODUCT_PACKAGES)
     # The postgres extra's driver is imported by the PostgreSQL store alone, which is
     # imported only when it is the configured backend (gateway/store/__init__.py).
     # The PostgreSQL store is split by concern into the modules of its folder.
@@ -293,7 +294,7 @@ MAX_MODULE_LINES = 600  # a module past this does more than one job: split it by
 
 def test_no_module_of_gateway_or_providers_is_over_600_lines() -> None:
     sizes = {path.relative_to(REPO).as_posix(): len(path.read_text().splitlines())
-             for package in ("gateway", "providers") for path in (REPO / package).rglob("*.py")}
+             for package in PRODUCT_PACKAGES for path in (REPO / package).rglob("*.py")}
     assert sizes, "no modules found: the test looks in the wrong place"
     too_long = {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES}
     assert not too_long, f"split these by concern: {too_long}"
@@ -304,7 +305,7 @@ def test_nothing_outside_the_operator_cli_calls_print() -> None:
     log to stderr through structlog. Only gateway/cli/ (the operator's commands, whose
     stdout is their answer) may print."""
     offenders = []
-    for package in ("gateway", "providers"):
+    for package in PRODUCT_PACKAGES:
         for path in (REPO / package).rglob("*.py"):
             if path.is_relative_to(REPO / "gateway" / "cli"):
                 continue

@@ -37,7 +37,7 @@ def measured_boot(rcfile_dir: Path) -> str | None:
         return None
     config = current.config
     # Absolute source folders: the zygote's cwd is `/` and it has no `gateway` package.
-    sources = [str(ROOT / name) for name in (config.source or ["gateway", "providers"])]
+    sources = [str(ROOT / name) for name in (config.source or ["gateway", "providers", "neutral"])]
     rcfile = rcfile_dir / "zygote-coverage.ini"
     rcfile.write_text(
         "[run]\n"

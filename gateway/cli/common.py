@@ -21,7 +21,7 @@ from gateway.config import Settings, load_settings, unknown_env_warnings
 from gateway.logs import configure_logging
 from gateway.model import JobRow, JobStatus
 from gateway.store.base import SCHEMA_VERSION, JobStore
-from providers.redaction import redact_text
+from neutral.redaction import redact_text
 
 log = structlog.get_logger(__name__)
 

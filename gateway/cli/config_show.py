@@ -19,7 +19,7 @@ from gateway.cli.arguments import CommandTree
 from gateway.cli.common import EXIT_OK
 from gateway.config import load_planned, origin_label, source_plan
 from gateway.config.errors import is_secret_path
-from providers.redaction import REDACTED, redact_value
+from neutral.redaction import REDACTED, redact_value
 
 # (key path, value as printed, source)
 Entry = tuple[tuple[str, ...], Any, str]

@@ -46,7 +46,7 @@ from gateway.logs import configure_logging
 from gateway.store import POSTGRES_DRIVER_MISSING
 from gateway.store.base import SCHEMA_VERSION
 from gateway.store.postgres import driver_missing
-from providers.redaction import redact_text
+from neutral.redaction import redact_text
 
 STORE_PROBE_TIMEOUT_S = 10.0  # a database that does not answer is "unreachable", not a hang
 # What MCP clients (Claude Desktop, editors launched from a desktop) typically give a server

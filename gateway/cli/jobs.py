@@ -47,7 +47,7 @@ from gateway.config import Settings
 from gateway.jobs.requests import stored_fields
 from gateway.model import InstanceRow, JobRow, JobStatus
 from gateway.store.base import JobStore
-from providers.redaction import redact_value
+from neutral.redaction import redact_value
 
 # `jobs result` copies the answer in pieces this big: a 50 MB answer (the output cap) never
 # sits whole in memory, and each piece is one store read.

@@ -49,7 +49,7 @@ from gateway.fs import ensure_private_dir
 from gateway.platform import ENV_VAR as PLATFORM_ENV
 from gateway.platform import UnknownPlatform
 from gateway.store.base import StoreUnavailable
-from providers.loopback import is_loopback_host
+from neutral.loopback import is_loopback_host
 
 CONFIG_FILE_MODE = 0o600
 # What `init` writes: the example config, at the repository's root and inside the wheel.

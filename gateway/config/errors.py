@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from providers.redaction import is_secret_key
+from neutral.redaction import is_secret_key
 
 # A value longer than this is never quoted in an error (it may be a pasted secret or a
 # megabyte of junk); shorter ones are, unless their key holds secrets (`may_echo`).
@@ -94,7 +94,7 @@ _ASCII_UPPER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRST
 
 def is_secret_path(parts: tuple[str, ...] | list[str]) -> bool:
     """Whether a key path holds a secret: a CLI's `env`, HTTP `headers`, `auth_token`,
-    `dsn`, or a key the one secret-name rule names (providers/redaction.py: `*_token`,
+    `dsn`, or a key the one secret-name rule names (neutral/redaction.py: `*_token`,
     `*_password`, `*_api_key`, ...; `api_key_env` holds a variable's name, no secret)."""
     return any(part in SECRET_KEY_PARTS or is_secret_key(ascii_lower(part)) for part in parts)
 

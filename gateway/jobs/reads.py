@@ -22,7 +22,7 @@ from gateway.config import Settings
 from gateway.jobs.run import spool
 from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 from gateway.store.base import JobStore, StoreUnavailable
-from providers.parsing import char_boundary
+from neutral.utf8 import char_boundary
 
 if TYPE_CHECKING:  # `jobs tail` reads with live_stdout and needs none of the job machinery
     from gateway.jobs.local_job import LocalJob

@@ -39,7 +39,7 @@ from gateway.mcp.principal import principal_of
 from gateway.mcp.server import GatewayServer, build_server
 from gateway.mcp.sessions import SessionTable, opens_a_session
 from gateway.mcp.unicode_errors import rewrite_parse_error
-from providers.loopback import LOCALHOST, is_loopback_host
+from neutral.loopback import LOCALHOST, is_loopback_host
 
 log = structlog.get_logger(__name__)
 

@@ -13,7 +13,7 @@ import structlog
 
 from gateway.config import ConfigError, Settings
 from gateway.mcp.server import GatewayServer, build_server
-from providers.loopback import is_loopback_host
+from neutral.loopback import is_loopback_host
 
 log = structlog.get_logger(__name__)
 

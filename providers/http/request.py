@@ -17,15 +17,15 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from neutral.loopback import is_loopback_host
+
+# The secret rules live in neutral/redaction.py; these two are named here as well because
+# the job layer reads them beside the request (gateway/jobs/http_call.py).
+from neutral.redaction import REDACTED, is_secret_header
+from neutral.redaction import redact_url as redact_url
+from neutral.redaction import scrub as scrub
 from providers.base import InvalidRequest
 from providers.http import anthropic
-from providers.loopback import is_loopback_host
-
-# The secret rules live in providers/redaction.py; these two are named here as well because
-# the job layer reads them beside the request (gateway/jobs/http_call.py).
-from providers.redaction import REDACTED, is_secret_header
-from providers.redaction import redact_url as redact_url
-from providers.redaction import scrub as scrub
 
 # A bound on max_output_tokens: past any model's output window, so 2**70 is refused at the
 # tool instead of sent to the API.

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from providers.redaction import REDACTED
+from neutral.redaction import REDACTED
 from tests.cli.cli_support import Cli
 
 PASSWORD = "pw-never-shown-7f3a"

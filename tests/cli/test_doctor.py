@@ -19,7 +19,7 @@ import pytest
 from gateway.cli.doctor import Check, Report, run_doctor
 from gateway.config import PROVIDER_NAMES, load_settings
 from gateway.store.base import SCHEMA_VERSION
-from providers.redaction import REDACTED
+from neutral.redaction import REDACTED
 from tests.conftest import clean_home
 
 FAKE_BIN = Path(__file__).resolve().parents[1] / "fakes" / "bin"

@@ -25,7 +25,7 @@ from pathlib import Path
 from gateway.fs import ensure_private_dir
 from gateway.jobs.run import supervisor
 from gateway.model import JobRow
-from providers.parsing import char_boundary
+from neutral.utf8 import char_boundary
 
 # Less free space than this on the spool's filesystem is a full disk: a provider's next
 # write fails (ENOSPC), and the store beside it could not take the output either.

@@ -32,7 +32,7 @@ from gateway.jobs.worktrees.finish import worktree_of
 from gateway.jobs.worktrees.git import GitError, git, repository
 from gateway.jobs.worktrees.verify import place_of, tampering
 from gateway.model import ErrorKind, GatewayError, JobRow
-from providers.parsing import char_boundary
+from neutral.utf8 import char_boundary
 
 log = structlog.get_logger(__name__)
 

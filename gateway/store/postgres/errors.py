@@ -3,7 +3,7 @@
 Moved out of the executor (`store.py`) whole: which asyncpg and OS errors mean the server cannot be
 reached or refused a statement right now (they become StoreUnavailable, and a cause that
 does not pass by itself is marked permanent), and the DSN's secrets, which no such error's
-text may contain (the rules and the marker: providers/redaction.py).
+text may contain (the rules and the marker: neutral/redaction.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from urllib.parse import unquote, urlsplit
 import asyncpg
 
 from gateway.store.base import StoreFull, StoreUnavailable
-from providers.redaction import redact_url, scrub
+from neutral.redaction import redact_url, scrub
 
 # Failures that mean "the store cannot be reached or refused the statement right now":
 # connection lost/refused (class 08), server shutting down or a statement cancelled by

@@ -13,7 +13,7 @@ import pytest
 from gateway.jobs.run import spool
 from gateway.jobs.run.spool import read_tail
 from gateway.model import JobRow, JobStatus
-from providers.parsing import char_boundary
+from neutral.utf8 import char_boundary
 
 TEXT = "aé€😀".encode()  # 1 + 2 + 3 + 4 bytes: boundaries at 0, 1, 3, 6, 10
 

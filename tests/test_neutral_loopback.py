@@ -1,12 +1,12 @@
-"""The one loopback rule (providers/loopback.py): `serve --no-auth`, keyless local model APIs
+"""The one loopback rule (neutral/loopback.py): `serve --no-auth`, keyless local model APIs
 and the HTTP transport's Host/Origin checks all ask it, so tricky spellings are pinned here."""
 
 from __future__ import annotations
 
 import pytest
 
+from neutral.loopback import is_loopback_host
 from providers.http.request import is_loopback_url
-from providers.loopback import is_loopback_host
 
 HOSTS = [
     # loopback
