@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import tempfile
 from contextlib import suppress
 from pathlib import Path
 
@@ -166,3 +167,21 @@ def ensure_private_file(path: Path, mode: int) -> None:
     os.close(fd)
     if stat.S_IMODE(path.stat().st_mode) != mode:
         os.chmod(path, mode)
+
+
+def uncreatable(path: Path) -> str | None:
+    """Why the gateway could not create `path` (doctor, and the reading commands before they
+    say "no jobs yet"), or None. Permission bits do not tell (root
+    passes every check, yet nothing can be made on a virtual or read-only filesystem), so a
+    probe directory is made and removed next to where the store's directories would start:
+    nothing is left behind."""
+    ancestor = path.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{ancestor} is not a directory"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".agent-cli-gateway-doctor-", dir=ancestor))
+    except OSError as exc:
+        return f"cannot create anything in {ancestor}: {exc.strerror or exc}"
+    return None

@@ -18,6 +18,7 @@ import anyio
 import structlog
 
 from gateway.config import Settings, load_settings, unknown_env_warnings
+from gateway.fs import uncreatable
 from gateway.logs import configure_logging
 from gateway.model import JobRow, JobStatus
 from gateway.store.base import SCHEMA_VERSION, JobStore
@@ -106,6 +107,11 @@ def store_settings(args: argparse.Namespace) -> Settings | None:
         from gateway.store import POSTGRES_DRIVER_MISSING
 
         raise CliError(POSTGRES_DRIVER_MISSING) from None
+    if not state.exists:
+        problem = uncreatable(settings.persistence.path)
+        if problem is not None:
+            raise CliError(f"the job store {settings.persistence.path} cannot be created "
+                           f"({problem}); set [persistence] path to a writable location")
     if state.version is None:
         return None
     if state.version != SCHEMA_VERSION:

@@ -21,7 +21,6 @@ import os
 import shutil
 import stat
 import sys
-import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,6 +41,7 @@ from gateway.config import (
     load_settings,
     unknown_env_warnings,
 )
+from gateway.fs import uncreatable
 from gateway.logs import configure_logging
 from gateway.store import POSTGRES_DRIVER_MISSING
 from gateway.store.base import SCHEMA_VERSION
@@ -217,7 +217,7 @@ def check_store(settings: Settings) -> Check:
         details["connections"] = state.connections
     if not state.exists:
         details["exists"] = False
-        problem = _uncreatable(settings.persistence.path)
+        problem = uncreatable(settings.persistence.path)
         if problem is not None:
             return Check("store", "error",
                          f"sqlite {where} cannot be created ({problem}); set [persistence] "
@@ -246,23 +246,6 @@ def connections_summary(settings: Settings, connections: dict[str, int]) -> str:
             f"{connections['max_connections']}); each gateway's budget: pool_max "
             f"{persistence.pool_max_for('stdio')} (stdio) / {persistence.pool_max_for('http')} "
             f"(http) + 1 for its heartbeat, pooler {persistence.pooler}")
-
-
-def _uncreatable(path: Path) -> str | None:
-    """Why the gateway could not create `path`, or None. Permission bits do not tell (root
-    passes every check, yet nothing can be made on a virtual or read-only filesystem), so a
-    probe directory is made and removed next to where the store's directories would start:
-    nothing is left behind."""
-    ancestor = path.parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        return f"{ancestor} is not a directory"
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".agent-cli-gateway-doctor-", dir=ancestor))
-    except OSError as exc:
-        return f"cannot create anything in {ancestor}: {exc.strerror or exc}"
-    return None
 
 
 # -- CLI providers -----------------------------------------------------------------------

@@ -9,6 +9,7 @@ PostgreSQL in a read-only session that only reads information_schema and the ver
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,8 +73,17 @@ async def inspect_schema(settings: Settings) -> SchemaState:
 
 
 def _inspect_sqlite(path: Path) -> SchemaState:
-    if not path.exists():
+    """Only a file that is not there is "not created yet": one that cannot be looked at (an
+    unreadable state dir, a file where a directory should be) is an error to fix, never "no
+    jobs yet" (#44: `jobs list` said so and exited 0 where doctor failed)."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):  # whether it can be made: fs.uncreatable
         return SchemaState(None, exists=False)
+    except OSError as exc:
+        raise StoreUnavailable(f"sqlite store {path} cannot be read ({exc.strerror or exc}); "
+                               f"fix the permissions of its directory or set [persistence] "
+                               f"path", permanent=True) from None
     uri = f"file:{quote(str(path.resolve()))}?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)

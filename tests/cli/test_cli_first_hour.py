@@ -62,3 +62,16 @@ def test_doctor_says_what_to_install_for_postgres_without_asyncpg(tmp_path: Path
     store = next(c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "store")
     assert store["status"] == "error", store
     assert "uvx --from 'agent-cli-gateway[postgres]' agent-cli-gateway" in store["summary"]
+
+
+def test_a_store_that_cannot_be_looked_at_is_an_error_not_no_jobs_yet(tmp_path: Path) -> None:
+    """The state dir is a file here (as root, mode bits deny nothing: an unreadable state dir
+    is a StoreUnavailable of inspect.py, which main() reports and exits 1 on): `jobs list`
+    says what is wrong and exits non-zero instead of "No jobs yet"."""
+    blocked = tmp_path / "state"
+    blocked.write_text("not a directory\n")
+    env = {"AGENT_GATEWAY_PERSISTENCE__PATH": str(blocked / "jobs.db")}
+    done = gateway(tmp_path, "jobs", "list", env=env)
+    assert done.returncode != 0, (done.returncode, done.stdout, done.stderr)
+    assert "No jobs yet" not in done.stdout
+    assert "cannot be created" in done.stderr and "Traceback" not in done.stderr
