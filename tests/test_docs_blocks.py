@@ -224,7 +224,7 @@ def test_the_http_example_uses_real_names_and_defaults() -> None:
     assert "auth_token" in Settings.model_fields["http"].annotation.model_fields  # type: ignore[union-attr]
     http = Settings().http
     assert f"http://{http.host}:{http.port}{http.path}" in block.body
-    serve = re.search(r"^agent-cli-gateway (serve [^#]*)", block.body, re.MULTILINE)
+    serve = re.search(r"^uv run agent-cli-gateway (serve [^#]*)", block.body, re.MULTILINE)
     assert serve, block.body
     args = build_parser().parse_args(serve.group(1).split())
     assert args.transport == "http"

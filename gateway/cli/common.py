@@ -9,9 +9,12 @@ script can branch on how the job ended without parsing text.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import shlex
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import anyio
@@ -27,6 +30,24 @@ from neutral.redaction import redact_text
 log = structlog.get_logger(__name__)
 
 PROG = "agent-cli-gateway"
+
+
+@functools.cache
+def invocation() -> tuple[str, ...]:
+    """The argv that runs this command line from a shell, as it runs now (#44). From a
+    checkout, the recommended install before a release, `agent-cli-gateway` is no command on
+    the user's PATH (only inside `uv run`): the hints then say `uv run --directory <checkout>
+    agent-cli-gateway`; an installed one (uvx, pip) is the bare name."""
+    package = Path(__file__).resolve().parents[1]
+    root = package.parent
+    if (root / "pyproject.toml").is_file() and "site-packages" not in package.parts:
+        return ("uv", "run", "--directory", str(root), PROG)
+    return (PROG,)
+
+
+def command() -> str:
+    """`invocation()` as a shell would take it: what every next-step hint starts with."""
+    return shlex.join(invocation())
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # the shell's convention for Ctrl-C
 
@@ -133,7 +154,7 @@ async def with_store(settings: Settings, action: Callable[[JobStore], Awaitable[
 
 
 def no_job(job_id: str) -> NoReturn:
-    raise CliError(f"no job {job_id!r} (list recent ones with `{PROG} jobs list`)")
+    raise CliError(f"no job {job_id!r} (list recent ones with `{command()} jobs list`)")
 
 
 async def resolve_job_id(store: JobStore, text: str) -> str:

@@ -14,7 +14,7 @@ import argparse
 import json
 
 from gateway.cli.arguments import CommandTree
-from gateway.cli.common import EXIT_OK, PROG, run, store_settings, with_store
+from gateway.cli.common import EXIT_OK, command, run, store_settings, with_store
 from gateway.cli.format import ago, iso, table, terminal_columns, use_colour
 from gateway.model import ACTIVE_STATUSES, InstanceRow
 from gateway.store.base import JobStore
@@ -88,7 +88,7 @@ def cmd_instances(args: argparse.Namespace) -> int:
     if not found:
         if hidden:
             print(f"No live gateway instance; {hidden} stopped or lapsed (show them with "
-                  f"`{PROG} instances --all`).")
+                  f"`{command()} instances --all`).")
         else:
             print("No gateway instances (none has started on this store yet, or all were "
                   "collected after they stopped).")
@@ -106,5 +106,5 @@ def cmd_instances(args: argparse.Namespace) -> int:
     for line in table(header, rows, width=terminal_columns(), colours=colours):
         print(line)
     if hidden:
-        print(f"({hidden} stopped or lapsed without jobs not shown: `{PROG} instances --all`)")
+        print(f"({hidden} stopped or lapsed without jobs not shown: `{command()} instances --all`)")
     return EXIT_OK

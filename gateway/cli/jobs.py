@@ -21,6 +21,7 @@ from gateway.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
     PROG,
+    command,
     job_exit_code,
     no_job,
     on_job,
@@ -307,7 +308,7 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
                       f"{owner['hostname']}, {lease}{stopped})")
     line("exit code", info["exit_code"])
     line("output", f"{size(info['output_bytes'])}" + (" (truncated)" if info["truncated"] else ""))
-    line("answer", f"{size(info['answer_bytes'])} (print it with `{PROG} jobs result "
+    line("answer", f"{size(info['answer_bytes'])} (print it with `{command()} jobs result "
                    f"{info['id'][:8]}`)")
     line("cancel", info["cancel_requested_at"] and f"requested {info['cancel_requested_at']}")
     asked, reported = info["session_id"], info["reported_session_id"]
@@ -359,7 +360,7 @@ def cmd_jobs_result(args: argparse.Namespace) -> int:
     job, end, total, last = on_job(args, copy)
     if job.status.is_active:
         print(f"{PROG}: job {job.id} is still {job.status.value}; follow it with "
-              f"`{PROG} jobs tail -f {job.id[:8]}` or wait with `{PROG} jobs wait "
+              f"`{command()} jobs tail -f {job.id[:8]}` or wait with `{command()} jobs wait "
               f"{job.id[:8]}`", file=sys.stderr)
         return job_exit_code(job)
     if not paged and args.offset == 0 and last and last != b"\n":
@@ -367,7 +368,7 @@ def cmd_jobs_result(args: argparse.Namespace) -> int:
     out.flush()
     if paged and end < total:
         print(f"{PROG}: bytes {args.offset}-{end} of {total}; next page: "
-              f"{PROG} jobs result {job.id[:8]} --offset {end} --max-bytes {args.max_bytes}",
+              f"{command()} jobs result {job.id[:8]} --offset {end} --max-bytes {args.max_bytes}",
               file=sys.stderr)
     if job.status is not JobStatus.COMPLETED:
         _say_outcome(job)
@@ -461,7 +462,7 @@ def cmd_jobs_cancel(args: argparse.Namespace) -> int:
           f"{job.owner_instance}).")
     if owner_live:
         print(f"That gateway's cancel poller stops it within about "
-              f"{settings.lease.cancel_poll_s:g} s; check with: {PROG} jobs show {job.id[:8]}")
+              f"{settings.lease.cancel_poll_s:g} s; check with: {command()} jobs show {job.id[:8]}")
     else:
         print("Its gateway instance does not look alive: if it is gone, the job is marked "
               "orphaned once its lease expires ([lease] ttl_s).")

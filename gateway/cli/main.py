@@ -15,6 +15,7 @@ commands talk to a human on stdout and put errors on stderr.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import traceback
@@ -41,7 +42,9 @@ from gateway.cli.common import (
     EXIT_USAGE,
     PROG,
     CliError,
+    command,
     error,
+    invocation,
     load,
 )
 from gateway.config import ConfigError, default_config_path, unknown_env_warnings
@@ -58,15 +61,19 @@ TOKEN_HOWTO = (
     "set [http] auth_token in the config file or the AGENT_GATEWAY_HTTP__AUTH_TOKEN environment "
     "variable (for example: export AGENT_GATEWAY_HTTP__AUTH_TOKEN=\"$(openssl rand -hex 32)\")"
 )
-STDIO_HINT = (
-    f"{PROG}: this is an MCP server speaking JSON-RPC on stdin/stdout; it waits for an MCP "
-    f"client, not for typing. Add it to a client instead, e.g.\n"
-    f"  claude mcp add agent-cli-gateway -- {PROG}\n"
-    f"  codex mcp add agent-cli-gateway -- {PROG}\n"
-    f"or in a client's JSON config: \"mcpServers\": {{\"agent-cli-gateway\": "
-    f"{{\"command\": \"{PROG}\"}}}}. Check the setup with `{PROG} doctor`; try a provider "
-    f"from the shell with `{PROG} run PROVIDER PROMPT`. Ctrl-D or Ctrl-C stops it."
-)
+def stdio_hint() -> str:
+    """What `serve` says when a person, not a client, is at its stdin: how to add it to a
+    client, in the form that runs from where it runs (a checkout: `uv run --directory`)."""
+    argv = invocation()
+    server = json.dumps({"command": argv[0], "args": list(argv[1:])} if len(argv) > 1
+                        else {"command": argv[0]})
+    return (f"{PROG}: this is an MCP server speaking JSON-RPC on stdin/stdout; it waits for an "
+            f"MCP client, not for typing. Add it to a client instead, e.g.\n"
+            f"  claude mcp add agent-cli-gateway -- {command()}\n"
+            f"  codex mcp add agent-cli-gateway -- {command()}\n"
+            f"or in a client's JSON config: \"mcpServers\": {{\"agent-cli-gateway\": "
+            f"{server}}}. Check the setup with `{command()} doctor`; try a provider from the "
+            f"shell with `{command()} run PROVIDER PROMPT`. Ctrl-D or Ctrl-C stops it.")
 
 
 # -- parser --------------------------------------------------------------------------------
@@ -211,7 +218,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.mcp.serve import serve  # lazy: the other commands start fast
 
     if args.transport == "stdio" and _isatty(sys.stdin):
-        print(STDIO_HINT, file=sys.stderr)  # stderr: stdout is the protocol channel
+        print(stdio_hint(), file=sys.stderr)  # stderr: stdout is the protocol channel
 
     return serve(settings, transport=args.transport, host=host, port=port,
                  no_auth=args.no_auth)
@@ -241,7 +248,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     path: Path = (args.config or default_config_path()).expanduser()
     write_private_file(path, example_config_text(), overwrite=args.force)
     print(f"Wrote a starting config to {path} (mode 0600).")
-    print(f"Every value in it is the default; edit it, then check it with: {PROG} doctor")
+    print(f"Every value in it is the default; edit it, then check it with: {command()} doctor")
     return EXIT_OK
 
 

@@ -33,6 +33,7 @@ from gateway.cli.common import (
     EXIT_USAGE,
     PROG,
     CliError,
+    command,
     job_exit_code,
     load,
 )
@@ -126,7 +127,7 @@ def _start_detached(request: dict[str, Any]) -> int:
         reason = f"it exited with status {code}" if code is not None else "no answer in time"
         raise CliError(f"the job was not started: {reason}")
     print(answer["job_id"])
-    print(f"{PROG}: job {answer['job_id']} {answer['status']}; follow it with `{PROG} jobs "
+    print(f"{PROG}: job {answer['job_id']} {answer['status']}; follow it with `{command()} jobs "
           f"tail -f {answer['job_id'][:8]}`", file=sys.stderr)
     return EXIT_OK
 

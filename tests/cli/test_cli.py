@@ -12,6 +12,7 @@ from typing import TypeVar
 import pytest
 
 from gateway import __version__
+from gateway.cli.common import command as hinted_command
 from gateway.config import Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -238,7 +239,9 @@ def test_serve_on_a_terminal_says_it_speaks_mcp_on_stderr_only(home: Path) -> No
     assert out == b""
     text = err.decode()
     assert "MCP server speaking JSON-RPC on stdin/stdout" in text
-    assert "claude mcp add agent-cli-gateway -- agent-cli-gateway" in text
+    # From a checkout the hint gives the command that runs from one (#44).
+    assert f"claude mcp add agent-cli-gateway -- {hinted_command()}" in text
+    assert hinted_command().startswith("uv run --directory ")
 
 
 def test_serve_off_a_terminal_prints_no_hint(home: Path) -> None:

@@ -5,6 +5,9 @@ and doctor names what every other command names (a misspelled variable, a missin
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +78,23 @@ def test_a_store_that_cannot_be_looked_at_is_an_error_not_no_jobs_yet(tmp_path: 
     assert done.returncode != 0, (done.returncode, done.stdout, done.stderr)
     assert "No jobs yet" not in done.stdout
     assert "cannot be created" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_hint_names_the_command_as_it_runs_from_here_and_that_command_works(
+        tmp_path: Path) -> None:
+    """From a checkout `agent-cli-gateway` is no command on the user's PATH: the hints print
+    the `uv run --directory <checkout>` form, and that line, run as printed, works."""
+    done = gateway(tmp_path, "jobs", "show", "deadbeef")
+    assert done.returncode != 0
+    hinted = done.stderr.split("`")[1]  # "list recent ones with `<command> jobs list`"
+    argv = shlex.split(hinted)
+    assert argv[:4] == ["uv", "run", "--directory", str(REPO)], hinted
+    assert argv[4:] == ["agent-cli-gateway", "jobs", "list"], hinted
+    uv = shutil.which("uv")
+    assert uv is not None, "uv runs the tests: it is on PATH"
+    env = hermetic_env(tmp_path, {"PATH": os.pathsep.join([str(Path(uv).parent), "/usr/bin",
+                                                            "/bin"])})
+    ran = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=CLI_TIMEOUT_S * 3, check=False, stdin=subprocess.DEVNULL)
+    assert ran.returncode == 0, ran.stderr
+    assert "No jobs yet" in ran.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gateway.cli.common import command
 from gateway.model import InstanceRow, NewJob
 from tests.cli.cli_support import Cli
 
@@ -62,7 +63,7 @@ def test_instances_shows_each_instance_its_lease_state_and_its_active_jobs(cli: 
     assert lapsed.split()[-3:] == ["-", "lapsed", "1"]
     assert not any(line.startswith(("stopped ", "lapsed ")) for line in lines)
     assert lines[-1] == ("(2 stopped or lapsed without jobs not shown: "
-                         "`agent-cli-gateway instances --all`)")
+                         f"`{command()} instances --all`)")
     every = cli.run("instances", "--all").stdout.splitlines()
     assert any(line.startswith("stopped ") for line in every) and "not shown" not in every[-1]
 
