@@ -19,7 +19,10 @@ cycles of the start that were garbage stay, once.
 from __future__ import annotations
 
 import gc
+import sys
 import threading
+
+from gateway import __version__
 
 STARTUP_GC_PAUSE_S = 5.0
 
@@ -41,6 +44,11 @@ def _resume_gc() -> None:
 
 
 def main() -> int:
+    if sys.argv[1:] == ["--version"]:
+        # A launcher's probe (uvx, a client's setup check) gets its answer without the
+        # parser's imports (pydantic, the config: ~0.2 s); the same line argparse prints.
+        print(f"agent-cli-gateway {__version__}")
+        return 0
     pause_gc_for_startup()
     from gateway.cli.main import main as run_command
 
