@@ -41,6 +41,14 @@ async def peer_job(store: MemoryJobStore, job_id: str, owner: str, ttl_s: float,
                                   running=True), ttl_s)
 
 
+async def dead_peer_job(store: MemoryJobStore, clock: StoreClock) -> None:
+    """`dead-job`, running, of a peer on another host whose last heartbeat was a minute ago:
+    its lease (and its owner's, 10 s) long lapsed."""
+    clock.move(-60)
+    await peer_job(store, "dead-job", "gw-dead", ttl_s=10)
+    clock.move(60)
+
+
 async def test_registering_turns_admission_on_and_a_heartbeat_renews_the_lease(
     unit_settings: MakeSettings, managers: MakeManager, store: MemoryJobStore,
     clock: StoreClock,
@@ -131,9 +139,7 @@ async def test_after_a_clock_step_the_reaper_judges_nobody_for_ttl_s(
     clock: StoreClock,
 ) -> None:
     settings = unit_settings(lease=LEASE)
-    clock.move(-60)
-    await peer_job(store, "dead-job", "gw-dead", ttl_s=10)
-    clock.move(60)
+    await dead_peer_job(store, clock)
     keeper = LeaseKeeper(settings, store, managers(settings), identity("gw-a"))
     await keeper.register()
     clock.move(LEASE["heartbeat_s"] + 1)  # a suspend and resume: every peer is late too
@@ -149,9 +155,7 @@ async def test_an_instance_that_does_not_hold_its_lease_judges_nobody(
     clock: StoreClock,
 ) -> None:
     settings = unit_settings(lease=LEASE)
-    clock.move(-60)
-    await peer_job(store, "dead-job", "gw-dead", ttl_s=10)
-    clock.move(60)
+    await dead_peer_job(store, clock)
     manager = managers(settings, admitting=False)
     keeper = LeaseKeeper(settings, store, manager, identity("gw-a"))
     assert await keeper.sweep_once() == []  # never registered: admission is off
