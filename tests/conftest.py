@@ -32,6 +32,10 @@ from gateway.jobs.run import forks
 from tests import zygote_coverage
 from tests.children import Children
 
+# The tiers: which tests are `slow` by where they are, and the guard that fails a test of the
+# fast tier that starts a process or a server.
+pytest_plugins = ["tests.tiers"]
+
 
 @pytest.fixture
 def anyio_backend() -> str:
@@ -500,25 +504,14 @@ _POSTGRES_FIXTURES = frozenset({"postgres_server", "postgres_dsn", "make_postgre
                                 "pgbouncer", "pgbouncer_dsn"})
 
 
-# The folders whose every test is `slow`: each starts whole gateways (in-process with their
-# supervisors, or as processes), real CLIs or MCP clients, or the previous release, at seconds
-# a test.
-SLOW_DIRS = frozenset({"chaos", "cli", "clients", "jobs", "mcp", "realcli", "upgrade"})
-# Top-level files of the same kind: they build and install the package, run the benchmarks,
-# or run the operator CLI and the README's commands as processes.
-SLOW_FILES = frozenset({"test_bench_smoke.py", "test_docs_readme.py", "test_packaging.py",
-                        "test_runtime.py"})
-TESTS_DIR = Path(__file__).resolve().parent
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that needs the server `postgres` (so `-m "not postgres"` works), and
-    every slow one `slow` (so `-m "not slow"` is the fast tier of the edit-test loop).
+    """Mark every test that needs the server `postgres` (so `-m "not postgres"` works) and
+    `slow` (so `-m "not slow"`, the fast tier of the edit-test loop, leaves it out).
 
     Covers tests that request the fixtures directly and parametrized matrices whose
     parameter id names postgres (e.g. a `store` fixture over memory/sqlite/postgres).
-    A test is slow when it needs PostgreSQL or lives in SLOW_DIRS or SLOW_FILES; a slow
-    test elsewhere carries `pytest.mark.slow` itself.
+    The tests slow by where they are are marked by tests/tiers.py; a slow test elsewhere
+    carries `pytest.mark.slow` itself.
     """
     for item in items:
         names: Any = getattr(item, "fixturenames", ())
@@ -526,9 +519,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         param_ids = callspec.id.split("-") if callspec is not None else []
         if _POSTGRES_FIXTURES & set(names) or {"postgres", "pgbouncer"} & set(param_ids):
             item.add_marker(pytest.mark.postgres)
-            item.add_marker(pytest.mark.slow)
-        relative = item.path.resolve().relative_to(TESTS_DIR)
-        if relative.parts[0] in SLOW_DIRS or relative.as_posix() in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
 
 

@@ -87,6 +87,7 @@ def target_not_made(tmp_path: Path) -> Path:
 
 
 @needs_root
+@pytest.mark.slow  # starts a process
 @pytest.mark.parametrize("make_target", [target_empty_dir, target_not_made],
                          ids=["an empty dir of ours", "a path not made yet"])
 async def test_a_state_dir_through_another_users_link_in_a_sticky_dir_is_refused(
@@ -109,6 +110,7 @@ async def test_a_state_dir_through_another_users_link_in_a_sticky_dir_is_refused
         assert not os.path.lexists(target)
 
 
+@pytest.mark.slow  # starts a process
 @needs_root
 async def test_a_link_of_the_gateways_own_user_in_a_sticky_dir_is_followed(
     tmp_path: Path, shared_tmp: Path,

@@ -48,6 +48,7 @@ def test_default_stream_is_stderr_and_stdout_stays_empty(
     assert records[1]["logger"] == "some.library"
 
 
+@pytest.mark.slow  # starts a process
 def test_a_fresh_process_that_logs_writes_nothing_to_stdout() -> None:
     # The MCP stdio transport owns fd 1 of the real process: check the real process.
     code = (

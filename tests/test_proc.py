@@ -99,6 +99,7 @@ def test_nonsense_pids_are_never_alive() -> None:
     assert proc.process_start_time(0) is None
 
 
+@pytest.mark.slow  # the portable boot id asks `sysctl` (a process)
 def test_boot_id_is_stable_and_not_empty() -> None:
     first = proc.boot_id()
     assert first

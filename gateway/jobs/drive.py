@@ -23,6 +23,7 @@ from gateway.jobs.execution import (
     STDERR_TAIL_BYTES,
     Execution,
     ExecutionOutcome,
+    Launcher,
     build_execution,
 )
 from gateway.jobs.full_store import fitted_completion
@@ -50,8 +51,9 @@ class JobDriver:
 
     def __init__(self, settings: Settings, store: JobStore, instance_id: str,
                  admission: AdmissionState, limiter: Limiter,
-                 local: dict[str, LocalJob]) -> None:
+                 local: dict[str, LocalJob], launch: Launcher = build_execution) -> None:
         self.settings = settings
+        self.launch = launch  # makes each run (tests/jobs/unit/ pass a fake: no process)
         self.store = store
         self.instance_id = instance_id
         self.admission = admission
@@ -110,8 +112,8 @@ class JobDriver:
         if job.row.status is not JobStatus.RUNNING and not await self._mark_for_launch(job):
             return
         job.row.status = JobStatus.RUNNING
-        job.execution = build_execution(job.target, job.row.id, job.spool_dir, job.timeout_s,
-                                        self.settings)
+        job.execution = self.launch(job.target, job.row.id, job.spool_dir, job.timeout_s,
+                                    self.settings)
         if self.admission.detached:  # the gateway left while this one was being marked: it runs on
             job.execution.detach()
         try:

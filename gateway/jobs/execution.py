@@ -10,6 +10,7 @@ import asyncio
 import codecs
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -73,6 +74,10 @@ class Execution(Protocol):
     def read_stdout_tail(self, max_bytes: int) -> str: ...
 
     def read_stderr_tail(self, max_bytes: int) -> str: ...
+
+
+# What makes a job's run: build_execution below; the unit tests pass a fake (no process).
+Launcher = Callable[[Target, str, Path, float, Settings], Execution]
 
 
 def build_execution(target: Target, job_id: str, spool_dir: Path, timeout_s: float,

@@ -22,7 +22,7 @@ from gateway.backoff import Backoff
 from gateway.config import Settings
 from gateway.jobs.admission import AdmissionState
 from gateway.jobs.drive import JobDriver
-from gateway.jobs.execution import Execution
+from gateway.jobs.execution import Execution, Launcher, build_execution
 from gateway.jobs.limiter import Limiter, Ticket
 from gateway.jobs.local_job import LocalJob
 from gateway.jobs.reads import JobReads, store_down
@@ -60,7 +60,9 @@ class JobManager:
     through `reads` (a JobReads over the same store and the jobs driven here)."""
 
     def __init__(self, settings: Settings, store: JobStore, instance_id: str,
-                 hostname: str, boot_id: str) -> None:
+                 hostname: str, boot_id: str, launch: Launcher = build_execution) -> None:
+        """`launch` makes each run the driver starts: the real one unless a test passes a
+        fake (tests/jobs/unit/ drive the whole job path with no process)."""
         self.settings = settings
         self.store = store
         self.instance_id = instance_id
@@ -76,7 +78,7 @@ class JobManager:
         self._background: set[asyncio.Task[None]] = set()
         self.reads = JobReads(settings, store, hostname, self._local)
         self._driver = JobDriver(settings, store, instance_id, self.admission, self.limiter,
-                                 self._local)
+                                 self._local, launch)
 
     # -- admission state, for readers (gateway_status, the lease loops, tests) --------------
     @property

@@ -99,6 +99,7 @@ def _available(name: str) -> bool:
     return True
 
 
+@pytest.mark.slow  # starts a process
 def test_a_zombie_is_not_a_member_and_is_known_as_a_zombie(
         implementation: platform.Platform) -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
@@ -112,6 +113,7 @@ def test_a_zombie_is_not_a_member_and_is_known_as_a_zombie(
     assert implementation.process_state(child.pid) is None  # reaped: no such process
 
 
+@pytest.mark.slow  # starts a process
 def test_a_process_reads_its_own_start_time_as_others_read_it(
         implementation: platform.Platform, platform_impl: str) -> None:
     # The supervisor (`python -I -S`, the implementation imported from supervisor_paths)
@@ -262,6 +264,7 @@ def test_without_kqueue_a_process_that_is_not_our_child_is_left_to_the_caller_s_
     assert portable.exit_watch(os.getppid(), selector=NO_KQUEUE) is None
 
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.usefixtures("platform_impl")
 def test_doctor_json_reports_the_platform(tmp_path: Path, platform_impl: str) -> None:
     env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
@@ -272,6 +275,7 @@ def test_doctor_json_reports_the_platform(tmp_path: Path, platform_impl: str) ->
     assert report["platform"] == {"implementation": platform_impl, "os": sys.platform}
 
 
+@pytest.mark.slow  # starts a process
 def test_the_linux_implementation_imports_nothing_but_the_stdlib() -> None:
     # A supervisor imports it under `python -I -S` from the platform folder alone.
     code = ("import sys; sys.path.append(sys.argv[1]); import linux; "
@@ -282,6 +286,7 @@ def test_the_linux_implementation_imports_nothing_but_the_stdlib() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow  # starts a process
 def test_a_detached_process_leads_a_session_and_group_of_its_own(
         implementation: platform.Platform) -> None:
     # A supervisor's pid is its run's pgid (the runner records pgid = pid), and a stop sent
@@ -296,6 +301,7 @@ def test_a_detached_process_leads_a_session_and_group_of_its_own(
         child.wait(DEADLINE_S)
 
 
+@pytest.mark.slow  # starts a process
 def test_a_detached_fork_has_left_our_session_before_it_runs_anything(
         implementation: platform.Platform) -> None:
     read_fd, write_fd = os.pipe()

@@ -366,6 +366,7 @@ async def test_a_long_error_body_is_quoted_only_briefly(server: FakeApiServer,
     assert len(info.value.message) < 600
 
 
+@pytest.mark.slow  # binds a port (the address nobody listens on)
 async def test_connection_refused_is_retried_then_reported(api_key: str) -> None:
     config = ApiProviderConfig(kind="openai", base_url=f"http://127.0.0.1:{free_loopback_port()}",
                                api_key_env=KEY_ENV, default_model="m")

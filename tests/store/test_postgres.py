@@ -347,6 +347,7 @@ async def test_store_works_again_after_the_server_restarts(
         await store.close()
 
 
+@pytest.mark.slow  # binds a port (the address nobody listens on)
 async def test_unreachable_server_is_unavailable_and_the_password_stays_secret() -> None:
     import socket
 

@@ -411,6 +411,7 @@ CHILD_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # starts processes
 async def test_two_processes_sharing_the_file_get_exactly_one_active_job_per_key(
     store: SqliteJobStore, db_path: Path, tmp_path: Path
 ) -> None:

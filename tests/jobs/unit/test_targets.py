@@ -86,3 +86,49 @@ def test_an_api_providers_row_is_no_run_to_parse(
     with pytest.raises(GatewayError) as err:
         parsing_target(settings, "oa", stored_request(admitted.normalized, None))
     assert err.value.kind == ErrorKind.INVALID_INPUT
+
+
+REFUSALS = [
+    ("claud", SubmitRequest(prompt="hi"), "did you mean 'claude'"),
+    ("claude", SubmitRequest(prompt="  \n"), "prompt is empty"),
+    ("claude", SubmitRequest(prompt="a\x00b"), "NUL byte"),
+    ("claude", SubmitRequest(prompt="x" * 2049), "over limits.max_prompt_bytes"),
+    ("claude", SubmitRequest(prompt="hi", timeout_s=0), "timeout_s must be a positive"),
+    ("claude", SubmitRequest(prompt="hi", timeout_s=float("nan")), "timeout_s must be"),
+    ("claude", SubmitRequest(prompt="hi", max_cost_usd=-1), "max_cost_usd must be"),
+    ("claude", SubmitRequest(prompt="hi", working_dir="relative/dir"), "absolute path"),
+    ("claude", SubmitRequest(prompt="hi", working_dir="/no/such/dir"), "does not exist"),
+    ("claude", SubmitRequest(prompt="hi", isolation="sandbox"), "isolation must be"),
+    ("claude", SubmitRequest(prompt="hi", base_ref="main"), "base_ref is for isolation"),
+    ("claude", SubmitRequest(prompt="hi", isolation="worktree"), "needs working_dir"),
+    ("claude", SubmitRequest(prompt="hi", options={"no_such_option": 1}), "invalid claude options"),
+    ("oa", SubmitRequest(prompt="hi", options={"temperature": "hot"}), "invalid oa request"),
+]
+
+
+@pytest.mark.parametrize(("provider", "request_", "says"), REFUSALS,
+                         ids=[says for _, _, says in REFUSALS])
+def test_an_invalid_request_is_refused_as_invalid_input_saying_what_to_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, provider: str, request_: SubmitRequest,
+    says: str,
+) -> None:
+    settings = settings_with(tmp_path, monkeypatch, FAKES_BIN / "claude")
+    settings.limits.max_prompt_bytes = 2048
+    with pytest.raises(GatewayError) as refused:
+        resolve_target(settings, provider, request_)
+    assert refused.value.kind == ErrorKind.INVALID_INPUT
+    assert says in refused.value.message
+
+
+def test_a_disabled_provider_is_refused_and_a_missing_cli_is_not_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = settings_with(tmp_path, monkeypatch, FAKES_BIN / "claude")
+    settings.providers["claude"].enabled = False
+    with pytest.raises(GatewayError) as disabled:
+        resolve_target(settings, "claude", SubmitRequest(prompt="hi"))
+    assert disabled.value.kind == ErrorKind.INVALID_INPUT and "disabled" in disabled.value.message
+    gone = settings_with(tmp_path, monkeypatch, tmp_path / "nowhere" / "claude")
+    with pytest.raises(GatewayError) as missing:
+        resolve_target(gone, "claude", SubmitRequest(prompt="hi"))
+    assert missing.value.kind == ErrorKind.NOT_FOUND
