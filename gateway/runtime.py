@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from gateway import __version__
+from gateway import __version__, proc
 from gateway.config import Settings
+from gateway.fs import foreign_link_problem, shared_dir_problem
 from gateway.model import ErrorKind, GatewayError, InstanceRow
+from gateway.store import open_store
 
 if TYPE_CHECKING:
     from gateway.jobs.leases import LeaseKeeper
@@ -82,10 +84,8 @@ class Gateway:
         """Open the store (retrying while it is down), build the manager, register, loop."""
         # Imported here, not at the top: the job machinery (store driver, runner, psutil) is
         # not needed to answer `initialize` and `tools/list`, so it loads after them.
-        from gateway import proc
         from gateway.jobs.leases import LeaseKeeper
         from gateway.jobs.manager import JobManager
-        from gateway.store import open_store
 
         if self._refuse_shared_state_dir():
             return
@@ -135,7 +135,6 @@ class Gateway:
         through another user's link in a world-writable dir, is refused for good, before
         anything is made in it: its spool is what adoption trusts (issue 23, item 2; issue
         38, item 7). True if refused."""
-        from gateway.fs import foreign_link_problem, shared_dir_problem
         from gateway.jobs.run.spool import spool_root
 
         state_dir = self.settings.state_dir

@@ -20,6 +20,7 @@ import structlog
 from gateway.config import Settings, load_settings, unknown_env_warnings
 from gateway.logs import configure_logging
 from gateway.model import JobRow, JobStatus
+from gateway.store import POSTGRES_DRIVER_MISSING, open_store
 from gateway.store.base import SCHEMA_VERSION, JobStore
 from neutral.redaction import redact_text
 
@@ -103,8 +104,6 @@ def store_settings(args: argparse.Namespace) -> Settings | None:
     except ImportError as exc:  # the postgres extra is not installed: say what to install
         if exc.name != "asyncpg":
             raise
-        from gateway.store import POSTGRES_DRIVER_MISSING
-
         raise CliError(POSTGRES_DRIVER_MISSING) from None
     if state.version is None:
         return None
@@ -116,8 +115,6 @@ def store_settings(args: argparse.Namespace) -> Settings | None:
 
 async def with_store(settings: Settings, action: Callable[[JobStore], Awaitable[T]]) -> T:
     """Open the store, run `action`, close it (also when cancelled)."""
-    from gateway.store import open_store
-
     store = await open_store(settings)
     try:
         return await action(store)

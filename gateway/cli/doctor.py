@@ -47,6 +47,7 @@ from gateway.store import POSTGRES_DRIVER_MISSING
 from gateway.store.base import SCHEMA_VERSION
 from gateway.store.postgres import driver_missing
 from neutral.redaction import redact_text
+from providers.registry import CLI_PROVIDERS, provider_binary
 
 STORE_PROBE_TIMEOUT_S = 10.0  # a database that does not answer is "unreachable", not a hang
 # What MCP clients (Claude Desktop, editors launched from a desktop) typically give a server
@@ -274,11 +275,6 @@ def check_cli_providers(providers: dict[str, ProviderConfig],
     """One check per CLI provider: found where (the client's PATH + user bin dirs, and
     this shell's), which version, logged in? (probed with a provider run's environment:
     without `secret_env`)."""
-    try:
-        from providers.registry import CLI_PROVIDERS, provider_binary
-    except ImportError as exc:
-        return [Check("providers", "error", f"the provider registry cannot be loaded: {exc}")]
-
     checks: dict[str, Check] = {}
     found: dict[str, str] = {}
     for name in PROVIDER_NAMES:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from gateway import __version__, platform
+from gateway import __version__, platform, proc
 from gateway.cli import (
     config_show,
     doctor,
@@ -171,8 +171,6 @@ SETTINGS_SECRET_ENV = ("AGENT_GATEWAY_HTTP__AUTH_TOKEN", "AGENT_GATEWAY_PERSISTE
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve MCP. Everything this prints goes to stderr: stdout is the protocol channel."""
-    from gateway import platform
-
     problem = platform.setup_problem()  # no POSIX process model, a bad AGENT_GATEWAY_PLATFORM
     if problem is not None:
         if args.transport != "stdio":
@@ -194,8 +192,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from gateway.mcp.serve import serve_broken_setup
 
         return serve_broken_setup(exc)
-    from gateway import proc
-
     # Read into the settings: from here nothing reads them from the environment again.
     proc.keep_secrets_from_children(SETTINGS_SECRET_ENV)
     host = args.host if args.host is not None else settings.http.host

@@ -12,8 +12,11 @@ import json
 import time
 from typing import Any
 
+import anyio
+
+from gateway import proc
 from gateway.cli.arguments import CommandTree
-from gateway.cli.common import EXIT_OK, CliError, on_job, run, store_settings, with_store
+from gateway.cli.common import EXIT_OK, CliError, load, on_job, run, store_settings, with_store
 from gateway.config import Settings
 from gateway.model import GatewayError, JobRow
 from gateway.store.base import JobStore
@@ -49,11 +52,7 @@ def add_parsers(tree: CommandTree) -> None:
 
 
 def _on_own_job(args: argparse.Namespace, action: Any) -> Any:
-    from gateway import proc
-
     async def act(_settings: Settings, _store: JobStore, job: JobRow) -> Any:
-        import anyio
-
         try:
             return await anyio.to_thread.run_sync(action, job, proc.hostname())
         except GatewayError as err:
@@ -113,8 +112,6 @@ def _rows(args: argparse.Namespace, job_ids: list[str]) -> dict[str, JobRow | No
 
 
 def cmd_worktrees(args: argparse.Namespace) -> int:
-    from gateway import proc
-    from gateway.cli.common import load
     from gateway.jobs.worktrees.gc import list_worktrees
 
     settings = load(args, quiet=True)

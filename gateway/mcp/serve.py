@@ -10,9 +10,12 @@ import asyncio
 import signal
 
 import structlog
+from mcp.server.stdio import stdio_server
 
 from gateway.config import ConfigError, Settings
+from gateway.logs import configure_logging
 from gateway.mcp.server import GatewayServer, build_server
+from gateway.mcp.unicode_errors import answer_unparsable
 from neutral.loopback import is_loopback_host
 
 log = structlog.get_logger(__name__)
@@ -66,8 +69,6 @@ def serve_setup_error(message: str) -> int:
     """Serve MCP over stdio where the gateway cannot run (a broken config, a system without
     the POSIX process model): the handshake succeeds and every tool answers `message` as
     `setup_error`. No store is opened and no process is started."""
-    from gateway.logs import configure_logging
-
     configure_logging("info", "auto")  # the config's own choice is unreadable (or unread)
     server = build_server(Settings.model_construct(), role="stdio", setup_error=message)
     return asyncio.run(_serve_server_stdio(server))
@@ -79,10 +80,7 @@ async def run_stdio(server: GatewayServer) -> None:
     thread hop, and a request the SDK cannot parse but whose id is known is answered
     (unicode_errors.py). fd 1 points at stderr while serving, so stray writes never reach
     the wire."""
-    from mcp.server.stdio import stdio_server
-
     from gateway.mcp.stdio import LoopStdin, LoopStdout
-    from gateway.mcp.unicode_errors import answer_unparsable
 
     stdin = LoopStdin()
     stdout = LoopStdout()

@@ -52,6 +52,7 @@ from gateway.mcp.signatures import (
     strict_signature,
 )
 from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
+from providers.registry import CLI_PROVIDERS
 
 if TYPE_CHECKING:
     from gateway.jobs.manager import Submission
@@ -270,8 +271,6 @@ def _next_step(kind: str, row: JobRow) -> str:
 def provider_tools(state: ServerState, name: str) -> ProviderTools:
     """The request tools of one provider: a CLI provider, or a configured HTTP API one
     (KeyError for neither). The HTTP client stack is imported only for an API provider."""
-    from providers.registry import CLI_PROVIDERS
-
     settings = state.settings
     default_timeout = settings.limits.default_timeout_s
     api = settings.api_providers.get(name)
