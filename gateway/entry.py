@@ -42,6 +42,7 @@ def _resume_gc() -> None:
 
 def main() -> int:
     pause_gc_for_startup()
-    from gateway.cli.main import main as run_command
+    # After the pause: the collector stays out of the CLI's imports.
+    from gateway.cli.main import main as run_command  # deferred: start-up
 
     return run_command()

@@ -93,7 +93,8 @@ def store_settings(args: argparse.Namespace) -> Settings | None:
     The schema is inspected read-only first: a reading command never creates a store, nor
     migrates one that an older or newer gateway wrote (that is `serve`'s decision).
     """
-    from gateway.store.inspect import inspect_schema
+    # Loads sqlite3: only the commands that read the store pay for it.
+    from gateway.store.inspect import inspect_schema  # deferred: start-up
 
     settings = load(args, quiet=True)
     if settings.persistence.backend == "memory":
@@ -164,7 +165,8 @@ def on_job(args: argparse.Namespace,
         no_job(args.id)
 
     async def act(store: JobStore) -> T:
-        from gateway.jobs.finalizer import finalize_on_read
+        # The job machinery: only a command on one job loads it.
+        from gateway.jobs.finalizer import finalize_on_read  # deferred: start-up
 
         job = await finalize_on_read(settings, store, await get_light_job(store, args.id))
         return await action(settings, store, job)

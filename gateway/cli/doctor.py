@@ -189,7 +189,8 @@ def store_location(settings: Settings) -> str:
 
 def check_store(settings: Settings) -> Check:
     """The store's schema version, read without writing (see gateway/store/inspect.py)."""
-    from gateway.store.inspect import inspect_schema
+    # Loads sqlite3: only doctor's store check pays for it.
+    from gateway.store.inspect import inspect_schema  # deferred: start-up
 
     backend = settings.persistence.backend
     where = store_location(settings)
@@ -344,7 +345,7 @@ def _only_on_this_shells_path(check: Check, client_path: str) -> None:
 async def _check_logins(found: dict[str, str], providers: dict[str, ProviderConfig],
                         secret_env: frozenset[str]) -> dict[str, Any]:
     """Every found CLI's login state at once (status commands run in threads, bounded)."""
-    from gateway.cli.doctor_auth import check_login
+    from gateway.cli.doctor_auth import check_login  # deferred: start-up (only doctor checks logins)
 
     results: dict[str, Any] = {}
 
@@ -363,7 +364,7 @@ async def _probe_versions(found: dict[str, str], secret_env: frozenset[str],
                           ) -> dict[str, tuple[str | None, str | None]]:
     """`<cli> --version` for every found CLI at once; each probe is bounded and killed
     (with its process group) when it overruns, so a hung CLI cannot hang doctor."""
-    from gateway.versions import probe_version
+    from gateway.versions import probe_version  # deferred: start-up (only doctor probes versions)
 
     results: dict[str, tuple[str | None, str | None]] = {}
 

@@ -176,7 +176,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.transport != "stdio":
             raise CliError(problem, EXIT_FAILURE)
         error(problem)
-        from gateway.mcp.serve import serve_setup_error
+        # The CLI must not import the MCP SDK: only `serve` loads it.
+        from gateway.mcp.serve import serve_setup_error  # deferred: start-up
 
         return serve_setup_error(problem)
     try:
@@ -189,7 +190,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         error(str(exc))
         for warning in unknown_env_warnings(os.environ):  # often the cause: a typo'd name
             error(f"warning: {warning}")
-        from gateway.mcp.serve import serve_broken_setup
+        # The CLI must not import the MCP SDK: only `serve` loads it.
+        from gateway.mcp.serve import serve_broken_setup  # deferred: start-up
 
         return serve_broken_setup(exc)
     # Read into the settings: from here nothing reads them from the environment again.
@@ -204,7 +206,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.transport == "http" and not args.no_auth and not settings.http.auth_token:
         raise CliError(f"serving over HTTP needs a bearer token: {TOKEN_HOWTO}; or, on a "
                        f"loopback host only, pass --no-auth", EXIT_USAGE)
-    from gateway.mcp.serve import serve  # lazy: the other commands start fast
+    from gateway.mcp.serve import serve  # deferred: start-up (the CLI must not import the MCP SDK)
 
     if args.transport == "stdio" and _isatty(sys.stdin):
         print(STDIO_HINT, file=sys.stderr)  # stderr: stdout is the protocol channel

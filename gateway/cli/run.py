@@ -156,7 +156,7 @@ def _read_line(child: subprocess.Popen[bytes], timeout_s: float) -> bytes:
 
 async def _drive(settings: Settings, request: dict[str, Any], *, detached: bool,
                  debug: bool = False) -> int:
-    from gateway.runtime import Gateway
+    from gateway.runtime import Gateway  # deferred: start-up (the job machinery: only `run`)
 
     if not detached:
         # A person who stops a foreground `run` (Ctrl-C, SIGTERM) wants the job stopped, not

@@ -62,7 +62,7 @@ def _on_own_job(args: argparse.Namespace, action: Any) -> Any:
 
 
 def cmd_jobs_diff(args: argparse.Namespace) -> int:
-    from gateway.jobs.worktrees import changes
+    from gateway.jobs.worktrees import changes  # deferred: start-up (git worktrees: only these commands)
 
     def whole(job: JobRow, host: str) -> str:
         parts, offset = [], 0
@@ -80,7 +80,7 @@ def cmd_jobs_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_apply(args: argparse.Namespace) -> int:
-    from gateway.jobs.worktrees import changes
+    from gateway.jobs.worktrees import changes  # deferred: start-up (git worktrees: only these commands)
 
     done = _on_own_job(args, changes.apply)
     print(f"Applied {len(done['files'])} changed files to {done['checkout']} (uncommitted); "
@@ -89,7 +89,7 @@ def cmd_jobs_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_discard(args: argparse.Namespace) -> int:
-    from gateway.jobs.worktrees import changes
+    from gateway.jobs.worktrees import changes  # deferred: start-up (git worktrees: only these commands)
 
     done = _on_own_job(args, changes.discard)
     print(f"Discarded branch {done['branch']} and its worktree.")
@@ -112,7 +112,8 @@ def _rows(args: argparse.Namespace, job_ids: list[str]) -> dict[str, JobRow | No
 
 
 def cmd_worktrees(args: argparse.Namespace) -> int:
-    from gateway.jobs.worktrees.gc import list_worktrees
+    # The worktrees: only these commands load them.
+    from gateway.jobs.worktrees.gc import list_worktrees  # deferred: start-up
 
     settings = load(args, quiet=True)
     host = proc.hostname()
@@ -146,7 +147,8 @@ def cmd_worktrees(args: argparse.Namespace) -> int:
 
 def _expire(args: argparse.Namespace, settings: Settings, host: str) -> list[str]:
     """`worktrees gc`: what to remove comes from the store, so with no store nothing is."""
-    from gateway.jobs.worktrees.gc import expire_worktrees
+    # The worktrees: only these commands load them.
+    from gateway.jobs.worktrees.gc import expire_worktrees  # deferred: start-up
 
     found = store_settings(args)
     if found is None:

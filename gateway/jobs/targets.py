@@ -260,7 +260,8 @@ def http_target(settings: Settings, provider: str, request: SubmitRequest) -> Ht
     one normalization, which the call sends and the row stores. Raises
     GatewayError(invalid_input)."""
     _check_timeout(request.timeout_s)
-    from providers.http.request import ApiRequest, normalized_request
+    # The HTTP stack: only an API provider's request loads it.
+    from providers.http.request import ApiRequest, normalized_request  # deferred: start-up
 
     config = settings.api_providers[provider]
     fields = dict(request.options or {})

@@ -203,7 +203,8 @@ class JobTools:
     async def gateway_status(self) -> CallToolResult:
         """Readiness (or what is broken, and the fix), jobs, limits, the store, and where
         each CLI is."""
-        from providers.http.request import redact_url
+        # providers/http/: not loaded before tools/list is answered.
+        from providers.http.request import redact_url  # deferred: start-up
 
         settings = self.state.settings
         gateway = self.state.gateway

@@ -35,7 +35,8 @@ def serve(settings: Settings, transport: str = "stdio", host: str | None = None,
     if transport == "stdio":
         return asyncio.run(serve_stdio(settings))
     if transport == "http":
-        from gateway.mcp.http import serve_http
+        # Only an HTTP gateway loads its app.
+        from gateway.mcp.http import serve_http  # deferred: start-up
 
         host = host if host is not None else settings.http.host
         port = port if port is not None else settings.http.port
@@ -80,7 +81,8 @@ async def run_stdio(server: GatewayServer) -> None:
     thread hop, and a request the SDK cannot parse but whose id is known is answered
     (unicode_errors.py). fd 1 points at stderr while serving, so stray writes never reach
     the wire."""
-    from gateway.mcp.stdio import LoopStdin, LoopStdout
+    # Only a stdio gateway loads its streams.
+    from gateway.mcp.stdio import LoopStdin, LoopStdout  # deferred: start-up
 
     stdin = LoopStdin()
     stdout = LoopStdout()

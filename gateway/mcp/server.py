@@ -245,7 +245,8 @@ def build_server(settings: Settings, role: str = "stdio",
             log.error("serving with a broken setup", action="serve", error=setup_error)
             yield state
             return
-        from gateway.runtime import Gateway
+        # Loaded here, in the lifespan, not with the module (see the TYPE_CHECKING import).
+        from gateway.runtime import Gateway  # deferred: start-up
 
         gateway = Gateway(settings, role=role)
         state.gateway = gateway

@@ -275,7 +275,7 @@ def provider_tools(state: ServerState, name: str) -> ProviderTools:
     default_timeout = settings.limits.default_timeout_s
     api = settings.api_providers.get(name)
     if api is not None:
-        from providers.http.request import ApiRequest, redact_url
+        from providers.http.request import ApiRequest, redact_url  # deferred: start-up
 
         return ProviderTools(state, name, "api", option_params(ApiRequest, reserved=frozenset()),
                              api_common_params(default_timeout, name),
@@ -315,7 +315,8 @@ def request_tools(state: ServerState, name: str) -> list[Tool]:
 def build_job_tools(state: ServerState) -> list[Tool]:
     """The llm_job_* tools, list_models and gateway_status, always listed."""
     tools = []
-    from gateway.mcp.usage_tools import usage_tools
+    # Built at the first tools/list: not loaded before initialize is answered.
+    from gateway.mcp.usage_tools import usage_tools  # deferred: start-up
 
     for name, body, hints in [*JobTools(state).tools(), *usage_tools(state)]:
         # One line: a docstring's indentation is bytes in every model's context.
