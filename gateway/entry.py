@@ -50,6 +50,7 @@ def main() -> int:
         print(f"agent-cli-gateway {__version__}")
         return 0
     pause_gc_for_startup()
-    from gateway.cli.main import main as run_command
+    # After the pause: the collector stays out of the CLI's imports.
+    from gateway.cli.main import main as run_command  # deferred: start-up
 
     return run_command()

@@ -68,7 +68,7 @@ def process_owner(pid: int) -> tuple[int, list[str]] | None:
     a supervisor of this user (a forged claim can name any process)."""
     if pid <= 0:
         return None
-    import psutil  # here: answering tools/list imports none of the process machinery
+    import psutil  # deferred: start-up (tools/list imports none of the process machinery)
 
     try:
         process = psutil.Process(pid)
@@ -198,7 +198,7 @@ def _forget_variable(name: str) -> None:
     if value is None:
         return
     with contextlib.suppress(OSError, AttributeError, ValueError):
-        import ctypes  # here: only a serving gateway needs it, once
+        import ctypes  # deferred: start-up (only a serving gateway needs it, once)
 
         libc = ctypes.CDLL(None)
         libc.getenv.restype = ctypes.c_void_p

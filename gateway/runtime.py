@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from gateway import __version__
+from gateway import __version__, proc
 from gateway.config import Settings
+from gateway.fs import foreign_link_problem, shared_dir_problem
 from gateway.model import ErrorKind, GatewayError, InstanceRow
+from gateway.store import open_store
 
 if TYPE_CHECKING:
     from gateway.jobs.leases import LeaseKeeper
@@ -82,10 +84,8 @@ class Gateway:
         """Open the store (retrying while it is down), build the manager, register, loop."""
         # Imported here, not at the top: the job machinery (store driver, runner, psutil) is
         # not needed to answer `initialize` and `tools/list`, so it loads after them.
-        from gateway import proc
-        from gateway.jobs.leases import LeaseKeeper
-        from gateway.jobs.manager import JobManager
-        from gateway.store import open_store
+        from gateway.jobs.leases import LeaseKeeper  # deferred: start-up
+        from gateway.jobs.manager import JobManager  # deferred: start-up
 
         if self._refuse_shared_state_dir():
             return
@@ -118,8 +118,8 @@ class Gateway:
             version=__version__)
         self._manager = JobManager(self.settings, self.store, self.instance_id, hostname, boot_id)
         if self.settings.persistence.backend != "memory":
-            from gateway.jobs.finalizer import handoff
-            from gateway.jobs.run.runner import ZYGOTE
+            from gateway.jobs.finalizer import handoff  # deferred: start-up (see start())
+            from gateway.jobs.run.runner import ZYGOTE  # deferred: start-up (see start())
 
             ZYGOTE.finalizer = handoff(self.settings)  # a run that outlives us is finalized
         self.leases = LeaseKeeper(self.settings, self.store, self._manager, identity,
@@ -135,8 +135,7 @@ class Gateway:
         through another user's link in a world-writable dir, is refused for good, before
         anything is made in it: its spool is what adoption trusts (issue 23, item 2; issue
         38, item 7). True if refused."""
-        from gateway.fs import foreign_link_problem, shared_dir_problem
-        from gateway.jobs.run.spool import spool_root
+        from gateway.jobs.run.spool import spool_root  # deferred: start-up (see start())
 
         state_dir = self.settings.state_dir
         problem = foreign_link_problem(spool_root(state_dir))  # the state dir's way too
@@ -263,7 +262,7 @@ class Gateway:
         drained = True
         lease = self.settings.lease
         if manager is not None and lease.on_shutdown == "detach":
-            from gateway.jobs.shutdown import detach, finish_http
+            from gateway.jobs.shutdown import detach, finish_http  # deferred: start-up (see start())
 
             started = asyncio.get_running_loop().time()
             http_jobs = await detach(manager, lease.drain_timeout_s)
@@ -282,7 +281,7 @@ class Gateway:
             else:
                 log.warning("drain timed out; leaving the lease to expire", action="drain")
         if manager is not None:
-            from gateway.jobs.run.runner import ZYGOTE
+            from gateway.jobs.run.runner import ZYGOTE  # deferred: start-up (see start())
 
             ZYGOTE.close()  # no run comes any more: it exits (its supervisors run on)
             await manager.remove_settled_spools()

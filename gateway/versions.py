@@ -19,8 +19,10 @@ from typing import Any
 
 import structlog
 
+from gateway import proc
 from gateway.childenv import child_env, secret_env_names
 from gateway.config import Settings
+from providers.registry import provider_binary
 
 log = structlog.get_logger(__name__)
 
@@ -63,8 +65,6 @@ class CliVersions:
 
     def locate(self, provider: str) -> CliInfo:
         """Where the provider's CLI is (a PATH scan: stat calls only, no process)."""
-        from providers.registry import provider_binary
-
         config = self.settings.providers[provider]
         cached = self._info.get(provider)
         if cached is not None:
@@ -108,8 +108,6 @@ async def probe_version(executable: str, secret_env: Iterable[str],
     """(first line of `<executable> --version`, None) or (None, why it failed). Gives up
     (killing the probe's process group) after VERSION_PROBE_TIMEOUT_S or once `stopping`
     is set. `secret_env`: as a provider run's (gateway.childenv.secret_env_names)."""
-    from gateway import proc  # psutil: not loaded before the gateway starts (tools/list)
-
     env = await asyncio.to_thread(child_env, secret_env)  # scans the user bin dirs
     try:
         probe = await asyncio.create_subprocess_exec(

@@ -24,6 +24,7 @@ from gateway.config import Settings, load_settings, unknown_env_warnings
 from gateway.fs import uncreatable
 from gateway.logs import configure_logging
 from gateway.model import JobRow, JobStatus
+from gateway.store import POSTGRES_DRIVER_MISSING, open_store
 from gateway.store.base import SCHEMA_VERSION, JobStore
 from neutral.redaction import redact_text
 
@@ -114,7 +115,8 @@ def store_settings(args: argparse.Namespace) -> Settings | None:
     The schema is inspected read-only first: a reading command never creates a store, nor
     migrates one that an older or newer gateway wrote (that is `serve`'s decision).
     """
-    from gateway.store.inspect import inspect_schema
+    # Loads sqlite3: only the commands that read the store pay for it.
+    from gateway.store.inspect import inspect_schema  # deferred: start-up
 
     settings = load(args, quiet=True)
     if settings.persistence.backend == "memory":
@@ -125,8 +127,6 @@ def store_settings(args: argparse.Namespace) -> Settings | None:
     except ImportError as exc:  # the postgres extra is not installed: say what to install
         if exc.name != "asyncpg":
             raise
-        from gateway.store import POSTGRES_DRIVER_MISSING
-
         raise CliError(POSTGRES_DRIVER_MISSING) from None
     if not state.exists:
         problem = uncreatable(settings.persistence.path)
@@ -143,8 +143,6 @@ def store_settings(args: argparse.Namespace) -> Settings | None:
 
 async def with_store(settings: Settings, action: Callable[[JobStore], Awaitable[T]]) -> T:
     """Open the store, run `action`, close it (also when cancelled)."""
-    from gateway.store import open_store
-
     store = await open_store(settings)
     try:
         return await action(store)
@@ -194,7 +192,8 @@ def on_job(args: argparse.Namespace,
         no_job(args.id)
 
     async def act(store: JobStore) -> T:
-        from gateway.jobs.finalizer import finalize_on_read
+        # The job machinery: only a command on one job loads it.
+        from gateway.jobs.finalizer import finalize_on_read  # deferred: start-up
 
         job = await finalize_on_read(settings, store, await get_light_job(store, args.id))
         return await action(settings, store, job)

@@ -73,7 +73,7 @@ def _leaves(node: dict[str, Any], path: tuple[str, ...]) -> list[tuple[tuple[str
 def render_toml(entries: list[Entry]) -> str:
     """The entries as a TOML document (it parses, and loads as the same settings apart from
     the redacted values), a `# source` comment on each line; an unset key is a comment."""
-    import tomli_w  # only this command writes TOML: `serve` never pays for the import
+    import tomli_w  # deferred: start-up (only this command writes TOML)
 
     lines = ["# The effective configuration; beside each value, its source (strongest "
              "first: env, secret file, file, default)."]

@@ -47,6 +47,7 @@ from gateway.store import POSTGRES_DRIVER_MISSING
 from gateway.store.base import SCHEMA_VERSION
 from gateway.store.postgres import driver_missing
 from neutral.redaction import redact_text
+from providers.registry import CLI_PROVIDERS, provider_binary
 
 STORE_PROBE_TIMEOUT_S = 10.0  # a database that does not answer is "unreachable", not a hang
 # What MCP clients (Claude Desktop, editors launched from a desktop) typically give a server
@@ -188,7 +189,8 @@ def store_location(settings: Settings) -> str:
 
 def check_store(settings: Settings) -> Check:
     """The store's schema version, read without writing (see gateway/store/inspect.py)."""
-    from gateway.store.inspect import inspect_schema
+    # Loads sqlite3: only doctor's store check pays for it.
+    from gateway.store.inspect import inspect_schema  # deferred: start-up
 
     backend = settings.persistence.backend
     where = store_location(settings)
@@ -257,11 +259,6 @@ def check_cli_providers(providers: dict[str, ProviderConfig],
     """One check per CLI provider: found where (the client's PATH + user bin dirs, and
     this shell's), which version, logged in? (probed with a provider run's environment:
     without `secret_env`)."""
-    try:
-        from providers.registry import CLI_PROVIDERS, provider_binary
-    except ImportError as exc:
-        return [Check("providers", "error", f"the provider registry cannot be loaded: {exc}")]
-
     checks: dict[str, Check] = {}
     found: dict[str, str] = {}
     for name in PROVIDER_NAMES:
@@ -331,7 +328,7 @@ def _only_on_this_shells_path(check: Check, client_path: str) -> None:
 async def _check_logins(found: dict[str, str], providers: dict[str, ProviderConfig],
                         secret_env: frozenset[str]) -> dict[str, Any]:
     """Every found CLI's login state at once (status commands run in threads, bounded)."""
-    from gateway.cli.doctor_auth import check_login
+    from gateway.cli.doctor_auth import check_login  # deferred: start-up (only doctor checks logins)
 
     results: dict[str, Any] = {}
 
@@ -350,7 +347,7 @@ async def _probe_versions(found: dict[str, str], secret_env: frozenset[str],
                           ) -> dict[str, tuple[str | None, str | None]]:
     """`<cli> --version` for every found CLI at once; each probe is bounded and killed
     (with its process group) when it overruns, so a hung CLI cannot hang doctor."""
-    from gateway.versions import probe_version
+    from gateway.versions import probe_version  # deferred: start-up (only doctor probes versions)
 
     results: dict[str, tuple[str | None, str | None]] = {}
 

@@ -28,7 +28,8 @@ def add_parsers(tree: CommandTree) -> None:
 
 
 def cmd_finalize(args: argparse.Namespace) -> int:
-    from gateway.jobs.finalizer import finalize_run, settings_from_handoff
+    # The job machinery: only this command loads it.
+    from gateway.jobs.finalizer import finalize_run, settings_from_handoff  # deferred: start-up
 
     handed = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
     if handed.strip():

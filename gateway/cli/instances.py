@@ -25,7 +25,8 @@ STATE_COLOURS = {"live": "\033[32m", "stopping": "\033[33m", "stopped": "\033[2m
 
 
 def lease_state(instance: InstanceRow, now: float) -> str:
-    from gateway.jobs.leases import instance_lease_held
+    # The job machinery: only this command loads it.
+    from gateway.jobs.leases import instance_lease_held  # deferred: start-up
 
     held = instance_lease_held(instance, now)
     if instance.stopped_at is None:

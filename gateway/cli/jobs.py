@@ -181,7 +181,8 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
     statuses = [JobStatus(s) for s in args.status] if args.status else None
 
     async def fetch(store: JobStore) -> tuple[list[JobRow], float]:
-        from gateway.jobs.finalizer import finalize_on_read
+        # The job machinery: only a command that reads jobs loads it.
+        from gateway.jobs.finalizer import finalize_on_read  # deferred: start-up
 
         assert settings is not None
         jobs = await store.list_jobs(statuses=statuses, provider=args.provider,
@@ -218,8 +219,9 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
 
 
 async def _details(_settings: Settings, store: JobStore, job: JobRow) -> dict[str, Any]:
-    from gateway.jobs.leases import instance_lease_held
-    from gateway.jobs.worktrees.finish import worktree_of
+    # The job machinery and the worktrees: only `jobs show` loads them.
+    from gateway.jobs.leases import instance_lease_held  # deferred: start-up
+    from gateway.jobs.worktrees.finish import worktree_of  # deferred: start-up
 
     now = await store.now()
     owner: InstanceRow | None = next((i for i in await store.list_instances()
@@ -381,7 +383,7 @@ def _say_outcome(job: JobRow) -> None:
 
 
 def cmd_jobs_tail(args: argparse.Namespace) -> int:
-    from gateway.cli.tail import follow_job
+    from gateway.cli.tail import follow_job  # deferred: start-up (spools and parsers: only `jobs tail`)
 
     async def tail(settings: Settings, store: JobStore, job: JobRow) -> JobRow:
         return await follow_job(settings, store, job.id, follow=args.follow, raw=args.raw,
@@ -398,7 +400,8 @@ async def wait_for(store: JobStore, job_id: str, timeout_s: float | None,
     """Re-read the row until it is terminal or timeout_s passed; a status line on stderr
     (rewritten in place on a terminal) while it waits. With `settings`, a run that ends
     meanwhile with its owner gone is finalized on read (gateway/jobs/finalizer.py)."""
-    from gateway.jobs.finalizer import finalize_on_read
+    # The job machinery: only a command that waits loads it.
+    from gateway.jobs.finalizer import finalize_on_read  # deferred: start-up
 
     started = time.monotonic()
     live = progress and sys.stderr.isatty()
@@ -441,7 +444,8 @@ def cmd_jobs_wait(args: argparse.Namespace) -> int:
 def cmd_jobs_cancel(args: argparse.Namespace) -> int:
     async def cancel(_settings: Settings, store: JobStore,
                      found: JobRow) -> tuple[Settings, JobRow | None, bool]:
-        from gateway.jobs.leases import instance_lease_held
+        # The job machinery: only `jobs cancel` loads it.
+        from gateway.jobs.leases import instance_lease_held  # deferred: start-up
 
         job = await store.request_cancel(found.id)
         if job is None or job.status.is_terminal:

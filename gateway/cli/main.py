@@ -23,7 +23,7 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from gateway import __version__, platform
+from gateway import __version__, platform, proc
 from gateway.cli import (
     config_show,
     doctor,
@@ -178,14 +178,13 @@ SETTINGS_SECRET_ENV = ("AGENT_GATEWAY_HTTP__AUTH_TOKEN", "AGENT_GATEWAY_PERSISTE
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve MCP. Everything this prints goes to stderr: stdout is the protocol channel."""
-    from gateway import platform
-
     problem = platform.setup_problem()  # no POSIX process model, a bad AGENT_GATEWAY_PLATFORM
     if problem is not None:
         if args.transport != "stdio":
             raise CliError(problem, EXIT_FAILURE)
         error(problem)
-        from gateway.mcp.serve import serve_setup_error
+        # The CLI must not import the MCP SDK: only `serve` loads it.
+        from gateway.mcp.serve import serve_setup_error  # deferred: start-up
 
         return serve_setup_error(problem)
     try:
@@ -198,11 +197,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         error(str(exc))
         for warning in unknown_env_warnings(os.environ):  # often the cause: a typo'd name
             error(f"warning: {warning}")
-        from gateway.mcp.serve import serve_broken_setup
+        # The CLI must not import the MCP SDK: only `serve` loads it.
+        from gateway.mcp.serve import serve_broken_setup  # deferred: start-up
 
         return serve_broken_setup(exc)
-    from gateway import proc
-
     # Read into the settings: from here nothing reads them from the environment again.
     proc.keep_secrets_from_children(SETTINGS_SECRET_ENV)
     host = args.host if args.host is not None else settings.http.host
@@ -215,7 +213,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.transport == "http" and not args.no_auth and not settings.http.auth_token:
         raise CliError(f"serving over HTTP needs a bearer token: {TOKEN_HOWTO}; or, on a "
                        f"loopback host only, pass --no-auth", EXIT_USAGE)
-    from gateway.mcp.serve import serve  # lazy: the other commands start fast
+    from gateway.mcp.serve import serve  # deferred: start-up (the CLI must not import the MCP SDK)
 
     if args.transport == "stdio" and _isatty(sys.stdin):
         print(stdio_hint(), file=sys.stderr)  # stderr: stdout is the protocol channel

@@ -20,6 +20,7 @@ import contextlib
 import io
 import json
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -39,6 +40,8 @@ from gateway.cli.common import (
 )
 from gateway.cli.format import duration, size, terminal_safe, visible
 from gateway.config import Settings
+from gateway.jobs.requests import SubmitRequest
+from gateway.logs import configure_logging
 from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 from gateway.store.base import JobStore
 
@@ -144,8 +147,6 @@ def _passthrough() -> list[str]:
 
 
 def _read_line(child: subprocess.Popen[bytes], timeout_s: float) -> bytes:
-    import selectors
-
     assert child.stdout is not None
     with selectors.DefaultSelector() as selector:
         selector.register(child.stdout, selectors.EVENT_READ)
@@ -156,8 +157,7 @@ def _read_line(child: subprocess.Popen[bytes], timeout_s: float) -> bytes:
 
 async def _drive(settings: Settings, request: dict[str, Any], *, detached: bool,
                  debug: bool = False) -> int:
-    from gateway.jobs.requests import SubmitRequest
-    from gateway.runtime import Gateway
+    from gateway.runtime import Gateway  # deferred: start-up (the job machinery: only `run`)
 
     if not detached:
         # A person who stops a foreground `run` (Ctrl-C, SIGTERM) wants the job stopped, not
@@ -208,8 +208,6 @@ async def _start(gateway: Gateway, *, tell: bool, debug: bool) -> None:
     retries, a person at a terminal gets one plain line per retry (`tell`) instead of a
     JSON log record each; a script gets only the final error. A cause that no retry fixes
     (credentials refused, a path that can never exist) is the final error at once."""
-    from gateway.logs import configure_logging
-
     settings = gateway.settings
     if not debug:  # the retries are told below, and the final error by the caller
         configure_logging("error", settings.logging.format, stream=io.StringIO())

@@ -31,6 +31,7 @@ from gateway.jobs.requests import stored_fields
 from gateway.jobs.run.spool import spool_root
 from gateway.model import JobRow
 from gateway.store.base import JobStore
+from providers.registry import CLI_PROVIDERS
 
 TAIL_POLL_S = 0.25  # how often -f looks for new output: well under a person's patience
 READ_CHUNK_BYTES = 256 * 1024  # one read of a spool file or one page of the stored output
@@ -42,8 +43,6 @@ def _parser(row: JobRow) -> tuple[Any, Any] | None:
     """(adapter, options) to parse this job's stream with, or None (raw only)."""
     if row.transport != "process":
         return None
-    from providers.registry import CLI_PROVIDERS
-
     adapter = CLI_PROVIDERS.get(row.provider)
     if adapter is None:
         return None

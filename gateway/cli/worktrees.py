@@ -12,8 +12,11 @@ import json
 import time
 from typing import Any
 
+import anyio
+
+from gateway import proc
 from gateway.cli.arguments import CommandTree
-from gateway.cli.common import EXIT_OK, CliError, on_job, run, store_settings, with_store
+from gateway.cli.common import EXIT_OK, CliError, load, on_job, run, store_settings, with_store
 from gateway.config import Settings
 from gateway.model import GatewayError, JobRow
 from gateway.store.base import JobStore
@@ -49,11 +52,7 @@ def add_parsers(tree: CommandTree) -> None:
 
 
 def _on_own_job(args: argparse.Namespace, action: Any) -> Any:
-    from gateway import proc
-
     async def act(_settings: Settings, _store: JobStore, job: JobRow) -> Any:
-        import anyio
-
         try:
             return await anyio.to_thread.run_sync(action, job, proc.hostname())
         except GatewayError as err:
@@ -63,7 +62,7 @@ def _on_own_job(args: argparse.Namespace, action: Any) -> Any:
 
 
 def cmd_jobs_diff(args: argparse.Namespace) -> int:
-    from gateway.jobs.worktrees import changes
+    from gateway.jobs.worktrees import changes  # deferred: start-up (git worktrees: only these commands)
 
     def whole(job: JobRow, host: str) -> str:
         parts, offset = [], 0
@@ -81,7 +80,7 @@ def cmd_jobs_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_apply(args: argparse.Namespace) -> int:
-    from gateway.jobs.worktrees import changes
+    from gateway.jobs.worktrees import changes  # deferred: start-up (git worktrees: only these commands)
 
     done = _on_own_job(args, changes.apply)
     print(f"Applied {len(done['files'])} changed files to {done['checkout']} (uncommitted); "
@@ -90,7 +89,7 @@ def cmd_jobs_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_discard(args: argparse.Namespace) -> int:
-    from gateway.jobs.worktrees import changes
+    from gateway.jobs.worktrees import changes  # deferred: start-up (git worktrees: only these commands)
 
     done = _on_own_job(args, changes.discard)
     print(f"Discarded branch {done['branch']} and its worktree.")
@@ -113,9 +112,8 @@ def _rows(args: argparse.Namespace, job_ids: list[str]) -> dict[str, JobRow | No
 
 
 def cmd_worktrees(args: argparse.Namespace) -> int:
-    from gateway import proc
-    from gateway.cli.common import load
-    from gateway.jobs.worktrees.gc import list_worktrees
+    # The worktrees: only these commands load them.
+    from gateway.jobs.worktrees.gc import list_worktrees  # deferred: start-up
 
     settings = load(args, quiet=True)
     host = proc.hostname()
@@ -149,7 +147,8 @@ def cmd_worktrees(args: argparse.Namespace) -> int:
 
 def _expire(args: argparse.Namespace, settings: Settings, host: str) -> list[str]:
     """`worktrees gc`: what to remove comes from the store, so with no store nothing is."""
-    from gateway.jobs.worktrees.gc import expire_worktrees
+    # The worktrees: only these commands load them.
+    from gateway.jobs.worktrees.gc import expire_worktrees  # deferred: start-up
 
     found = store_settings(args)
     if found is None:

@@ -211,7 +211,8 @@ class HttpExecution:
         self._bytes = n
 
     async def start(self) -> None:
-        from gateway.jobs.http_call import call_normalized
+        # The HTTP stack: a command that reads the store (the finalizer) never loads it.
+        from gateway.jobs.http_call import call_normalized  # deferred: start-up
 
         self._started = time.monotonic()
         self._task = asyncio.create_task(

@@ -32,6 +32,7 @@ from providers.base import (
     ProviderOptions,
     ProviderRequest,
 )
+from providers.registry import CLI_PROVIDERS, check_argv_size, missing_command, provider_binary
 
 SHOWN_PATH_CHARS = 200  # an error message quotes at most this much of a caller's path
 
@@ -199,13 +200,6 @@ def cli_target(settings: Settings, provider: str, request: SubmitRequest) -> Cli
     """Validate a request for the CLI provider `provider` and build its argv (the CLI must
     be found). Raises GatewayError(invalid_input | not_found)."""
     _check_timeout(request.timeout_s)
-    from providers.registry import (
-        CLI_PROVIDERS,
-        check_argv_size,
-        missing_command,
-        provider_binary,
-    )
-
     adapter = CLI_PROVIDERS.get(provider)
     config = settings.providers.get(provider)
     if adapter is None or config is None:
@@ -266,7 +260,8 @@ def http_target(settings: Settings, provider: str, request: SubmitRequest) -> Ht
     one normalization, which the call sends and the row stores. Raises
     GatewayError(invalid_input)."""
     _check_timeout(request.timeout_s)
-    from providers.http.request import ApiRequest, normalized_request
+    # The HTTP stack: only an API provider's request loads it.
+    from providers.http.request import ApiRequest, normalized_request  # deferred: start-up
 
     config = settings.api_providers[provider]
     fields = dict(request.options or {})
@@ -336,8 +331,6 @@ def parsing_target(settings: Settings, provider: str, request_json: str) -> CliT
         target = target_for_row(settings, provider, request_json)
         if isinstance(target, CliTarget):  # a run is a CLI's: never an API call's target
             return target
-    from providers.registry import CLI_PROVIDERS
-
     adapter = CLI_PROVIDERS.get(provider)
     if adapter is None:
         raise _invalid(f"unknown provider {provider!r}")

@@ -29,6 +29,7 @@ import json
 from typing import Any
 
 import structlog
+import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -280,8 +281,6 @@ def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = No
 async def serve_http(settings: Settings, host: str, port: int, token: str | None) -> int:
     """Serve Streamable HTTP until SIGTERM/SIGINT (uvicorn handles them gracefully: the
     app lifespan then drains the gateway)."""
-    import uvicorn
-
     app, _server = build_http_app(settings, host, token)
     if token is None:
         log.warning("HTTP transport without authentication (loopback only)", action="serve",

@@ -22,6 +22,7 @@ from gateway.mcp.progress import Progress
 from gateway.mcp.results import describe_status, follow_up, job_fields, next_call, ok
 from gateway.mcp.signatures import JOB_ID
 from gateway.model import ErrorKind, GatewayError, JobRow
+from providers.registry import CLI_PROVIDERS
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -175,8 +176,6 @@ class JobTools:
         provider: Annotated[str | None, Field(description="Only this provider.")] = None,
     ) -> CallToolResult:
         """Each provider's known model names and its default."""
-        from providers.registry import CLI_PROVIDERS
-
         settings = self.state.settings
         catalog: dict[str, Any] = {}
         for name, config in settings.providers.items():
@@ -204,7 +203,8 @@ class JobTools:
     async def gateway_status(self) -> CallToolResult:
         """Readiness (or what is broken, and the fix), jobs, limits, the store, and where
         each CLI is."""
-        from providers.http.request import redact_url
+        # providers/http/: not loaded before tools/list is answered.
+        from providers.http.request import redact_url  # deferred: start-up
 
         settings = self.state.settings
         gateway = self.state.gateway

@@ -24,7 +24,9 @@ from mcp.types import CallToolResult
 
 from gateway.config import Settings
 from gateway.mcp.results import failure
+from gateway.mcp.tools import build_job_tools, request_tools
 from gateway.model import ErrorKind
+from providers.registry import CLI_PROVIDERS, missing_command, provider_binary
 
 if TYPE_CHECKING:
     from mcp.server.session import ServerSession
@@ -41,8 +43,6 @@ REQUEST_SUFFIXES = ("_request_async", "_request")  # longest first
 def listed_providers(settings: Settings) -> tuple[str, ...]:
     """The providers whose tools are listed: enabled CLI providers whose binary is found
     (PATH plus the user bin dirs), then every configured HTTP API provider."""
-    from providers.registry import CLI_PROVIDERS, provider_binary
-
     search = os.environ.get("PATH", "")
     found = [name for name, config in settings.providers.items()
              if name in CLI_PROVIDERS and config.enabled
@@ -61,8 +61,6 @@ def provider_of(tool_name: str) -> str | None:
 def unlisted_answer(settings: Settings, provider: str) -> CallToolResult | None:
     """The answer for a CLI provider's tool that is not listed, or None if `provider` is no
     CLI provider at all (then the tool is simply unknown)."""
-    from providers.registry import CLI_PROVIDERS, missing_command
-
     config = settings.providers.get(provider)
     if provider not in CLI_PROVIDERS or config is None:
         return None
@@ -95,8 +93,6 @@ class ToolListing:
 
     def initial(self) -> list[Tool]:
         """The tools to list at startup, in order: provider tools, then the job tools."""
-        from gateway.mcp.tools import build_job_tools
-
         self._job_tools = build_job_tools(self.state)
         # Listed with a broken setup too (every call then answers setup_error): a model told
         # to "use codex" must find codex_request, and its answer says what is wrong.
@@ -109,8 +105,6 @@ class ToolListing:
                 or any(t.name == name for tools in self._built.values() for t in tools))
 
     def tools_for(self, providers: tuple[str, ...]) -> list[Tool]:
-        from gateway.mcp.tools import request_tools
-
         tools: list[Tool] = []
         for name in providers:
             if name not in self._built:

@@ -10,9 +10,12 @@ import asyncio
 import signal
 
 import structlog
+from mcp.server.stdio import stdio_server
 
 from gateway.config import ConfigError, Settings
+from gateway.logs import configure_logging
 from gateway.mcp.server import GatewayServer, build_server
+from gateway.mcp.unicode_errors import answer_unparsable
 from neutral.loopback import is_loopback_host
 
 log = structlog.get_logger(__name__)
@@ -32,7 +35,8 @@ def serve(settings: Settings, transport: str = "stdio", host: str | None = None,
     if transport == "stdio":
         return asyncio.run(serve_stdio(settings))
     if transport == "http":
-        from gateway.mcp.http import serve_http
+        # Only an HTTP gateway loads its app.
+        from gateway.mcp.http import serve_http  # deferred: start-up
 
         host = host if host is not None else settings.http.host
         port = port if port is not None else settings.http.port
@@ -66,8 +70,6 @@ def serve_setup_error(message: str) -> int:
     """Serve MCP over stdio where the gateway cannot run (a broken config, a system without
     the POSIX process model): the handshake succeeds and every tool answers `message` as
     `setup_error`. No store is opened and no process is started."""
-    from gateway.logs import configure_logging
-
     configure_logging("info", "auto")  # the config's own choice is unreadable (or unread)
     server = build_server(Settings.model_construct(), role="stdio", setup_error=message)
     return asyncio.run(_serve_server_stdio(server))
@@ -79,10 +81,8 @@ async def run_stdio(server: GatewayServer) -> None:
     thread hop, and a request the SDK cannot parse but whose id is known is answered
     (unicode_errors.py). fd 1 points at stderr while serving, so stray writes never reach
     the wire."""
-    from mcp.server.stdio import stdio_server
-
-    from gateway.mcp.stdio import LoopStdin, LoopStdout
-    from gateway.mcp.unicode_errors import answer_unparsable
+    # Only a stdio gateway loads its streams.
+    from gateway.mcp.stdio import LoopStdin, LoopStdout  # deferred: start-up
 
     stdin = LoopStdin()
     stdout = LoopStdout()

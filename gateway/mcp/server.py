@@ -26,7 +26,7 @@ from mcp.types import Tool as MCPTool
 from pydantic import ValidationError
 
 from gateway import __version__
-from gateway.config import Settings
+from gateway.config import PROVIDER_NAMES, Settings
 from gateway.mcp.listing import (
     RECHECK_S,
     ToolListing,
@@ -71,8 +71,6 @@ def instructions_for(listed: tuple[str, ...], setup_error: str | None) -> str:
     """The server's `instructions`, from what is listed on this machine and whether the
     setup is broken: a model reads them before any tool, so they must not promise CLIs
     that are not installed, nor hide that every call will fail."""
-    from gateway.config import PROVIDER_NAMES
-
     clis = [name for name in listed if name in PROVIDER_NAMES]
     apis = [name for name in listed if name not in PROVIDER_NAMES]
     if clis or apis:
@@ -247,7 +245,8 @@ def build_server(settings: Settings, role: str = "stdio",
             log.error("serving with a broken setup", action="serve", error=setup_error)
             yield state
             return
-        from gateway.runtime import Gateway
+        # Loaded here, in the lifespan, not with the module (see the TYPE_CHECKING import).
+        from gateway.runtime import Gateway  # deferred: start-up
 
         gateway = Gateway(settings, role=role)
         state.gateway = gateway

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 
 from gateway.mcp.principal import LOCAL
 from gateway.model import ErrorKind, GatewayError
+from gateway.versions import CliVersions
 
 if TYPE_CHECKING:
     from gateway.config import Settings
     from gateway.jobs.manager import JobManager
     from gateway.jobs.reads import JobReads
     from gateway.runtime import Gateway
-    from gateway.versions import CliVersions
 
 
 class ServerState:
@@ -25,8 +25,6 @@ class ServerState:
     the background-probed CLI versions."""
 
     def __init__(self, settings: Settings, role: str, setup_error: str | None = None) -> None:
-        from gateway.versions import CliVersions
-
         self.settings = settings
         self.role = role
         # The configuration could not be loaded: the server still answers (a client that

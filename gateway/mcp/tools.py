@@ -52,6 +52,7 @@ from gateway.mcp.signatures import (
     strict_signature,
 )
 from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
+from providers.registry import CLI_PROVIDERS
 
 if TYPE_CHECKING:
     from gateway.jobs.manager import Submission
@@ -270,13 +271,11 @@ def _next_step(kind: str, row: JobRow) -> str:
 def provider_tools(state: ServerState, name: str) -> ProviderTools:
     """The request tools of one provider: a CLI provider, or a configured HTTP API one
     (KeyError for neither). The HTTP client stack is imported only for an API provider."""
-    from providers.registry import CLI_PROVIDERS
-
     settings = state.settings
     default_timeout = settings.limits.default_timeout_s
     api = settings.api_providers.get(name)
     if api is not None:
-        from providers.http.request import ApiRequest, redact_url
+        from providers.http.request import ApiRequest, redact_url  # deferred: start-up
 
         return ProviderTools(state, name, "api", option_params(ApiRequest, reserved=frozenset()),
                              api_common_params(default_timeout, name),
@@ -316,7 +315,8 @@ def request_tools(state: ServerState, name: str) -> list[Tool]:
 def build_job_tools(state: ServerState) -> list[Tool]:
     """The llm_job_* tools, list_models and gateway_status, always listed."""
     tools = []
-    from gateway.mcp.usage_tools import usage_tools
+    # Built at the first tools/list: not loaded before initialize is answered.
+    from gateway.mcp.usage_tools import usage_tools  # deferred: start-up
 
     for name, body, hints in [*JobTools(state).tools(), *usage_tools(state)]:
         # One line: a docstring's indentation is bytes in every model's context.

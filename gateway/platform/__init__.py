@@ -210,7 +210,7 @@ def supervisor_paths(name: str) -> list[str]:
     was imported from. Appended after the stdlib, so nothing there can shadow it."""
     paths = [str(PLATFORM_DIR)]
     if name == PORTABLE:
-        import psutil  # the gateway has it (a dependency); the supervisor gets its folder
+        import psutil  # deferred: start-up (psutil: only a portable run's spec needs its folder)
 
         paths.append(str(Path(psutil.__file__).resolve().parent.parent))
     return paths

@@ -28,16 +28,16 @@ async def open_store(settings: Settings, role: str = "stdio") -> JobStore:
     persistence = settings.persistence
     store: JobStore
     if persistence.backend == "memory":
-        from gateway.store.memory.store import MemoryJobStore
+        from gateway.store.memory.store import MemoryJobStore  # deferred: start-up
 
         store = MemoryJobStore()
     elif persistence.backend == "sqlite":
-        from gateway.store.sqlite.store import SqliteJobStore
+        from gateway.store.sqlite.store import SqliteJobStore  # deferred: start-up
 
         store = SqliteJobStore(persistence.path)
     elif persistence.backend == "postgres":
         try:
-            from gateway.store.postgres.store import PostgresJobStore
+            from gateway.store.postgres.store import PostgresJobStore  # deferred: optional dependency
         except ImportError as exc:
             if exc.name != "asyncpg":
                 raise

@@ -65,7 +65,8 @@ async def inspect_schema(settings: Settings) -> SchemaState:
     if persistence.backend == "postgres":
         if not persistence.dsn:
             raise StoreUnavailable("persistence.dsn is required for the postgres backend")
-        from gateway.store.postgres.inspect import read_schema_version  # asyncpg: when used
+        # asyncpg: the postgres extra.
+        from gateway.store.postgres.inspect import read_schema_version  # deferred: optional dependency
 
         version, connections = await read_schema_version(persistence.dsn, persistence.pooler)
         return SchemaState(version, connections=connections)

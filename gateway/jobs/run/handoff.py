@@ -118,7 +118,7 @@ def start_finalizer(spool_dir: str, finalizer: dict[str, Any], platform: Any) ->
     log; it is in no group of the run's."""
     # Imported here, on this rare path (its gateway is gone), not by the zygote: subprocess
     # imports threading, whose fork hook every forked supervisor would pay (supervisor.py).
-    import subprocess
+    import subprocess  # deferred: start-up (subprocess imports threading: see supervisor.py)
 
     if not os.path.exists(os.path.join(spool_dir, supervisor.END_NAME)):
         return False

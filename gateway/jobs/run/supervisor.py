@@ -416,7 +416,7 @@ class Supervisor:
                 os.close(fd)
         writer = None
         if write_fd is not None:  # a prompt larger than the pipe: fed as the CLI reads it
-            import threading  # only here: see the imports above
+            import threading  # deferred: start-up (threading hooks every fork: see the imports above)
 
             writer = threading.Thread(target=self._feed, args=(write_fd, rest), daemon=True)
             writer.start()

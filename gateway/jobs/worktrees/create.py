@@ -182,7 +182,7 @@ def repository_lock(common_dir: str, wait_s: float | None = None) -> Iterator[No
     """An exclusive flock on `<common dir>/agent-cli-gateway.lock`: every gateway process of
     this host (and any git wrapper that honours it) serializes its worktree changes there.
     Raises WorktreeError after `wait_s` (LOCK_WAIT_S)."""
-    import fcntl  # here: a module that native Windows lacks must not fail the import
+    import fcntl  # deferred: platform (native Windows lacks fcntl: the module must import)
 
     limit = LOCK_WAIT_S if wait_s is None else wait_s
     try:

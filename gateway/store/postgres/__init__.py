@@ -8,7 +8,7 @@ def driver_missing() -> bool:
     """Whether asyncpg (the `postgres` extra) cannot be imported: `doctor` says what to
     install before it tries to connect, as the store itself would at open."""
     try:
-        import asyncpg  # noqa: F401  (import-for-presence, only when postgres is configured)
+        import asyncpg  # noqa: F401  # deferred: optional dependency (asyncpg: the postgres extra)
     except ImportError:
         return True
     return False
