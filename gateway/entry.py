@@ -22,7 +22,7 @@ import gc
 import sys
 import threading
 
-from gateway import __version__
+from gateway.cli.version import print_version
 
 STARTUP_GC_PAUSE_S = 5.0
 
@@ -44,11 +44,8 @@ def _resume_gc() -> None:
 
 
 def main() -> int:
-    if sys.argv[1:] == ["--version"]:
-        # A launcher's probe (uvx, a client's setup check) gets its answer without the
-        # parser's imports (pydantic, the config: ~0.2 s); the same line argparse prints.
-        print(f"agent-cli-gateway {__version__}")
-        return 0
+    if sys.argv[1:] == ["--version"]:  # a probe: answered without the parser's imports
+        return print_version()
     pause_gc_for_startup()
     # After the pause: the collector stays out of the CLI's imports.
     from gateway.cli.main import main as run_command  # deferred: start-up

@@ -20,6 +20,7 @@ from typing import Any, NoReturn, TypeVar
 import anyio
 import structlog
 
+from gateway.cli.version import PROG
 from gateway.config import Settings, load_settings, unknown_env_warnings
 from gateway.fs import uncreatable
 from gateway.logs import configure_logging
@@ -30,7 +31,6 @@ from neutral.redaction import redact_text
 
 log = structlog.get_logger(__name__)
 
-PROG = "agent-cli-gateway"
 
 
 @functools.cache

@@ -31,7 +31,8 @@ import anyio
 from gateway import __version__, platform
 from gateway.childenv import secret_env_names
 from gateway.cli.arguments import CommandTree
-from gateway.cli.common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, PROG
+from gateway.cli.common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from gateway.cli.version import PROG
 from gateway.config import (
     PROVIDER_NAMES,
     ConfigError,

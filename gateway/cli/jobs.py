@@ -20,7 +20,6 @@ from gateway.cli.arguments import CommandTree, non_negative_int, positive_float,
 from gateway.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
-    PROG,
     command,
     job_exit_code,
     no_job,
@@ -44,6 +43,7 @@ from gateway.cli.format import (
     visible,
     visible_data,
 )
+from gateway.cli.version import PROG
 from gateway.config import Settings
 from gateway.jobs.requests import stored_fields
 from gateway.model import InstanceRow, JobRow, JobStatus

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from gateway import __version__, platform, proc
+from gateway import platform, proc
 from gateway.cli import (
     config_show,
     doctor,
@@ -40,13 +40,13 @@ from gateway.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
-    PROG,
     CliError,
     command,
     error,
     invocation,
     load,
 )
+from gateway.cli.version import PROG, version_line
 from gateway.config import ConfigError, default_config_path, unknown_env_warnings
 from gateway.fs import ensure_private_dir
 from gateway.platform import ENV_VAR as PLATFORM_ENV
@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="MCP server that runs coding-agent CLIs and model APIs as durable jobs. "
                     "Without a command it serves MCP over stdio.",
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--version", action="version", version=version_line())
     parser.add_argument("--config", type=Path, default=None, metavar="PATH",
                         help="config file (default: $AGENT_GATEWAY_CONFIG or "
                              "~/.agent-cli-gateway/config.toml)")

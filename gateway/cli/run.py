@@ -32,13 +32,13 @@ from gateway.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
-    PROG,
     CliError,
     command,
     job_exit_code,
     load,
 )
 from gateway.cli.format import duration, size, terminal_safe, visible
+from gateway.cli.version import PROG
 from gateway.config import Settings
 from gateway.jobs.requests import SubmitRequest
 from gateway.logs import configure_logging

@@ -23,8 +23,8 @@ from typing import Any, BinaryIO
 import anyio
 
 from gateway import proc
-from gateway.cli.common import PROG
 from gateway.cli.format import duration
+from gateway.cli.version import PROG
 from gateway.config import Settings
 from gateway.jobs.reads import live_stdout
 from gateway.jobs.requests import stored_fields
