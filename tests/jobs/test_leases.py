@@ -371,12 +371,11 @@ async def test_a_sweep_removes_the_spool_an_ended_jobs_killed_writer_left_and_no
     await wait_for(lambda: _status(manager.store, running.job.id, JobStatus.RUNNING), 20)
     idle = time.time() - 60
 
-    def left_behind(job_id: str, *, idle_since: float | None = idle) -> Any:
+    def left_behind(job_id: str, *, idle_since: float = idle) -> Any:
         attempt = root / job_id / "0"
         attempt.mkdir(parents=True, exist_ok=True)
-        if idle_since is not None:
-            for path in (attempt, attempt.parent):
-                os.utime(path, (idle_since, idle_since))
+        for path in (attempt, attempt.parent):
+            os.utime(path, (idle_since, idle_since))
         return attempt.parent
 
     stale = left_behind(ended.job.id)
@@ -388,7 +387,10 @@ async def test_a_sweep_removes_the_spool_an_ended_jobs_killed_writer_left_and_no
     await leases_of(gw).sweep_once()
     assert not stale.exists()
     assert unknown.exists() and live.exists() and peers.exists()
-    fresh = left_behind(ended.job.id, idle_since=None)  # its writer may be removing it now
+    # Changed just now (its writer may be removing it): dated ahead, so it stays recent
+    # however long the sweep takes to look on a loaded box (SETTLED_SPOOL_IDLE_S is 2 s; a
+    # PostgreSQL sweep in CI once took longer and removed it).
+    fresh = left_behind(ended.job.id, idle_since=time.time() + 3600)
     await leases_of(gw).sweep_once()
     assert fresh.exists()
     await manager.cancel(running.job.id)
