@@ -36,7 +36,7 @@ DISCARDED = "discarded"  # tombstone: worktree and branch removed, the changes d
 TAMPERED = "tampered"  # the job changed it behind git's back: not committed, nothing removed
 ACTIVE_STATES = frozenset({CREATING, RUNNING})
 TOMBSTONE_STATES = frozenset({APPLIED, DISCARDED})  # nothing of the worktree is left
-ON_DISK_STATES = frozenset({CREATING, RUNNING, KEPT})  # what the quota counts
+ON_DISK_STATES = frozenset({CREATING, RUNNING, KEPT, TAMPERED})  # what the quota counts
 
 
 @dataclass(slots=True)
