@@ -48,6 +48,7 @@ from gateway.store.base import (
     RETENTION_BATCH_ROWS,
     AdoptionCandidate,
     DuplicateActiveJob,
+    JobsPage,
     StoreUnavailable,
     TakeOver,
     answer_in,
@@ -102,6 +103,8 @@ from gateway.store.postgres.sql import (
     LIST_INSTANCES,
     LIST_JOBS,
     LIST_JOBS_LIGHT,
+    LIST_JOBS_PAGE,
+    LIST_JOBS_PAGE_LIGHT,
     LOCK_EXPIRED_OWNERS,
     LOCK_SCHEMA,
     MARK_INSTANCE_STOPPED,
@@ -547,6 +550,19 @@ class PostgresJobStore:
                     rows = await conn.fetch(LIST_JOBS_LIGHT, *params)
             except _JSON_ERRORS:
                 return [without_output(_job(row)) for row in await conn.fetch(LIST_JOBS, *params)]
+        return [_job(row) for row in rows]
+
+    async def list_jobs_page(self, page: JobsPage) -> list[JobRow]:
+        wanted = ([JobStatus(s).value for s in page.statuses]
+                  if page.statuses is not None else None)
+        params = (wanted, page.provider, page.hostname, page.after_id, max(page.limit, 0))
+        async with self._connection("list jobs page") as conn:
+            try:
+                async with _savepoint(conn):
+                    rows = await conn.fetch(LIST_JOBS_PAGE_LIGHT, *params)
+            except _JSON_ERRORS:
+                return [without_output(_job(row))
+                        for row in await conn.fetch(LIST_JOBS_PAGE, *params)]
         return [_job(row) for row in rows]
 
     # -- detach, adoption, re-queue ---------------------------------------------------------

@@ -47,6 +47,7 @@ from gateway.store.base import (
     RETENTION_BATCH_ROWS,
     AdoptionCandidate,
     DuplicateActiveJob,
+    JobsPage,
     StoreFull,
     StoreReplaced,
     StoreUnavailable,
@@ -88,6 +89,8 @@ from gateway.store.sqlite.sql import (
     LIST_INSTANCES,
     LIST_JOBS,
     LIST_JOBS_LIGHT,
+    LIST_JOBS_PAGE,
+    LIST_JOBS_PAGE_LIGHT,
     MARK_INSTANCE_STOPPED,
     MARK_RUNNING,
     MIGRATIONS,
@@ -523,6 +526,16 @@ class SqliteJobStore:
             return await self._light_rows("list_jobs", LIST_JOBS_LIGHT, LIST_JOBS, params)
         async with self._read("list_jobs") as conn:
             return [_job(r) for r in await conn.execute_fetchall(LIST_JOBS, params)]
+
+    async def list_jobs_page(self, page: JobsPage) -> list[JobRow]:
+        params = {
+            "statuses": None if page.statuses is None
+            else json.dumps([JobStatus(s).value for s in page.statuses]),
+            "provider": page.provider, "hostname": page.hostname, "after_id": page.after_id,
+            "limit": max(page.limit, 0),
+        }
+        return await self._light_rows("list_jobs_page", LIST_JOBS_PAGE_LIGHT, LIST_JOBS_PAGE,
+                                      params)
 
     # -- detach, adoption, re-queue ---------------------------------------------------------
     async def extend_leases(self, instance_id: str, seconds: Mapping[str, float]) -> int:
