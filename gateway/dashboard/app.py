@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 import jinja2
+from markupsafe import Markup
 import structlog
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -175,9 +176,10 @@ class Pages:
                         after_id=params.get("after") or None, limit=PAGE_ROWS)
         return page, filters
 
-    def _rows_html(self, rows: list[JobRow], now: float) -> str:
-        return self.env.get_template("job_rows.html").render(
-            lines=[views.job_line(row, now) for row in rows])
+    def _rows_html(self, rows: list[JobRow], now: float) -> Markup:
+        """The table's rows: HTML the template escaped, so the page embeds it as it is."""
+        return Markup(self.env.get_template("job_rows.html").render(
+            lines=[views.job_line(row, now) for row in rows]))
 
     async def jobs(self, request: Request) -> Response:
         store = await self._store(request)
@@ -206,9 +208,9 @@ class Pages:
         return _sse(live.jobs_stream(store, page, self._rows_html, request.is_disconnected))
 
     # -- one job ---------------------------------------------------------------------
-    def _status_html(self, row: JobRow, now: float) -> str:
-        return self.env.get_template("job_status.html").render(
-            job=views.job_detail(row, now))
+    def _status_html(self, row: JobRow, now: float) -> Markup:
+        return Markup(self.env.get_template("job_status.html").render(
+            job=views.job_detail(row, now)))
 
     async def job(self, request: Request) -> Response:
         store = await self._store(request)

@@ -21,7 +21,9 @@ CONTENT_SECURITY_POLICY = (
 SECURITY_HEADERS = (
     (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),  # a token in an address never leaves in a Referer
+    # A token in an address never leaves in a Referer to another site; same-origin rather
+    # than no-referrer, under which Chromium sends `Origin: null` with a form POST.
+    (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
     (b"cache-control", b"no-store"),  # pages hold job data: no copy on disk
 )
