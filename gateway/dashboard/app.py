@@ -18,8 +18,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 import jinja2
-from markupsafe import Markup
 import structlog
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response, StreamingResponse

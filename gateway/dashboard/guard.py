@@ -7,6 +7,8 @@ inline: a string from a CLI or a prompt that slipped past the escaping still cou
 
 from __future__ import annotations
 
+import time
+
 import structlog
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -30,10 +32,17 @@ SECURITY_HEADERS = (
 
 
 def with_security_headers(send: Send) -> Send:
+    """The security headers on the answer, and `Server-Timing: app;dur=MS`: how long the
+    server took until the answer's head (a page is rendered whole before it), which
+    bench/bench_dashboard.py reads."""
+    started = time.perf_counter()
+
     async def wrapped(message: Message) -> None:
         if message["type"] == "http.response.start":
             names = {name.lower() for name, _ in message.get("headers") or []}
             extra = [(n, v) for n, v in SECURITY_HEADERS if n not in names]
+            took_ms = (time.perf_counter() - started) * 1000
+            extra.append((b"server-timing", f"app;dur={took_ms:.1f}".encode()))
             message = {**message, "headers": [*(message.get("headers") or []), *extra]}
         await send(message)
 

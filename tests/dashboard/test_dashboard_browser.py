@@ -8,6 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import anyio
 import pytest
 from playwright.async_api import Browser, Page, expect
 
@@ -15,6 +16,7 @@ from gateway.jobs.requests import SubmitRequest
 from gateway.runtime import Gateway
 from tests.dashboard.site import Site
 from tests.jobs.conftest import wait_for
+from tests.mcp.conftest import TOKEN, free_port, start_http_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -177,3 +179,33 @@ def checkout(path: Path) -> Path:
         subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True,
                        env={"PATH": "/usr/bin:/bin", "HOME": str(path.parent), **GIT_ID})
     return path
+
+
+async def test_serve_over_http_shows_the_dashboard_at_ui_behind_its_bearer_token(
+        dashboard_site: Site, browser: Browser) -> None:
+    gateway = await dashboard_site.start_gateway()
+    job = await submit(gateway, "seen through /ui")
+    await ended(gateway, job)
+    server = await anyio.to_thread.run_sync(start_http_server, dashboard_site.home,
+                                            dashboard_site.config, free_port())
+    try:
+        stranger = await browser.new_context()
+        try:
+            assert (await stranger.request.get(f"{server.base}/ui/")).status == 401
+            assert (await stranger.request.get(f"{server.base}/ui/?token=wrong")).status == 401
+        finally:
+            await stranger.close()
+        page = await browser.new_page()
+        await page.goto(f"{server.base}/ui/?token={TOKEN}")
+        assert page.url == f"{server.base}/ui/"
+        await expect(page.locator(f"#job-{job}")).to_contain_text("seen through /ui")
+        await page.locator(f"#job-{job} a").click()
+        await expect(page.locator("#prompt")).to_have_text("seen through /ui")
+        foreign = await page.request.get(f"{server.base}/ui/",
+                                         headers={"Origin": "http://evil.example"})
+        assert foreign.status == 403
+        refused = await page.request.post(f"{server.base}/ui/jobs/{job}/cancel",
+                                          form={"csrf": "x"})
+        assert refused.status == 403  # /ui is read-only
+    finally:
+        await anyio.to_thread.run_sync(server.stop)
