@@ -69,7 +69,7 @@ async def main_async() -> None:
                                       "compare-and-set @tokens=2400:610")),
                 (second, await submit(second, "gemini", "Summarize CHANGELOG.md @exit=1")),
                 (first, await submit(first, "claude", "Add a greeting to the app "
-                                     "@write=src/app.py,docs/notes.md @cost=0.031",
+                                     "@write=src/app.py,NOTES.md @cost=0.031",
                                      working_dir=str(repo), isolation="worktree")),
             ]
             for gateway, job in finished:

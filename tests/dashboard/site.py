@@ -2,7 +2,7 @@
 process, running the fake CLIs), the `dashboard` command as a real process on loopback, and
 headless Chromium, the system's own (Debian's `chromium`), driven by Playwright.
 
-Shared by the browser tests, scripts/dashboard_screenshots.py and bench/bench_dashboard.py.
+Shared by the browser tests, bench/dashboard_screenshots.py and bench/bench_dashboard.py.
 Nothing from the host's PATH reaches the gateways' CLIs: every provider is configured by
 the absolute path of its fake.
 """
