@@ -33,15 +33,17 @@ class Sessions:
 
     token: str | None  # None: no token guards this listener (serve's loopback --no-auth)
     one_time: bool
+    spent: bool = False  # a one-time token after its exchange
     _csrf: dict[str, str] = field(default_factory=dict)  # session id -> its CSRF token
 
     def exchange(self, offered: str) -> str | None:
         """A new session id for a token that matches (compared in constant time), else
         None. A one-time token is spent by its first exchange."""
-        if self.token is None or not hmac.compare_digest(offered.encode(), self.token.encode()):
+        if self.token is None or self.spent or not offered:
             return None
-        if self.one_time:
-            self.token = ""  # spent: no offered token compares equal to it and is non-empty
+        if not hmac.compare_digest(offered.encode(), self.token.encode()):
+            return None
+        self.spent = self.one_time
         return self._open()
 
     def open_without_token(self) -> str | None:
