@@ -32,3 +32,13 @@ async def browser() -> AsyncIterator[Browser]:
 async def dashboard_site(tmp_path: Path) -> AsyncIterator[Site]:
     async with site(tmp_path) as made:
         yield made
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def shared_site(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Site]:
+    """A site on each backend: gateways of several hosts share PostgreSQL."""
+    extra = ({"persistence": {"backend": "postgres",
+                              "dsn": request.getfixturevalue("postgres_dsn")}}
+             if request.param == "postgres" else {})
+    async with site(tmp_path, **extra) as made:
+        yield made

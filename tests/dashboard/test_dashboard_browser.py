@@ -50,7 +50,8 @@ async def opened(browser: Browser, address: str) -> Page:
 
 
 async def test_jobs_of_two_gateways_show_and_a_new_job_turns_completed_without_a_reload(
-        dashboard_site: Site, browser: Browser, tmp_path: Path) -> None:
+        shared_site: Site, browser: Browser, tmp_path: Path) -> None:
+    dashboard_site = shared_site
     first, second = (await dashboard_site.start_gateway(), await dashboard_site.start_gateway())
     one = await submit(first, "from the first gateway")
     two = await submit(second, "from the second gateway", provider="codex")
@@ -103,6 +104,25 @@ async def test_a_worktree_jobs_diff_shows_and_applying_it_changes_the_checkout(
     await page.locator("#apply").click()
     await expect(page.locator(".notice")).to_contain_text("applied")
     assert "written by fake-claude" in (repo / "notes.txt").read_text()
+
+
+async def test_cancel_from_the_page_stops_a_running_job_and_a_stale_csrf_token_is_refused(
+        dashboard_site: Site, browser: Browser) -> None:
+    gateway = await dashboard_site.start_gateway()
+    job = await submit(gateway, "a long one @sleep=300")
+    page = await opened(browser, await dashboard_site.dashboard("--allow-actions"))
+    root = page.url
+    await page.goto(f"{root}jobs/{job}")
+    await expect(page.locator("#job-state")).to_have_text("running")
+    forged = await page.request.post(f"{root}jobs/{job}/cancel", form={"csrf": "forged"})
+    assert forged.status == 403
+    assert (await (await gateway.manager()).reads.get(job)).status.is_active
+    page.on("dialog", lambda dialog: dialog.accept())
+    await page.locator("#cancel").click()
+    await expect(page.locator(".notice")).to_contain_text("Cancel requested")
+    # The owning gateway's cancel poller stops it; the open page shows it by itself.
+    await expect(page.locator("#job-state")).to_have_text("cancelled", timeout=LIVE_S)
+    await ended(gateway, job)
 
 
 async def test_read_only_has_no_action_button_and_refuses_the_post(
