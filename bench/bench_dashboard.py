@@ -130,7 +130,7 @@ def p95(values: list[float]) -> float:
 
 
 def pages(ids: list[str]) -> dict[str, str]:
-    return {"jobs page": "/", "second page": f"/?after={ids[-51]}",
+    return {"jobs page": "/", "second page": f"/?after={ids[max(len(ids) - 51, 0)]}",
             "few rows match (status=queued, provider=codex)": "/?status=queued&provider=codex",
             "a job's page": f"/jobs/{ids[len(ids) // 2]}"}
 

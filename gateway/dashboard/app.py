@@ -32,6 +32,7 @@ from gateway.dashboard import charts, live, views
 from gateway.dashboard.auth import COOKIE_NAME, TOKEN_PARAM, Sessions
 from gateway.dashboard.guard import DashboardGuard
 from gateway.jobs.budgets import budget_status
+from gateway.jobs.finalizer import finalize_on_read
 from gateway.jobs.leases import instance_lease_state
 from gateway.jobs.usage_report import usage_report
 from gateway.jobs.worktrees import changes
@@ -110,30 +111,26 @@ class Authenticated:
         request = Request(scope, receive)
         sessions = self.options.sessions
         offered = request.query_params.get(TOKEN_PARAM)
-        cookie_path = self.options.prefix or "/"
-        if offered is not None:
-            session = sessions.exchange(offered)
+        has_session = sessions.csrf_of(request.cookies.get(COOKIE_NAME)) is not None
+        if has_session and offered is None:
+            await self.app(scope, receive, send)
+            return
+        # A token to trade (a session already open keeps its cookie: the printed address
+        # opened again in the same browser is not refused for a spent token); or, with no
+        # token guarding the listener, a session for the asking.
+        session = None
+        if not has_session:
+            session = (sessions.exchange(offered) if offered is not None
+                       else sessions.open_without_token())
             if session is None:
                 await self._refuse(scope, receive, send)
                 return
-            rest = [(k, v) for k, v in request.query_params.multi_items() if k != TOKEN_PARAM]
-            target = self.options.prefix + scope["path"] + (f"?{urlencode(rest)}" if rest else "")
-            response: Response = RedirectResponse(target, status_code=303)
+        rest = [(k, v) for k, v in request.query_params.multi_items() if k != TOKEN_PARAM]
+        target = self.options.prefix + scope["path"] + (f"?{urlencode(rest)}" if rest else "")
+        response = RedirectResponse(target, status_code=303)  # the token leaves the address
+        if session is not None:
             response.set_cookie(COOKIE_NAME, session, httponly=True, samesite="strict",
-                                path=cookie_path)
-            await response(scope, receive, send)
-            return
-        if sessions.csrf_of(request.cookies.get(COOKIE_NAME)) is not None:
-            await self.app(scope, receive, send)
-            return
-        opened = sessions.open_without_token()
-        if opened is None:
-            await self._refuse(scope, receive, send)
-            return
-        target = self.options.prefix + scope["path"]
-        response = RedirectResponse(target, status_code=303)
-        response.set_cookie(COOKIE_NAME, opened, httponly=True, samesite="strict",
-                            path=cookie_path)
+                                path=self.options.prefix or "/")
         await response(scope, receive, send)
 
     async def _refuse(self, scope: Any, receive: Any, send: Any) -> None:
@@ -221,6 +218,9 @@ class Pages:
         if row is None:
             return self._render(request, "error.html", 404, title="No such job",
                                 message=f"No job {views.shown(job_id)!r} in this store.")
+        # As the operator commands read: a run that ended while no gateway watched is
+        # finalized first, so the page shows its true end.
+        row = await finalize_on_read(self.settings, store, row)
         now = await store.now()
         answer = ""
         if row.status.is_terminal:

@@ -159,6 +159,10 @@ async def test_no_token_is_401_and_a_foreign_origin_is_403(
     assert foreign.status == 403
     own = await page.request.get(root, headers={"Origin": root.rstrip("/")})
     assert own.status == 200
+    # The printed address opened again where the session is: the page, not a refusal.
+    await page.goto(address)
+    assert page.url == root
+    await expect(page.locator("h1")).to_have_text("Jobs")
     # The one-time token is spent: a second browser cannot use the printed address again.
     again = await browser.new_context()
     try:
