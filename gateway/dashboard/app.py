@@ -318,20 +318,20 @@ class Pages:
         if isinstance(store, Response):
             return store
         now = await store.now()
-        lines = []
-        for instance in await store.list_instances():
+        instances = await store.list_instances()
+        hosts: dict[str, list[views.InstanceLine]] = {}
+        for instance in instances:
             owned = await store.list_jobs(statuses=sorted(ACTIVE_STATUSES),
                                           owner_instance=instance.instance_id,
                                           limit=OWNED_COUNT_LIMIT, with_output=False)
-            lines.append(views.instance_line(instance, instance_lease_state(instance, now),
-                                             len(owned), now))
-        hosts: dict[str, list[views.InstanceLine]] = {}
-        for line in lines:
+            line = views.instance_line(instance, instance_lease_state(instance, now),
+                                       len(owned), now)
             hosts.setdefault(line.hostname, []).append(line)
-        worst = max((i.renewal_wait_ms_max_1h or 0.0 for i in await store.list_instances()),
-                    default=0.0)
+        waits = [i.renewal_wait_ms_max_1h for i in instances
+                 if i.renewal_wait_ms_max_1h is not None]
+        worst = f"{max(waits):.0f} ms" if waits else "not measured yet"
         return self._render(request, "gateways.html", title="Gateways", hosts=hosts,
-                            worst_renewal=f"{worst:.0f} ms")
+                            worst_renewal=worst)
 
     async def static(self, request: Request) -> Response:
         name = request.path_params["name"]
