@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -22,10 +23,15 @@ from gateway.model import JobRow
 from gateway.store.base import JobStore
 
 
+def to_stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
 @dataclass
 class TerminalFollower(Follower):
-    """A Follower with a waiting line on a terminal's stderr."""
+    """A Follower whose remarks go to stderr, with a waiting line on a terminal's stderr."""
 
+    note: Callable[[str], None] = to_stderr
     waiting_shown: bool = False  # a "waiting for output" line is on the terminal (stderr)
 
     def before_output(self) -> None:

@@ -16,7 +16,6 @@ the CLI's stdout byte for byte.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -38,8 +37,8 @@ LIVE_PARSE_MAX_BYTES = 8 * 1024 * 1024  # past this the live parsed view stops (
 # the whole stream each poll would cost more than it shows); the final answer still prints
 
 
-def _to_stderr(message: str) -> None:
-    print(message, file=sys.stderr)
+def _unheard(_message: str) -> None:
+    """A follower nobody gave a place for its remarks: they go nowhere (never stdout)."""
 
 
 def parser_for(row: JobRow) -> tuple[Any, Any] | None:
@@ -76,7 +75,7 @@ class Follower:
     from_spool: bool = False  # once read from the spool, never from the row (other offsets)
     # Where a remark about the stream goes (a gap, the live view stopping): the CLI's
     # stderr, the dashboard's page; never mixed into the output itself.
-    note: Callable[[str], None] = _to_stderr
+    note: Callable[[str], None] = _unheard
 
     def emit(self, data: bytes) -> None:
         if not data:
