@@ -69,6 +69,7 @@ from gateway.store.sqlite.rows import (
     _read_output,
     _run_transaction,
     _write_output,
+    jobs_page_params,
 )
 from gateway.store.sqlite.sql import (
     ADOPT_JOB,
@@ -528,14 +529,8 @@ class SqliteJobStore:
             return [_job(r) for r in await conn.execute_fetchall(LIST_JOBS, params)]
 
     async def list_jobs_page(self, page: JobsPage) -> list[JobRow]:
-        params = {
-            "statuses": None if page.statuses is None
-            else json.dumps([JobStatus(s).value for s in page.statuses]),
-            "provider": page.provider, "hostname": page.hostname, "after_id": page.after_id,
-            "limit": max(page.limit, 0),
-        }
         return await self._light_rows("list_jobs_page", LIST_JOBS_PAGE_LIGHT, LIST_JOBS_PAGE,
-                                      params)
+                                      jobs_page_params(page))
 
     # -- detach, adoption, re-queue ---------------------------------------------------------
     async def extend_leases(self, instance_id: str, seconds: Mapping[str, float]) -> int:
