@@ -50,6 +50,7 @@ from gateway import proc
 from gateway.config import LeaseConfig, Settings
 from gateway.jobs.adoption import Adopter
 from gateway.jobs.manager import JobManager
+from gateway.jobs.remote import sweep_remote
 from gateway.jobs.run import spool
 from gateway.jobs.worktrees.gc import expire_worktrees
 from gateway.model import FINAL_STATUSES, ErrorKind, InstanceRow, JobRow, JobStatus
@@ -141,8 +142,20 @@ class LeaseKeeper:
             "reaper": (self.lease.sweep_interval_s, self.sweep_tick),
             "cancel_poller": (self.lease.cancel_poll_s, self.poll_cancels_once),
         }
+        if self.store.backend == "postgres":  # jobs for other hosts exist there only
+            loops["remote_queue"] = (self.lease.cancel_poll_s, self.sweep_remote_once)
         for name, (interval, tick) in loops.items():
-            self._tasks.append(asyncio.create_task(self._loop(name, interval, tick), name=name))
+            self.run_loop(name, interval, tick)
+
+    def run_loop(self, name: str, interval: float,
+                 tick: Callable[[], Awaitable[object]]) -> None:
+        """Run `tick` every `interval` s beside the lease loops, stopped with them (a
+        worker's claim loop)."""
+        self._tasks.append(asyncio.create_task(self._loop(name, interval, tick), name=name))
+
+    async def sweep_remote_once(self) -> list[str]:
+        """This gateway's jobs for other hosts that wait for a worker (remote.py)."""
+        return await sweep_remote(self.manager)
 
     async def stop(self) -> None:
         """Cancel every loop and collect them, logging any error that was not a cancel."""
