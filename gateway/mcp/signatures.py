@@ -30,7 +30,7 @@ COMMON_NAMES = frozenset({"prompt", "model", "working_dir", "session_id", "timeo
 
 # Where the job runs (gateway/jobs/placement.py validates it, with a message that says what
 # is accepted): untyped in the schema, so its text costs a few bytes in every provider tool.
-RUNS_ON_DESCRIPTION = 'here, any, {"host":H} or {"labels":{..}}'
+RUNS_ON_DESCRIPTION = "here|any|{host}|{labels}"
 
 
 def runs_on_param(default: str | None) -> Param:
@@ -192,6 +192,8 @@ def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
                 and {"type": "null"} in variants and len(variants) == 2):
             (kept,) = [v for v in variants if v != {"type": "null"}]
             prop = {**{k: v for k, v in prop.items() if k not in ("anyOf", "default")}, **kept}
+        if prop.get("default", ...) is None and not ({"type", "anyOf"} & set(prop)):
+            prop = {k: v for k, v in prop.items() if k != "default"}  # untyped: omitted is none
         if prop.get("default", True) in (False, []) and prop.get("type") in ("boolean", "array"):
             prop = {k: v for k, v in prop.items() if k != "default"}  # omitted means that
         properties[name] = prop
