@@ -26,7 +26,8 @@ TESTS_DIR = Path(__file__).resolve().parent
 # The folders whose every test is `slow`: each starts whole gateways (in-process with their
 # supervisors, or as processes), real CLIs or MCP clients, or the previous release, at
 # seconds a test.
-SLOW_DIRS = frozenset({"chaos", "cli", "clients", "jobs", "mcp", "realcli", "upgrade"})
+SLOW_DIRS = frozenset({"chaos", "cli", "clients", "jobs", "mcp", "realcli", "upgrade",
+                       "workers"})
 # Folders inside those that are not slow: tests/jobs/unit/ runs the job machinery on the
 # memory store with a fake run (no process, no socket), in the fast tier.
 FAST_DIRS = frozenset({"jobs/unit"})

@@ -210,14 +210,16 @@ class JobTools:
 
         settings = self.state.settings
         gateway = self.state.gateway
-        if self.state.recheck_tools is not None:
-            await self.state.recheck_tools()  # a CLI installed since: list it now
         manager = None
         if gateway is not None and self.state.setup_error is None:
             # The first call of a session waits (bounded) for the store like any other tool:
             # "not ready" only when it really is not, with the cause.
             manager = (gateway.current_manager
                        if await gateway.wait_settled(STATUS_READY_WAIT_S) else None)
+        if self.state.recheck_tools is not None:
+            # A CLI installed since, or a worker that has one (read from the store once it
+            # is open): list it now.
+            await self.state.recheck_tools()
         problem = self.state.setup_error
         if problem is None and gateway is not None and manager is None:
             problem = gateway.not_ready_error().message
