@@ -376,6 +376,15 @@ class LeaseKeeper:
         candidates = await self.store.list_expired_candidates(grace, REAPER_BATCH_ROWS)
         owners = ({i.instance_id: i for i in await self.store.list_instances()}
                   if candidates else {})
+        # A remote job that never started goes back to the worker pool instead (any worker
+        # may run it: nothing of it is on its last owner's host).
+        pooled = set(await self.store.return_to_pool(
+            self.identity, self.lease.ttl_s, grace,
+            [row.id for row in candidates if row.status is JobStatus.QUEUED]))
+        if pooled:
+            log.info("jobs for other hosts back in the pool: their owner's lease lapsed "
+                     "before they started", action="return_to_pool", job_ids=sorted(pooled))
+        candidates = [row for row in candidates if row.id not in pooled]
         # Only the candidates judged here are flipped: the probed ones minus those that a
         # gateway may still settle.
         judged = [row.id for row in candidates

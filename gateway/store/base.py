@@ -506,6 +506,16 @@ class WorkerQueue(Protocol):
         now, the lease restarts. Each job goes to exactly one claimer whoever races; a job
         with a cancel request is never claimed. Light rows, as get_job(with_output=False)."""
 
+    async def return_to_pool(self, taker: InstanceRow, ttl_s: float, http_grace_s: float,
+                             job_ids: Collection[str]) -> list[str]:
+        """The reaper's alternative to orphaning a remote job that never started: those of
+        `job_ids` still queued, remote, without a cancel request and whose lease (theirs and
+        their owner's) lapsed, as list_expired_candidates judges it, are taken by
+        `taker` (a live gateway: its heartbeat keeps their lease) with their
+        claim cleared, so any worker that meets them claims them again. Nothing ran (a run
+        starts only after the queued -> running CAS), so nothing can run twice. Returns the
+        ids taken (counted as a re-queue)."""
+
     async def set_unschedulable(self, owner_instance: str,
                                 reasons: Mapping[str, str | None]) -> int:
         """Write each named job's unschedulable_reason (None clears it), only while it is

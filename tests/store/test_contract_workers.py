@@ -15,6 +15,7 @@ import pytest
 from gateway.model import JobStatus, NewJob
 from gateway.store.base import JobStore, TakeOver, WorkerClaim
 from tests.store.contract_helpers import (
+    EXPIRED_TTL_S,
     OWNER,
     TTL_S,
     get,
@@ -208,3 +209,29 @@ async def test_racing_workers_claim_each_job_exactly_once(
     assert not set(claims) & set(cancelled)
     for job_id, [owner] in claims.items():
         assert (await get(store, job_id)).owner_instance == owner
+
+
+async def test_a_lapsed_unstarted_remote_job_goes_back_to_the_pool_not_to_orphaned(
+        postgres_only: JobStore) -> None:
+    store = postgres_only
+    lapsed = remote("any", owner="gone-instance")  # no instance row: its owner holds no lease
+    fresh = remote("any")
+    await store.insert_job(lapsed, EXPIRED_TTL_S)
+    await store.insert_job(fresh, TTL_S)
+    claimed = remote("any", owner="gone-instance")
+    await store.insert_job(claimed, TTL_S)
+    [row] = await store.claim_jobs(worker("w9"), 1)  # the oldest: `lapsed`
+    assert row.id == lapsed.id
+    # Claimed by a worker that died at once: its lease lapses with no instance row.
+    await store.requeue_job(TakeOver(
+        job_id=lapsed.id, expected_owner="w9", expected_status=JobStatus.QUEUED,
+        instance_id="w9-gone", hostname="w9-host", boot_id="w9-boot", ttl_s=EXPIRED_TTL_S))
+    taker = instance("reaper-host-gateway", hostname="host-2")
+    taken = await store.return_to_pool(taker, TTL_S, 0.0, [lapsed.id, fresh.id])
+    assert taken == [lapsed.id]  # `fresh` holds its lease: not touched
+    row = await get(store, lapsed.id)
+    assert row.status is JobStatus.QUEUED and row.claimed_at is None
+    assert row.owner_instance == "reaper-host-gateway" and row.hostname == "host-2"
+    assert row.requeue_count == 2
+    [again] = await store.claim_jobs(worker("w1"), 1)
+    assert again.id == lapsed.id

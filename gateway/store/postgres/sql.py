@@ -18,6 +18,7 @@ from gateway.store.base import (
     SCHEMA_VERSION,
 )
 from gateway.store.owner_columns import INSTANCE_COLUMN_LIST, OWNER_COLUMN_LIST
+from gateway.store.postgres import workers as postgres_workers
 from gateway.store.postgres.meta import SCHEMA_V7
 from gateway.store.postgres.notices import NOTIFY_SCHEMA
 from gateway.store.postgres.sweeps import SWEEPS_SCHEMA
@@ -308,6 +309,11 @@ status IN {ACTIVE_STATUSES_SQL} AND lease_deadline < now()
         AND owner.lease_expires_at + CASE WHEN jobs.transport = 'http'
                                           THEN make_interval(secs => $1)
                                           ELSE interval '0' END >= now())"""
+
+# The reaper's alternative for a remote job that never started (workers.py): $5 is the
+# http grace there.
+RETURN_TO_POOL = postgres_workers.RETURN_TO_POOL.replace(
+    "{lease_expired}", _LEASE_EXPIRED.replace("$1", "$5"))
 
 # Narrow and bounded (base.REAPER_COLUMNS, $2 rows, oldest lease first): a sweep never
 # reads requests or outputs, and its cost does not grow with a backlog.

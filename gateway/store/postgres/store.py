@@ -121,6 +121,7 @@ from gateway.store.postgres.sql import (
     RENEW_INSTANCE_LEASE,
     REQUEST_CANCEL_LIGHT,
     REQUEUE_JOB,
+    RETURN_TO_POOL,
     SAVE_PROGRESS,
     UPSERT_INSTANCE,
 )
@@ -454,6 +455,16 @@ class PostgresJobStore:
     async def claim_jobs(self, claim: WorkerClaim, limit: int) -> list[JobRow]:
         async with self._transaction("claim jobs", patience_s=WORK_PATIENCE_S) as conn:
             return await postgres_workers.claim_jobs(conn, claim, limit)
+
+    async def return_to_pool(self, taker: InstanceRow, ttl_s: float, http_grace_s: float,
+                             job_ids: Collection[str]) -> list[str]:
+        if not job_ids:
+            return []
+        async with self._connection("return jobs to the pool") as conn:
+            rows = await conn.fetch(RETURN_TO_POOL, taker.instance_id, taker.hostname,
+                                    taker.boot_id, float(ttl_s), float(http_grace_s),
+                                    list(job_ids))
+        return [row["id"] for row in rows]
 
     async def set_unschedulable(self, owner_instance: str,
                                 reasons: Mapping[str, str | None]) -> int:

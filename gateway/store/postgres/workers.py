@@ -95,6 +95,23 @@ WHERE owner_instance = $1 AND status = 'queued' AND runs_on IS NOT NULL
 RETURNING id"""
 
 
+# Invariant: only a queued remote job that never started, has no cancel request, and whose
+# lease lapsed (its own and its owner's, the reaper's predicate, re-checked on the locked
+# row) changes hands: a heartbeat of its owner that committed first keeps it, a claim or a
+# cancel that committed first wins. SKIP LOCKED: a row another transaction holds waits for
+# the next sweep. The caller (a live gateway) owns it then; any worker may claim it again.
+RETURN_TO_POOL = """
+UPDATE jobs SET owner_instance = $1, hostname = $2, boot_id = $3, claimed_at = NULL,
+                requeued_at = now(), requeue_count = requeue_count + 1,
+                lease_deadline = now() + make_interval(secs => $4), updated_at = now()
+WHERE id IN (
+    SELECT id FROM jobs
+    WHERE id = ANY($6::text[]) AND status = 'queued' AND runs_on IS NOT NULL
+      AND cancel_requested_at IS NULL AND {lease_expired}
+    FOR UPDATE SKIP LOCKED)
+RETURNING id"""
+
+
 async def claim_jobs(conn: asyncpg.Connection, claim: WorkerClaim,
                      limit: int) -> list[JobRow]:
     if limit <= 0 or not claim.providers:

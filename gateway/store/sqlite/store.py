@@ -594,6 +594,10 @@ class SqliteJobStore:
     async def claim_jobs(self, claim: WorkerClaim, limit: int) -> list[JobRow]:
         return []
 
+    async def return_to_pool(self, taker: InstanceRow, ttl_s: float, http_grace_s: float,
+                             job_ids: Collection[str]) -> list[str]:
+        return []
+
     async def set_unschedulable(self, owner_instance: str,
                                 reasons: Mapping[str, str | None]) -> int:
         return 0
