@@ -1,4 +1,4 @@
-"""A short chaos run over worker hosts (issue 42; bench/worker_chaos.py is the longer one):
+"""A short chaos run over worker hosts (issue 42; a 200-job run is still to be written):
 a laptop gateway submits 40 codex jobs with runs_on="any" to 3 workers, each a host of its
 own (UTS namespace, HOME, PATH), while one worker is SIGKILLed and restarted and another is
 SIGSTOPped for a moment. Verdict: none lost (every job completes), none run twice (each
@@ -30,8 +30,8 @@ TEST_TIMEOUT_S = 240.0
 READY_TIMEOUT_S = 60.0
 STOP_S = 0.8  # a SIGSTOP shorter than the lease: the stopped worker keeps its jobs
 # Lease knobs with room for a loaded 2-core box running 5 gateways and PostgreSQL.
-CHAOS_LEASE = {"heartbeat_s": 0.3, "ttl_s": 8.0, "http_job_grace_s": 8.0,
-               "sweep_interval_s": 0.3, "instance_gc_s": 8.0, "cancel_poll_s": 0.3}
+CHAOS_LEASE = {"heartbeat_s": 0.3, "ttl_s": 20.0, "http_job_grace_s": 20.0,
+               "sweep_interval_s": 0.3, "instance_gc_s": 20.0, "cancel_poll_s": 0.3}
 
 
 @pytest.fixture
