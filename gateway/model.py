@@ -71,6 +71,7 @@ class ErrorKind(StrEnum):
     WORKTREE_ERROR = "worktree_error"  # an isolated job's worktree could not be made (#27)
     BUDGET_EXCEEDED = "budget_exceeded"  # a [budgets] limit would be passed; not retryable
     REQUEUE_LIMIT = "requeue_limit"  # lost its owner more than lease.max_requeues in an hour
+    NO_WORKER = "no_worker"  # runs_on: no live host could take it within queue_timeout_s
     INTERNAL_ERROR = "internal_error"  # a tool body crashed: a gateway bug, never a job's end
 
     @classmethod
@@ -155,6 +156,13 @@ class JobRow:
     # Who made it (gateway/mcp/principal.py): "local", or a hash of the bearer token. NULL on
     # a row from before schema 4.
     principal: str | None = None
+    # Where it may run (schema 11, worker hosts): NULL is "here" (its admitting gateway's
+    # host); else JSON: "any", {"host": ...} or {"labels": {...}}: a worker claims it.
+    runs_on: str | None = None
+    # When a worker claimed it (NULL: not claimed; cleared by a re-queue to the pool).
+    claimed_at: datetime | None = None
+    # Why no live host can take it now (NULL: one can, or it is not a remote job).
+    unschedulable_reason: str | None = None
 
     @classmethod
     def column_names(cls) -> tuple[str, ...]:
@@ -212,6 +220,8 @@ class NewJob:
     # Inserted `running` (started_at stamped): a process job admitted into a free run slot,
     # its attempt dir made before the insert as it is before the launch's CAS otherwise.
     running: bool = False
+    # runs_on other than "here", as stored (JobRow.runs_on); PostgreSQL only.
+    runs_on: str | None = None
 
 
 class OutputFileError(RuntimeError):
@@ -345,6 +355,9 @@ class InstanceRow:
     # The worst lease renewal wait of the last hour (ms), as its last heartbeat wrote it
     # (None: not measured yet, or a gateway before schema 7).
     renewal_wait_ms_max_1h: float | None = None
+    # What it can run, as JSON (a worker's: providers found and logged in, os, platform,
+    # hostname, labels, repos, accept_remote; schema 11). None: a gateway that publishes none.
+    capabilities: str | None = None
 
 
 @dataclass(slots=True)

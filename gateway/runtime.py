@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import os
 import uuid
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -22,6 +23,7 @@ from gateway.model import ErrorKind, GatewayError, InstanceRow
 from gateway.store import open_store
 
 if TYPE_CHECKING:
+    from gateway.jobs.claims import Claimer
     from gateway.jobs.leases import LeaseKeeper
     from gateway.jobs.manager import JobManager
     from gateway.store.base import JobStore
@@ -37,9 +39,15 @@ STOP_OPEN_WAIT_S = 1.0  # part of the drain budget: an interrupted store open ma
 
 
 class Gateway:
-    def __init__(self, settings: Settings, role: str = "stdio") -> None:
+    def __init__(self, settings: Settings, role: str = "stdio",
+                 read_capabilities: Callable[[], Awaitable[Mapping[str, Any]]] | None = None,
+                 ) -> None:
+        """`read_capabilities`: this gateway is a worker (`agent-cli-gateway worker`): it
+        publishes what it reads and claims the queued jobs of other hosts it meets."""
         self.settings = settings
         self.role = role
+        self.read_capabilities = read_capabilities
+        self.claimer: Claimer | None = None
         self.instance_id = str(uuid.uuid4())
         self.store: JobStore | None = None
         self._manager: JobManager | None = None
@@ -125,6 +133,17 @@ class Gateway:
         self.leases = LeaseKeeper(self.settings, self.store, self._manager, identity,
                                   self._manager.spool_root)
         await self.leases.start()
+        if self.read_capabilities is not None:
+            from gateway.jobs.claims import Claimer  # deferred: start-up (see start())
+
+            self.claimer = Claimer(self._manager, identity, self.read_capabilities)
+            try:
+                await self.claimer.refresh(force=True)  # published before the first claim
+            except Exception as exc:
+                log.warning("capabilities not published yet; the claim loop retries",
+                            action="publish_capabilities", error=repr(exc))
+            self.leases.run_loop("claimer", self.settings.worker.claim_poll_s,
+                                 self.claimer.tick)
         self._ready.set()
         self._attempted.set()
         log.info("gateway ready", action="start", instance_id=self.instance_id,

@@ -27,7 +27,7 @@ TESTS_DIR = Path(__file__).resolve().parent
 # supervisors, or as processes), real CLIs or MCP clients, or the previous release, at
 # seconds a test.
 SLOW_DIRS = frozenset({"chaos", "cli", "clients", "dashboard", "jobs", "mcp", "realcli",
-                       "upgrade"})
+                       "upgrade", "workers"})
 # Folders inside those that are not slow: tests/jobs/unit/ runs the job machinery on the
 # memory store with a fake run (no process, no socket), in the fast tier.
 FAST_DIRS = frozenset({"jobs/unit", "dashboard/unit"})

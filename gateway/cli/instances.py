@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from gateway.cli.arguments import CommandTree
 from gateway.cli.common import EXIT_OK, command, run, store_settings, with_store
@@ -50,6 +51,31 @@ def renewal_wait(instance: InstanceRow) -> str:
     return "-" if wait is None else f"{wait:.0f}ms"
 
 
+def capabilities(instance: InstanceRow) -> dict[str, Any] | None:
+    """What a worker published it can run (None: a gateway that publishes nothing)."""
+    try:
+        data = json.loads(instance.capabilities) if instance.capabilities else None
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def capability_line(caps: dict[str, Any]) -> str:
+    """One line: its providers (and their login), labels, repos, whether it takes remote
+    work."""
+    providers = caps.get("providers") or {}
+    names = ", ".join(f"{name} (logged in: {facts.get('logged_in')})"
+                      for name, facts in sorted(providers.items()) if isinstance(facts, dict))
+    labels = ", ".join(f"{k}={v}" for k, v in sorted((caps.get("labels") or {}).items()))
+    parts = [names or "no provider", f"os {caps.get('os')}"]
+    if labels:
+        parts.append(f"labels {labels}")
+    if caps.get("repos"):
+        parts.append(f"repos {', '.join(map(str, caps['repos']))}")
+    parts.append("accepts remote jobs" if caps.get("accept_remote") else "no remote jobs")
+    return "; ".join(parts)
+
+
 def worth_showing(instance: InstanceRow, owned: int, now: float) -> bool:
     """Shown without --all: a live instance, one whose lease still covers its jobs, and any
     that still owns active jobs (a lapsed one with jobs is what an operator looks for).
@@ -81,6 +107,7 @@ def cmd_instances(args: argparse.Namespace) -> int:
             "lease_expires_at": iso(i.lease_expires_at), "stopped_at": iso(i.stopped_at),
             "lease_state": lease_state(i, now), "active_jobs": owned,
             "renewal_wait_ms_max_1h": i.renewal_wait_ms_max_1h,
+            "capabilities": capabilities(i),
         } for i, owned in found], indent=2))
         return EXIT_OK
     if not found:
@@ -103,6 +130,10 @@ def cmd_instances(args: argparse.Namespace) -> int:
         colours.append(("", "", "", "", "", "", "", STATE_COLOURS[state] if colour else "", ""))
     for line in table(header, rows, width=terminal_columns(), colours=colours):
         print(line)
+    for instance, _ in found:
+        caps = capabilities(instance)
+        if caps is not None:
+            print(f"{instance.instance_id} can run: {capability_line(caps)}")
     if hidden:
         print(f"({hidden} stopped or lapsed without jobs not shown: `{command()} instances --all`)")
     return EXIT_OK

@@ -138,6 +138,8 @@ def job_summary(job: JobRow, now: float) -> dict[str, Any]:
         "owner_instance": job.owner_instance, "hostname": job.hostname,
         "exit_code": job.exit_code, "error_kind": job.error_kind, "error": job.error,
         "output_bytes": job.output_bytes, "cancel_requested": job.cancel_requested_at is not None,
+        "runs_on": json.loads(job.runs_on) if job.runs_on else "here",
+        "unschedulable_reason": job.unschedulable_reason,
     }
 
 
@@ -177,13 +179,19 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
     colour = use_colour()
     header = ("ID", "PROVIDER", "STATUS", "CREATED", "RAN", "PROMPT")
     rows, colours = [], []
+    waiting: list[str] = []  # jobs for other hosts that no live worker meets now
     for job in jobs:
         status = job.status.value + (" !" if job.error_kind and job.status.is_terminal else "")
+        if job.status is JobStatus.QUEUED and job.unschedulable_reason:
+            status += " *"
+            waiting.append(f"* {job.id[:8]}: {job.unschedulable_reason}")
         rows.append((job.id[:8], job.provider, status, ago(job.created_at, now),
                      duration(ran_for(job, now)), visible(first_line(prompt_of(job)))))
         colours.append(("", "", STATUS_COLOURS[job.status] if colour else "", "", "", ""))
     for line in table(header, rows, width=terminal_columns(), colours=colours):
         print(line)
+    for line in waiting:
+        print(visible(line))
     return EXIT_OK
 
 

@@ -33,6 +33,7 @@ from gateway.cli import (
     jobs,
     run,
     usage,
+    worker,
     worktrees,
 )
 from gateway.cli.arguments import CommandTree, Parser, port
@@ -82,7 +83,7 @@ def stdio_hint() -> str:
 
 # Each adds its commands (`add_parsers`), in the order `--help` lists them, after serve and
 # init (this module's).
-COMMAND_MODULES = (doctor, run, instances, usage, finalize, jobs, worktrees, dashboard,
+COMMAND_MODULES = (doctor, run, instances, usage, finalize, jobs, worktrees, dashboard, worker,
                    config_show)
 
 

@@ -236,6 +236,34 @@ class WorktreesConfig(_Section):
 
 
 
+def _absolute_checkout(path: Path) -> Path:
+    path = path.expanduser()
+    if not path.is_absolute():
+        raise ValueError("must be an absolute path to a git checkout on this host")
+    return path
+
+
+class WorkerConfig(_Section):
+    """`[worker]`: this host as a worker for jobs admitted elsewhere (`runs_on`, issue 42)."""
+
+    # KEY = VALUE facts a `runs_on = {labels = {...}}` selector matches (`worker --label`
+    # adds to them).
+    labels: dict[str, str] = Field(default_factory=dict)
+    # name -> the checkout on this host a job's `repo` names (worktree jobs on another host).
+    repos: dict[str, Annotated[Path, AfterValidator(_absolute_checkout)]] = Field(
+        default_factory=dict)
+    max_jobs: int = count(4)  # jobs this worker runs at once
+    # How long a job for another host waits for one that meets it, then fails (no_worker):
+    # judged by the admitting gateway.
+    queue_timeout_s: float = seconds(600)
+    # Whether this host takes jobs admitted on another host at all: off unless said.
+    accept_remote: bool = False
+    # Only the jobs of these principals (gateway/mcp/principal.py); empty: anyone's.
+    principals: list[str] = Field(default_factory=list)
+    max_patch_bytes: int = byte_size(16_777_216)
+    claim_poll_s: float = seconds(0.5)  # how often an idle worker looks for queued work
+
+
 class HttpConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=0, le=65535)
@@ -311,6 +339,7 @@ class Settings(_Section):
     providers: dict[str, ProviderConfig] = Field(default_factory=_default_providers)
     api_providers: dict[str, ApiProviderConfig] = Field(default_factory=dict)
     budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
+    worker: WorkerConfig = Field(default_factory=WorkerConfig)
 
     @model_validator(mode="after")
     def _known_providers(self) -> Settings:

@@ -286,6 +286,8 @@ class Adopter:
                        f"be what takes its gateway down; check it before resubmitting.")))
         reasons = [*reasons, {"at": round(now, 3), "reason": why,
                               "previous_owner": job.owner_instance}][-REQUEUE_REASONS_KEPT:]
+        if job.runs_on is not None:
+            return await self._requeue_to_pool(job, why, json.dumps(reasons))
         _, request = request_of_row(job.request_json)  # read once: the target and the run
         try:
             target = resolve_target(manager.settings, job.provider, request)
@@ -302,6 +304,20 @@ class Adopter:
         log.info("job re-queued: its owner left it unstarted", action="requeue", job_id=job.id,
                  previous_owner=job.owner_instance, reason=why,
                  requeue_count=row.requeue_count)
+        return 1
+
+
+    async def _requeue_to_pool(self, job: JobRow, why: str, reasons: str) -> int:
+        """A job for other hosts (runs_on) goes back to the pool, not to this gateway: the
+        same CAS (one winner; this gateway owns it, so its heartbeat keeps the lease), its
+        claim cleared, and any worker that meets it claims it again (claims.py)."""
+        take = dataclasses.replace(self._take(job), requeue_reasons=reasons)
+        row = await self.store.requeue_job(take)
+        if row is None:
+            return 0
+        log.info("job for other hosts re-queued to the pool: its owner left it unstarted",
+                 action="requeue", job_id=job.id, previous_owner=job.owner_instance,
+                 reason=why, requeue_count=row.requeue_count)
         return 1
 
 

@@ -50,6 +50,7 @@ from gateway import proc
 from gateway.config import LeaseConfig, Settings
 from gateway.jobs.adoption import Adopter
 from gateway.jobs.manager import JobManager
+from gateway.jobs.remote import sweep_remote
 from gateway.jobs.run import spool
 from gateway.jobs.worktrees.gc import expire_worktrees
 from gateway.model import FINAL_STATUSES, ErrorKind, InstanceRow, JobRow, JobStatus
@@ -151,8 +152,20 @@ class LeaseKeeper:
             "reaper": (self.lease.sweep_interval_s, self.sweep_tick),
             "cancel_poller": (self.lease.cancel_poll_s, self.poll_cancels_once),
         }
+        if self.store.backend == "postgres":  # jobs for other hosts exist there only
+            loops["remote_queue"] = (self.lease.cancel_poll_s, self.sweep_remote_once)
         for name, (interval, tick) in loops.items():
-            self._tasks.append(asyncio.create_task(self._loop(name, interval, tick), name=name))
+            self.run_loop(name, interval, tick)
+
+    def run_loop(self, name: str, interval: float,
+                 tick: Callable[[], Awaitable[object]]) -> None:
+        """Run `tick` every `interval` s beside the lease loops, stopped with them (a
+        worker's claim loop)."""
+        self._tasks.append(asyncio.create_task(self._loop(name, interval, tick), name=name))
+
+    async def sweep_remote_once(self) -> list[str]:
+        """This gateway's jobs for other hosts that wait for a worker (remote.py)."""
+        return await sweep_remote(self.manager)
 
     async def stop(self) -> None:
         """Cancel every loop and collect them, logging any error that was not a cancel."""
@@ -373,6 +386,15 @@ class LeaseKeeper:
         candidates = await self.store.list_expired_candidates(grace, REAPER_BATCH_ROWS)
         owners = ({i.instance_id: i for i in await self.store.list_instances()}
                   if candidates else {})
+        # A remote job that never started goes back to the worker pool instead (any worker
+        # may run it: nothing of it is on its last owner's host).
+        pooled = set(await self.store.return_to_pool(
+            self.identity, self.lease.ttl_s, grace,
+            [row.id for row in candidates if row.status is JobStatus.QUEUED]))
+        if pooled:
+            log.info("jobs for other hosts back in the pool: their owner's lease lapsed "
+                     "before they started", action="return_to_pool", job_ids=sorted(pooled))
+        candidates = [row for row in candidates if row.id not in pooled]
         # Only the candidates judged here are flipped: the probed ones minus those that a
         # gateway may still settle.
         judged = [row.id for row in candidates

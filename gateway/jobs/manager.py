@@ -25,11 +25,12 @@ from gateway.jobs.drive import JobDriver
 from gateway.jobs.execution import Execution, Launcher, build_execution
 from gateway.jobs.limiter import Limiter, Ticket
 from gateway.jobs.local_job import LocalJob
+from gateway.jobs.placement import CANCELLED_BEFORE_CLAIM, stored_runs_on, waiting_remote
 from gateway.jobs.reads import JobReads, store_down
 from gateway.jobs.requests import SubmitRequest, request_key, stored_request
 from gateway.jobs.run import spool
 from gateway.jobs.run.spec import stop_supervised_run
-from gateway.jobs.targets import Target, resolve_target
+from gateway.jobs.targets import Target, remote_target, resolve_target
 from gateway.jobs.worktrees.create import plan_for
 from gateway.model import Completion, ErrorKind, GatewayError, JobRow, JobStatus, NewJob
 from gateway.store.base import DuplicateActiveJob, JobStore, StoreUnavailable, TakeOver
@@ -102,9 +103,14 @@ class JobManager:
         Raises GatewayError: invalid_input, not_found (CLI missing), unavailable (admission
         off or the store failed), saturated (queue full).
         """
-        target = resolve_target(self.settings, provider, request)  # validates, no I/O
-        admission = asyncio.create_task(self._admit(provider, target, request),
-                                        name=f"admit-{provider}")
+        runs_on = stored_runs_on(request.runs_on)
+        if runs_on is not None:
+            admission = asyncio.create_task(self._admit_remote(provider, runs_on, request),
+                                            name=f"admit-{provider}")
+        else:
+            target = resolve_target(self.settings, provider, request)  # validates, no I/O
+            admission = asyncio.create_task(self._admit(provider, target, request),
+                                            name=f"admit-{provider}")
         # Shielded: a caller that gives up (the MCP SDK cancels the tool coroutine when the
         # client times out) must neither abandon a row whose INSERT may already have
         # committed nor break a store connection mid-statement: the admission finishes, the
@@ -142,6 +148,51 @@ class JobManager:
             principal=request.principal, running=self._ready_to_run(job_id, target, ticket),
         )
         return await self._insert_and_start(new, target, ticket, request)
+
+    async def _admit_remote(self, provider: str, runs_on: str,
+                            request: SubmitRequest) -> Submission:
+        """Admit a job another host runs (runs_on): validated here except for what only that
+        host can check, stored queued and owned by this gateway (its heartbeat keeps the
+        lease) until a worker claims it (store.claim_jobs); never driven here. Needs the
+        shared PostgreSQL store: on SQLite or memory no other host can see it."""
+        if self.store.backend != "postgres":
+            raise GatewayError(ErrorKind.INVALID_INPUT,
+                               f"runs_on={request.runs_on!r} needs a PostgreSQL store shared "
+                               f"with worker hosts ([persistence] backend = \"postgres\"); "
+                               f"this gateway's store is {self.store.backend}. Omit runs_on "
+                               f"to run the job on this host.")
+        target = remote_target(self.settings, provider, request)
+        key = request_key(target.normalized, request.principal)
+        if not request.force_refresh:
+            existing = await self._find_reusable(key)
+            if existing is not None:
+                return Submission(existing, True)
+        refusal = self.admission.refusal(provider)
+        if refusal is not None:
+            raise refusal
+        job_id = str(uuid.uuid4())
+        new = NewJob(
+            id=job_id, provider=provider, request_key=key, owner_instance=self.instance_id,
+            transport=target.transport, correlation_id=request.correlation_id or job_id,
+            hostname=self.hostname, boot_id=self.boot_id, working_dir=target.working_dir,
+            model=target.model, session_id=request.session_id,
+            request_json=stored_request(target.normalized, request.timeout_s),
+            forced=request.force_refresh, reservations=target.reservations,
+            principal=request.principal, runs_on=runs_on)
+        try:
+            row = await self.store.insert_job(new, self.settings.lease.ttl_s)
+        except DuplicateActiveJob as dup:
+            existing = await self.store.get_job(dup.existing_id) if dup.existing_id else None
+            if existing is None:
+                raise GatewayError(ErrorKind.UNAVAILABLE,
+                                   "An identical request was admitted at the same moment but "
+                                   "could not be read back; retry.") from None
+            return Submission(existing, True)
+        except StoreUnavailable as exc:
+            raise store_down(exc) from None
+        log.info("job admitted for another host", action="admit", job_id=row.id,
+                 provider=provider, runs_on=runs_on)
+        return Submission(row, False)
 
     def _ready_to_run(self, job_id: str, target: Target, ticket: Ticket) -> bool:
         """Whether the job is inserted `running`: a run with a free slot now, whose first
@@ -338,6 +389,14 @@ class JobManager:
             raise store_down(exc) from None
         if after is None:
             raise self.reads.not_found(job_id)
+        if waiting_remote(after) and after.owner_instance == self.instance_id:
+            # Unclaimed: no claim can take it once the request is on the row, so it ends
+            # here (a claim that came first makes this owner-guarded write miss).
+            with contextlib.suppress(StoreUnavailable):
+                ended = await self.store.complete(job_id, self.instance_id,
+                                                  CANCELLED_BEFORE_CLAIM)
+                if ended is not None:
+                    return CancelOutcome("cancelled", ended)
         if after.status.is_terminal:
             return CancelOutcome("already_terminal", after)
         return CancelOutcome("cancel_requested", after)

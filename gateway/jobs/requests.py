@@ -34,6 +34,9 @@ class SubmitRequest:
     # Who asks (gateway/mcp/principal.py): recorded on the job, and part of its dedup key so
     # that an identical request of another principal never joins this one's job.
     principal: str | None = None
+    # Where it runs (gateway/jobs/placement.py): None or "here", "any", or a selector dict.
+    # Not part of the request key: the same work wherever it runs.
+    runs_on: Any = None
 
 
 def canonical_json(value: Any) -> str:

@@ -196,9 +196,25 @@ def resolve_target(settings: Settings, provider: str,
     return cli_target(settings, provider, request)
 
 
-def cli_target(settings: Settings, provider: str, request: SubmitRequest) -> CliLaunch:
-    """Validate a request for the CLI provider `provider` and build its argv (the CLI must
-    be found). Raises GatewayError(invalid_input | not_found)."""
+@dataclass(slots=True)
+class _CliRequest:
+    """A CLI request checked, before anything of this host (its binary) is looked at."""
+
+    adapter: CliProvider
+    options: ProviderOptions
+    normalized: dict[str, Any]
+    model: str | None
+    working_dir: str | None
+    repository: Repository | None
+    reservations: tuple[Reservation, ...]
+    max_cost_usd: float | None
+
+
+def _checked_cli_request(settings: Settings, provider: str, request: SubmitRequest, *,
+                         here: bool) -> _CliRequest:
+    """Everything about a CLI request that can be checked without running it. `here`: it
+    runs on this host, so its working_dir must exist here and may be isolated; a job for
+    another host (runs_on) names a working_dir of that host, checked there."""
     _check_timeout(request.timeout_s)
     adapter = CLI_PROVIDERS.get(provider)
     config = settings.providers.get(provider)
@@ -212,27 +228,21 @@ def cli_target(settings: Settings, provider: str, request: SubmitRequest) -> Cli
         raise _invalid(f"provider {provider!r} is disabled in the gateway config "
                        f"([providers.{provider}] enabled = false).")
     prompt = _check_prompt(request.prompt, settings)
-    working_dir = _check_working_dir(request.working_dir)
-    repository = _check_isolation(settings, request, working_dir)
+    if here:
+        working_dir = _check_working_dir(request.working_dir)
+        repository = _check_isolation(settings, request, working_dir)
+    else:
+        working_dir = _check_remote_working_dir(request.working_dir)
+        repository = None
+        if (request.isolation or "none") != "none" or request.base_ref is not None:
+            raise _invalid("isolation = \"worktree\" cannot run on another host yet: omit "
+                           "runs_on (or pass \"here\") for an isolated job.")
     try:
         options = adapter.options_model.model_validate(dict(request.options or {}))
     except ValidationError as exc:
         raise _invalid(f"invalid {provider} options: {_pydantic_problem(exc)}") from None
     model = request.model or config.default_model
     budget = plan(settings, provider, _check_cost(request.max_cost_usd))
-    preq = ProviderRequest(prompt=prompt, model=model, working_dir=working_dir,
-                           session_id=request.session_id, options=options,
-                           max_cost_usd=budget.cap_usd)
-    command = provider_binary(provider, config.command, os.environ.get("PATH", ""))
-    if command is None:
-        raise GatewayError(ErrorKind.NOT_FOUND,
-                           missing_command(provider, config.command, os.environ.get("PATH", "")))
-    try:
-        invocation = adapter.build_invocation(preq, command, list(config.extra_args), model)
-        check_argv_size(invocation.argv)
-    except InvalidRequest as exc:
-        raise _invalid(str(exc)) from None
-    invocation.env = {**config.env, **invocation.env}
     normalized: dict[str, Any] = {
         "provider": provider,
         "prompt": prompt,
@@ -247,12 +257,63 @@ def cli_target(settings: Settings, provider: str, request: SubmitRequest) -> Cli
     if request.max_cost_usd is not None:  # a different cap is a different request
         normalized["max_cost_usd"] = request.max_cost_usd
     _check_request_size(normalized, settings)
-    return CliLaunch(provider=provider, normalized=normalized, model=model,
-                     working_dir=working_dir, login_hint=adapter.login_hint,
-                     install_hint=adapter.install_hint, adapter=adapter, options=options,
-                     invocation=invocation, repository=repository,
-                     reservations=budget.reservations,
-                     idle_timeout=adapter.output_discipline(options) == OutputDiscipline.STREAMS)
+    return _CliRequest(adapter=adapter, options=options, normalized=normalized, model=model,
+                       working_dir=working_dir, repository=repository,
+                       reservations=budget.reservations, max_cost_usd=budget.cap_usd)
+
+
+def _check_remote_working_dir(working_dir: str | None) -> str | None:
+    """A working_dir on another host: absolute, without a NUL; its host checks the rest."""
+    if working_dir is None or working_dir == "":
+        return None
+    if "\x00" in working_dir or not working_dir.startswith("/"):
+        shown = working_dir[:SHOWN_PATH_CHARS]
+        raise _invalid(f"working_dir {shown!r} must be an absolute path on the host that "
+                       f"runs the job.")
+    return working_dir
+
+
+def cli_target(settings: Settings, provider: str, request: SubmitRequest) -> CliLaunch:
+    """Validate a request for the CLI provider `provider` and build its argv (the CLI must
+    be found). Raises GatewayError(invalid_input | not_found)."""
+    checked = _checked_cli_request(settings, provider, request, here=True)
+    config = settings.providers[provider]
+    adapter = checked.adapter
+    preq = ProviderRequest(prompt=checked.normalized["prompt"], model=checked.model,
+                           working_dir=checked.working_dir, session_id=request.session_id,
+                           options=checked.options, max_cost_usd=checked.max_cost_usd)
+    command = provider_binary(provider, config.command, os.environ.get("PATH", ""))
+    if command is None:
+        raise GatewayError(ErrorKind.NOT_FOUND,
+                           missing_command(provider, config.command, os.environ.get("PATH", "")))
+    try:
+        invocation = adapter.build_invocation(preq, command, list(config.extra_args),
+                                              checked.model)
+        check_argv_size(invocation.argv)
+    except InvalidRequest as exc:
+        raise _invalid(str(exc)) from None
+    invocation.env = {**config.env, **invocation.env}
+    return CliLaunch(provider=provider, normalized=checked.normalized, model=checked.model,
+                     working_dir=checked.working_dir, login_hint=adapter.login_hint,
+                     install_hint=adapter.install_hint, adapter=adapter,
+                     options=checked.options, invocation=invocation,
+                     repository=checked.repository, reservations=checked.reservations,
+                     idle_timeout=adapter.output_discipline(checked.options)
+                     == OutputDiscipline.STREAMS)
+
+
+def remote_target(settings: Settings, provider: str,
+                  request: SubmitRequest) -> CliTarget | HttpTarget:
+    """Validate a request that another host will run (runs_on): all but what only that host
+    can check (its CLI, its working_dir); the worker builds the argv when it claims it."""
+    if provider in settings.api_providers:
+        return http_target(settings, provider, request)
+    checked = _checked_cli_request(settings, provider, request, here=False)
+    adapter = checked.adapter
+    return CliTarget(provider=provider, normalized=checked.normalized, model=checked.model,
+                     working_dir=checked.working_dir, login_hint=adapter.login_hint,
+                     install_hint=adapter.install_hint, adapter=adapter,
+                     options=checked.options, reservations=checked.reservations)
 
 
 def http_target(settings: Settings, provider: str, request: SubmitRequest) -> HttpTarget:

@@ -7,6 +7,7 @@ annotation here is bytes in every calling model's context (tests/mcp/test_listin
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context
@@ -22,6 +23,7 @@ from gateway.mcp.progress import Progress
 from gateway.mcp.results import describe_status, follow_up, job_fields, next_call, ok
 from gateway.mcp.signatures import JOB_ID
 from gateway.model import ErrorKind, GatewayError, JobRow
+from gateway.store.base import JobStore, StoreUnavailable
 from providers.registry import CLI_PROVIDERS
 
 if TYPE_CHECKING:
@@ -208,14 +210,16 @@ class JobTools:
 
         settings = self.state.settings
         gateway = self.state.gateway
-        if self.state.recheck_tools is not None:
-            await self.state.recheck_tools()  # a CLI installed since: list it now
         manager = None
         if gateway is not None and self.state.setup_error is None:
             # The first call of a session waits (bounded) for the store like any other tool:
             # "not ready" only when it really is not, with the cause.
             manager = (gateway.current_manager
                        if await gateway.wait_settled(STATUS_READY_WAIT_S) else None)
+        if self.state.recheck_tools is not None:
+            # A CLI installed since, or a worker that has one (read from the store once it
+            # is open): list it now.
+            await self.state.recheck_tools()
         problem = self.state.setup_error
         if problem is None and gateway is not None and manager is None:
             problem = gateway.not_ready_error().message
@@ -240,6 +244,7 @@ class JobTools:
             "store_problem": manager.store_problem if manager else None,
             "jobs": manager.snapshot() if manager else None,
             "budgets": await budget_status(settings, manager.store) if manager else None,
+            "workers": await _workers(manager.store) if manager else [],
             "limits": settings.limits.model_dump(mode="json"),
             "lease": settings.lease.model_dump(mode="json"),
             "connections": gateway.connection_report() if gateway else None,
@@ -322,3 +327,26 @@ def _connections_text(connections: dict[str, Any] | None) -> list[str]:
                      f"{connections['renewal_pending_ms_max_1h']} ms")
     return lines
 
+
+async def _workers(store: JobStore) -> list[dict[str, Any]]:
+    """The live instances that published capabilities (worker hosts, issue 42), with them:
+    where a job with runs_on can go. Empty on one host (SQLite, memory)."""
+    if store.backend != "postgres":
+        return []
+    try:
+        rows, now = await store.list_instances(), await store.now()
+    except StoreUnavailable:
+        return []
+    workers = []
+    for row in rows:
+        if row.capabilities is None or row.stopped_at is not None:
+            continue
+        if row.lease_expires_at is None or row.lease_expires_at.timestamp() < now:
+            continue
+        try:
+            caps = json.loads(row.capabilities)
+        except ValueError:
+            continue
+        workers.append({"instance_id": row.instance_id, "hostname": row.hostname,
+                        "capabilities": caps})
+    return workers

@@ -40,14 +40,19 @@ RECHECK_S = 10.0  # a CLI installed while the gateway runs is listed within this
 REQUEST_SUFFIXES = ("_request_async", "_request")  # longest first
 
 
-def listed_providers(settings: Settings) -> tuple[str, ...]:
+def listed_providers(settings: Settings,
+                     on_workers: frozenset[str] = frozenset()) -> tuple[str, ...]:
     """The providers whose tools are listed: enabled CLI providers whose binary is found
-    (PATH plus the user bin dirs), then every configured HTTP API provider."""
+    (PATH plus the user bin dirs), then the enabled ones only a live worker has
+    (`on_workers`: their runs_on defaults to "any"), then every configured HTTP API
+    provider."""
     search = os.environ.get("PATH", "")
-    found = [name for name, config in settings.providers.items()
-             if name in CLI_PROVIDERS and config.enabled
-             and provider_binary(name, config.command, search) is not None]
-    return (*found, *settings.api_providers)
+    enabled = [name for name, config in settings.providers.items()
+               if name in CLI_PROVIDERS and config.enabled]
+    found = [name for name in enabled
+             if provider_binary(name, settings.providers[name].command, search) is not None]
+    remote = [name for name in enabled if name in on_workers and name not in found]
+    return (*found, *remote, *settings.api_providers)
 
 
 def provider_of(tool_name: str) -> str | None:
@@ -87,7 +92,9 @@ class ToolListing:
         self.state = state
         self.bus = bus
         self.listed: tuple[str, ...] = ()
-        self._built: dict[str, list[Tool]] = {}
+        # CLI providers only live workers have (refresh_workers): listed with runs_on "any".
+        self.on_workers: frozenset[str] = frozenset()
+        self._built: dict[tuple[str, bool], list[Tool]] = {}
         self._job_tools: list[Tool] = []
         self.sessions: weakref.WeakSet[ServerSession] = weakref.WeakSet()
 
@@ -99,6 +106,25 @@ class ToolListing:
         self.listed = self.state.listed_providers = listed_providers(self.state.settings)
         return self.tools_for(self.listed)
 
+    async def refresh_workers(self) -> None:
+        """Read which providers the live workers have (PostgreSQL: the instance rows);
+        a store that cannot answer keeps the last answer."""
+        gateway = self.state.gateway
+        manager = gateway.current_manager if gateway is not None else None
+        if manager is None or manager.store.backend != "postgres":
+            return
+        # The placement rule: only a worker that takes remote work counts.
+        from gateway.jobs.placement import live_hosts  # deferred: start-up
+
+        try:
+            hosts = live_hosts(await manager.store.list_instances(), await manager.store.now())
+        except Exception as exc:
+            log.warning("worker capabilities unreadable", action="tools_recheck",
+                        error=repr(exc))
+            return
+        self.on_workers = frozenset(name for host in hosts if host.accept_remote
+                                    for name in host.providers)
+
     def managed(self, name: str) -> bool:
         """Whether this listing owns the tool (other tools on the server are left alone)."""
         return (any(t.name == name for t in self._job_tools)
@@ -106,16 +132,21 @@ class ToolListing:
 
     def tools_for(self, providers: tuple[str, ...]) -> list[Tool]:
         tools: list[Tool] = []
+        search = os.environ.get("PATH", "")
         for name in providers:
-            if name not in self._built:
-                self._built[name] = request_tools(self.state, name)
-            tools += self._built[name]
+            config = self.state.settings.providers.get(name)
+            remote_only = (name in self.on_workers and config is not None
+                           and provider_binary(name, config.command, search) is None)
+            key = (name, remote_only)
+            if key not in self._built:
+                self._built[key] = request_tools(self.state, name, remote_only)
+            tools += self._built[key]
         return [*tools, *self._job_tools]
 
     def recheck(self) -> list[Tool] | None:
         """The new tool list if the set of listed providers changed, else None."""
         try:
-            now = listed_providers(self.state.settings)
+            now = listed_providers(self.state.settings, self.on_workers)
         except Exception as exc:  # a racing filesystem: keep the list, try again later
             log.warning("tool listing re-check failed", action="tools_recheck", error=repr(exc))
             return None

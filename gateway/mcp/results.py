@@ -101,6 +101,11 @@ def job_fields(row: JobRow) -> dict[str, Any]:
         "forced": row.forced,
         "duration_s": duration_s(row, parsed),
     }
+    if row.runs_on is not None:  # a job for another host (issue 42): where and why not yet
+        fields["runs_on"] = json.loads(row.runs_on)
+        fields["hostname"] = row.hostname if row.claimed_at is not None else None
+        if row.unschedulable_reason and row.status == JobStatus.QUEUED:
+            fields["unschedulable_reason"] = row.unschedulable_reason
     if parsed is not None:
         fields["native_session_id"] = parsed.get("session_id")
         fields["usage"] = parsed.get("usage")
@@ -121,6 +126,10 @@ def stderr_excerpt(row: JobRow) -> str | None:
 def describe_status(row: JobRow) -> str:
     """One sentence about where a job stands and what to call next."""
     job = f"Job {row.id} ({row.provider})"
+    if row.status == JobStatus.QUEUED and row.runs_on is not None and row.claimed_at is None:
+        why = f" ({row.unschedulable_reason})" if row.unschedulable_reason else ""
+        return (f"{job} is queued, waiting for a worker host that meets runs_on{why}. Call "
+                f"llm_job_wait(job_id=\"{row.id}\") to wait for it.")
     if row.status == JobStatus.QUEUED:
         return (f"{job} is queued, waiting for a free run slot. Call llm_job_wait(job_id="
                 f"\"{row.id}\") to wait for it.")

@@ -156,6 +156,7 @@ class GatewayServer(FencedMCPServer[ServerState]):
         """Re-list the provider tools if what is installed changed, and tell the clients."""
         if not self._tools_built:
             return False  # nothing was listed yet: the first listing looks at the machine
+        await self.listing.refresh_workers()
         tools = self.listing.recheck()
         if tools is None:
             return False

@@ -26,7 +26,16 @@ from gateway.config import MAX_TIMEOUT_S, MAX_USD
 from providers.registry import REPORTS_COST
 
 COMMON_NAMES = frozenset({"prompt", "model", "working_dir", "session_id", "timeout_s",
-                          "force_refresh", "isolation", "base_ref", "max_cost_usd"})
+                          "force_refresh", "isolation", "base_ref", "max_cost_usd", "runs_on"})
+
+# Where the job runs (gateway/jobs/placement.py validates it, with a message that says what
+# is accepted): untyped in the schema, so its text costs a few bytes in every provider tool.
+RUNS_ON_DESCRIPTION = "here|any|{host}|{labels}"
+
+
+def runs_on_param(default: str | None) -> Param:
+    """`runs_on`: None ("here") normally; "any" for a provider only a live worker has."""
+    return Param("runs_on", annotated(Any, Field(description=RUNS_ON_DESCRIPTION)), default)
 
 JOB_ID = Annotated[str, Field(description="The job's id.")]
 
@@ -46,7 +55,8 @@ def annotated(annotation: Any, *metadata: Any) -> Any:
     return Annotated[(annotation, *metadata)]
 
 
-def cli_common_params(default_timeout_s: float, provider: str) -> list[Param]:
+def cli_common_params(default_timeout_s: float, provider: str,
+                      runs_on_default: str | None = None) -> list[Param]:
     """The inputs every CLI provider's request tools take. Their text is in every listed
     provider tool, so it says only what a model needs to fill them in (docs/tools.md has
     the rest)."""
@@ -72,6 +82,7 @@ def cli_common_params(default_timeout_s: float, provider: str) -> list[Param]:
         *([Param("max_cost_usd", annotated(float | None, Field(
             gt=0, le=MAX_USD, description="USD cap")), None)]
           if provider in REPORTS_COST else []),
+        runs_on_param(runs_on_default),
     ]
 
 
@@ -79,7 +90,7 @@ def api_common_params(default_timeout_s: float, provider: str) -> list[Param]:
     """The common inputs that make sense for an HTTP API besides its own request fields
     (prompt and model come from `ApiRequest`; an API has no working dir and no session)."""
     return [p for p in cli_common_params(default_timeout_s, provider)
-            if p.name in ("timeout_s", "force_refresh")]
+            if p.name in ("timeout_s", "force_refresh", "runs_on")]
 
 
 def option_params(model: type[BaseModel], reserved: frozenset[str] = COMMON_NAMES) -> list[Param]:
@@ -181,6 +192,8 @@ def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
                 and {"type": "null"} in variants and len(variants) == 2):
             (kept,) = [v for v in variants if v != {"type": "null"}]
             prop = {**{k: v for k, v in prop.items() if k not in ("anyOf", "default")}, **kept}
+        if prop.get("default", ...) is None and not ({"type", "anyOf"} & set(prop)):
+            prop = {k: v for k, v in prop.items() if k != "default"}  # untyped: omitted is none
         if prop.get("default", True) in (False, []) and prop.get("type") in ("boolean", "array"):
             prop = {k: v for k, v in prop.items() if k != "default"}  # omitted means that
         properties[name] = prop

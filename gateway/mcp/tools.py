@@ -126,7 +126,7 @@ class ProviderTools:
             session_id=values.pop("session_id", None), timeout_s=values.pop("timeout_s", None),
             force_refresh=bool(values.pop("force_refresh", False)),
             isolation=values.pop("isolation", None), base_ref=values.pop("base_ref", None),
-            max_cost_usd=values.pop("max_cost_usd", None),
+            max_cost_usd=values.pop("max_cost_usd", None), runs_on=values.pop("runs_on", None),
             options=options_given(self.options, values), principal=self.state.principal)
 
     def make(self, sync: bool) -> ToolBody:
@@ -268,9 +268,10 @@ def _next_step(kind: str, row: JobRow) -> str:
                     f"\"{row.id}\", raw=true), fix the cause and retry.")
 
 
-def provider_tools(state: ServerState, name: str) -> ProviderTools:
+def provider_tools(state: ServerState, name: str, remote_only: bool = False) -> ProviderTools:
     """The request tools of one provider: a CLI provider, or a configured HTTP API one
-    (KeyError for neither). The HTTP client stack is imported only for an API provider."""
+    (KeyError for neither). The HTTP client stack is imported only for an API provider.
+    `remote_only`: a CLI only a live worker has; its runs_on defaults to "any"."""
     settings = state.settings
     default_timeout = settings.limits.default_timeout_s
     api = settings.api_providers.get(name)
@@ -284,14 +285,15 @@ def provider_tools(state: ServerState, name: str) -> ProviderTools:
     adapter = CLI_PROVIDERS[name]
     command = adapter.commands[0] if adapter.commands else name
     return ProviderTools(state, name, "cli", option_params(adapter.options_model),
-                         cli_common_params(default_timeout, name),
+                         cli_common_params(default_timeout, name,
+                                           "any" if remote_only else None),
                          name if command == name else f"{name} (the `{command}` CLI)")
 
 
 REQUEST_ANNOTATIONS = ToolAnnotations(open_world_hint=True, read_only_hint=False)
 
 
-def request_tools(state: ServerState, name: str) -> list[Tool]:
+def request_tools(state: ServerState, name: str, remote_only: bool = False) -> list[Tool]:
     """`<name>_request` and `<name>_request_async`, in `tools/list` order.
 
     Deriving a tool from its signature (an argument model and its JSON schema) is most of a
@@ -299,7 +301,7 @@ def request_tools(state: ServerState, name: str) -> list[Tool]:
     the same arguments, so the async one is a copy of the sync one with its own body, name
     and description: one derivation per provider instead of two.
     """
-    provider = provider_tools(state, name)
+    provider = provider_tools(state, name, remote_only)
     sync_body, async_body = provider.make(sync=True), provider.make(sync=False)
     sync_tool = Tool.from_function(sync_body, name=sync_body.__name__,
                                    description=provider.description(sync=True),

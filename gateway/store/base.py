@@ -33,7 +33,9 @@ from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 # 6: `requeue_count`, `requeue_reasons`, `orphaned_by`; 7: `schema_meta` (the lowest gateway
 # version that may write the store: store/compat.py) and the instances' renewal wait; 8:
 # `sweeps` (one sweeper per interval) and, on PostgreSQL, fillfactor and the jobs_notify trigger.
-SCHEMA_VERSION = 8
+# 11: worker hosts: `jobs.runs_on`, `claimed_at`, `unschedulable_reason` and
+# `gateway_instances.capabilities` (9 and 10 are other branches' of this release).
+SCHEMA_VERSION = 11
 
 # The reaper reads at most this many candidates per sweep (oldest lease first; the rest are
 # read by the next sweep): a sweep's cost is bounded whatever happened to the table.
@@ -136,6 +138,20 @@ class JobsPage:
     hostname: str | None = None
     after_id: str | None = None
     limit: int = 50
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerClaim:
+    """What a worker can take (claim_jobs): its identity, and its capabilities as read at
+    claim time, so a CLI logged out since its last publication is not chosen."""
+
+    instance_id: str
+    hostname: str
+    boot_id: str
+    ttl_s: float
+    providers: tuple[str, ...]  # found and logged in (or cannot tell) now
+    labels: Mapping[str, str]
+    principals: tuple[str, ...] | None = None  # None: anyone's jobs
 
 
 @dataclasses.dataclass(slots=True)
@@ -496,7 +512,47 @@ class SweepClaims(Protocol):
 
 
 @runtime_checkable
-class JobStore(StoreMeta, InstanceRows, JobRows, UsageLedger, SweepClaims, Protocol):
+class WorkerQueue(Protocol):
+    """Jobs that run on another host (issue 42, `runs_on` other than "here"): what workers
+    publish, what they claim, and the submitting owner's sweep of what nobody can take.
+    PostgreSQL only: on SQLite and memory (one host) admission refuses such a job, so none
+    exists; their claim finds nothing and their sweeps change nothing."""
+
+    async def publish_capabilities(self, instance_id: str, capabilities: str) -> bool:
+        """Write this instance's capabilities (JSON) on its row; False if the row is gone."""
+
+    async def claim_jobs(self, claim: WorkerClaim, limit: int) -> list[JobRow]:
+        """Take up to `limit` queued, unclaimed remote jobs this worker meets (provider in
+        `claim.providers`, selector matched by its hostname or labels, principal allowed),
+        oldest first: owner_instance, hostname and boot_id become the worker's, claimed_at =
+        now, the lease restarts. Each job goes to exactly one claimer whoever races; a job
+        with a cancel request is never claimed. Light rows, as get_job(with_output=False)."""
+
+    async def return_to_pool(self, taker: InstanceRow, ttl_s: float, http_grace_s: float,
+                             job_ids: Collection[str]) -> list[str]:
+        """The reaper's alternative to orphaning a remote job that never started: those of
+        `job_ids` still queued, remote, without a cancel request and whose lease (theirs and
+        their owner's) lapsed, as list_expired_candidates judges it, are taken by
+        `taker` (a live gateway: its heartbeat keeps their lease) with their
+        claim cleared, so any worker that meets them claims them again. Nothing ran (a run
+        starts only after the queued -> running CAS), so nothing can run twice. Returns the
+        ids taken (counted as a re-queue)."""
+
+    async def set_unschedulable(self, owner_instance: str,
+                                reasons: Mapping[str, str | None]) -> int:
+        """Write each named job's unschedulable_reason (None clears it), only while it is
+        still queued, unclaimed and owned by `owner_instance`. Returns rows changed."""
+
+    async def fail_unscheduled(self, owner_instance: str, queue_timeout_s: float,
+                               error: str) -> list[str]:
+        """End `failed` (error_kind no_worker) this owner's remote jobs that stayed queued
+        and unclaimed for more than queue_timeout_s (since admission or their last
+        re-queue); never one with a cancel request. Returns their ids."""
+
+
+@runtime_checkable
+class JobStore(StoreMeta, InstanceRows, JobRows, UsageLedger, SweepClaims, WorkerQueue,
+               Protocol):
     """Async persistence of jobs and gateway instances: all the roles above, which every
     backend (memory/, sqlite/, postgres/) implements. The roles say which part of the store
     a rule belongs to, so a new capability lands in one of them, not in one protocol of

@@ -39,6 +39,7 @@ from gateway.store.base import (
     DuplicateActiveJob,
     JobsPage,
     TakeOver,
+    WorkerClaim,
     answer_in,
     page_of,
     reaper_row,
@@ -98,6 +99,8 @@ class MemoryJobStore:
                 stopped_at=None,
                 renewal_wait_ms_max_1h=(previous.renewal_wait_ms_max_1h if previous
                                         else instance.renewal_wait_ms_max_1h),
+                capabilities=(instance.capabilities or
+                              (previous.capabilities if previous else None)),
             )
 
     async def mark_instance_stopped(self, instance_id: str) -> None:
@@ -287,6 +290,30 @@ class MemoryJobStore:
 
     async def sweep_runs(self, task: str) -> int:
         return self._sweeps.get(task, (None, 0))[1]
+
+    # -- worker hosts: one process has no remote jobs (admission refuses them) -----------------
+    async def publish_capabilities(self, instance_id: str, capabilities: str) -> bool:
+        async with self._lock:
+            row = self._instances.get(instance_id)
+            if row is None:
+                return False
+            self._instances[instance_id] = replace(row, capabilities=capabilities)
+            return True
+
+    async def claim_jobs(self, claim: WorkerClaim, limit: int) -> list[JobRow]:
+        return []
+
+    async def return_to_pool(self, taker: InstanceRow, ttl_s: float, http_grace_s: float,
+                             job_ids: Collection[str]) -> list[str]:
+        return []
+
+    async def set_unschedulable(self, owner_instance: str,
+                                reasons: Mapping[str, str | None]) -> int:
+        return 0
+
+    async def fail_unscheduled(self, owner_instance: str, queue_timeout_s: float,
+                               error: str) -> list[str]:
+        return []
 
     async def release_reservations(self) -> int:
         async with self._lock:
@@ -556,6 +583,7 @@ class MemoryJobStore:
             job.status, job.owner_instance, job.boot_id = (
                 JobStatus.QUEUED, take.instance_id, take.boot_id)
             job.requeued_at = job.updated_at = now
+            job.claimed_at = None
             job.requeue_count += 1
             job.requeue_reasons = take.requeue_reasons or job.requeue_reasons
             job.lease_deadline = now + timedelta(seconds=take.ttl_s)

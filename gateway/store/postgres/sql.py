@@ -18,10 +18,12 @@ from gateway.store.base import (
     SCHEMA_VERSION,
 )
 from gateway.store.owner_columns import INSTANCE_COLUMN_LIST, OWNER_COLUMN_LIST
+from gateway.store.postgres import workers as postgres_workers
 from gateway.store.postgres.meta import SCHEMA_V7
 from gateway.store.postgres.notices import NOTIFY_SCHEMA
 from gateway.store.postgres.sweeps import SWEEPS_SCHEMA
 from gateway.store.postgres.usage import SCHEMA_V5
+from gateway.store.postgres.workers import SCHEMA_V11
 
 ACTIVE_INDEX_NAME = "jobs_active_request_key"
 
@@ -143,7 +145,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (7, SCHEMA_V7),  # the lowest writer and the renewal wait (meta.py)
     # v8: one sweeper per interval and fillfactor (sweeps.py), notices of status
     # and cancel changes (notices.py).
-    (8, (*SWEEPS_SCHEMA, *NOTIFY_SCHEMA)))
+    (8, (*SWEEPS_SCHEMA, *NOTIFY_SCHEMA)),
+    (11, SCHEMA_V11))  # worker hosts (workers.py)
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
@@ -153,11 +156,12 @@ assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION
 UPSERT_INSTANCE = f"""
 INSERT INTO gateway_instances ({INSTANCE_COLUMN_LIST})
 VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now(), now() + make_interval(secs => $8), NULL,
-        NULL)
+        NULL, $9)
 ON CONFLICT (instance_id) DO UPDATE SET
     hostname = excluded.hostname, boot_id = excluded.boot_id, pid = excluded.pid,
     pid_started_at = excluded.pid_started_at, role = excluded.role,
     version = excluded.version, heartbeat_at = excluded.heartbeat_at,
+    capabilities = COALESCE(excluded.capabilities, gateway_instances.capabilities),
     lease_expires_at = excluded.lease_expires_at, stopped_at = NULL"""
 
 # Only the first stop counts: the row records when the instance really went away.
@@ -207,10 +211,10 @@ LIMIT 1"""
 # instances racing with the same non-forced key: the second INSERT waits for the first
 # transaction and then fails with a unique violation (mapped to DuplicateActiveJob).
 INSERT_JOB = f"""
-INSERT INTO jobs ({_NEW_JOB_COLUMNS})
+INSERT INTO jobs ({_NEW_JOB_COLUMNS}, runs_on)
 VALUES ($1, $2, CASE WHEN $16 THEN 'running' ELSE 'queued' END, $3, $4, $5,
         $6, now() + make_interval(secs => $7), $8, $9, $10, $11,
-        $12, now(), now(), $13, $14, $15, CASE WHEN $16 THEN now() END)
+        $12, now(), now(), $13, $14, $15, CASE WHEN $16 THEN now() END, $17)
 RETURNING {_JOB_COLUMNS}"""
 
 # The one active, non-forced row the index let win (NULL if it finished meanwhile).
@@ -305,6 +309,11 @@ status IN {ACTIVE_STATUSES_SQL} AND lease_deadline < now()
         AND owner.lease_expires_at + CASE WHEN jobs.transport = 'http'
                                           THEN make_interval(secs => $1)
                                           ELSE interval '0' END >= now())"""
+
+# The reaper's alternative for a remote job that never started (workers.py): $5 is the
+# http grace there.
+RETURN_TO_POOL = postgres_workers.RETURN_TO_POOL.replace(
+    "{lease_expired}", _LEASE_EXPIRED.replace("$1", "$5"))
 
 # Narrow and bounded (base.REAPER_COLUMNS, $2 rows, oldest lease first): a sweep never
 # reads requests or outputs, and its cost does not grow with a backlog.
@@ -522,9 +531,10 @@ RETURNING {_LIGHT_JOB_COLUMNS}"""
 # run is launched at most once however often its job is queued again, and each re-queue
 # needs an owner proven gone, so their number is bounded by real gateway deaths. Only a
 # HTTP call that started (it may have reached the API, and been billed) is retried at most
-# once: requeued_at IS NULL, then stamped.
+# once: requeued_at IS NULL, then stamped. A remote job (runs_on) goes back to the pool:
+# its claim is cleared, so any worker that meets it may claim it again.
 REQUEUE_JOB = f"""
-UPDATE jobs SET status = 'queued', owner_instance = $4, boot_id = $6,
+UPDATE jobs SET status = 'queued', owner_instance = $4, boot_id = $6, claimed_at = NULL,
                 requeued_at = now(), lease_deadline = now() + make_interval(secs => $7),
                 requeue_count = requeue_count + 1,
                 requeue_reasons = COALESCE($8::text, requeue_reasons),

@@ -51,6 +51,7 @@ from gateway.store.base import (
     JobsPage,
     StoreUnavailable,
     TakeOver,
+    WorkerClaim,
     answer_in,
     like_prefix,
     output_to_bind,
@@ -62,6 +63,7 @@ from gateway.store.owner_columns import owner_fields
 from gateway.store.postgres import meta as postgres_meta
 from gateway.store.postgres import sweeps as postgres_sweeps
 from gateway.store.postgres import usage as postgres_usage
+from gateway.store.postgres import workers as postgres_workers
 from gateway.store.postgres.errors import (
     _UNAVAILABLE_ERRORS,
     redact_dsn,
@@ -122,6 +124,7 @@ from gateway.store.postgres.sql import (
     RENEW_INSTANCE_LEASE,
     REQUEST_CANCEL_LIGHT,
     REQUEUE_JOB,
+    RETURN_TO_POOL,
     SAVE_PROGRESS,
     UPSERT_INSTANCE,
 )
@@ -327,6 +330,7 @@ class PostgresJobStore:
                 UPSERT_INSTANCE,
                 instance.instance_id, instance.hostname, instance.boot_id, instance.pid,
                 instance.pid_started_at, instance.role, instance.version, float(ttl_s),
+                instance.capabilities,
             )
 
     async def mark_instance_stopped(self, instance_id: str) -> None:
@@ -371,7 +375,7 @@ class PostgresJobStore:
                         job.id, job.provider, job.request_key, job.transport,
                         job.correlation_id, job.owner_instance, float(ttl_s), job.hostname,
                         job.working_dir, job.model, job.session_id, job.request_json,
-                        job.forced, job.boot_id, job.principal, job.running,
+                        job.forced, job.boot_id, job.principal, job.running, job.runs_on,
                     )
                     await postgres_usage.reserve(conn, job.id, job.reservations)
             except asyncpg.UniqueViolationError as exc:
@@ -449,6 +453,44 @@ class PostgresJobStore:
     async def sweep_runs(self, task: str) -> int:
         async with self._connection("read sweep runs") as conn:
             return await postgres_sweeps.sweep_runs(conn, task)
+
+    # -- worker hosts (workers.py) ----------------------------------------------------------
+    async def publish_capabilities(self, instance_id: str, capabilities: str) -> bool:
+        async with self._connection("publish capabilities", lease=True) as conn:
+            status = await conn.execute(postgres_workers.PUBLISH_CAPABILITIES, instance_id,
+                                        capabilities)
+        return _status_count(status) == 1
+
+    async def claim_jobs(self, claim: WorkerClaim, limit: int) -> list[JobRow]:
+        async with self._transaction("claim jobs", patience_s=WORK_PATIENCE_S) as conn:
+            return await postgres_workers.claim_jobs(conn, claim, limit)
+
+    async def return_to_pool(self, taker: InstanceRow, ttl_s: float, http_grace_s: float,
+                             job_ids: Collection[str]) -> list[str]:
+        if not job_ids:
+            return []
+        async with self._connection("return jobs to the pool") as conn:
+            rows = await conn.fetch(RETURN_TO_POOL, taker.instance_id, taker.hostname,
+                                    taker.boot_id, float(ttl_s), float(http_grace_s),
+                                    list(job_ids))
+        return [row["id"] for row in rows]
+
+    async def set_unschedulable(self, owner_instance: str,
+                                reasons: Mapping[str, str | None]) -> int:
+        if not reasons:
+            return 0
+        ids = list(reasons)
+        async with self._connection("set unschedulable") as conn:
+            return _status_count(await conn.execute(
+                postgres_workers.SET_UNSCHEDULABLE, owner_instance, ids,
+                [reasons[i] for i in ids]))
+
+    async def fail_unscheduled(self, owner_instance: str, queue_timeout_s: float,
+                               error: str) -> list[str]:
+        async with self._connection("fail unscheduled jobs") as conn:
+            rows = await conn.fetch(postgres_workers.FAIL_UNSCHEDULED, owner_instance,
+                                    float(queue_timeout_s), error)
+        return [row["id"] for row in rows]
 
     async def release_reservations(self) -> int:
         async with self._transaction("release reservations") as conn:

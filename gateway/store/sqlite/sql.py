@@ -27,7 +27,7 @@ _REAPER_COLUMNS = ", ".join(REAPER_COLUMNS)
 _NEW_JOB_COLUMNS = ", ".join(NEW_JOB_COLUMNS)
 _JOB_TIME_FIELDS = (
     "lease_deadline", "created_at", "started_at", "finished_at", "updated_at",
-    "cancel_requested_at", "requeued_at",
+    "cancel_requested_at", "requeued_at", "claimed_at",
 )
 _INSTANCE_TIME_FIELDS = ("started_at", "heartbeat_at", "lease_expires_at", "stopped_at")
 
@@ -175,6 +175,23 @@ _SCHEMA_V6 = (
     *_SCHEMA_V1[2:],
 )
 
+# v11: worker hosts (issue 42): `runs_on`, `claimed_at`, `unschedulable_reason`. One host
+# never has a remote job (admission refuses runs_on other than "here" on SQLite), but the
+# columns exist so every row reads alike. Rebuilt like v6, so that `output` stays last; and
+# `gateway_instances.capabilities` (ADD COLUMN: that table has no in-place blob).
+_V6_COLUMNS = ", ".join(column for column, _ in _V6_COLUMN_DEFS)
+_V11_COLUMN_DEFS = (*(c for c in _V6_COLUMN_DEFS if c[0] != "output"),
+                    ("runs_on", "TEXT"), ("claimed_at", "REAL"),
+                    ("unschedulable_reason", "TEXT"), ("output", "TEXT"))
+_SCHEMA_V11 = (
+    _create_jobs_table("jobs_v11", _V11_COLUMN_DEFS),
+    f"INSERT INTO jobs_v11 ({_V6_COLUMNS}) SELECT {_V6_COLUMNS} FROM jobs",
+    "DROP TABLE jobs",
+    "ALTER TABLE jobs_v11 RENAME TO jobs",
+    *_SCHEMA_V1[2:],
+    "ALTER TABLE gateway_instances ADD COLUMN capabilities TEXT",
+)
+
 # (version, statements) in order, each version in one transaction; re-running a version's
 # statements in order changes nothing.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
@@ -182,7 +199,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (5, SCHEMA_V5),  # usage totals and budgets (usage.py)
     (6, _SCHEMA_V6),
     (7, SCHEMA_V7),  # the lowest writer and the renewal wait (meta.py)
-    (8, SWEEPS_SCHEMA))  # one sweeper per interval (sweeps.py)
+    (8, SWEEPS_SCHEMA),  # one sweeper per interval (sweeps.py)
+    (11, _SCHEMA_V11))  # worker hosts
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
@@ -191,10 +209,12 @@ assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION
 # alive again (stopped_at cleared); its lease restarts from now.
 UPSERT_INSTANCE = """
 INSERT INTO gateway_instances (instance_id, hostname, boot_id, pid, pid_started_at, role,
-                               version, started_at, heartbeat_at, lease_expires_at, stopped_at)
+                               version, started_at, heartbeat_at, lease_expires_at, stopped_at,
+                               capabilities)
 VALUES (:instance_id, :hostname, :boot_id, :pid, :pid_started_at, :role, :version,
-        COALESCE(:started_at, :now), :now, :now + :ttl_s, NULL)
+        COALESCE(:started_at, :now), :now, :now + :ttl_s, NULL, :capabilities)
 ON CONFLICT (instance_id) DO UPDATE SET
+    capabilities = COALESCE(excluded.capabilities, gateway_instances.capabilities),
     hostname = excluded.hostname, boot_id = excluded.boot_id, pid = excluded.pid,
     pid_started_at = excluded.pid_started_at, role = excluded.role,
     version = excluded.version, heartbeat_at = excluded.heartbeat_at,
@@ -492,7 +512,7 @@ RETURNING {_LIGHT_JOB_COLUMNS}"""
 # once: requeued_at IS NULL, then stamped.
 REQUEUE_JOB = f"""
 UPDATE jobs SET status = 'queued', owner_instance = :instance_id, boot_id = :boot_id,
-                requeued_at = :now, lease_deadline = :now + :ttl_s, updated_at = :now,
+                claimed_at = NULL, requeued_at = :now, lease_deadline = :now + :ttl_s, updated_at = :now,
                 requeue_count = requeue_count + 1,
                 requeue_reasons = COALESCE(:requeue_reasons, requeue_reasons),
                 started_at = NULL, finished_at = NULL, pid = NULL, pgid = NULL,
@@ -507,3 +527,8 @@ WHERE id = :job_id AND owner_instance IS :expected_owner AND status = :expected_
       WHERE twin.request_key = jobs.request_key AND twin.id <> jobs.id AND twin.forced = 0
         AND twin.status IN {ACTIVE_STATUSES_SQL}))
 RETURNING {_LIGHT_JOB_COLUMNS}"""
+
+# -- worker hosts -------------------------------------------------------------------------
+
+PUBLISH_CAPABILITIES = """
+UPDATE gateway_instances SET capabilities = :capabilities WHERE instance_id = :instance_id"""

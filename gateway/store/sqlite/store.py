@@ -52,6 +52,7 @@ from gateway.store.base import (
     StoreReplaced,
     StoreUnavailable,
     TakeOver,
+    WorkerClaim,
     like_prefix,
     output_to_bind,
 )
@@ -95,6 +96,7 @@ from gateway.store.sqlite.sql import (
     MARK_INSTANCE_STOPPED,
     MARK_RUNNING,
     MIGRATIONS,
+    PUBLISH_CAPABILITIES,
     PURGE_TERMINAL,
     READ_SCHEMA_VERSION,
     RECORD_PROCESS,
@@ -326,7 +328,7 @@ class SqliteJobStore:
             "boot_id": instance.boot_id, "pid": instance.pid,
             "pid_started_at": instance.pid_started_at, "role": instance.role,
             "version": instance.version, "started_at": _epoch(instance.started_at),
-            "ttl_s": ttl_s,
+            "ttl_s": ttl_s, "capabilities": instance.capabilities,
         }
         await self._transaction("register_instance", lambda db, now: _changed(
             db, UPSERT_INSTANCE, {**params, "now": now}))
@@ -590,6 +592,27 @@ class SqliteJobStore:
     async def sweep_runs(self, task: str) -> int:
         async with self._read("sweep_runs") as conn:
             return await sqlite_sweeps.sweep_runs(conn, task)
+
+    # -- worker hosts: one host has no remote jobs (admission refuses them) --------------------
+    async def publish_capabilities(self, instance_id: str, capabilities: str) -> bool:
+        params = {"instance_id": instance_id, "capabilities": capabilities}
+        return await self._transaction("publish_capabilities", lambda db, now: _changed(
+            db, PUBLISH_CAPABILITIES, params)) == 1
+
+    async def claim_jobs(self, claim: WorkerClaim, limit: int) -> list[JobRow]:
+        return []
+
+    async def return_to_pool(self, taker: InstanceRow, ttl_s: float, http_grace_s: float,
+                             job_ids: Collection[str]) -> list[str]:
+        return []
+
+    async def set_unschedulable(self, owner_instance: str,
+                                reasons: Mapping[str, str | None]) -> int:
+        return 0
+
+    async def fail_unscheduled(self, owner_instance: str, queue_timeout_s: float,
+                               error: str) -> list[str]:
+        return []
 
     async def release_reservations(self) -> int:
         return await self._transaction("release_reservations",

@@ -1,0 +1,113 @@
+"""A worker's side of jobs for other hosts (issue 42): publish what this host can run, and
+claim the queued jobs it meets.
+
+Capabilities are read again every CAPABILITIES_REFRESH_S (a CLI found, and whether it is
+logged in, from the doctor's checks: a CLI logged out since is no longer offered) and each
+claim passes the ones read last, so the store judges the job against this host as it is
+now. A claimed job is this worker's own from then on: it is driven like one it admitted,
+under the ordinary lease, cancel, adoption and re-queue rules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import structlog
+
+from gateway.jobs.manager import JobManager
+from gateway.jobs.targets import request_of_row, resolve_target
+from gateway.model import Completion, GatewayError, InstanceRow, JobRow, JobStatus
+from gateway.store.base import StoreUnavailable, WorkerClaim
+
+log = structlog.get_logger(__name__)
+
+CAPABILITIES_REFRESH_S = 30.0  # a login or an install changed since is seen within this
+
+# What a host can run, as published: {"providers": {name: {"logged_in": ...}}, "labels": ...}
+Capabilities = Mapping[str, Any]
+
+
+class Claimer:
+    """Claims and starts the jobs this worker meets, up to `[worker] max_jobs` at once."""
+
+    def __init__(self, manager: JobManager, identity: InstanceRow,
+                 read_capabilities: Callable[[], Awaitable[Capabilities]]) -> None:
+        self.manager = manager
+        self.identity = identity
+        self.read_capabilities = read_capabilities
+        self.capabilities: Capabilities | None = None
+        self._read_at = float("-inf")
+        self.claimed = 0  # jobs this worker claimed (gateway_status, tests)
+
+    async def refresh(self, force: bool = False) -> Capabilities:
+        """Read this host's capabilities again when they are older than the refresh
+        interval, and publish them on the instance row."""
+        if force or self.capabilities is None \
+                or time.monotonic() - self._read_at >= CAPABILITIES_REFRESH_S:
+            capabilities = await self.read_capabilities()
+            self._read_at = time.monotonic()
+            if capabilities != self.capabilities:
+                await self.manager.store.publish_capabilities(
+                    self.identity.instance_id, json.dumps(capabilities, sort_keys=True))
+                log.info("capabilities published", action="publish_capabilities",
+                         providers=sorted(usable_providers(capabilities)))
+            self.capabilities = capabilities
+        return self.capabilities
+
+    def claim_of(self, capabilities: Capabilities) -> WorkerClaim:
+        worker = self.manager.settings.worker
+        return WorkerClaim(
+            instance_id=self.identity.instance_id, hostname=self.identity.hostname,
+            boot_id=self.identity.boot_id, ttl_s=self.manager.settings.lease.ttl_s,
+            providers=tuple(sorted(usable_providers(capabilities))),
+            labels=dict(capabilities.get("labels") or {}),
+            principals=tuple(worker.principals) or None)
+
+    async def tick(self) -> list[JobRow]:
+        """One claim: as many jobs as there is room for; returns the claimed rows."""
+        manager = self.manager
+        if not manager.admission.open or not manager.settings.worker.accept_remote:
+            return []
+        capabilities = await self.refresh()
+        room = manager.settings.worker.max_jobs - len(manager.local_job_ids())
+        if room <= 0:
+            return []
+        rows = await manager.store.claim_jobs(self.claim_of(capabilities), room)
+        for row in rows:
+            self.claimed += 1
+            await self._start(row)
+        return rows
+
+    async def _start(self, row: JobRow) -> None:
+        """Drive a claimed job here, as the owner that admitted it would have; one that
+        cannot run here after all (its working_dir is missing on this host) ends failed
+        with the reason, never left queued under a worker that will not run it."""
+        manager = self.manager
+        _, request = request_of_row(row.request_json)
+        request.correlation_id = row.correlation_id
+        request.principal = row.principal
+        try:
+            target = resolve_target(manager.settings, row.provider, request)
+            ticket = manager.limiter.acquire(row.provider)
+        except GatewayError as err:
+            log.warning("claimed job cannot run on this host", action="claim", job_id=row.id,
+                        error=err.message)
+            # A store that is down leaves the row ours, queued: the lease rules settle it.
+            with contextlib.suppress(StoreUnavailable):
+                await manager.store.complete(row.id, self.identity.instance_id, Completion(
+                    status=JobStatus.FAILED, error_kind=err.kind,
+                    error=f"On worker {self.identity.hostname}: {err.message}"))
+            return
+        log.info("job claimed", action="claim", job_id=row.id, provider=row.provider)
+        manager.start_local(row, target, ticket, request)
+
+
+def usable_providers(capabilities: Capabilities) -> set[str]:
+    """The providers found here and not known to be logged out."""
+    providers = capabilities.get("providers") or {}
+    return {name for name, facts in providers.items()
+            if isinstance(facts, dict) and facts.get("logged_in") != "no"}
