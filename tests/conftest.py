@@ -31,6 +31,7 @@ from gateway import platform
 from gateway.jobs.run import forks
 from tests import zygote_coverage
 from tests.children import Children
+from tests.waiting import scaled
 
 # The tiers: which tests are `slow` by where they are, and the guard that fails a test of the
 # fast tier that starts a process or a server.
@@ -124,7 +125,7 @@ def find_pg_bindir() -> Path | None:
     if pg_config:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             out = subprocess.run(
-                [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=True
+                [pg_config, "--bindir"], capture_output=True, text=True, timeout=scaled(10), check=True
             ).stdout.strip()
             if out:
                 candidates.append(Path(out))

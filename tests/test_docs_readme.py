@@ -22,6 +22,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from tests.test_packaging import NETWORK_ENV, in_ci, real_executable, uv_cache_dir
+from tests.waiting import scaled
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -111,7 +112,7 @@ async def test_the_gateway_starts_exactly_from_the_readmes_first_client_snippet(
         **{k: v for k, v in os.environ.items() if k.startswith("UV_") or k in NETWORK_ENV},
     }
     params = StdioServerParameters(command=uv, args=args, env=env, cwd=str(home))
-    with anyio.fail_after(START_TIMEOUT_S):
+    with anyio.fail_after(scaled(START_TIMEOUT_S)):
         async with Client(params, mode="legacy", read_timeout_seconds=START_TIMEOUT_S) as client:
             tools = {t.name for t in (await client.list_tools()).tools}
             status = await client.call_tool("gateway_status", {})

@@ -43,9 +43,9 @@ from tests.jobs.conftest import (
     job_row,
     leases_of,
     store_of,
-    wait_for,
 )
 from tests.jobs.owner_gateway import NO_FINALIZER_ENV
+from tests.waiting import scaled, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
@@ -134,7 +134,7 @@ async def test_a_run_that_ended_with_no_gateway_alive_is_finalized_at_start(
     gw = await start_gateway(make_settings())
     # Settled during start (before any tool call could be served): no sweep needed.
     manager = await gw.manager()
-    with anyio.fail_after(5):
+    with anyio.fail_after(scaled(5)):
         row = await manager.reads.wait(job_id, 5)
     assert row.status is JobStatus.FAILED
     assert (row.exit_code, row.error_kind) == (3, ErrorKind.PROVIDER_ERROR)  # its real code
@@ -262,7 +262,7 @@ async def test_a_run_left_unstarted_twice_is_queued_again_and_runs_once(
     assert await store.mark_running(job.id, "ghost-2", settings.lease.ttl_s)
     await store.extend_leases("ghost-2", {job.id: 3600.0})
     run_dir(spool_root(settings.state_dir), requeued).mkdir(parents=True)  # its second attempt
-    with anyio.fail_after(DONE_S):
+    with anyio.fail_after(scaled(DONE_S)):
         row = await wait_for(lambda: terminal(adopter, job.id), DONE_S)
     assert row.status is JobStatus.COMPLETED and row.owner_instance == adopter.instance_id
     assert row.requeued_at is not None
@@ -758,7 +758,7 @@ async def _status_is(manager: Any, job_id: str, status: JobStatus) -> bool:
 def unshare_available() -> bool:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         return False
-    probe = subprocess.run(["unshare", "-u", "true"], capture_output=True, timeout=10)
+    probe = subprocess.run(["unshare", "-u", "true"], capture_output=True, timeout=scaled(10))
     return probe.returncode == 0
 
 

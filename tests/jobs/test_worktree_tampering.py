@@ -34,6 +34,7 @@ from gateway.model import GatewayError, JobStatus
 from tests.cli.cli_support import hermetic_env
 from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway
 from tests.jobs.test_worktrees import branches, finished, git, isolated, repo
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 __all__ = ["repo"]  # the fixture, used by name
@@ -126,7 +127,7 @@ def cli_config(tmp_path: Path, settings: Any) -> Path:
 
 def cli(config: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gateway", *args, "--config", str(config)],
-                          env=hermetic_env(home), capture_output=True, text=True, timeout=120,
+                          env=hermetic_env(home), capture_output=True, text=True, timeout=scaled(120),
                           check=False, stdin=subprocess.DEVNULL)
 
 

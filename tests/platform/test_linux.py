@@ -25,6 +25,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from gateway import platform
+from tests.waiting import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "s3cret-token-that-no-child-may-read"
@@ -104,7 +105,7 @@ async def test_a_serving_gateway_holds_its_token_where_no_child_can_read_it(
     command, *args = [*prefix, sys.executable, "-m", "gateway"]
     assert isinstance(command, str)
     params = StdioServerParameters(command=command, args=args, env=env, cwd=str(private_home))
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         async with Client(params, mode="legacy", read_timeout_seconds=DEADLINE_S) as client:
             status = (await client.call_tool("gateway_status", {})).structured_content
             gateway = gateway_process(private_home)

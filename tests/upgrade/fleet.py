@@ -22,6 +22,7 @@ from mcp import Client, StdioServerParameters
 
 from gateway.config import load_settings
 from gateway.store import open_store
+from tests.waiting import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 FAKES_BIN = REPO / "tests" / "fakes" / "bin"
@@ -93,7 +94,7 @@ class Fleet:
         return status
 
     async def until(self, client: Client, job_id: str, *statuses: str) -> str:
-        with anyio.fail_after(SETTLE_S):
+        with anyio.fail_after(scaled(SETTLE_S)):
             while (status := await self.status(client, job_id)) not in statuses:
                 assert status not in ("orphaned", "failed"), (job_id, status, self.seen)
                 await anyio.sleep(POLL_S)
@@ -107,7 +108,7 @@ class Fleet:
                 if line.strip() and "prompt" in json.loads(line)]
 
     async def until_started(self, prompt: str) -> None:
-        with anyio.fail_after(SETTLE_S):
+        with anyio.fail_after(scaled(SETTLE_S)):
             while prompt not in self.prompts():
                 await anyio.sleep(POLL_S)
 

@@ -29,6 +29,7 @@ from mcp import Client
 from gateway.model import JobStatus
 from gateway.store.base import SCHEMA_VERSION
 from tests.upgrade.fleet import POLL_S, SETTLE_S, Fleet
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -71,7 +72,7 @@ async def test_the_previous_release_and_this_one_share_a_store_through_an_upgrad
 
     # The old release started again on the migrated store: refused clearly, nothing written.
     async with fleet.gateway(old=True) as old_again:
-        with anyio.fail_after(SETTLE_S):
+        with anyio.fail_after(scaled(SETTLE_S)):
             while True:  # "still starting" (unavailable) until its first open has failed
                 refused = await old_again.call_tool("llm_job_list", {})
                 assert refused.is_error and refused.structured_content is not None

@@ -23,13 +23,14 @@ from gateway import platform, proc
 from gateway.jobs.run import supervisor as sup
 from tests.children import Children
 from tests.jobs.run.conftest import SUPERVISOR_PATH, StartSupervisor
+from tests.waiting import scaled
 
 DEADLINE_S = 20.0
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
 
 async def end_record(spool: Path) -> dict[str, Any]:
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         while (record := sup.read_record(spool, sup.END_NAME)) is None:
             await anyio.sleep(0.02)
     return record
@@ -88,7 +89,7 @@ async def test_a_stop_request_names_the_reason_and_keeps_the_grace(
     tmp_path: Path, start: StartSupervisor,
 ) -> None:
     supervisor = start(tmp_path, "import time; print('ready', flush=True); time.sleep(60)")
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         while not (tmp_path / "stdout").exists() or not (tmp_path / "stdout").stat().st_size:
             await anyio.sleep(0.02)
     sup.write_record(tmp_path, sup.STOP_NAME, {"version": sup.RECORD_VERSION,

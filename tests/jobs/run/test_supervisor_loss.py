@@ -22,7 +22,8 @@ from gateway.jobs.requests import SubmitRequest
 from gateway.jobs.run import runner
 from gateway.jobs.run import supervisor as sup
 from gateway.model import ErrorKind, JobStatus
-from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 
