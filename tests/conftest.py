@@ -118,6 +118,13 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 
 
+def ci_or_quick(ci: T, quick: T) -> T:
+    """The size of one of the longest runs (chaos, upgrade): the full one in CI (`CI=true`,
+    which .ci/run sets), a quick one by default, so `uv run pytest` on a laptop stays short
+    while CI keeps the counts that make a rare fault likely to show."""
+    return ci if in_ci() else quick
+
+
 def find_pg_bindir() -> Path | None:
     """Where initdb/pg_ctl live: `pg_config --bindir`, Debian's versioned dirs, or PATH."""
     candidates: list[Path] = []

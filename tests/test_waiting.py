@@ -1,4 +1,4 @@
-"""The one wait helper's knob: AGENT_GATEWAY_TEST_TIME_SCALE, else the load per core."""
+"""The one wait helper's knob: GATEWAY_TEST_TIME_SCALE, else the load per core."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def test_the_knob_sets_the_scale_and_never_shrinks_a_bound(monkeypatch: pytest.M
 
 def test_a_knob_that_is_not_a_number_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(waiting.SCALE_ENV, "fast")
-    with pytest.raises(RuntimeError, match="AGENT_GATEWAY_TEST_TIME_SCALE='fast' is not a number"):
+    with pytest.raises(RuntimeError, match="GATEWAY_TEST_TIME_SCALE='fast' is not a number"):
         waiting.time_scale()
 
 

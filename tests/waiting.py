@@ -4,7 +4,7 @@ that grows with the machine's load (one knob).
 Why: a deadline only guards a hang; when things work it is never reached. On a loaded 2-core
 box (the suite beside ten CPU-bound loops, load 8-23) the same work takes many times longer, and
 a bound sized for a quiet box fails a correct test. So every bound is written for a quiet box and
-scaled here: by AGENT_GATEWAY_TEST_TIME_SCALE when it is set (a number, at least 1), else by the
+scaled here: by GATEWAY_TEST_TIME_SCALE when it is set (a number, at least 1), else by the
 load per core at the moment the wait starts (never below 1, capped so a hang still ends).
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 
-SCALE_ENV = "AGENT_GATEWAY_TEST_TIME_SCALE"
+SCALE_ENV = "GATEWAY_TEST_TIME_SCALE"  # not AGENT_GATEWAY_*: the gateway (and clean_home) own that prefix
 MAX_DERIVED_SCALE = 12.0  # a hang on a box at load 24 per core still ends within 12x the bound
 POLL_S = 0.02  # how often a condition is looked at; conditions here are cheap reads
 
