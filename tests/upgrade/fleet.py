@@ -70,14 +70,17 @@ class Fleet:
         async with Client(self._params(old), read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
             yield client
 
-    async def window(self, close: anyio.Event, *, old: bool,
+    async def window(self, close: anyio.Event, *, old: bool, closed: anyio.Event | None = None,
                      task_status: anyio.abc.TaskStatus[Client] = anyio.TASK_STATUS_IGNORED,
                      ) -> None:
         """A client window in a task of its own, open until `close` is set: old and new
-        windows then close in any order (a client's cancel scopes belong to its task)."""
+        windows then close in any order (a client's cancel scopes belong to its task).
+        `closed` is set once its gateway process has ended."""
         async with self.gateway(old=old) as client:
             task_status.started(client)
             await close.wait()
+        if closed is not None:
+            closed.set()
 
     async def submit(self, client: Client, prompt: str) -> str:
         result = await client.call_tool("claude_request_async", {"prompt": prompt})

@@ -37,18 +37,24 @@ pytestmark = pytest.mark.anyio
 async def test_the_previous_release_and_this_one_share_a_store_through_an_upgrade(
     fleet: Fleet,
 ) -> None:
-    prompts = {"a": "@sleep=15 served-by-old-while-new-migrates",
-               "b": "@sleep=4 detached-by-old-adopted-by-new",
+    # A and B are held by the fake CLI until the test lets them go (@until=): A runs while
+    # the new gateway starts and migrates, B is still running when the old window closes,
+    # however slowly a loaded box starts gateways (a fixed @sleep raced the start).
+    go_a, go_b = fleet.root / "go-a", fleet.root / "go-b"
+    prompts = {"a": f"@until={go_a} served-by-old-while-new-migrates",
+               "b": f"@until={go_b} detached-by-old-adopted-by-new",
                "c": "queued-on-old-run-on-new"}
-    close_old = anyio.Event()
+    close_old, old_closed = anyio.Event(), anyio.Event()
     async with anyio.create_task_group() as windows:
-        old: Client = await windows.start(partial(fleet.window, close_old, old=True))
+        old: Client = await windows.start(partial(fleet.window, close_old, old=True,
+                                                  closed=old_closed))
         a = await fleet.submit(old, prompts["a"])
         await fleet.until_started(prompts["a"])
         async with fleet.gateway(old=False) as new:
             # The new gateway migrated the store under the old one, which keeps serving.
             assert await fleet.status(new, a) == "running"
             assert await fleet.schema_version() == SCHEMA_VERSION
+            go_a.touch()
             assert await fleet.until(old, a, "completed") == "completed"
             assert await fleet.status(new, a) == "completed"
 
@@ -57,6 +63,8 @@ async def test_the_previous_release_and_this_one_share_a_store_through_an_upgrad
             c = await fleet.submit(old, prompts["c"])
             assert await fleet.status(old, c) == "queued"  # one run at a time
             close_old.set()  # the old window closes: B detached, C left queued
+            await old_closed.wait()
+            go_b.touch()  # B ends only now, under its adopter
 
             assert await fleet.until(new, b, "completed") == "completed"
             assert await fleet.until(new, c, "completed") == "completed"

@@ -42,16 +42,18 @@ def alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def handed_over(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def handed_over(monkeypatch: pytest.MonkeyPatch) -> list[psutil.Process]:
     """Every supervisor forked for a run blocks before it claims it: its first act, opening
-    the run's log, waits on a FIFO nobody reads. The pids, in order."""
-    pids: list[int] = []
+    the run's log, waits on a FIFO nobody reads. The processes, in order (psutil's, so a
+    signal sent after one ended never reaches another process that got its pid: on a busy
+    box with pid_max 32768 a pid comes round again within a suite)."""
+    pids: list[psutil.Process] = []
     real = runner.ZYGOTE.fork
 
     async def fork_blocked_before_the_claim(spool_dir: Path, *args: Any) -> tuple[int, Any]:
         os.mkfifo(spool_dir / sup.LOG_NAME, 0o600)
         pid, link = await real(spool_dir, *args)
-        pids.append(pid)
+        pids.append(psutil.Process(pid))
         return pid, link
 
     monkeypatch.setattr(runner.ZYGOTE, "fork", fork_blocked_before_the_claim)
@@ -66,7 +68,7 @@ async def terminal(manager: Any, job_id: str) -> Any:
 @pytest.mark.parametrize("then", ["nothing", "cancel", "identical request"])
 async def test_a_supervisor_killed_between_its_hand_over_and_its_claim_ends_the_job(
     make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
-    handed_over: list[int], then: str,
+    handed_over: list[psutil.Process], then: str,
 ) -> None:
     # Issue 23, item 1: the job stayed running for good while its gateway lived (its lease
     # renewed, a cancel never applied, an identical request joining it and waiting), because
@@ -83,8 +85,8 @@ async def test_a_supervisor_killed_between_its_hand_over_and_its_claim_ends_the_
         assert joined.deduplicated and joined.job.id == sub.job.id
     # An OOM kill of the supervisor at its start (after a cancel, the cancel's SIGTERM may
     # have ended it already: it had not set its handler yet, and that too leaves no claim).
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(handed_over[0], signal.SIGKILL)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        handed_over[0].kill()
     row = await wait_for(lambda: terminal(manager, sub.job.id), DONE_S)
     if then == "cancel":
         assert (row.status, row.error_kind) == (JobStatus.CANCELLED, ErrorKind.CANCELLED)
