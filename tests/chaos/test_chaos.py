@@ -37,7 +37,7 @@ BOUNDS = Bounds(ttl_s=1.0, heartbeat_s=0.2, sweep_s=0.2)  # the chaos runs' leas
 # The short CI scenario: ~150 jobs over 40 s of chaos on 3 instances, one PG outage of 3 s.
 CI_JOBS = ci_or_quick(150, 60)
 CI_INSTANCES = 3
-CI_DURATION_S = ci_or_quick(40.0, 20.0)
+CI_DURATION_S = ci_or_quick(40.0, 25.0)
 CI_OUTAGE_S = 3.0
 # Share of requests whose first try gives up within ~60 ms (the SDK then cancels the tool
 # mid-admission). On PostgreSQL this once lost jobs (a committed INSERT whose submit was
@@ -67,7 +67,8 @@ CI_LOAD_SESSIONS_PER_GATEWAY = 2
 CI_LOAD_DURATION_S = ci_or_quick(30.0, 15.0)
 # A run that was clean (nothing lost, nothing run twice) but in which the scenario did not
 # happen (a loaded box restarts gateways slowly, so the monkey's actions may miss every run
-# in flight) is run again, this many runs in all: every run's verdict stays strict.
+# in flight, or only one action fits the window) is run again with a window as many times
+# longer as it is the run's number, this many runs in all: every run's verdict stays strict.
 ATTEMPTS = 3
 # Short runs: the point is the load and the kill, not long jobs (a loaded 2-core box runs a
 # 1 s fake in 3-4 s, and 200 of them on 8 run slots would outlast the settle budget).
@@ -187,7 +188,8 @@ def first_miss(checks: dict[str, bool]) -> str | None:
 async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_with_stop_on_sqlite(tmp_path: Path) -> None:
     await until_the_scenario_happened(lambda attempt: run_chaos(ChaosOptions(
         backend="sqlite", workdir=tmp_path / f"chaos{attempt}", jobs=CI_JOBS,
-        instances=CI_INSTANCES, duration_s=CI_DURATION_S, impatient_fraction=CI_IMPATIENT,
+        instances=CI_INSTANCES, duration_s=CI_DURATION_S * (1 + attempt),
+        impatient_fraction=CI_IMPATIENT,
         on_shutdown="stop")), chaos_missed)
 
 
@@ -216,7 +218,8 @@ async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_with_stop_on_postg
     tmp_path: Path, postgres_server: PostgresServer,
 ) -> None:
     await until_the_scenario_happened(lambda attempt: run_chaos_on_postgres(
-        tmp_path, postgres_server, attempt=attempt, jobs=CI_JOBS, duration_s=CI_DURATION_S,
+        tmp_path, postgres_server, attempt=attempt, jobs=CI_JOBS,
+        duration_s=CI_DURATION_S * (1 + attempt),
         outage_s=CI_OUTAGE_S, on_shutdown="stop"), lambda report: chaos_missed(report)
         or first_miss({"no store outage": report.info.get("store_outages") == 1}))
 
@@ -238,7 +241,7 @@ async def test_no_job_is_lost_or_run_twice_under_chaos_through_pgbouncer(
                 backend="postgres", workdir=tmp_path / f"chaos{attempt}",
                 instances=CI_INSTANCES, dsn=pgbouncer.dsn_for(name), pooler="pgbouncer",
                 impatient_fraction=CI_IMPATIENT_POSTGRES, jobs=CI_DETACH_JOBS,
-                duration_s=CI_DETACH_DURATION_S, on_shutdown="detach"))
+                duration_s=CI_DETACH_DURATION_S * (1 + attempt), on_shutdown="detach"))
         finally:
             postgres_server.ensure_running()
             postgres_server.drop_database(name)
@@ -321,7 +324,7 @@ async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_sqlite(
     # report.ok (every run): unfinished=0 and escapes=0 included
     await until_the_scenario_happened(lambda attempt: run_chaos(ChaosOptions(
         backend="sqlite", workdir=tmp_path / f"chaos{attempt}", jobs=CI_DETACH_JOBS,
-        instances=CI_INSTANCES, duration_s=CI_DETACH_DURATION_S,
+        instances=CI_INSTANCES, duration_s=CI_DETACH_DURATION_S * (1 + attempt),
         impatient_fraction=CI_IMPATIENT, on_shutdown="detach",
         tamper_worktrees=CI_TAMPER_JOBS)), takeover_or_tampering_missed)
 
@@ -333,7 +336,7 @@ async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_postgres(
 ) -> None:
     report = await until_the_scenario_happened(lambda attempt: run_chaos_on_postgres(
         tmp_path, postgres_server, attempt=attempt, jobs=CI_DETACH_JOBS,
-        duration_s=CI_DETACH_DURATION_S, on_shutdown="detach",
+        duration_s=CI_DETACH_DURATION_S * (1 + attempt), on_shutdown="detach",
         tamper_worktrees=CI_TAMPER_JOBS), takeover_or_tampering_missed)
     assert "store_outages" not in report.info, report.text()
 
@@ -345,7 +348,7 @@ async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_the_portab
 ) -> None:
     await until_the_scenario_happened(lambda attempt: run_chaos(ChaosOptions(
         backend="sqlite", workdir=tmp_path / f"chaos{attempt}", jobs=CI_PORTABLE_JOBS,
-        instances=CI_INSTANCES, duration_s=CI_PORTABLE_DURATION_S,
+        instances=CI_INSTANCES, duration_s=CI_PORTABLE_DURATION_S * (1 + attempt),
         impatient_fraction=CI_IMPATIENT, on_shutdown="detach", extra_env=PORTABLE_ENV)),
         takeover_missed)
 
@@ -389,7 +392,7 @@ async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_the_portab
 ) -> None:
     await until_the_scenario_happened(lambda attempt: run_chaos_on_postgres(
         tmp_path, postgres_server, attempt=attempt, jobs=CI_PORTABLE_JOBS,
-        duration_s=CI_PORTABLE_DURATION_S, on_shutdown="detach", extra_env=PORTABLE_ENV),
+        duration_s=CI_PORTABLE_DURATION_S * (1 + attempt), on_shutdown="detach", extra_env=PORTABLE_ENV),
         takeover_missed)
 
 
