@@ -3,8 +3,8 @@
 The Claude Desktop JSON under "Install and connect a client" is read from the README, the
 placeholder checkout path replaced by this checkout, and the gateway started exactly from it
 by a real MCP client over stdio, with the bare environment a desktop client passes. The
-Claude Code and Codex snippets must start the same command, and the README's links must work
-on a package index page (absolute, under the project's own URL).
+Claude Code and Codex snippets must start the same command, and the project's links (README,
+docs/) are relative and name files of this checkout.
 """
 
 from __future__ import annotations
@@ -70,21 +70,42 @@ def test_claude_code_and_codex_snippets_start_the_same_command_as_the_first() ->
     assert [entry["command"], *entry["args"]] == expected
 
 
-def test_the_readme_links_work_on_a_package_index_page() -> None:
-    """PyPI renders the README without the repository around it: a relative `docs/` link
-    is a dead link there. Every link is absolute and the docs ones sit under the project's
-    own Repository URL (pyproject.toml), the one home of that address."""
+def test_the_project_links_of_the_readme_and_the_docs_stay_in_the_checkout() -> None:
+    """A link to the project's own pages is relative and names a file of this checkout (and
+    a heading of it, for an anchor): it works in a clone, offline, and on the repository's
+    web page alike, and always shows the docs of the version at hand. An absolute address
+    of the project's repository left the checkout for whatever main says today."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    repository = project["urls"]["Repository"]
-    targets = re.findall(r"\]\(([^)\s]+)\)", README)
-    assert targets, "no markdown link found in the README"
-    relative = [t for t in targets if not t.startswith(("https://", "http://", "#"))]
-    assert not relative, relative
-    docs = [t for t in targets if "/docs/" in t]
-    assert docs and all(t.startswith(repository + "/blob/main/docs/") for t in docs), docs
-    for target in docs:
-        path = target.removeprefix(repository + "/blob/main/").partition("#")[0]
-        assert (REPO / path).is_file(), target
+    repository = project["urls"]["Repository"].removesuffix(".git")
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    seen_docs = False
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            where = f"{page.relative_to(REPO)}: {target}"
+            assert not target.startswith(repository), f"absolute link to the project: {where}"
+            if target.startswith(("https://", "http://", "mailto:")):
+                continue  # another site's page (uv's installer, a spec)
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            assert file.is_file() and REPO in file.parents, f"no such file: {where}"
+            seen_docs = seen_docs or "docs/" in target
+            if anchor and file.suffix == ".md":
+                assert anchor in anchors(file), f"no heading for #{anchor}: {where}"
+    assert seen_docs, "the README links no page of docs/"
+
+
+def test_the_readme_leads_to_the_five_minute_page() -> None:
+    assert "(docs/how-it-works.md)" in README.split("## Install and connect a client")[0]
+
+
+def anchors(markdown: Path) -> set[str]:
+    """The anchors a renderer makes of a page's headings (GitHub's rule: lower case, spaces
+    to dashes, punctuation but dashes and underscores dropped)."""
+    found = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", markdown.read_text(encoding="utf-8"), re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        found.add(slug)
+    return found
 
 
 @pytest.mark.anyio
