@@ -23,7 +23,7 @@ from gateway.jobs.run import runner
 from gateway.jobs.run import supervisor as sup
 from gateway.model import ErrorKind, JobStatus
 from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway
-from tests.waiting import wait_for
+from tests.waiting import scaled, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -125,13 +125,17 @@ async def test_a_stopped_supervisor_s_run_is_stopped_by_the_gateway_past_its_wal
     # 15 s the job was still running and its CLI alive.
     settings = make_settings()
     manager = await (await start_gateway(settings)).manager()
-    sub = await manager.submit("claude", SubmitRequest(prompt="too slow @sleep=60", timeout_s=3))
+    # The CLI must have started (and logged it) before its timeout ends it: at load 20 the
+    # fake took over 3 s to start, its supervisor timed it out first, and no spawn came.
+    timeout_s = round(scaled(3.0), 1)
+    sub = await manager.submit("claude", SubmitRequest(prompt="too slow @sleep=600",
+                                                       timeout_s=timeout_s))
     await wait_for(lambda: fake_log.spawns(), DONE_S)
     cli_pid = fake_log.spawns()[0]["pid"]
     claim = sup.read_record(spool_of(settings, sub.job.id), sup.START_NAME)
     assert claim is not None
     os.kill(int(claim["pid"]), signal.SIGSTOP)
-    bound = 3 + settings.limits.kill_grace_s + runner.WALL_BACKSTOP_MARGIN_S + DONE_S
+    bound = timeout_s + settings.limits.kill_grace_s + runner.WALL_BACKSTOP_MARGIN_S + DONE_S
     row = await wait_for(lambda: terminal(manager, sub.job.id), bound)
     assert (row.status, row.error_kind, row.exit_code) == (JobStatus.TIMED_OUT,
                                                            ErrorKind.TIMEOUT, 124)
