@@ -149,8 +149,10 @@ async def test_a_run_that_ended_with_no_gateway_alive_is_finalized_at_start(
 async def test_the_timeout_holds_while_no_gateway_is_alive(
     make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
 ) -> None:
+    # The CLI must start (and log it) inside its timeout: a fixed 3 s ran out first at load 20.
     settings, job_id = await detached_job(make_settings, start_gateway, fake_log,
-                                          "too slow @sleep=30 @ignore-term", timeout_s=3)
+                                          "too slow @sleep=600 @ignore-term",
+                                          timeout_s=round(scaled(3.0), 1))
     pid = fake_log.spawns()[-1]["pid"]
     record = await wait_for(lambda: sup.read_record(spool_of(settings, job_id), sup.END_NAME),
                             DONE_S)
@@ -194,36 +196,42 @@ async def test_three_gateways_starting_together_adopt_once_and_run_once(
 
 
 async def test_queued_work_released_at_detach_is_requeued_once_and_runs_once(
-    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path
 ) -> None:
     settings = make_settings(limits={"max_running_jobs": 1, "kill_grace_s": 1.0})
     gw = await start_gateway(settings)
     manager = await gw.manager()
-    first = await manager.submit("claude", SubmitRequest(prompt="first @sleep=1"))
+    # The first run is held (@until=) until the gateway is gone, so the second is surely
+    # still queued at the detach however slowly a loaded box polls (a 1 s sleep raced it).
+    go = tmp_path / "go"
+    first = await manager.submit("claude", SubmitRequest(prompt=f"first @until={go}"))
     second = await manager.submit("claude", SubmitRequest(prompt="second"))
     await wait_for(lambda: len(fake_log.spawns()) == 1)
     await gw.stop()
     next_manager = await (await start_gateway(settings)).manager()
+    go.touch()
     for sub in (first, second):
         row = await wait_for(functools.partial(terminal, next_manager, sub.job.id), DONE_S)
         assert row.status is JobStatus.COMPLETED
     requeued = await job_row(next_manager.store, second.job.id)
     assert requeued.requeued_at is not None  # the row shows it was retried
     assert (await job_row(next_manager.store, first.job.id)).requeued_at is None
-    assert sorted(fake_log.prompts()) == ["first @sleep=1", "second"]
+    assert sorted(fake_log.prompts()) == [f"first @until={go}", "second"]
 
 
 async def test_a_requeued_job_keeps_the_callers_timeout(
-    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path
 ) -> None:
     settings = make_settings(limits={"max_running_jobs": 1, "kill_grace_s": 0.5})
     gw = await start_gateway(settings)
     manager = await gw.manager()
-    await manager.submit("claude", SubmitRequest(prompt="first @sleep=1"))
-    slow = await manager.submit("claude", SubmitRequest(prompt="slow @sleep=60", timeout_s=2))
+    go = tmp_path / "go"  # the first run is held until its gateway is gone (see above)
+    await manager.submit("claude", SubmitRequest(prompt=f"first @until={go}"))
+    slow = await manager.submit("claude", SubmitRequest(prompt="slow @sleep=600", timeout_s=2))
     await wait_for(lambda: len(fake_log.spawns()) == 1)
     await gw.stop()
     next_manager = await (await start_gateway(settings)).manager()
+    go.touch()
     row = await wait_for(lambda: terminal(next_manager, slow.job.id), DONE_S)
     assert row.requeued_at is not None
     assert (row.status, row.error_kind) == (JobStatus.TIMED_OUT, ErrorKind.TIMEOUT)
