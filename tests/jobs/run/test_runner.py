@@ -356,8 +356,8 @@ async def test_cancel_before_start_spawns_nothing(tmp_path: Path) -> None:
 async def test_wall_clock_timeout_stops_the_run_with_124(tmp_path: Path) -> None:
     # It keeps printing, so only the wall clock can end it.
     invocation = fake_claude(tmp_path, "@stream=1000:0.05 long job")
-    _, outcome = await run_to_end(make_spec(tmp_path, invocation, timeout_s=3.0,
-                                            idle_timeout_s=LONG_S))
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation, timeout_s=scaled(3.0),
+                                            idle_timeout_s=LONG_S))  # time to print, loaded
     assert outcome.error_kind == ErrorKind.TIMEOUT
     assert outcome.exit_code == 124
     assert "timeout_s" in (outcome.error or "")
@@ -375,7 +375,8 @@ async def test_silence_longer_than_the_idle_timeout_stops_the_run_with_125(
             time.sleep(0.2)
         time.sleep(60)
     """)
-    _, outcome = await run_to_end(make_spec(tmp_path, invocation, idle_timeout_s=1.0))
+    # The 0.2 s gaps stay under the idle bound on a loaded box too: it is scaled for load.
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation, idle_timeout_s=scaled(1.0)))
     assert outcome.error_kind == ErrorKind.IDLE_TIMEOUT
     assert outcome.exit_code == 125
     assert outcome.stdout_path.read_text() == "".join(f"step {n}\n" for n in range(5))

@@ -64,7 +64,8 @@ async def test_the_wall_clock_timeout_holds_with_no_gateway_and_kills_a_stubborn
             time.sleep(60)
         time.sleep(60)
     """
-    supervisor = start(tmp_path, code, timeout_s=0.5)
+    # The grandchild must be forked (and its pid written) before the timeout: scaled for load.
+    supervisor = start(tmp_path, code, timeout_s=scaled(0.5))
     record = await end_record(tmp_path)
     assert record["why"] == sup.WHY_TIMEOUT
     assert record["returncode"] == -signal.SIGKILL  # SIGTERM was ignored
