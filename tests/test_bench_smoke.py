@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -105,4 +108,16 @@ def test_usage_bench_runs_over_a_seeded_rollup(tmp_path: Path) -> None:
                                                   floor_jobs=20, reps=1))
     assert results["provider_groups"] == 7 and results["model_groups"] == 6
     assert results["worst_ms"] > 0 and "met" in results
+    json.dumps(results)
+
+
+def test_dashboard_bench_times_every_page_and_a_live_update(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = _load("bench_dashboard")
+    monkeypatch.setenv("HOME", os.environ.get("HOME", ""))  # the bench points HOME at its stores
+    results = asyncio.run(bench.main_async(jobs=60, reps=2, live_reps=2))
+    assert set(results["pages"]) == set(bench.pages(["id"]).keys())
+    assert all(row["p95_ms"] > 0 for row in results["pages"].values())
+    assert len(results["live"]["samples_s"]) == 2
+    assert "jobs page p95" in bench.report(results)
     json.dumps(results)

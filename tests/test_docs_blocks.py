@@ -76,6 +76,8 @@ CHECKS: dict[tuple[str, str, str], str] = {
         "test_the_state_pictures_name_exactly_the_statuses",
     ("docs/configuration.md", "", "agent-cli-gateway: invalid configuration in"):
         "test_the_config_error_example_is_what_the_gateway_prints",
+    ("docs/dashboard.md", "sh", "uv run agent-cli-gateway dashboard"):
+        "test_every_command_line_parses",
     ("docs/operations.md", "mermaid", "flowchart LR"): "tests/test_docs_claims.py",
     ("docs/architecture.md", "mermaid", "sequenceDiagram"): "tests/test_docs_claims.py",
     ("docs/operations.md", "toml", "[persistence]"): "test_every_gateway_config_example_loads",

@@ -26,10 +26,11 @@ TESTS_DIR = Path(__file__).resolve().parent
 # The folders whose every test is `slow`: each starts whole gateways (in-process with their
 # supervisors, or as processes), real CLIs or MCP clients, or the previous release, at
 # seconds a test.
-SLOW_DIRS = frozenset({"chaos", "cli", "clients", "jobs", "mcp", "realcli", "upgrade"})
+SLOW_DIRS = frozenset({"chaos", "cli", "clients", "dashboard", "jobs", "mcp", "realcli",
+                       "upgrade"})
 # Folders inside those that are not slow: tests/jobs/unit/ runs the job machinery on the
 # memory store with a fake run (no process, no socket), in the fast tier.
-FAST_DIRS = frozenset({"jobs/unit"})
+FAST_DIRS = frozenset({"jobs/unit", "dashboard/unit"})
 # Files of the same kind elsewhere: they build and install the package, run the benchmarks,
 # the operator CLI, the README's commands or the fake CLIs as processes, or serve a gateway.
 SLOW_FILES = frozenset({"test_bench_smoke.py", "test_docs_readme.py", "test_entry.py",

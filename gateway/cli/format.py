@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, BinaryIO, TextIO, cast
 
 from gateway.model import JobStatus
+from neutral.visible import visible as visible  # re-exported: the CLI shows job data with it
 
 FALLBACK_COLUMNS = 100  # the width assumed when stdout is not a terminal
 MIN_LAST_COLUMN = 12  # a cut-down last column keeps at least this much
@@ -41,27 +42,6 @@ STATUS_COLOURS = {
     JobStatus.ORPHANED: "\033[35m",  # magenta
 }
 DIM = "\033[2m"
-
-
-def _visible_table() -> dict[int, str]:
-    table = {c: "^" + chr(c + 64) for c in range(0x20) if chr(c) not in "\n\t"}
-    table[0x7F] = "^?"
-    table.update({c: f"<{c:02x}>" for c in range(0x80, 0xA0)})  # C1, the CSI U+009B too
-    # Undecodable bytes (surrogateescape) are shown as the byte they were.
-    table.update({c: f"<{c - 0xDC00:02x}>" for c in range(0xDC80, 0xDD00)})
-    # Bidi overrides and isolates reorder what the eye reads (Trojan Source).
-    table.update({c: f"<U+{c:04X}>" for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A),
-                                               0x200E, 0x200F, 0x061C, 0x2028, 0x2029]})
-    return table
-
-
-_VISIBLE = _visible_table()
-
-
-def visible(text: str) -> str:
-    """Job data with every control character shown instead of obeyed (newlines and tabs
-    kept): the one rule for what reaches the operator's terminal."""
-    return text.translate(_VISIBLE)
 
 
 def visible_data(value: Any) -> Any:

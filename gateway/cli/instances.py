@@ -26,12 +26,9 @@ STATE_COLOURS = {"live": "\033[32m", "stopping": "\033[33m", "stopped": "\033[2m
 
 def lease_state(instance: InstanceRow, now: float) -> str:
     # The job machinery: only this command loads it.
-    from gateway.jobs.leases import instance_lease_held  # deferred: start-up
+    from gateway.jobs.leases import instance_lease_state  # deferred: start-up
 
-    held = instance_lease_held(instance, now)
-    if instance.stopped_at is None:
-        return "live" if held else "lapsed"
-    return "stopping" if held else "stopped"
+    return instance_lease_state(instance, now)
 
 
 async def _gather(store: JobStore) -> tuple[list[tuple[InstanceRow, int]], float]:

@@ -45,10 +45,9 @@ from gateway.cli.format import (
 )
 from gateway.cli.version import PROG
 from gateway.config import Settings
-from gateway.jobs.requests import stored_fields
+from gateway.jobs.job_views import prompt_of, ran_for, request_of
 from gateway.model import InstanceRow, JobRow, JobStatus
 from gateway.store.base import JobStore
-from neutral.redaction import redact_value
 
 # `jobs result` copies the answer in pieces this big: a 50 MB answer (the output cap) never
 # sits whole in memory, and each piece is one store read.
@@ -109,33 +108,6 @@ def add_parsers(tree: CommandTree) -> None:
 
 
 # -- what a row says ------------------------------------------------------------------------
-
-
-def request_of(job: JobRow) -> dict[str, Any]:
-    """The normalized request (already secret-free by construction; redacted again)."""
-    redacted = redact_value(stored_fields(job.request_json))
-    return redacted if isinstance(redacted, dict) else {}
-
-
-def prompt_of(job: JobRow) -> str:
-    """The prompt as sent: a CLI job's `prompt`, an API job's last user message."""
-    request = request_of(job)
-    prompt = request.get("prompt")
-    if isinstance(prompt, str):
-        return prompt
-    for message in reversed(request.get("messages") or []):
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            return content if isinstance(content, str) else json.dumps(content)
-    return ""
-
-
-def ran_for(job: JobRow, now: float) -> float | None:
-    """Seconds the job has run: to its end, or to now while it runs."""
-    if job.started_at is None:
-        return None
-    end = job.finished_at.timestamp() if job.finished_at else now
-    return max(0.0, end - job.started_at.timestamp())
 
 
 def _reported_session(job: JobRow) -> str | None:

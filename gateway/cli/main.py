@@ -26,6 +26,7 @@ from pathlib import Path
 from gateway import platform, proc
 from gateway.cli import (
     config_show,
+    dashboard,
     doctor,
     finalize,
     instances,
@@ -81,7 +82,8 @@ def stdio_hint() -> str:
 
 # Each adds its commands (`add_parsers`), in the order `--help` lists them, after serve and
 # init (this module's).
-COMMAND_MODULES = (doctor, run, instances, usage, finalize, jobs, worktrees, config_show)
+COMMAND_MODULES = (doctor, run, instances, usage, finalize, jobs, worktrees, dashboard,
+                   config_show)
 
 
 def build_parser() -> argparse.ArgumentParser:

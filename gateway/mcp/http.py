@@ -36,19 +36,23 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.config import Settings
+from gateway.dashboard.app import DashboardOptions, build_dashboard_app
+from gateway.dashboard.auth import Sessions
 from gateway.mcp.principal import principal_of
 from gateway.mcp.server import GatewayServer, build_server
+from gateway.mcp.server_state import ServerState
 from gateway.mcp.sessions import SessionTable, opens_a_session
 from gateway.mcp.unicode_errors import rewrite_parse_error
-from neutral.loopback import LOCALHOST, is_loopback_host
+from gateway.store.base import JobStore, StoreUnavailable
+from neutral.host_origin import HostOriginRule
 
 log = structlog.get_logger(__name__)
 
 HEALTH_PATH = "/healthz"
+UI_PATH = "/ui"  # the dashboard (gateway/dashboard/): its own token-to-cookie exchange
 # Open SSE streams must not hold shutdown past the drain budget (uvicorn takes whole seconds).
 GRACEFUL_SHUTDOWN_S = 2
 SESSION_HEADER = b"mcp-session-id"
-WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
 # The SDK's own Host/Origin check knows only the literal loopback names; ours replaces it.
 SDK_HOST_CHECK_OFF = TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
@@ -74,7 +78,8 @@ def build_http_app(settings: Settings, host: str,
         transport_security=SDK_HOST_CHECK_OFF,
         host=host,
     )
-    guard = HttpGuard(app, token=token, max_body_bytes=settings.http.max_body_bytes,
+    guard = HttpGuard(app, token=token, ui=_dashboard(settings, state, token),
+                      max_body_bytes=settings.http.max_body_bytes,
                       host=host, allowed_origins=settings.http.allowed_origins,
                       sessions=SessionTable(
                           server.session_manager,
@@ -83,80 +88,43 @@ def build_http_app(settings: Settings, host: str,
     return guard, server
 
 
-def _host_literal(host: str) -> str:
-    """How a Host header spells an address: IPv6 in brackets, names lower-cased."""
-    name = host.strip().lower()
-    if ":" in name and not name.startswith("["):
-        return f"[{name}]"
-    return name
-
-
-def allowed_host_headers(bound_host: str, local_ip: str | None, port: int) -> frozenset[str]:
-    """The Host values a request to this listener may carry: the configured host, the IP
-    literal the connection reached, and `localhost` on a loopback bind. An IP literal is
-    safe to accept: DNS rebinding needs a name the attacker controls."""
-    names = {_host_literal(bound_host)}
-    if local_ip:
-        names.add(_host_literal(local_ip))
-    if is_loopback_host(bound_host.strip()):
-        names.add(LOCALHOST)
-    with_port = {f"{name}:{port}" for name in names}
-    if port == 80:
-        with_port |= names  # a client may omit the default port
-    return frozenset(with_port)
-
-
 class HttpGuard:
     """Host/Origin, auth, body cap and session admission in front of the SDK's app."""
 
     def __init__(self, app: ASGIApp, *, token: str | None, max_body_bytes: int, host: str,
+                 ui: ASGIApp | None = None,
                  allowed_origins: list[str], sessions: SessionTable,
                  max_sessions: int) -> None:
         self.app = app
         self._token = token.encode() if token else None
         self.max_body_bytes = max_body_bytes
         self.host = host
-        self._check_host = host.strip().lower() not in WILDCARD_HOSTS
-        self._origins = frozenset(o.strip().rstrip("/").lower() for o in allowed_origins)
+        self.rule = HostOriginRule.of(host, allowed_origins)
+        self.ui = ui
         self.sessions = sessions
         self.max_sessions = max_sessions
 
     def _host_refusal(self, scope: Scope, headers: dict[bytes, bytes]) -> Response | None:
         """421/403 for a Host or Origin that is not this gateway's (DNS rebinding)."""
-        if self._check_host:
-            server = scope.get("server") or (None, None)
-            local_ip, port = server[0], server[1]
-            given = headers.get(b"host", b"").decode("latin-1").strip().lower()
-            if port is None or given not in allowed_host_headers(self.host, local_ip, port):
-                log.warning("refused a request for another host", action="host_refused",
-                            host=given[:100])
-                return _json(421, {"error": "misdirected_request",
-                                   "message": f"the Host header must name this gateway's "
-                                              f"address ({self.host}:{port})"})
+        server = scope.get("server") or (None, None)
         origin = headers.get(b"origin")
-        if origin is not None:
-            given = origin.decode("latin-1").strip().rstrip("/").lower()
-            if given not in self._origins and not self._own_origin(scope, given):
-                log.warning("refused a request from a foreign origin", action="origin_refused",
-                            origin=given[:100])
-                return _json(403, {"error": "forbidden_origin",
-                                   "message": "this Origin is not allowed; list it in "
-                                              "[http] allowed_origins to let it call"})
+        refusal = self.rule.refusal((server[0], server[1]),
+                                    headers.get(b"host", b"").decode("latin-1"),
+                                    None if origin is None else origin.decode("latin-1"))
+        if refusal == "host":
+            given = headers.get(b"host", b"").decode("latin-1").strip().lower()
+            log.warning("refused a request for another host", action="host_refused",
+                        host=given[:100])
+            return _json(421, {"error": "misdirected_request",
+                               "message": f"the Host header must name this gateway's "
+                                          f"address ({self.host}:{server[1]})"})
+        if refusal == "origin":
+            log.warning("refused a request from a foreign origin", action="origin_refused",
+                        origin=(origin or b"").decode("latin-1")[:100])
+            return _json(403, {"error": "forbidden_origin",
+                               "message": "this Origin is not allowed; list it in "
+                                          "[http] allowed_origins to let it call"})
         return None
-
-    def _own_origin(self, scope: Scope, origin: str) -> bool:
-        """True for the origin of the address this gateway serves on (`http://127.0.0.1:PORT`):
-        a page it served itself, which DNS rebinding cannot forge (the attacker's page
-        carries the attacker's name). On a wildcard bind, the IP literal the connection
-        reached (and `localhost` when that is loopback)."""
-        scheme, sep, authority = origin.partition("://")
-        if scheme != "http" or not sep:
-            return False
-        local_ip, port = (scope.get("server") or (None, None))[:2]
-        if port is None:
-            return False
-        bound = self.host if self._check_host else (local_ip or "")
-        return authority in allowed_host_headers(bound, local_ip, port)
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
         if self._token is None:
@@ -178,6 +146,10 @@ class HttpGuard:
             return
         if scope.get("path") == HEALTH_PATH:
             await self.app(scope, receive, send)
+            return
+        path = scope.get("path") or ""
+        if self.ui is not None and (path == UI_PATH or path.startswith(UI_PATH + "/")):
+            await self.ui(scope, receive, send)  # its own token-to-cookie exchange
             return
         if not self._authorized(headers):
             await _json(401, {"error": "unauthorized",
@@ -272,6 +244,22 @@ def _opening_response(send: Send, sessions: SessionTable) -> Send:
         await send(message)
 
     return wrapped
+
+
+def _dashboard(settings: Settings, state: ServerState, token: str | None) -> ASGIApp:
+    """The dashboard at /ui, over this gateway's own store, read-only; its token is the
+    transport's bearer token, traded for a session cookie (a browser sends no header)."""
+
+    async def store() -> JobStore:
+        manager = state.ready_manager()
+        if manager is None:
+            raise StoreUnavailable("the gateway is starting or stopping")
+        found: JobStore = manager.store
+        return found
+
+    options = DashboardOptions(settings=settings, store=store,
+                               sessions=Sessions(token, one_time=False), prefix=UI_PATH)
+    return build_dashboard_app(options, None)  # Host/Origin: HttpGuard checked them
 
 
 def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:

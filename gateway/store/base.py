@@ -122,6 +122,22 @@ class TakeOver:
     requeue_reasons: str | None = None
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobsPage:
+    """One page of the dashboard's jobs table (list_jobs_page): filters and a keyset cursor.
+
+    `after_id` is the id of the last row of the previous page: the page goes on from there
+    in the table's order (newest first) whatever was inserted since, and reads only its
+    rows off the `created_at` index (an OFFSET would read every row before it).
+    """
+
+    statuses: tuple[JobStatus, ...] | None = None
+    provider: str | None = None
+    hostname: str | None = None
+    after_id: str | None = None
+    limit: int = 50
+
+
 @dataclasses.dataclass(slots=True)
 class AdoptionCandidate:
     """A job on this host whose owner may be gone, with what its owner row says."""
@@ -381,6 +397,12 @@ class JobRows(Protocol):
         """Newest first. with_output=False: light rows, as get_job. `principal`: only the
         jobs it made, plus those with no principal (from before schema 4) if `unowned_too`;
         filtered before `limit`, so a page is full whenever that many rows exist (#23)."""
+
+    async def list_jobs_page(self, page: JobsPage) -> list[JobRow]:
+        """A page of light rows (as get_job with_output=False), newest first (created_at,
+        then id, descending), filtered by status, provider and host before the limit;
+        after `page.after_id`'s row when given (none when that job is gone: the caller
+        starts over). The dashboard's jobs table: a page of a large table costs its rows."""
 
     async def find_job_ids(self, prefix: str, limit: int = PREFIX_MATCH_LIMIT) -> list[str]:
         """Ids of jobs that start with `prefix` (case-sensitive, literally: LIKE wildcards in

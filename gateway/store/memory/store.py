@@ -37,6 +37,7 @@ from gateway.store.base import (
     SCHEMA_VERSION,
     AdoptionCandidate,
     DuplicateActiveJob,
+    JobsPage,
     TakeOver,
     answer_in,
     page_of,
@@ -430,6 +431,29 @@ class MemoryJobStore:
             rows.sort(key=lambda j: (j.created_at or _utc(0), j.id), reverse=True)
             copy = replace if with_output else without_output
             return [copy(job) for job in rows[: max(limit, 0)]]
+
+    async def list_jobs_page(self, page: JobsPage) -> list[JobRow]:
+        async with self._lock:
+            wanted = set(page.statuses) if page.statuses is not None else None
+
+            def order(job: JobRow) -> tuple[datetime, str]:
+                return (job.created_at or _utc(0), job.id)
+
+            cursor = None
+            if page.after_id is not None:
+                after = self._jobs.get(page.after_id)
+                if after is None:
+                    return []
+                cursor = order(after)
+            rows = [
+                job for job in self._jobs.values()
+                if (wanted is None or job.status in wanted)
+                and (page.provider is None or job.provider == page.provider)
+                and (page.hostname is None or job.hostname == page.hostname)
+                and (cursor is None or order(job) < cursor)
+            ]
+            rows.sort(key=order, reverse=True)
+            return [without_output(job) for job in rows[: max(page.limit, 0)]]
 
 
     # -- detach, adoption, re-queue ---------------------------------------------------------

@@ -406,6 +406,19 @@ LIMIT $4"""
 LIST_JOBS = f"SELECT {_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"
 LIST_JOBS_LIGHT = f"SELECT {_LIGHT_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"
 
+# The dashboard's page (base.JobsPage): the keyset is the previous page's last row, read by
+# its id; a cursor whose row is gone yields an empty page, never the table from its start.
+_JOBS_PAGE_FILTERS = """
+WHERE ($1::text[] IS NULL OR status = ANY($1::text[]))
+  AND ($2::text IS NULL OR provider = $2)
+  AND ($3::text IS NULL OR hostname = $3)
+  AND ($4::text IS NULL
+       OR (created_at, id) < (SELECT created_at, id FROM jobs WHERE id = $4))
+ORDER BY created_at DESC, id DESC
+LIMIT $5"""
+LIST_JOBS_PAGE = f"SELECT {_JOB_COLUMNS} FROM jobs{_JOBS_PAGE_FILTERS}"
+LIST_JOBS_PAGE_LIGHT = f"SELECT {_LIGHT_JOB_COLUMNS} FROM jobs{_JOBS_PAGE_FILTERS}"
+
 # A page of the output, or of the parsed answer ($4), cut on the server: only the page
 # crosses the wire. The answer is result_json's `text` when it is a non-empty string, else the
 # range of the output its `text_span` names (see base.answer_in), else the output. As bytea

@@ -48,6 +48,7 @@ from gateway.store.base import (
     RETENTION_BATCH_ROWS,
     AdoptionCandidate,
     DuplicateActiveJob,
+    JobsPage,
     StoreUnavailable,
     TakeOver,
     answer_in,
@@ -102,6 +103,8 @@ from gateway.store.postgres.sql import (
     LIST_INSTANCES,
     LIST_JOBS,
     LIST_JOBS_LIGHT,
+    LIST_JOBS_PAGE,
+    LIST_JOBS_PAGE_LIGHT,
     LOCK_EXPIRED_OWNERS,
     LOCK_SCHEMA,
     MARK_INSTANCE_STOPPED,
@@ -149,15 +152,21 @@ def _job(row: asyncpg.Record) -> JobRow:
 
 
 async def _light_job(conn: asyncpg.Connection, job_id: str) -> JobRow | None:
-    """The row without its output or answer text, stripped in SQL; a result_json that is not
-    JSON (never written by complete()) makes that fail: then stripped in Python."""
+    """The row without its output or answer text (as _light_rows reads rows)."""
+    rows = await _light_rows(conn, GET_JOB_LIGHT, GET_JOB, (job_id,))
+    return rows[0] if rows else None
+
+
+async def _light_rows(conn: asyncpg.Connection, light_sql: str, full_sql: str,
+                      params: tuple[object, ...]) -> list[JobRow]:
+    """Rows without their output or answer text, stripped in SQL; a result_json that is
+    not JSON (never written by complete()) makes that fail: then stripped in Python."""
     try:
         async with _savepoint(conn):
-            row = await conn.fetchrow(GET_JOB_LIGHT, job_id)
+            rows = await conn.fetch(light_sql, *params)
     except _JSON_ERRORS:
-        row = await conn.fetchrow(GET_JOB, job_id)
-        return without_output(_job(row)) if row is not None else None
-    return _job(row) if row is not None else None
+        return [without_output(_job(row)) for row in await conn.fetch(full_sql, *params)]
+    return [_job(row) for row in rows]
 
 
 async def _output_pieces(source: OutputFile) -> AsyncIterator[tuple[int, str]]:
@@ -542,12 +551,13 @@ class PostgresJobStore:
         async with self._connection("list jobs") as conn:
             if with_output:
                 return [_job(row) for row in await conn.fetch(LIST_JOBS, *params)]
-            try:
-                async with _savepoint(conn):
-                    rows = await conn.fetch(LIST_JOBS_LIGHT, *params)
-            except _JSON_ERRORS:
-                return [without_output(_job(row)) for row in await conn.fetch(LIST_JOBS, *params)]
-        return [_job(row) for row in rows]
+            return await _light_rows(conn, LIST_JOBS_LIGHT, LIST_JOBS, params)
+
+    async def list_jobs_page(self, page: JobsPage) -> list[JobRow]:
+        wanted = [s.value for s in page.statuses] if page.statuses is not None else None
+        params = (wanted, page.provider, page.hostname, page.after_id, max(page.limit, 0))
+        async with self._connection("list jobs page") as conn:
+            return await _light_rows(conn, LIST_JOBS_PAGE_LIGHT, LIST_JOBS_PAGE, params)
 
     # -- detach, adoption, re-queue ---------------------------------------------------------
     async def extend_leases(self, instance_id: str, seconds: Mapping[str, float]) -> int:

@@ -9,6 +9,7 @@ thread (`aiosqlite_fence.on_connection_thread`), the one thread that may use it.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Mapping
 from contextlib import suppress
@@ -16,7 +17,14 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from gateway.model import InstanceRow, JobRow, OutputFile
-from gateway.store.base import AdoptionCandidate, answer_in, page_bounds, page_of, without_output
+from gateway.store.base import (
+    AdoptionCandidate,
+    JobsPage,
+    answer_in,
+    page_bounds,
+    page_of,
+    without_output,
+)
 from gateway.store.owner_columns import owner_fields
 from gateway.store.sqlite.sql import (
     _INSTANCE_TIME_FIELDS,
@@ -127,3 +135,10 @@ def _candidate(row: sqlite3.Row) -> AdoptionCandidate:
             data[name] = _utc(data[name])
         owner = InstanceRow(**data)
     return AdoptionCandidate(job=_job(row), owner=owner)
+
+
+def jobs_page_params(page: JobsPage) -> dict[str, Any]:
+    """LIST_JOBS_PAGE's parameters (the statuses as a JSON array, read with json_each)."""
+    statuses = None if page.statuses is None else json.dumps([s.value for s in page.statuses])
+    return {"statuses": statuses, "provider": page.provider, "hostname": page.hostname,
+            "after_id": page.after_id, "limit": max(page.limit, 0)}

@@ -402,6 +402,20 @@ LIMIT :limit"""
 LIST_JOBS = f"SELECT {_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"
 LIST_JOBS_LIGHT = f"SELECT {_LIGHT_JOB_COLUMNS} FROM jobs{_LIST_JOBS_FILTERS}"
 
+# The dashboard's page (base.JobsPage): the keyset is the previous page's last row, read
+# by its id (a time passed back and forth as a float could miss its own row by a rounding);
+# a cursor whose row is gone yields an empty page, never the table from its start.
+_JOBS_PAGE_FILTERS = """
+WHERE (:statuses IS NULL OR status IN (SELECT value FROM json_each(:statuses)))
+  AND (:provider IS NULL OR provider = :provider)
+  AND (:hostname IS NULL OR hostname = :hostname)
+  AND (:after_id IS NULL
+       OR (created_at, id) < (SELECT created_at, id FROM jobs WHERE id = :after_id))
+ORDER BY created_at DESC, id DESC
+LIMIT :limit"""
+LIST_JOBS_PAGE = f"SELECT {_JOB_COLUMNS} FROM jobs{_JOBS_PAGE_FILTERS}"
+LIST_JOBS_PAGE_LIGHT = f"SELECT {_LIGHT_JOB_COLUMNS} FROM jobs{_JOBS_PAGE_FILTERS}"
+
 # The row's rowid: incremental blob I/O addresses a value by table, column and rowid.
 JOB_ROWID = "SELECT rowid FROM jobs WHERE id = :job_id"
 

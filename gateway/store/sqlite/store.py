@@ -47,6 +47,7 @@ from gateway.store.base import (
     RETENTION_BATCH_ROWS,
     AdoptionCandidate,
     DuplicateActiveJob,
+    JobsPage,
     StoreFull,
     StoreReplaced,
     StoreUnavailable,
@@ -68,6 +69,7 @@ from gateway.store.sqlite.rows import (
     _read_output,
     _run_transaction,
     _write_output,
+    jobs_page_params,
 )
 from gateway.store.sqlite.sql import (
     ADOPT_JOB,
@@ -88,6 +90,8 @@ from gateway.store.sqlite.sql import (
     LIST_INSTANCES,
     LIST_JOBS,
     LIST_JOBS_LIGHT,
+    LIST_JOBS_PAGE,
+    LIST_JOBS_PAGE_LIGHT,
     MARK_INSTANCE_STOPPED,
     MARK_RUNNING,
     MIGRATIONS,
@@ -523,6 +527,10 @@ class SqliteJobStore:
             return await self._light_rows("list_jobs", LIST_JOBS_LIGHT, LIST_JOBS, params)
         async with self._read("list_jobs") as conn:
             return [_job(r) for r in await conn.execute_fetchall(LIST_JOBS, params)]
+
+    async def list_jobs_page(self, page: JobsPage) -> list[JobRow]:
+        return await self._light_rows("list_jobs_page", LIST_JOBS_PAGE_LIGHT, LIST_JOBS_PAGE,
+                                      jobs_page_params(page))
 
     # -- detach, adoption, re-queue ---------------------------------------------------------
     async def extend_leases(self, instance_id: str, seconds: Mapping[str, float]) -> int:
