@@ -236,7 +236,7 @@ def test_the_readmes_http_block_serves_with_its_token_and_stops_on_ctrl_c(
     base = f"http://127.0.0.1:{port}"
     try:
         with httpx2.Client(timeout=scaled(10)) as http:
-            wait_until(lambda: answers(http, f"{base}/healthz"), "/healthz to answer",
+            wait_until(lambda: ready(http, f"{base}/healthz"), "/healthz to say ready",
                        timeout=START_TIMEOUT_S)
             hello = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
             headers = {"Accept": "application/json, text/event-stream"}
@@ -245,18 +245,24 @@ def test_the_readmes_http_block_serves_with_its_token_and_stops_on_ctrl_c(
                                    headers={**headers, "Authorization": f"Bearer {token}"})
             assert authorized.status_code != 401, authorized.text
         os.killpg(server.pid, signal.SIGINT)
-        server.wait(scaled(30))
+        try:
+            server.wait(scaled(30))
+        except subprocess.TimeoutExpired:
+            raise AssertionError("Ctrl-C did not stop the server: "
+                                 + err.read_text(errors="replace")[-3000:]) from None
     finally:
         kill(server)
     said = err.read_text(errors="replace")
     assert "Traceback" not in said and token not in said, said[-2000:]
 
 
-def answers(http: httpx2.Client, url: str) -> bool:
+def ready(http: httpx2.Client, url: str) -> bool:
+    """/healthz answers and says the gateway is ready (its store open: it serves jobs)."""
     try:
-        return http.get(url).status_code == 200
+        answer = http.get(url)
     except httpx2.TransportError:
         return False
+    return answer.status_code == 200 and bool(answer.json().get("ready"))
 
 
 def test_the_wsl_snippet_is_the_checkout_form_the_gateway_prints() -> None:
