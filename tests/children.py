@@ -20,8 +20,10 @@ import signal
 import subprocess
 from typing import Any, TypeVar
 
-GRACE_S = 20.0  # a child ending by itself on a loaded box (a supervisor's kill grace, a drain)
-KILLED_S = 10.0  # a SIGKILLed child is gone in milliseconds; the bound only guards a hang
+from tests.waiting import scaled
+
+GRACE_S = scaled(20.0)  # a child ending by itself on a loaded box (a supervisor's kill grace, a drain)
+KILLED_S = scaled(10.0)  # a SIGKILLed child is gone in milliseconds; the bound only guards a hang
 
 P = TypeVar("P", bound="subprocess.Popen[Any]")
 

@@ -31,6 +31,7 @@ from gateway import platform
 from gateway.jobs.run import forks
 from tests import zygote_coverage
 from tests.children import Children
+from tests.waiting import scaled
 
 # The tiers: which tests are `slow` by where they are, and the guard that fails a test of the
 # fast tier that starts a process or a server.
@@ -117,6 +118,13 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 
 
+def ci_or_quick(ci: T, quick: T) -> T:
+    """The size of one of the longest runs (chaos, upgrade): the full one in CI (`CI=true`,
+    which .ci/run sets), a quick one by default, so `uv run pytest` on a laptop stays short
+    while CI keeps the counts that make a rare fault likely to show."""
+    return ci if in_ci() else quick
+
+
 def find_pg_bindir() -> Path | None:
     """Where initdb/pg_ctl live: `pg_config --bindir`, Debian's versioned dirs, or PATH."""
     candidates: list[Path] = []
@@ -124,7 +132,7 @@ def find_pg_bindir() -> Path | None:
     if pg_config:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             out = subprocess.run(
-                [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=True
+                [pg_config, "--bindir"], capture_output=True, text=True, timeout=scaled(10), check=True
             ).stdout.strip()
             if out:
                 candidates.append(Path(out))

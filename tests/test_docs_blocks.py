@@ -79,7 +79,7 @@ CHECKS: dict[tuple[str, str, str], str] = {
     ("docs/dashboard.md", "sh", "uv run agent-cli-gateway dashboard"):
         "test_every_command_line_parses",
     ("docs/operations.md", "mermaid", "flowchart LR"): "tests/test_docs_claims.py",
-    ("docs/operations.md", "mermaid", "sequenceDiagram"): "tests/test_docs_claims.py",
+    ("docs/architecture.md", "mermaid", "sequenceDiagram"): "tests/test_docs_claims.py",
     ("docs/operations.md", "toml", "[persistence]"): "test_every_gateway_config_example_loads",
     ("docs/operations.md", "sh", "sqlite3 ~/.agent-cli-gateway/jobs.db"):
         "test_the_backup_commands_name_the_real_files_and_tables",

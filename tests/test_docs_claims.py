@@ -42,7 +42,7 @@ def test_every_schema_version_the_docs_call_current_is_the_codes() -> None:
 def test_the_lease_timeline_uses_the_default_heartbeat_ttl_and_sweep() -> None:
     lease = Settings().lease
     heartbeat, ttl, sweep = lease.heartbeat_s, lease.ttl_s, lease.sweep_interval_s
-    diagram = block_after(read("operations.md"), "### When a dead gateway's job is orphaned")
+    diagram = block_after(read("architecture.md"), "### When a dead gateway's job is orphaned")
     deadline = heartbeat + ttl
     first_sweep_past = math.ceil(deadline / sweep) * sweep
     assert diagram.startswith("sequenceDiagram")
@@ -50,11 +50,13 @@ def test_the_lease_timeline_uses_the_default_heartbeat_ttl_and_sweep() -> None:
     assert f"t={heartbeat:g} s heartbeat: lease_deadline = {deadline:g} s" in diagram
     assert f"t={first_sweep_past:g} s sweep: deadline passed, job becomes orphaned" in diagram
     # The bound the text gives is the design's: ttl + sweep after the last heartbeat.
-    assert f"({ttl + sweep:g} s)" in read("operations.md")
+    assert f"({ttl + sweep:g} s)" in read("architecture.md")
+    assert f"{ttl + sweep:g} s with the defaults" in read("operations.md")  # its pointer
 
 
 def test_the_detach_then_adopt_timeline_shows_both_gateways_and_the_supervisor() -> None:
-    diagram = block_after(read("operations.md"), "### Detach then adopt across a client restart")
+    diagram = block_after(read("architecture.md"),
+                          "### Detach then adopt across a client restart")
     for step in ("participant A as Gateway A", "participant B as Gateway B", "Supervisor",
                  "detach:", "adoption sweep", "owner = B", "finalize"):
         assert step in diagram, step

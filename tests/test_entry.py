@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from gateway import __version__
+from tests.waiting import scaled
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -15,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 def run_python(code: str) -> subprocess.CompletedProcess[str]:
     """`code` in a process of its own: a paused or frozen collector is the process's."""
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=False)
+                          timeout=scaled(60), check=False)
 
 
 def test_the_startup_pause_ends_by_itself_with_what_the_start_made_frozen() -> None:
@@ -45,7 +46,7 @@ def test_version_answers_without_the_parser_or_the_config(tmp_path: Path) -> Non
             "                           'structlog', 'anyio') if m in sys.modules)\n"
             "print('heavy', heavy, code)\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60, check=False,
+                          text=True, timeout=scaled(60), check=False,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr
     first, second = done.stdout.splitlines()

@@ -23,6 +23,7 @@ from mcp import Client
 
 from gateway.fs import ensure_private_dir, foreign_link_problem
 from tests.mcp.conftest import stdio_client
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -62,7 +63,7 @@ async def first_calls(tmp_path: Path, config: Path) -> tuple[dict[str, Any], dic
     """gateway_status and llm_job_list of a fresh stdio gateway: its structured answers."""
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    with anyio.fail_after(SESSION_BOUND_S):
+    with anyio.fail_after(scaled(SESSION_BOUND_S)):
         async with stdio_client(home, config, "auto") as client:
             return (await data_of(client, "gateway_status"),
                     await data_of(client, "llm_job_list"))

@@ -16,6 +16,7 @@ import structlog
 
 from gateway.logs import configure_logging
 from neutral.redaction import REDACTED, is_secret_key, redact_text
+from tests.waiting import scaled
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +61,7 @@ def test_a_fresh_process_that_logs_writes_nothing_to_stdout() -> None:
         "logging.getLogger('mcp.server').info('from stdlib')\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, timeout=60, check=True
+        [sys.executable, "-c", code], capture_output=True, timeout=scaled(60), check=True
     )
     assert done.stdout == b""
     events = [r["event"] for r in _json_lines(done.stderr.decode())]

@@ -22,6 +22,7 @@ from mcp import Client, StdioServerParameters
 from packaging.requirements import Requirement
 
 from gateway.cli.main import EXAMPLE_CONFIG
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -54,7 +55,7 @@ def real_executable(name: str) -> str | None:
         is_shim = fh.read(2) == b"#!" and b"pyenv" in Path(found).read_bytes()
     if is_shim and shutil.which("pyenv"):
         answer = subprocess.run(["pyenv", "which", name], capture_output=True, text=True,
-                                timeout=30, check=False)
+                                timeout=scaled(30), check=False)
         if answer.returncode == 0 and answer.stdout.strip():
             return answer.stdout.strip()
     return found
@@ -84,7 +85,7 @@ def wheel(uv_tools: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -
 
 
 def uv_cache_dir(uv: str) -> str:
-    answer = subprocess.run([uv, "cache", "dir"], capture_output=True, text=True, timeout=30,
+    answer = subprocess.run([uv, "cache", "dir"], capture_output=True, text=True, timeout=scaled(30),
                             check=True)
     return answer.stdout.strip()
 
@@ -180,7 +181,7 @@ def test_the_postgres_backend_without_asyncpg_says_exactly_what_to_install(
     env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
     env.pop("AGENT_GATEWAY_CONFIG", None)
     done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60, check=False)
+                          capture_output=True, text=True, timeout=scaled(60), check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("True ")
     assert "agent-cli-gateway[postgres]" in done.stdout
@@ -206,7 +207,7 @@ async def test_uvx_runs_the_wheel_as_an_mcp_stdio_server(
     }
     params = StdioServerParameters(command=uvx, args=["--from", str(wheel), "agent-cli-gateway"],
                                    env=env, cwd=str(home))
-    with anyio.fail_after(UVX_TIMEOUT_S):
+    with anyio.fail_after(scaled(UVX_TIMEOUT_S)):
         async with Client(params, mode="legacy", read_timeout_seconds=UVX_TIMEOUT_S) as client:
             tools = {t.name for t in (await client.list_tools()).tools}
             # Any job tool waits for the store to open; afterwards the status is ready.

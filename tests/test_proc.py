@@ -8,25 +8,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import psutil
 import pytest
 
 from gateway import proc
+from tests.waiting import scaled, wait_until
 
-DEADLINE_S = 10.0  # bound on every wait for a process state; never reached when things work
+DEADLINE_S = scaled(10.0)  # bound on every wait for a process state; never reached when things work
 # proc's rules hold over either platform implementation (gateway/platform).
 pytestmark = pytest.mark.usefixtures("platform_impl")
-
-
-def _wait_until(condition: Callable[[], bool], what: str) -> None:
-    """Poll a process state (there is no event to wait on for another process's state)."""
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def _status(pid: int) -> str | None:
@@ -52,7 +44,7 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 def zombie() -> Iterator[subprocess.Popen[bytes]]:
     """A child (own group) that has exited but is not reaped yet: a zombie."""
     child = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
-    _wait_until(lambda: _status(child.pid) == psutil.STATUS_ZOMBIE, "the child to exit")
+    wait_until(lambda: _status(child.pid) == psutil.STATUS_ZOMBIE, "the child to exit")
     yield child
     child.wait()
 
@@ -146,7 +138,7 @@ def test_lower_priority_nices_a_group_relative_to_the_gateway(
     sleeper: subprocess.Popen[bytes],
 ) -> None:
     expected = min(proc.MAX_NICE, os.nice(0) + 5)
-    _wait_until(lambda: proc.lower_priority(sleeper.pid, 5), "the kernel to accept it")
+    wait_until(lambda: proc.lower_priority(sleeper.pid, 5), "the kernel to accept it")
     assert psutil.Process(sleeper.pid).nice() == expected
     own_group = proc.autogroup_nice(os.getpid())
     if own_group is not None:  # its own session, so its own autogroup on Linux

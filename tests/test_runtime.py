@@ -15,6 +15,7 @@ import pytest
 from gateway.config import Settings, load_settings
 from gateway.model import ErrorKind, GatewayError
 from gateway.runtime import Gateway
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -41,7 +42,7 @@ async def gateway(settings: Settings) -> AsyncIterator[Gateway]:
     try:
         yield gateway
     finally:
-        with anyio.fail_after(READY_BOUND_S):
+        with anyio.fail_after(scaled(READY_BOUND_S)):
             await gateway.stop()
 
 
@@ -77,7 +78,7 @@ async def test_a_gateway_stopped_before_its_deferred_start_never_opens_the_store
     gateway = Gateway(settings)
     gateway.start_in_background(defer_s=NEVER_S)
     await anyio.sleep(0)
-    with anyio.fail_after(READY_BOUND_S):
+    with anyio.fail_after(scaled(READY_BOUND_S)):
         await gateway.stop()
     assert not db.exists() and not gateway.ready
 
@@ -98,7 +99,7 @@ async def test_a_state_or_spool_dir_other_users_can_write_is_refused_with_setup_
     else:
         pytest.skip("only root can give a directory to another user")
     gateway.start_in_background(defer_s=0)
-    with pytest.raises(GatewayError) as refused, anyio.fail_after(READY_BOUND_S):
+    with pytest.raises(GatewayError) as refused, anyio.fail_after(scaled(READY_BOUND_S)):
         await gateway.manager(wait_s=READY_BOUND_S)
     assert refused.value.kind is ErrorKind.SETUP_ERROR
     assert str(directory) in refused.value.message

@@ -13,6 +13,7 @@ import pytest
 
 from gateway import proc
 from gateway.versions import probe_version
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -40,7 +41,7 @@ time.sleep(120)
 async def test_a_stopped_probe_kills_its_whole_process_group(tmp_path: Path) -> None:
     script, pid_file = hanging_cli(tmp_path)
     stopping = asyncio.Event()
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         probe = asyncio.create_task(probe_version(str(script), frozenset(), stopping))
         while not pid_file.exists():
             await anyio.sleep(0.02)

@@ -9,6 +9,7 @@ a checker that could never fail would be caught.
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +29,15 @@ from bench.chaos import (
     unimpaired_intervals,
 )
 from gateway import platform
-from tests.conftest import PostgresServer
+from tests.conftest import PostgresServer, ci_or_quick
 
 BOUNDS = Bounds(ttl_s=1.0, heartbeat_s=0.2, sweep_s=0.2)  # the chaos runs' lease knobs
 
+# Each run's size: the full one in CI (CI=true), a quick one by default (ci_or_quick).
 # The short CI scenario: ~150 jobs over 40 s of chaos on 3 instances, one PG outage of 3 s.
-CI_JOBS = 150
+CI_JOBS = ci_or_quick(150, 60)
 CI_INSTANCES = 3
-CI_DURATION_S = 40.0
+CI_DURATION_S = ci_or_quick(40.0, 25.0)
 CI_OUTAGE_S = 3.0
 # Share of requests whose first try gives up within ~60 ms (the SDK then cancels the tool
 # mid-admission). On PostgreSQL this once lost jobs (a committed INSERT whose submit was
@@ -44,25 +46,30 @@ CI_IMPATIENT = 0.1
 CI_IMPATIENT_POSTGRES = CI_IMPATIENT
 # The detach scenario (the default on_shutdown): shorter, since its verdict is stricter
 # (every job not cancelled completes) and adoption, not the clock, is what it proves.
-CI_DETACH_JOBS = 100
-CI_DETACH_DURATION_S = 25.0
+CI_DETACH_JOBS = ci_or_quick(100, 50)
+CI_DETACH_DURATION_S = ci_or_quick(25.0, 15.0)
 # The same detach scenario, shorter, with every gateway and supervisor on the `portable`
 # platform (what a Mac runs; issue 21): psutil instead of procfs, a poll instead of process fds.
 # Jobs of a detach run that tamper with their worktree (#38): a `.git` rewritten, the
 # worktree swapped for a symlink to the checkout, the record aimed outside the root.
 CI_TAMPER_JOBS = 6
-CI_PORTABLE_JOBS = 60
-CI_PORTABLE_DURATION_S = 15.0
+CI_PORTABLE_JOBS = ci_or_quick(60, 40)
+CI_PORTABLE_DURATION_S = ci_or_quick(15.0, 10.0)
 PORTABLE_ENV = {platform.ENV_VAR: platform.PORTABLE}
 
 # The load scenario (issue 23): 200 jobs on 2 gateways through 4 HTTP sessions (2 long-lived
 # Streamable HTTP sessions per gateway, no one-off clients), one gateway SIGKILLed mid-way
 # (its 2 sessions reconnect to its successor); lost, duplicate runs, false orphans,
 # unfinished and leftovers (processes, temp cwds, attempt dirs) all 0.
-CI_LOAD_JOBS = 200
+CI_LOAD_JOBS = ci_or_quick(200, 100)
 CI_LOAD_INSTANCES = 2
 CI_LOAD_SESSIONS_PER_GATEWAY = 2
-CI_LOAD_DURATION_S = 30.0
+CI_LOAD_DURATION_S = ci_or_quick(30.0, 15.0)
+# A run that was clean (nothing lost, nothing run twice) but in which the scenario did not
+# happen (a loaded box restarts gateways slowly, so the monkey's actions may miss every run
+# in flight, or only one action fits the window) is run again with a window as many times
+# longer as it is the run's number, this many runs in all: every run's verdict stays strict.
+ATTEMPTS = 3
 # Short runs: the point is the load and the kill, not long jobs (a loaded 2-core box runs a
 # 1 s fake in 3-4 s, and 200 of them on 8 run slots would outlast the settle budget).
 CI_LOAD_SLEEP_S = (0.05, 0.5)
@@ -133,51 +140,75 @@ def test_the_longest_silence_of_a_log_is_measured_inside_the_window() -> None:
 # -- the runs ------------------------------------------------------------------------------
 
 
-def assert_the_chaos_happened(report: ChaosReport) -> None:
-    """A run proves something only if instances died and stopped under load and work still
-    got done. (Every kind of action is dealt once before any repeats, but a machine loaded
-    by other work restarts gateways slowly, so fewer actions may fit into the window.)"""
+async def until_the_scenario_happened(run: Callable[[int], Awaitable[ChaosReport]],
+                                      missed: Callable[[ChaosReport], str | None],
+                                      ) -> ChaosReport:
+    """Run `run(attempt)` until `missed` finds nothing missing, ATTEMPTS runs at most. Every
+    run must be clean (`report.ok`: nothing lost, nothing run twice, no false orphan), the
+    missed ones too; only "the monkey missed" earns another run, never a failed verdict."""
+    misses = []
+    for attempt in range(ATTEMPTS):
+        report = await run(attempt)
+        print(report.text())
+        assert report.ok, report.text()
+        miss = missed(report)
+        if miss is None:
+            return report
+        misses.append(miss)
+    raise AssertionError(f"the scenario did not happen in {ATTEMPTS} clean runs: {misses}")
+
+
+def chaos_missed(report: ChaosReport) -> str | None:
+    """What the stop scenario lacked, or None: a run proves something only if instances died
+    and stopped under load and work still got done. (Every kind of action is dealt once
+    before any repeats, but a machine loaded by other work restarts gateways slowly, so
+    fewer actions may fit into the window.)"""
     info = report.info
     deaths = info.get("kills", 0) + info.get("stop_kills", 0) + info.get("terms", 0)
-    assert deaths >= 1, f"no instance died: {report.text()}"
-    assert info.get("stops", 0) + info.get("stop_kills", 0) >= 1, \
-        f"no instance was stopped: {report.text()}"
-    assert report.jobs > CI_JOBS // 2, report.text()
     # Some dead or stopped owner's job was settled by somebody else: orphaned (and maybe
     # self-healed) or, since runs are supervised, adopted or re-queued by a peer. Which of
     # them a run shows depends on where the chaos fell; that one did is what matters.
     taken_over = (report.orphaned + info["self_healed"] + info.get("adopted", 0)
                   + info.get("requeued", 0))
-    assert report.completed > 0 and taken_over > 0, report.text()
+    return first_miss({
+        "no instance died": deaths >= 1,
+        "no instance was stopped": info.get("stops", 0) + info.get("stop_kills", 0) >= 1,
+        f"{report.jobs} jobs submitted, not over {CI_JOBS // 2}": report.jobs > CI_JOBS // 2,
+        "no job completed": report.completed > 0,
+        "no job was taken over": taken_over > 0,
+    })
+
+
+def first_miss(checks: dict[str, bool]) -> str | None:
+    return next((what for what, held in checks.items() if not held), None)
 
 
 @pytest.mark.chaos
 @pytest.mark.anyio
 async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_with_stop_on_sqlite(tmp_path: Path) -> None:
-    report = await run_chaos(ChaosOptions(
-        backend="sqlite", workdir=tmp_path / "chaos", jobs=CI_JOBS, instances=CI_INSTANCES,
-        duration_s=CI_DURATION_S, impatient_fraction=CI_IMPATIENT, on_shutdown="stop"))
-    print(report.text())
-    assert report.ok, report.text()
-    assert_the_chaos_happened(report)
+    await until_the_scenario_happened(lambda attempt: run_chaos(ChaosOptions(
+        backend="sqlite", workdir=tmp_path / f"chaos{attempt}", jobs=CI_JOBS,
+        instances=CI_INSTANCES, duration_s=CI_DURATION_S * (1 + attempt),
+        impatient_fraction=CI_IMPATIENT,
+        on_shutdown="stop")), chaos_missed)
 
 
 async def run_chaos_on_postgres(tmp_path: Path, postgres_server: PostgresServer,
-                                instances: int = CI_INSTANCES, **options: Any) -> ChaosReport:
+                                instances: int = CI_INSTANCES, attempt: int = 0,
+                                **options: Any) -> ChaosReport:
     """A CI chaos run on a database of its own on the session's PostgreSQL server (which
     the run may stop for its outage: it is running again, and the database gone, after)."""
-    name = f"chaos_{tmp_path.name[-8:].lower().replace('-', '_')}"
+    name = f"chaos_{tmp_path.name[-8:].lower().replace('-', '_')}_{attempt}"
     postgres_server.ensure_running()
     postgres_server.create_database(name)
     try:
         report = await run_chaos(ChaosOptions(
-            backend="postgres", workdir=tmp_path / "chaos", instances=instances,
+            backend="postgres", workdir=tmp_path / f"chaos{attempt}", instances=instances,
             dsn=postgres_server.dsn_for(name), store_control=postgres_server,
             impatient_fraction=CI_IMPATIENT_POSTGRES, **options))
     finally:
         postgres_server.ensure_running()
         postgres_server.drop_database(name)
-    print(report.text())
     return report
 
 
@@ -186,12 +217,11 @@ async def run_chaos_on_postgres(tmp_path: Path, postgres_server: PostgresServer,
 async def test_no_job_is_lost_or_falsely_orphaned_under_chaos_with_stop_on_postgres(
     tmp_path: Path, postgres_server: PostgresServer,
 ) -> None:
-    report = await run_chaos_on_postgres(
-        tmp_path, postgres_server, jobs=CI_JOBS, duration_s=CI_DURATION_S,
-        outage_s=CI_OUTAGE_S, on_shutdown="stop")
-    assert report.ok, report.text()
-    assert_the_chaos_happened(report)
-    assert report.info.get("store_outages") == 1, report.text()
+    await until_the_scenario_happened(lambda attempt: run_chaos_on_postgres(
+        tmp_path, postgres_server, attempt=attempt, jobs=CI_JOBS,
+        duration_s=CI_DURATION_S * (1 + attempt),
+        outage_s=CI_OUTAGE_S, on_shutdown="stop"), lambda report: chaos_missed(report)
+        or first_miss({"no store outage": report.info.get("store_outages") == 1}))
 
 
 @pytest.mark.chaos
@@ -202,23 +232,49 @@ async def test_no_job_is_lost_or_run_twice_under_chaos_through_pgbouncer(
     """The same gateways behind PgBouncer in transaction pooling mode (`pooler =
     "pgbouncer"`, issue #29): kills, stops and cancels with no session state and no named
     prepared statement. No outage: stopping the server behind PgBouncer tests PgBouncer."""
-    name = f"chaos_{tmp_path.name[-8:].lower().replace('-', '_')}_pgb"
-    postgres_server.ensure_running()
-    postgres_server.create_database(name)
-    try:
-        report = await run_chaos(ChaosOptions(
-            backend="postgres", workdir=tmp_path / "chaos", instances=CI_INSTANCES,
-            dsn=pgbouncer.dsn_for(name), pooler="pgbouncer",
-            impatient_fraction=CI_IMPATIENT_POSTGRES, jobs=CI_DETACH_JOBS,
-            duration_s=CI_DETACH_DURATION_S, on_shutdown="detach"))
-    finally:
+    async def run(attempt: int) -> ChaosReport:
+        name = f"chaos_{tmp_path.name[-8:].lower().replace('-', '_')}_pgb{attempt}"
         postgres_server.ensure_running()
-        postgres_server.drop_database(name)
-    print(report.text())
-    assert report.ok, report.text()  # unfinished=0 included
-    assert_detached_runs_were_taken_over(report)
+        postgres_server.create_database(name)
+        try:
+            return await run_chaos(ChaosOptions(
+                backend="postgres", workdir=tmp_path / f"chaos{attempt}",
+                instances=CI_INSTANCES, dsn=pgbouncer.dsn_for(name), pooler="pgbouncer",
+                impatient_fraction=CI_IMPATIENT_POSTGRES, jobs=CI_DETACH_JOBS,
+                duration_s=CI_DETACH_DURATION_S * (1 + attempt), on_shutdown="detach"))
+        finally:
+            postgres_server.ensure_running()
+            postgres_server.drop_database(name)
+
+    report = await until_the_scenario_happened(run, takeover_missed)  # unfinished=0 in ok
     for problem in ("unsupported startup parameter", "prepared statement", "ProtocolViolation"):
         assert problem not in pgbouncer.log_text() + report.text(), problem
+
+
+@pytest.mark.anyio
+async def test_a_clean_run_the_monkey_missed_is_run_again_and_a_dirty_one_fails_at_once() -> None:
+    clean, dirty = ChaosReport(backend="sqlite"), ChaosReport(
+        backend="sqlite", unfinished=1, require_finished=True)
+    attempts: list[int] = []
+
+    async def missing_twice(attempt: int) -> ChaosReport:
+        attempts.append(attempt)
+        return clean
+
+    got = await until_the_scenario_happened(
+        missing_twice, lambda _: "missed" if len(attempts) < 3 else None)
+    assert got is clean and attempts == [0, 1, 2]
+    with pytest.raises(AssertionError, match="did not happen in 3 clean runs"):
+        await until_the_scenario_happened(missing_twice, lambda _: "missed")
+
+    async def lost_a_job(attempt: int) -> ChaosReport:
+        attempts.append(attempt)
+        return dirty
+
+    attempts.clear()
+    with pytest.raises(AssertionError):  # the verdict is never retried
+        await until_the_scenario_happened(lost_a_job, lambda _: "missed")
+    assert attempts == [0]
 
 
 def test_an_unfinished_job_fails_the_detach_verdict_but_not_the_stop_one() -> None:
@@ -227,26 +283,37 @@ def test_an_unfinished_job_fails_the_detach_verdict_but_not_the_stop_one() -> No
     assert ChaosReport(backend="sqlite", unfinished=0, require_finished=True).ok
 
 
-def assert_detached_runs_were_taken_over(report: ChaosReport) -> None:
-    """The detach scenario proves something only if gateways died or detached with work
-    that a peer then adopted or re-queued, and every job not cancelled completed."""
+def takeover_missed(report: ChaosReport) -> str | None:
+    """What the detach scenario lacked, or None: it proves something only if gateways died
+    or detached with work that a peer then adopted or re-queued (every job not cancelled
+    completed is `report.ok`'s, checked on every run)."""
     info = report.info
-    assert info.get("kills", 0) + info.get("stop_kills", 0) + info.get("terms", 0) >= 1, \
-        report.text()
-    assert info.get("stops", 0) + info.get("stop_kills", 0) >= 1, report.text()
     # The second action dealt is a zygote's SIGKILL (its gateway lives on, its runs go on,
     # the next run gets a new zygote): when more than one action fitted, it happened.
     dealt = sum(info.get(f"{kind}s", 0) for kind in ACTION_WEIGHTS) + info.get(
         "no_zygotes", 0)
-    if dealt >= 2:
-        assert info.get("zygote_kills", 0) + info.get("no_zygotes", 0) >= 1, \
-            report.text()
     # Work was left behind and taken over: adopted or re-queued by a peer, a detached run,
     # or a run whose gateway died and whose finalizer wrote its end (#22; every job ended:
     # report.ok). The chaos aims its faults at gateways with a run in flight; which of
     # these a random run then shows depends on its timing, so any one proves the scenario.
     taken_over = info["adopted"] + info["requeued"] + info["detached_runs"] + info["finalized"]
-    assert taken_over >= 1, report.text()
+    return first_miss({
+        "no gateway died": info.get("kills", 0) + info.get("stop_kills", 0)
+        + info.get("terms", 0) >= 1,
+        "no gateway was stopped": info.get("stops", 0) + info.get("stop_kills", 0) >= 1,
+        "no zygote was killed": dealt < 2
+        or info.get("zygote_kills", 0) + info.get("no_zygotes", 0) >= 1,
+        "no run was taken over": taken_over >= 1,
+    })
+
+
+def takeover_or_tampering_missed(report: ChaosReport) -> str | None:
+    """The detach scenario, and the escapes one beside it: tamper jobs ran and their
+    worktrees were judged so (a tamper job cancelled before its CLI ran tampers with
+    nothing: at least one did)."""
+    assert report.info["tamper_jobs"] == CI_TAMPER_JOBS, report.text()
+    return takeover_missed(report) or first_miss(
+        {"no worktree was tampered with": report.info["worktrees_tampered"] >= 1})
 
 
 @pytest.mark.chaos
@@ -254,15 +321,12 @@ def assert_detached_runs_were_taken_over(report: ChaosReport) -> None:
 async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_sqlite(
     tmp_path: Path,
 ) -> None:
-    report = await run_chaos(ChaosOptions(
-        backend="sqlite", workdir=tmp_path / "chaos", jobs=CI_DETACH_JOBS,
-        instances=CI_INSTANCES, duration_s=CI_DETACH_DURATION_S,
+    # report.ok (every run): unfinished=0 and escapes=0 included
+    await until_the_scenario_happened(lambda attempt: run_chaos(ChaosOptions(
+        backend="sqlite", workdir=tmp_path / f"chaos{attempt}", jobs=CI_DETACH_JOBS,
+        instances=CI_INSTANCES, duration_s=CI_DETACH_DURATION_S * (1 + attempt),
         impatient_fraction=CI_IMPATIENT, on_shutdown="detach",
-        tamper_worktrees=CI_TAMPER_JOBS))
-    print(report.text())
-    assert report.ok, report.text()  # unfinished=0 and escapes=0 included
-    assert_detached_runs_were_taken_over(report)
-    assert_jobs_tampered_with_their_worktrees(report)
+        tamper_worktrees=CI_TAMPER_JOBS)), takeover_or_tampering_missed)
 
 
 @pytest.mark.chaos
@@ -270,12 +334,10 @@ async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_sqlite(
 async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_postgres(
     tmp_path: Path, postgres_server: PostgresServer,
 ) -> None:
-    report = await run_chaos_on_postgres(
-        tmp_path, postgres_server, jobs=CI_DETACH_JOBS, duration_s=CI_DETACH_DURATION_S,
-        on_shutdown="detach", tamper_worktrees=CI_TAMPER_JOBS)
-    assert report.ok, report.text()  # unfinished=0 and escapes=0 included
-    assert_detached_runs_were_taken_over(report)
-    assert_jobs_tampered_with_their_worktrees(report)
+    report = await until_the_scenario_happened(lambda attempt: run_chaos_on_postgres(
+        tmp_path, postgres_server, attempt=attempt, jobs=CI_DETACH_JOBS,
+        duration_s=CI_DETACH_DURATION_S * (1 + attempt), on_shutdown="detach",
+        tamper_worktrees=CI_TAMPER_JOBS), takeover_or_tampering_missed)
     assert "store_outages" not in report.info, report.text()
 
 
@@ -284,20 +346,11 @@ async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_postgres(
 async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_the_portable_platform(
     tmp_path: Path,
 ) -> None:
-    report = await run_chaos(ChaosOptions(
-        backend="sqlite", workdir=tmp_path / "chaos", jobs=CI_PORTABLE_JOBS,
-        instances=CI_INSTANCES, duration_s=CI_PORTABLE_DURATION_S,
-        impatient_fraction=CI_IMPATIENT, on_shutdown="detach", extra_env=PORTABLE_ENV))
-    print(report.text())
-    assert report.ok, report.text()
-    assert_detached_runs_were_taken_over(report)
-
-
-def assert_jobs_tampered_with_their_worktrees(report: ChaosReport) -> None:
-    """The escapes scenario happened: tamper jobs ran and their worktrees were judged so
-    (a tamper job cancelled before its CLI ran tampers with nothing: at least one did)."""
-    assert report.info["tamper_jobs"] == CI_TAMPER_JOBS, report.text()
-    assert report.info["worktrees_tampered"] >= 1, report.text()
+    await until_the_scenario_happened(lambda attempt: run_chaos(ChaosOptions(
+        backend="sqlite", workdir=tmp_path / f"chaos{attempt}", jobs=CI_PORTABLE_JOBS,
+        instances=CI_INSTANCES, duration_s=CI_PORTABLE_DURATION_S * (1 + attempt),
+        impatient_fraction=CI_IMPATIENT, on_shutdown="detach", extra_env=PORTABLE_ENV)),
+        takeover_missed)
 
 
 def assert_the_load_run_lost_a_gateway_mid_way(report: ChaosReport) -> None:
@@ -337,11 +390,10 @@ async def test_no_job_is_lost_run_twice_or_left_behind_when_a_loaded_gateway_is_
 async def test_no_job_is_lost_or_run_twice_under_chaos_with_detach_on_the_portable_platform_on_postgres(
     tmp_path: Path, postgres_server: PostgresServer,
 ) -> None:
-    report = await run_chaos_on_postgres(
-        tmp_path, postgres_server, jobs=CI_PORTABLE_JOBS, duration_s=CI_PORTABLE_DURATION_S,
-        on_shutdown="detach", extra_env=PORTABLE_ENV)
-    assert report.ok, report.text()
-    assert_detached_runs_were_taken_over(report)
+    await until_the_scenario_happened(lambda attempt: run_chaos_on_postgres(
+        tmp_path, postgres_server, attempt=attempt, jobs=CI_PORTABLE_JOBS,
+        duration_s=CI_PORTABLE_DURATION_S * (1 + attempt), on_shutdown="detach", extra_env=PORTABLE_ENV),
+        takeover_missed)
 
 
 @pytest.mark.chaos
@@ -351,5 +403,6 @@ async def test_no_job_is_lost_run_twice_or_left_behind_when_a_loaded_gateway_is_
 ) -> None:
     report = await run_chaos_on_postgres(
         tmp_path, postgres_server, instances=CI_LOAD_INSTANCES, **LOAD_OPTIONS)
+    print(report.text())
     assert report.ok, report.text()
     assert_the_load_run_lost_a_gateway_mid_way(report)

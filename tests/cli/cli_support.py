@@ -18,13 +18,14 @@ from typing import Any, TypeVar
 import anyio
 
 from gateway.config import Settings, load_settings
+from tests.waiting import scaled
 
 FAKES_BIN = Path(__file__).resolve().parents[1] / "fakes" / "bin"
 FAKE_COMMANDS = {
     "claude": "claude", "codex": "codex", "gemini": "agy", "grok": "grok",
     "mistral": "vibe", "devin": "devin", "cursor": "cursor-agent",
 }
-CLI_TIMEOUT_S = 60  # a cold interpreter on a busy 2-core box; a hang fails instead of blocking
+CLI_TIMEOUT_S = scaled(60)  # a cold interpreter on a busy 2-core box; a hang fails instead of blocking
 T = TypeVar("T")
 
 

@@ -14,9 +14,10 @@ import pytest
 from gateway import __version__
 from gateway.cli.common import command as hinted_command
 from gateway.config import Settings, load_settings
+from tests.waiting import scaled
 
 REPO = Path(__file__).resolve().parents[2]
-CLI_TIMEOUT_S = 60  # a cold interpreter on a busy 2-core box; a hang fails instead of blocking
+CLI_TIMEOUT_S = scaled(60)  # a cold interpreter on a busy 2-core box; a hang fails instead of blocking
 T = TypeVar("T")
 
 

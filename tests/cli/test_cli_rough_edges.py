@@ -17,8 +17,9 @@ from pathlib import Path
 
 from tests.cli.cli_support import CLI_TIMEOUT_S, Cli, hermetic_env, write_config
 from tests.test_packaging import REPO
+from tests.waiting import scaled
 
-WAIT_LIMIT_S = 30.0  # a condition that takes longer than this on a busy box is a failure
+WAIT_LIMIT_S = scaled(30.0)  # a condition that takes longer than this on a busy box is a failure
 
 
 def read_terminal_until(master: int, fragment: bytes, count: int = 1,

@@ -18,8 +18,9 @@ from gateway.cli.common import job_exit_code
 from gateway.jobs.run import spool
 from gateway.model import Completion, InstanceRow, JobRow, JobStatus, NewJob, Progress
 from tests.cli.cli_support import CLI_TIMEOUT_S, Cli
+from tests.waiting import scaled, wait_until
 
-WAIT_LIMIT_S = 30.0  # a condition that takes longer than this on a busy box is a failure
+WAIT_LIMIT_S = scaled(30.0)  # a condition that takes longer than this on a busy box is a failure
 POLL_S = 0.05
 
 
@@ -52,16 +53,6 @@ class Reader:
             self.seen.append(line)
             if fragment in line:
                 return line
-
-
-def wait_until(check: Any, limit_s: float = WAIT_LIMIT_S) -> Any:
-    deadline = time.monotonic() + limit_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(POLL_S)
 
 
 def row(cli: Cli, job_id: str) -> Any:

@@ -21,9 +21,10 @@ from gateway.config import PROVIDER_NAMES, load_settings
 from gateway.store.base import SCHEMA_VERSION
 from neutral.redaction import REDACTED
 from tests.conftest import clean_home
+from tests.waiting import scaled
 
 FAKE_BIN = Path(__file__).resolve().parents[1] / "fakes" / "bin"
-CLI_TIMEOUT_S = 60  # a cold interpreter plus seven --version probes on a busy 2-core box
+CLI_TIMEOUT_S = scaled(60)  # a cold interpreter plus seven --version probes on a busy 2-core box
 BINARIES = {"claude": "claude", "codex": "codex", "gemini": "agy", "grok": "grok",
             "mistral": "vibe", "devin": "devin", "cursor": "cursor-agent"}
 

@@ -26,6 +26,7 @@ from mcp.shared.message import SessionMessage
 
 from tests.cli.cli_support import CLI_TIMEOUT_S, hermetic_env
 from tests.mcp.conftest import CLIENT_TIMEOUT_S, server_env
+from tests.waiting import scaled
 
 TEST_TIMEOUT_S = 60.0  # a cold `python -m gateway` on a loaded 2-core box, and two calls
 
@@ -130,7 +131,7 @@ async def test_serve_over_stdio_answers_setup_error_naming_the_variable_never_it
                                    cwd=str(home), env=env)
     wire: list[str] = []
     stderr_path = tmp_path / "stderr.log"
-    with anyio.fail_after(TEST_TIMEOUT_S), stderr_path.open("w") as errlog:
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)), stderr_path.open("w") as errlog:
         async with Client(recorded_stdio(params, errlog, wire), mode="legacy",
                           read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
             instructions = client.instructions or ""

@@ -28,6 +28,7 @@ from gateway.config import Settings, load_settings
 from gateway.runtime import Gateway
 from tests.children import reap
 from tests.cli.cli_support import FAKE_COMMANDS, FAKES_BIN, hermetic_env
+from tests.waiting import scaled
 
 START_BOUND_S = 60.0  # a cold interpreter on a loaded 2-core box prints its address by then
 # What the browser needs on a machine with no network and no GPU, run as root: no sandbox
@@ -103,7 +104,7 @@ class Site:
 
     async def start_gateway(self) -> Gateway:
         gateway = Gateway(self.settings, role="stdio")
-        with anyio.fail_after(START_BOUND_S):
+        with anyio.fail_after(scaled(START_BOUND_S)):
             await gateway.start()
         self.gateways.append(gateway)
         return gateway
@@ -119,7 +120,7 @@ class Site:
                                        stderr=stderr, text=True)
         self.processes.append(process)
         assert process.stdout is not None
-        with anyio.fail_after(START_BOUND_S):
+        with anyio.fail_after(scaled(START_BOUND_S)):
             while True:
                 line = await anyio.to_thread.run_sync(process.stdout.readline,
                                                       abandon_on_cancel=True)
@@ -134,7 +135,7 @@ class Site:
             process.terminate()
             reap(process)
         for gateway in reversed(self.gateways):
-            with anyio.fail_after(30):
+            with anyio.fail_after(scaled(30)):
                 await gateway.stop()
 
 

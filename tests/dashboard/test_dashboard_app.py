@@ -24,7 +24,7 @@ from gateway.store import open_store
 from gateway.store.base import JobsPage, JobStore, StoreUnavailable
 from neutral.host_origin import HostOriginRule
 from tests.dashboard.site import Site, site
-from tests.jobs.conftest import wait_for
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

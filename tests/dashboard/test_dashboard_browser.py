@@ -15,8 +15,8 @@ from playwright.async_api import Browser, Page, expect
 from gateway.jobs.requests import SubmitRequest
 from gateway.runtime import Gateway
 from tests.dashboard.site import Site
-from tests.jobs.conftest import wait_for
 from tests.mcp.conftest import TOKEN, free_port, start_http_server
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

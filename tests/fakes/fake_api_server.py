@@ -25,6 +25,8 @@ from typing import Any
 import anyio
 import uvicorn
 
+from tests.waiting import scaled
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -312,7 +314,7 @@ async def run_fake_api_server() -> AsyncIterator[FakeApiServer]:
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(server.serve, [sock])
-            with anyio.fail_after(STARTUP_TIMEOUT_S):
+            with anyio.fail_after(scaled(STARTUP_TIMEOUT_S)):
                 while not server.started:
                     await anyio.sleep(STARTUP_POLL_S)
             try:

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,9 +32,10 @@ from tests.fakes.argv_cases import (
     request,
     single_option_sets,
 )
+from tests.waiting import scaled, wait_until
 
-RUN_TIMEOUT_S = 20  # one fake run; they answer in well under a second
-WAIT_S = 10  # bound on every wait for a condition
+RUN_TIMEOUT_S = scaled(20)  # one fake run; they answer in well under a second
+WAIT_S = scaled(10)  # bound on every wait for a condition
 POLL_S = 0.01
 PARALLEL_RUNS = 4  # fakes are I/O-light; a few at once keeps the suite fast on 2 cores
 SESSION = "0199a213-81c0-7800-8aa1-bbab2a035a53"
@@ -75,16 +75,6 @@ def log_entries(env: dict[str, str]) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def wait_until(condition: Any, what: str) -> Any:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(POLL_S)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from gateway.model import InstanceRow, JobRow, NewJob
 from gateway.runtime import Gateway
 from gateway.store import open_store
 from gateway.store.base import JobStore
+from tests.waiting import scaled
 
 FAKES_BIN = Path(__file__).resolve().parents[1] / "fakes" / "bin"
 FAKE_COMMANDS = {
@@ -172,7 +173,7 @@ async def start_gateway() -> AsyncIterator[StartGateway]:
 
     async def start(settings: Settings, role: str = "stdio") -> Gateway:
         gateway = Gateway(settings, role=role)
-        with anyio.fail_after(20):
+        with anyio.fail_after(scaled(20)):
             await gateway.start()
         started.append(gateway)
         return gateway
@@ -180,10 +181,10 @@ async def start_gateway() -> AsyncIterator[StartGateway]:
     yield start
     for gateway in reversed(started):
         try:
-            with anyio.fail_after(STOP_BOUND_S):
+            with anyio.fail_after(scaled(STOP_BOUND_S)):
                 await gateway.stop()
         except TimeoutError:
-            raise AssertionError(f"gateway.stop() took over {STOP_BOUND_S:g} s; the event "
+            raise AssertionError(f"gateway.stop() took over {scaled(STOP_BOUND_S):g} s; the event "
                                  f"loop's tasks then:\n{task_stacks()}") from None
 
 
@@ -196,15 +197,3 @@ def task_stacks() -> str:
         task.print_stack(limit=12, file=buffer)
         out.append(f"--- {task.get_name()}\n{buffer.getvalue()}")
     return "\n".join(out)
-
-
-async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, step: float = 0.02) -> Any:
-    """Poll a (sync or async) condition until it is truthy, bounded by `timeout`."""
-    with anyio.fail_after(timeout):
-        while True:
-            value = predicate()
-            if hasattr(value, "__await__"):
-                value = await value
-            if value:
-                return value
-            await anyio.sleep(step)

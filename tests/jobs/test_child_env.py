@@ -13,7 +13,8 @@ from gateway.childenv import secret_env_names
 from gateway.jobs.requests import SubmitRequest
 from gateway.model import JobStatus
 from gateway.versions import probe_version
-from tests.jobs.conftest import FAKES_BIN, FakeLog, MakeSettings, StartGateway, wait_for
+from tests.jobs.conftest import FAKES_BIN, FakeLog, MakeSettings, StartGateway
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 

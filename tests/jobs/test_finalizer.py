@@ -26,9 +26,10 @@ from gateway.jobs.run import supervisor as sup
 from gateway.model import JobStatus
 from gateway.store import open_store
 from tests.children import Children
-from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway
 from tests.jobs.owner_gateway import NO_FINALIZER_ENV
 from tests.jobs.test_detach import start_owner
+from tests.waiting import scaled, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
@@ -164,12 +165,12 @@ async def test_jobs_show_finalizes_a_run_that_ended_while_no_gateway_was_alive(
     config = write_config(settings, tmp_path / "config.toml")
     env = {**os.environ, "AGENT_GATEWAY_CONFIG": str(config)}
     shown = subprocess.run([sys.executable, "-m", "gateway", "jobs", "show", job_id, "--json"],
-                           capture_output=True, text=True, env=env, timeout=60, check=False)
+                           capture_output=True, text=True, env=env, timeout=scaled(60), check=False)
     assert shown.returncode == 0, shown.stderr
     info = json.loads(shown.stdout)
     assert info["status"] == "completed", info
     result = subprocess.run([sys.executable, "-m", "gateway", "jobs", "result", job_id],
-                            capture_output=True, text=True, env=env, timeout=60, check=False)
+                            capture_output=True, text=True, env=env, timeout=scaled(60), check=False)
     assert result.stdout.strip() == "fake-claude answer: read me the truth @sleep=0.5"
 
 

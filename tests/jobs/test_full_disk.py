@@ -14,7 +14,8 @@ import pytest
 from gateway.jobs.full_store import FULL_STORE_KEPT_BYTES
 from gateway.jobs.requests import SubmitRequest
 from gateway.model import ErrorKind, JobStatus
-from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 

@@ -15,6 +15,7 @@ from gateway.jobs.requests import SubmitRequest
 from gateway.model import ErrorKind, GatewayError, JobStatus
 from tests.fakes.fake_api_server import FakeApiServer, Script, run_fake_api_server
 from tests.jobs.conftest import MakeSettings, StartGateway
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -115,7 +116,7 @@ async def test_a_hanging_api_times_out_and_a_cancel_aborts_mid_stream(
     requests = await api.wait_for_requests(2)
     out = await manager.cancel(sub.job.id)
     assert out.job.status == JobStatus.CANCELLED
-    with anyio.fail_after(10):
+    with anyio.fail_after(scaled(10)):
         await requests[1].disconnected.wait()  # the HTTP request really was aborted
 
 
@@ -159,7 +160,7 @@ async def test_an_api_call_cut_off_by_detach_is_requeued_once_and_its_row_says_s
     await gw.stop()  # on_shutdown = "detach": the call gets the drain time, then is dropped
     successor = await (await start_gateway(http_settings)).manager()
     bound = 20.0  # its lease after detach (drain time + HTTP_RELEASE_MARGIN_S), then the call
-    with anyio.fail_after(bound):
+    with anyio.fail_after(scaled(bound)):
         row = await successor.reads.wait(sub.job.id, bound)
     assert row.status == JobStatus.COMPLETED, row.error
     assert row.requeued_at is not None  # the row shows it was retried

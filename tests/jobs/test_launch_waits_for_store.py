@@ -18,16 +18,9 @@ import structlog
 from gateway.jobs.requests import SubmitRequest
 from gateway.model import JobStatus
 from gateway.store.base import StoreUnavailable
-from tests.jobs.conftest import (
-    FakeLog,
-    MakeSettings,
-    StartGateway,
-    job_row,
-    leases_of,
-    store_of,
-    wait_for,
-)
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, job_row, leases_of, store_of
 from tests.jobs.test_detach import claude_job, terminal
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

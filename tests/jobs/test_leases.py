@@ -19,7 +19,8 @@ from gateway.jobs.manager import JobManager
 from gateway.jobs.requests import SubmitRequest
 from gateway.model import ORPHANED_ERROR, ErrorKind, GatewayError, JobRow, JobStatus, NewJob
 from gateway.store.base import JobStore
-from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, job_row, leases_of, store_of, wait_for
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, job_row, leases_of, store_of
+from tests.waiting import scaled, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
@@ -344,7 +345,7 @@ async def test_stopping_the_loops_is_bounded_when_one_ignores_its_cancel(
     await wait_for(lambda: started.is_set())  # a cancel before its first step would end it
     keeper._tasks.append(stuck)
     try:
-        with structlog.testing.capture_logs() as logs, anyio.fail_after(10):
+        with structlog.testing.capture_logs() as logs, anyio.fail_after(scaled(10)):
             await keeper.stop()
         (line,) = [e for e in logs if e["event"].startswith("lease loop did not stop")]
         assert line["loop"] == "deaf" and "deaf" in line["waiting_in"]

@@ -28,8 +28,8 @@ from tests.jobs.conftest import (
     here,
     job_row,
     left_running,
-    wait_for,
 )
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 

@@ -19,7 +19,8 @@ from gateway.jobs.requests import SubmitRequest
 from gateway.jobs.run import spool
 from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 from providers.parsing import plain_text
-from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 

@@ -9,7 +9,8 @@ import anyio
 import pytest
 
 from gateway.store.base import JobStore
-from tests.jobs.conftest import MakeSettings, StartGateway, leases_of, wait_for
+from tests.jobs.conftest import MakeSettings, StartGateway, leases_of
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 

@@ -27,6 +27,7 @@ from gateway.runtime import Gateway
 from gateway.store.postgres.pool import APPLICATION_NAME, FULL_SERVER_S, IDLE_RELEASE_S
 from tests.conftest import PostgresServer
 from tests.jobs.conftest import FAKE_COMMANDS, FAKES_BIN, FakeLog
+from tests.waiting import scaled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -100,7 +101,7 @@ async def test_forty_windows_on_a_server_with_22_slots_all_run_and_idle_on_few_c
     gateways = [Gateway(settings, role="stdio") for _ in range(GATEWAYS)]
     rows: dict[int, Any] = {}
     try:
-        with anyio.fail_after(RUN_BOUND_S):
+        with anyio.fail_after(scaled(RUN_BOUND_S)):
             async def run_one(index: int) -> None:
                 gateway = gateways[index]
                 await anyio.sleep(index * HEARTBEAT_S / GATEWAYS)
@@ -132,7 +133,7 @@ async def test_forty_windows_on_a_server_with_22_slots_all_run_and_idle_on_few_c
         # idle windows, what this guards against, show in every sample.
         assert sorted(counts)[int(0.9 * SAMPLES) - 1] <= IDLE_CONNECTIONS_MAX, (counts, refused)
     finally:
-        with anyio.CancelScope(shield=True), anyio.fail_after(60):
+        with anyio.CancelScope(shield=True), anyio.fail_after(scaled(60)):
             async with anyio.create_task_group() as tg:
                 for gateway in gateways:
                     tg.start_soon(gateway.stop)
@@ -174,7 +175,7 @@ async def test_a_pool_blocked_on_row_locks_for_twice_the_ttl_costs_a_live_gatewa
 
             for _ in range(settings.persistence.pool_max_for("stdio")):
                 tg.start_soon(blocked_call)
-            with anyio.fail_after(hold_s + 10):
+            with anyio.fail_after(scaled(hold_s + 10)):
                 deadline = anyio.current_time() + hold_s
                 while anyio.current_time() < deadline:
                     assert await peer.leases.sweep_once() == []

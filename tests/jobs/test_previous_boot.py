@@ -21,8 +21,8 @@ from tests.jobs.conftest import (
     claude_request_json,
     job_row,
     left_running,
-    wait_for,
 )
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 

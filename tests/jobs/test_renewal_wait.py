@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.model import InstanceRow
-from tests.jobs.conftest import MakeSettings, StartGateway, wait_for
+from tests.jobs.conftest import MakeSettings, StartGateway
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 

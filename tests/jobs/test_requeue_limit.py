@@ -13,8 +13,9 @@ from gateway.jobs.requests import SubmitRequest
 from gateway.model import ErrorKind, JobStatus
 from gateway.store import open_store
 from gateway.store.base import TakeOver
-from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, here, wait_for
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, here
 from tests.jobs.test_detach import DONE_S, claude_job, terminal
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 

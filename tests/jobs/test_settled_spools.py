@@ -12,7 +12,8 @@ from gateway.jobs.requests import SubmitRequest
 from gateway.jobs.run import spool
 from gateway.jobs.settled_spools import SettledSpools
 from gateway.model import JobStatus
-from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, job_row, wait_for
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, job_row
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 

@@ -21,7 +21,8 @@ from gateway import proc
 from gateway.jobs.run.spool import run_dir, spool_root
 from gateway.model import InstanceRow, JobStatus, NewJob
 from gateway.store import open_store
-from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 

@@ -28,8 +28,9 @@ from gateway.jobs.worktrees.finish import worktree_of
 from gateway.jobs.worktrees.gc import expire_worktrees, list_worktrees
 from gateway.model import ErrorKind, GatewayError, JobStatus
 from tests.children import Children
-from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway
 from tests.jobs.test_detach import start_owner
+from tests.waiting import scaled, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -78,7 +79,7 @@ def branches(repo: Path) -> list[str]:
 
 
 async def finished(manager: Any, job_id: str) -> Any:
-    with anyio.fail_after(DONE_S):
+    with anyio.fail_after(scaled(DONE_S)):
         row = await manager.reads.wait(job_id, DONE_S)
     assert row.status.is_terminal, row.status
     return row

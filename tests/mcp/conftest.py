@@ -38,6 +38,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import TextContent
 
 from gateway.config import merge_tables
+from tests.waiting import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 FAKES_BIN = REPO / "tests" / "fakes" / "bin"
@@ -130,7 +131,7 @@ def start_http_server(home: Path, config: Path, port: int, *, token: str | None 
     base = f"http://{host}:{port}"
     server = HttpServer(process, f"{base}/mcp", base, stderr_path)
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    with httpx2.Client(timeout=2.0) as http:
+    with httpx2.Client(timeout=scaled(2.0)) as http:
         while True:
             if process.poll() is not None:
                 raise RuntimeError(f"HTTP gateway exited {process.returncode}:\n{server.stderr()}")
@@ -301,7 +302,7 @@ async def _shared_stdio(factory: pytest.TempPathFactory, mode: str) -> AsyncIter
     # scope opened here would still be open during the module's tests, so only the first
     # call is bounded (initialize itself is bounded by the client's read timeout).
     async with stdio_client(root / "home", config, mode) as client:
-        with anyio.fail_after(SERVER_START_TIMEOUT_S):
+        with anyio.fail_after(scaled(SERVER_START_TIMEOUT_S)):
             await client.list_tools()
         yield SharedStdio(client, root)
 

@@ -18,6 +18,7 @@ import pytest
 
 from tests.mcp.conftest import Harness, free_port, server_env, start_http_server
 from tests.mcp.test_http import INITIALIZE, MCP_HEADERS
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +61,7 @@ async def test_a_lone_surrogate_over_stdio_gets_a_parse_error_for_its_id(
         return dict(json.loads(line))
 
     try:
-        with anyio.fail_after(ANSWER_TIMEOUT_S):
+        with anyio.fail_after(scaled(ANSWER_TIMEOUT_S)):
             await process.stdin.send(json.dumps(INITIALIZE).encode() + b"\n")
             assert (await answer())["id"] == 1
             await process.stdin.send(b'{"jsonrpc": "2.0", "method": '
@@ -127,7 +128,7 @@ async def test_a_lone_surrogate_that_reaches_a_tool_is_invalid_input_with_nothin
     config = harness.write_config({})
     monkeypatch.setenv("HOME", str(harness.home))
     monkeypatch.setenv("PATH", server_env(harness.home, config)["PATH"])
-    with anyio.fail_after(ANSWER_TIMEOUT_S):
+    with anyio.fail_after(scaled(ANSWER_TIMEOUT_S)):
         async with Client(build_server(load_settings(config))) as client:
             cases: list[tuple[str, dict[str, Any]]] = [
                 ("claude_request", {"prompt": "x\udfff"}),

@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from tests.mcp.conftest import Harness, own_harness
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -92,7 +93,7 @@ async def test_every_key_of_the_tools_docs_walk_through_is_in_the_real_answers(
         return dict(data)
 
     tag = uuid.uuid4().hex[:8]
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with harness.connect() as client:
             started = await call(client, "codex_request_async",
                                  {"prompt": f"refactor {tag} @sleep=1.5"})

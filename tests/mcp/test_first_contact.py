@@ -18,6 +18,7 @@ import pytest
 from mcp.types import CallToolResult
 
 from tests.mcp.conftest import Harness, first_text, free_port, own_harness, stdio_client
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -55,7 +56,7 @@ def raw_config(harness: Harness, text: str) -> Path:
 @pytest.mark.parametrize("mode", MODES)
 async def test_the_first_call_of_a_session_is_gateway_status_and_it_says_ready(
         harness: Harness, mode: str) -> None:
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with stdio_client(harness.home, harness.write_config({}), mode) as client:
             status = data_of(await client.call_tool("gateway_status", {}))
     assert status["ready"] is True and status["admitting"] is True
@@ -70,7 +71,7 @@ async def test_the_first_call_of_a_session_is_gateway_status_and_it_says_ready(
 async def test_an_invalid_config_still_serves_and_every_tool_names_the_problem(
         harness: Harness, mode: str, text: str, fragments: list[str]) -> None:
     config = raw_config(harness, text)
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with stdio_client(harness.home, config, mode) as client:
             names = {t.name for t in (await client.list_tools()).tools}
             answers = [await client.call_tool(name, args) for name, args in EVERY_TOOL]
@@ -97,7 +98,7 @@ async def test_the_instructions_say_the_setup_is_broken_and_which_clis_are_insta
     """What a model reads before any tool: the problem, and the CLIs really installed here
     (the fakes on PATH), not a fixed list (#25)."""
     config = raw_config(harness, "[limits]\nmax_runing_jobs = 4\n")
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with stdio_client(harness.home, config, mode) as client:
             broken = client.instructions
             listed = {t.name for t in (await client.list_tools()).tools}
@@ -116,7 +117,7 @@ async def test_with_no_cli_installed_the_instructions_say_so(harness: Harness) -
     """A PATH with none of the CLIs: the instructions promise none of them."""
     empty = harness.root / "empty-bin"
     empty.mkdir()
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with stdio_client(harness.home, harness.write_config({}), "legacy",
                                 PATH=f"{empty}:/usr/bin:/bin") as client:
             text = client.instructions
@@ -131,7 +132,7 @@ async def test_an_env_var_that_is_not_json_for_a_list_still_serves_and_names_the
     """A list set from the client's `env` block is JSON; a bare value (once a traceback
     before the handshake) is a setup error naming the variable, its value not echoed."""
     name = "AGENT_GATEWAY_PROVIDERS__CODEX__EXTRA_ARGS"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with stdio_client(harness.home, harness.write_config({}), mode,
                                 **{name: "--secret-value"}) as client:
             answer = await client.call_tool("llm_job_list", {})
@@ -149,9 +150,9 @@ async def test_a_store_path_that_can_never_be_created_is_reported_as_permanent_a
         harness: Harness, mode: str) -> None:
     config = harness.write_config({"persistence": {"path": "/proc/nope/jobs.db"}})
     harness.wait_ready = False
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with stdio_client(harness.home, config, mode) as client:
-            with anyio.fail_after(PERMANENT_ANSWER_S):
+            with anyio.fail_after(scaled(PERMANENT_ANSWER_S)):
                 refused = await client.call_tool("llm_job_list", {})
                 status = await client.call_tool("gateway_status", {})
     data = data_of(refused)
@@ -168,7 +169,7 @@ async def test_a_store_path_that_can_never_be_created_is_reported_as_permanent_a
 async def test_a_store_that_is_down_is_a_passing_cause_and_says_so(harness: Harness) -> None:
     down = {"persistence": {"backend": "postgres",
                             "dsn": f"postgresql://nobody@127.0.0.1:{free_port()}/none"}}
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with stdio_client(harness.home, harness.write_config(down), "legacy") as client:
             status = data_of(await client.call_tool("gateway_status", {}))
             refused = await client.call_tool("llm_job_list", {})
@@ -183,7 +184,7 @@ async def test_a_store_that_is_down_is_a_passing_cause_and_says_so(harness: Harn
 async def test_a_missing_explicit_config_file_still_serves_and_says_which_file(
         harness: Harness) -> None:
     missing = harness.root / "nope.toml"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with stdio_client(harness.home, missing, "legacy") as client:
             answer = await client.call_tool("llm_job_list", {})
     data = data_of(answer)
@@ -201,9 +202,9 @@ async def test_a_store_written_by_a_newer_gateway_is_permanent_and_says_upgrade(
                      "applied_at REAL NOT NULL)")
         conn.execute("INSERT INTO schema_version VALUES (999, 0)")
     db.chmod(0o600)
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with stdio_client(harness.home, config, "legacy") as client:
-            with anyio.fail_after(PERMANENT_ANSWER_S):
+            with anyio.fail_after(scaled(PERMANENT_ANSWER_S)):
                 refused = await client.call_tool("llm_job_list", {})
     data = data_of(refused)
     assert data["error_kind"] == "setup_error" and data["retryable"] is False
@@ -217,9 +218,9 @@ async def test_a_postgres_database_that_does_not_exist_is_permanent(
     postgres_server.ensure_running()
     dsn = postgres_server.dsn_for(f"missing_{uuid.uuid4().hex[:8]}")
     config = harness.write_config({"persistence": {"backend": "postgres", "dsn": dsn}})
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with stdio_client(harness.home, config, "legacy") as client:
-            with anyio.fail_after(PERMANENT_ANSWER_S):
+            with anyio.fail_after(scaled(PERMANENT_ANSWER_S)):
                 status = data_of(await client.call_tool("gateway_status", {}))
     assert status["ready"] is False and status["problem_permanent"] is True
     assert "InvalidCatalogNameError" in status["problem"]
@@ -232,7 +233,7 @@ async def test_deep_json_in_a_variable_answers_setup_error_not_a_dead_handshake(
     """#23 item 10: `[` * 50000 once raised RecursionError and `serve` never answered
     `initialize`; now the handshake works and every tool names the variable."""
     name = "AGENT_GATEWAY_PROVIDERS__CODEX__EXTRA_ARGS"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with stdio_client(harness.home, harness.write_config({}), mode,
                                 **{name: "[" * 50_000}) as client:
             answer = await client.call_tool("llm_job_list", {})
@@ -248,7 +249,7 @@ async def test_a_bad_variable_is_reported_as_the_variable_not_the_config_file(
     variable (and where it is set), not "the config file ... is invalid"."""
     config = harness.write_config({})
     name = "AGENT_GATEWAY_LEASE__TTL_S"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with stdio_client(harness.home, config, mode, **{name: "soon"}) as client:
             answer = await client.call_tool("llm_job_list", {})
     error = data_of(answer)["error"]

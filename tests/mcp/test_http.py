@@ -23,6 +23,7 @@ from tests.mcp.conftest import (
     http_client,
     start_http_server,
 )
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -58,7 +59,7 @@ def post(server: HttpServer, body: Any, token: str | None = TOKEN,
     if token is not None:
         sent["Authorization"] = f"Bearer {token}"
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    with httpx2.Client(timeout=10) as http:
+    with httpx2.Client(timeout=scaled(10)) as http:
         return http.post(server.url, content=content, headers=sent)
 
 
@@ -69,7 +70,7 @@ async def test_requests_without_the_right_bearer_token_get_401(server: HttpServe
         assert answer.headers["www-authenticate"].startswith("Bearer")
     assert post(server, INITIALIZE).status_code == 200
 
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         for token in (None, "wrong-token"):
             with pytest.raises(BaseException) as caught:
                 async with http_client(server.url, token) as client:
@@ -80,7 +81,7 @@ async def test_requests_without_the_right_bearer_token_get_401(server: HttpServe
 
 async def test_healthz_answers_without_a_token_and_tells_nothing_but_readiness(
         server: HttpServer) -> None:
-    with httpx2.Client(timeout=10) as http:
+    with httpx2.Client(timeout=scaled(10)) as http:
         answer = http.get(f"{server.base}/healthz")
     assert answer.status_code == 200
     assert answer.json() == {"ok": True, "ready": True, "admitting": True}
@@ -95,7 +96,7 @@ async def test_a_request_body_over_the_cap_gets_413(server: HttpServer) -> None:
         for start in range(0, len(data), 4096):
             yield data[start:start + 4096]
 
-    with httpx2.Client(timeout=10) as http:
+    with httpx2.Client(timeout=scaled(10)) as http:
         answer = http.post(server.url, content=chunks(),
                            headers=dict(MCP_HEADERS, Authorization=f"Bearer {TOKEN}"))
     assert answer.status_code == 413
@@ -105,7 +106,7 @@ async def test_a_request_body_over_the_cap_gets_413(server: HttpServer) -> None:
 
 async def test_every_http_session_shares_one_gateway_and_its_jobs(harness: Harness) -> None:
     server = harness.http_server({})
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with http_client(server.url, TOKEN) as first, \
                 http_client(server.url, TOKEN, mode="auto") as second:
             started = await first.call_tool("claude_request_async",
@@ -126,7 +127,7 @@ async def test_no_auth_serves_without_a_token_on_loopback(harness: Harness) -> N
     server = start_http_server(harness.home, harness.write_config({}), free_port(),
                                token=None, args=("--no-auth",))
     try:
-        with anyio.fail_after(TEST_TIMEOUT_S):
+        with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
             async with http_client(server.url, None) as client:
                 tools = await client.list_tools()
         assert any(t.name == "gateway_status" for t in tools.tools)
@@ -153,7 +154,7 @@ def raw(server: HttpServer, method: str, headers: dict[str, str], body: Any = No
         url: str | None = None) -> httpx2.Response:
     """One request with exactly these headers (httpx2 sends Host from the URL unless given)."""
     content = None if body is None else json.dumps(body).encode()
-    with httpx2.Client(timeout=10) as http:
+    with httpx2.Client(timeout=scaled(10)) as http:
         return http.request(method, url or server.url, content=content, headers=headers)
 
 

@@ -23,6 +23,7 @@ from gateway.mcp.http import build_http_app
 from gateway.mcp.sessions import eviction_floor_s
 from tests.mcp.conftest import TOKEN, Harness, HttpServer
 from tests.mcp.test_http import INITIALIZE, MCP_HEADERS, post
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -44,7 +45,7 @@ def open_session(server: HttpServer) -> str:
 
 def ping(server: HttpServer, session_id: str) -> int:
     """A request on an existing session: 200/202 while it is open, 404 once it is gone."""
-    with httpx2.Client(timeout=10) as http:
+    with httpx2.Client(timeout=scaled(10)) as http:
         return http.post(server.url, json={"jsonrpc": "2.0", "method":
                                            "notifications/initialized"},
                          headers=dict(MCP_HEADERS, **AUTH, **{"mcp-session-id": session_id})

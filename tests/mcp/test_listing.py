@@ -28,6 +28,7 @@ from tests.mcp.conftest import (
     server_env,
     stdio_client,
 )
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -94,7 +95,7 @@ async def listed(client: Client) -> dict[str, Tool]:
 @pytest.mark.parametrize("mode", MODES)
 async def test_with_no_cli_installed_only_the_job_tools_are_listed_in_under_5_kb(
         machine: Machine, mode: str) -> None:
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with machine.client(mode) as client:
             tools = await listed(client)
     assert set(tools) == JOB_TOOLS
@@ -111,7 +112,7 @@ async def test_claude_codex_and_gemini_installed_list_in_under_12_kb(
         machine: Machine, mode: str) -> None:
     for provider in ("claude", "codex", "gemini"):
         machine.install(provider)
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with machine.client(mode) as client:
             tools = await listed(client)
     assert set(tools) == JOB_TOOLS | {f"{p}_request{s}" for p in ("claude", "codex", "gemini")
@@ -123,7 +124,7 @@ async def test_claude_codex_and_gemini_installed_list_in_under_12_kb(
 async def test_no_tool_is_over_2_kb_with_every_cli_installed(machine: Machine) -> None:
     for provider in PROVIDERS:
         machine.install(provider)
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with machine.client("legacy") as client:
             tools = await listed(client)
     assert len(tools) == 2 * len(PROVIDERS) + len(JOB_TOOLS)
@@ -146,7 +147,7 @@ async def test_a_cli_installed_or_removed_while_serving_is_announced_over_a_hand
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "gateway"],
         env=server_env(machine.root / "home", machine.config()), cwd=str(machine.root))
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with Client(params, mode="legacy", message_handler=on_message,
                           read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
             assert "claude_request" not in await listed(client)
@@ -155,7 +156,7 @@ async def test_a_cli_installed_or_removed_while_serving_is_announced_over_a_hand
             status = await client.call_tool("gateway_status", {})
             assert status.structured_content is not None
             assert "claude" in status.structured_content["listed_providers"]
-            with anyio.fail_after(NOTICE_TIMEOUT_S):
+            with anyio.fail_after(scaled(NOTICE_TIMEOUT_S)):
                 while not changes:
                     await anyio.sleep(0.05)
             assert {"claude_request", "claude_request_async"} <= set(await listed(client))
@@ -164,7 +165,7 @@ async def test_a_cli_installed_or_removed_while_serving_is_announced_over_a_hand
 
             machine.uninstall("claude")
             await client.call_tool("gateway_status", {})
-            with anyio.fail_after(NOTICE_TIMEOUT_S):
+            with anyio.fail_after(scaled(NOTICE_TIMEOUT_S)):
                 while len(changes) < 2:
                     await anyio.sleep(0.05)
             assert "claude_request" not in await listed(client)
@@ -172,13 +173,13 @@ async def test_a_cli_installed_or_removed_while_serving_is_announced_over_a_hand
 
 async def test_a_cli_installed_while_serving_is_announced_to_a_2026_listener(
         machine: Machine) -> None:
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with machine.client("auto") as client:
             assert "codex_request" not in await listed(client)
             async with client.listen(tools_list_changed=True) as subscription:
                 machine.install("codex")
                 await client.call_tool("gateway_status", {})
-                with anyio.fail_after(NOTICE_TIMEOUT_S):
+                with anyio.fail_after(scaled(NOTICE_TIMEOUT_S)):
                     async for _event in subscription:
                         break
             assert "codex_request_async" in await listed(client)
@@ -186,7 +187,7 @@ async def test_a_cli_installed_while_serving_is_announced_to_a_2026_listener(
 
 async def test_a_cli_installed_since_the_last_check_is_found_by_the_call_itself(
         machine: Machine) -> None:
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with machine.client("legacy") as client:
             assert "gemini_request" not in await listed(client)
             machine.install("gemini")
@@ -199,7 +200,7 @@ async def test_a_cli_installed_since_the_last_check_is_found_by_the_call_itself(
 async def test_an_unlisted_provider_says_where_it_looked_and_how_to_install(
         machine: Machine, mode: str) -> None:
     names = {"grok": {"command": "grok-not-installed-anywhere"}}
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with machine.client(mode, providers={
                 **{p: {"command": str(machine.path(p))} for p in PROVIDERS}, **names}) as client:
             by_name = await client.call_tool("grok_request", {"prompt": "p"})
@@ -221,7 +222,7 @@ async def test_an_unlisted_provider_says_where_it_looked_and_how_to_install(
 @pytest.mark.parametrize("mode", MODES)
 async def test_only_tools_are_advertised_and_an_unserved_method_is_a_proper_error(
         machine: Machine, mode: str) -> None:
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with machine.client(mode) as client:
             capabilities = client.server_capabilities
             with pytest.raises(MCPError) as err:

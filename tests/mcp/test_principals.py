@@ -27,6 +27,7 @@ from gateway.model import JobRow, JobStatus, NewJob
 from gateway.store import open_store
 from tests.mcp.conftest import Harness, free_port, own_harness, start_http_server
 from tests.mcp.test_tools import tag
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -98,7 +99,7 @@ async def test_tasks_and_jobs_of_another_token_are_not_found(
     alice = start_http_server(harness.home, config, free_port(), token=TOKEN_A)
     bob = start_http_server(harness.home, config, free_port(), token=TOKEN_B)
     try:
-        with anyio.fail_after(TEST_TIMEOUT_S):
+        with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
             async with session(alice.url, TOKEN_A) as a, session(bob.url, TOKEN_B) as b:
                 started = await a.tool("claude_request_async",
                                        {"prompt": f"long {tag()} @sleep=30"})
@@ -156,7 +157,7 @@ async def test_a_page_of_llm_job_list_and_tasks_list_is_full_when_another_token_
     config = harness.write_config(store_config)
     alice = start_http_server(harness.home, config, free_port(), token=TOKEN_A)
     try:
-        with anyio.fail_after(TEST_TIMEOUT_S):
+        with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
             async with session(alice.url, TOKEN_A) as a:
                 started = await a.tool("claude_request_async", {"prompt": f"old {tag()}"})
                 job_id = started["structuredContent"]["job_id"]

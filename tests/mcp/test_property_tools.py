@@ -29,6 +29,7 @@ from gateway.config import load_settings
 from gateway.mcp.server import build_server
 from tests.fakes.fake_api_server import run_fake_api_server
 from tests.mcp.conftest import Harness, server_env
+from tests.waiting import scaled
 
 MAX_EXAMPLES = 120  # about 20 s on an idle 2-core box; each CLI call spawns a fake
 STRICT_EXAMPLES = 80  # refused before any job: cheap
@@ -120,7 +121,7 @@ async def open_session(harness: Harness) -> AsyncIterator[Session]:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             state = Session(client, tools, Harness.db_of(config))
             yield state
-            with anyio.fail_after(SETTLE_TIMEOUT_S):
+            with anyio.fail_after(scaled(SETTLE_TIMEOUT_S)):
                 while unfinished(state.db):
                     await anyio.sleep(0.1)
 
@@ -188,7 +189,7 @@ def note_job_ids(state: Session, value: Any) -> None:
 
 
 async def call(session: Session, name: str, arguments: dict[str, Any]) -> None:
-    with anyio.fail_after(CALL_TIMEOUT_S):
+    with anyio.fail_after(scaled(CALL_TIMEOUT_S)):
         try:
             result = await session.client.call_tool(name, arguments)
         except MCPError as exc:
@@ -254,7 +255,7 @@ def scalar_properties(tool: Tool) -> dict[str, str]:
 
 
 async def refused_as_invalid(session: Session, name: str, arguments: dict[str, Any]) -> None:
-    with anyio.fail_after(CALL_TIMEOUT_S):
+    with anyio.fail_after(scaled(CALL_TIMEOUT_S)):
         result = await session.client.call_tool(name, arguments)
     structured = result.structured_content or {}
     note_job_ids(session, structured)

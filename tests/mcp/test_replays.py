@@ -12,6 +12,7 @@ import pytest
 
 from tests.mcp.conftest import Harness, first_text
 from tests.mcp.test_tools import TEST_TIMEOUT_S, call, fake_spawns, succeed, tag
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.anyio
 async def test_a_completed_answer_reused_within_the_window_says_it_is_a_replay(
         gateway: Harness) -> None:
     prompt = f"replay me {tag()}"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect() as client:
             first = await succeed(client, "claude_request", {"prompt": prompt})
             again = await call(client, "claude_request", {"prompt": prompt})
@@ -43,7 +44,7 @@ async def test_a_completed_answer_reused_within_the_window_says_it_is_a_replay(
 
 async def test_past_the_window_an_identical_request_is_new_work(gateway: Harness) -> None:
     prompt = f"run the tests and fix what fails {tag()}"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect(persistence={"dedup_window_s": 0}) as client:
             first = await succeed(client, "codex_request", {"prompt": prompt})
             second = await succeed(client, "codex_request", {"prompt": prompt})
@@ -54,7 +55,7 @@ async def test_past_the_window_an_identical_request_is_new_work(gateway: Harness
 async def test_joining_a_running_identical_job_says_so_and_names_the_next_call(
         gateway: Harness) -> None:
     prompt = f"long one {tag()} @sleep=3"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect() as client:
             started = await succeed(client, "gemini_request_async", {"prompt": prompt})
             joined = await succeed(client, "gemini_request_async", {"prompt": prompt})
@@ -72,7 +73,7 @@ async def test_structured_content_alone_leads_from_submit_to_the_whole_answer(
     """Follow only `next` (as a model that sees nothing else would): submit, wait, read every
     page; the pages put together are the answer."""
     prompt = f"paged {tag()} @bytes=300000"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect() as client:
             data = await succeed(client, "claude_request_async",
                                  {"prompt": prompt, "output_format": "text"})
@@ -98,7 +99,7 @@ async def test_progress_notifications_count_output_bytes(gateway: Harness) -> No
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         seen.append((progress, message))
 
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect() as client:
             data = await succeed(client, "claude_request",
                                  {"prompt": f"streams {tag()} @stream=30:0.1"},

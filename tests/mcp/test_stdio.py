@@ -18,6 +18,7 @@ import pytest
 from anyio.abc import Process
 
 from tests.mcp.conftest import Harness, server_env
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -109,7 +110,7 @@ async def test_stdout_is_only_json_rpc_and_the_server_drains_and_stops_on_its_wa
     config = stdio_harness.write_config({"lease": {"on_shutdown": "stop"}})
     db = stdio_harness.db_of(config)
     stderr_path = stdio_harness.root / "server.stderr"
-    with anyio.fail_after(TEST_TIMEOUT_S), stderr_path.open("wb") as stderr:
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)), stderr_path.open("wb") as stderr:
         process = await anyio.open_process(
             [sys.executable, "-m", "gateway"], env=server_env(stdio_harness.home, config),
             cwd=stdio_harness.home, stderr=stderr)
@@ -144,7 +145,7 @@ async def test_stdout_is_only_json_rpc_and_the_server_drains_and_stops_on_its_wa
                 await process.stdin.aclose()
             else:
                 process.send_signal(signal.SIGTERM if ending == "sigterm" else signal.SIGINT)
-            with anyio.fail_after(EXIT_TIMEOUT_S):
+            with anyio.fail_after(scaled(EXIT_TIMEOUT_S)):
                 returncode = await process.wait()
             tasks.cancel_scope.cancel()
 
@@ -180,7 +181,7 @@ async def test_closing_the_window_leaves_the_run_running_and_the_next_session_re
     config = stdio_harness.write_config({})  # on_shutdown = "detach", the default
     db = stdio_harness.db_of(config)
     prompt = "survive the window @sleep=2"
-    with anyio.fail_after(TEST_TIMEOUT_S), (stdio_harness.root / "s.stderr").open("wb") as err:
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)), (stdio_harness.root / "s.stderr").open("wb") as err:
         process, session = await open_session(stdio_harness, config, err)
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(session.read_all)
@@ -197,7 +198,7 @@ async def test_closing_the_window_leaves_the_run_running_and_the_next_session_re
                 await anyio.sleep(0.1)
                 if process.returncode is None:
                     process.send_signal(signal.SIGTERM)
-            with anyio.fail_after(EXIT_TIMEOUT_S):
+            with anyio.fail_after(scaled(EXIT_TIMEOUT_S)):
                 assert await process.wait() == 0
             tasks.cancel_scope.cancel()
         row = db_row(db, "SELECT status, pid FROM jobs WHERE id = ?", job_id)
@@ -214,7 +215,7 @@ async def test_closing_the_window_leaves_the_run_running_and_the_next_session_re
             assert result["output"] == f"fake-claude answer: {prompt}", result
             assert process.stdin is not None
             await process.stdin.aclose()
-            with anyio.fail_after(EXIT_TIMEOUT_S):
+            with anyio.fail_after(scaled(EXIT_TIMEOUT_S)):
                 await process.wait()
             tasks.cancel_scope.cancel()
 
@@ -226,7 +227,7 @@ async def test_a_client_that_never_lists_the_tools_still_gets_a_started_gateway(
     instance registered, with no job tool called."""
     config = stdio_harness.write_config({})
     db = stdio_harness.db_of(config)
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         process = await anyio.open_process(
             [sys.executable, "-m", "gateway"], env=server_env(stdio_harness.home, config),
             cwd=stdio_harness.home, stderr=subprocess.DEVNULL)
@@ -240,7 +241,7 @@ async def test_a_client_that_never_lists_the_tools_still_gets_a_started_gateway(
                 status = await session.call("gateway_status", {})
             assert process.stdin is not None
             await process.stdin.aclose()
-            with anyio.fail_after(EXIT_TIMEOUT_S):
+            with anyio.fail_after(scaled(EXIT_TIMEOUT_S)):
                 assert await process.wait() == 0
             tasks.cancel_scope.cancel()
     assert not any("tools" in m.get("result", {}) for m in session.messages)

@@ -32,6 +32,7 @@ from tests.mcp.task_client import (
     spawned_pid,
 )
 from tests.mcp.test_tools import alive, tag
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -109,7 +110,7 @@ async def poll_until_done(client: Client, task_id: str) -> dict[str, Any]:
 async def test_a_tasked_request_is_working_at_once_and_its_result_is_the_sync_answer(
         harness: Harness) -> None:
     prompt = f"tasked {tag()} @sleep=1"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with connect(harness) as client:
             created = await call_as_task(client, "claude_request", {"prompt": prompt})
             assert isinstance(created, CreatedTask), created
@@ -142,7 +143,7 @@ async def test_a_tasked_request_is_working_at_once_and_its_result_is_the_sync_an
 
 async def test_a_running_task_says_how_long_and_how_much_output(inproc: Harness) -> None:
     harness = inproc
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with connect(harness) as client:
             created = await call_as_task(client, "codex_request",
                                          {"prompt": f"slow {tag()} @stream=40:0.05 @sleep=3"})
@@ -159,7 +160,7 @@ async def test_a_running_task_says_how_long_and_how_much_output(inproc: Harness)
 
 async def test_cancelling_a_task_kills_its_run_and_ends_it_cancelled(harness: Harness) -> None:
     marker = tag()
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with connect(harness) as client:
             created = await call_as_task(client, "gemini_request",
                                          {"prompt": f"long {marker} @sleep=30"})
@@ -178,7 +179,7 @@ async def test_cancelling_a_task_kills_its_run_and_ends_it_cancelled(harness: Ha
 
 async def test_a_failed_run_is_a_completed_task_whose_result_is_an_error(
         harness: Harness) -> None:
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with connect(harness) as client:
             created = await call_as_task(client, "claude_request",
                                          {"prompt": f"who {tag()} @auth"})
@@ -194,7 +195,7 @@ async def test_a_failed_run_is_a_completed_task_whose_result_is_an_error(
 
 async def test_tasks_update_acknowledges_and_ignores_unknown_keys(inproc: Harness) -> None:
     harness = inproc
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with connect(harness) as client:
             created = await call_as_task(client, "devin_request", {"prompt": f"u {tag()}"})
             assert isinstance(created, CreatedTask)
@@ -207,7 +208,7 @@ async def test_tasks_update_acknowledges_and_ignores_unknown_keys(inproc: Harnes
 
 async def test_unknown_task_ids_are_invalid_params_and_legacy_only_methods_are_absent(
         harness: Harness) -> None:
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with connect(harness) as client:
             for method in ("tasks/get", "tasks/update", "tasks/cancel"):
                 with pytest.raises(MCPError) as caught:
@@ -223,7 +224,7 @@ async def test_unknown_task_ids_are_invalid_params_and_legacy_only_methods_are_a
 async def test_a_client_that_does_not_opt_in_gets_the_plain_answer_and_no_task_methods(
         harness: Harness) -> None:
     prompt = f"plain {tag()}"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with connect(harness, opt_in=False) as client:
             result = await client.call_tool("mistral_request", {"prompt": prompt})
             assert not result.is_error
@@ -239,7 +240,7 @@ async def test_a_client_that_does_not_opt_in_gets_the_plain_answer_and_no_task_m
 async def test_a_legacy_handshake_client_with_the_extension_gets_the_plain_answer(
         harness: Harness) -> None:
     prompt = f"legacy {tag()}"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with connect(harness, mode="legacy") as client:
             result = await call_as_task(client, "grok_request", {"prompt": prompt})
             assert not isinstance(result, CreatedTask)
@@ -248,7 +249,7 @@ async def test_a_legacy_handshake_client_with_the_extension_gets_the_plain_answe
 
 async def test_only_the_sync_request_tools_become_tasks(inproc: Harness) -> None:
     harness = inproc
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with connect(harness) as client:
             started = await call_as_task(client, "claude_request_async", {"prompt": f"a {tag()}"})
             assert not isinstance(started, CreatedTask)
@@ -264,7 +265,7 @@ async def test_only_the_sync_request_tools_become_tasks(inproc: Harness) -> None
 
 async def test_the_server_advertises_the_extension(inproc: Harness) -> None:
     harness = inproc
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with connect(harness) as client:
             discovered = client.session.server_capabilities
             assert discovered is not None
@@ -282,7 +283,7 @@ def test_every_task_method_over_http_needs_the_bearer_token(tmp_path: Path,
         meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                 "io.modelcontextprotocol/clientCapabilities": {
                     "extensions": {"io.modelcontextprotocol/tasks": {}}}}
-        with httpx2.Client(timeout=10) as http:
+        with httpx2.Client(timeout=scaled(10)) as http:
             for method in ("tasks/get", "tasks/update", "tasks/cancel", "tasks/result",
                            "tasks/list"):
                 body = {"jsonrpc": "2.0", "id": 1, "method": method,
@@ -312,7 +313,7 @@ async def test_the_opt_in_is_read_from_each_request_never_from_an_earlier_one(
         stdio: Harness) -> None:
     harness = stdio
     ext = "io.modelcontextprotocol/tasks"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with raw_stdio(harness) as client:
             tasked = await client.result("tools/call", {
                 "name": "codex_request", "arguments": {"prompt": f"one {tag()}"},
@@ -335,7 +336,7 @@ async def test_the_opt_in_is_read_from_each_request_never_from_an_earlier_one(
 async def test_a_queued_task_says_where_it_waits(inproc: Harness) -> None:
     harness = inproc
     config = harness.write_config({"limits": {"max_running_per_provider": 1}})
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with connect(harness, config=config) as client:
             first = await call_as_task(client, "grok_request", {"prompt": f"a {tag()} @sleep=30"})
             second = await call_as_task(client, "grok_request", {"prompt": f"b {tag()}"})

@@ -17,6 +17,7 @@ from fastmcp.client.transports import StdioTransport
 from tests.mcp.conftest import Harness, first_text, own_harness, server_env
 from tests.mcp.task_client import spawned_pid
 from tests.mcp.test_tools import alive, tag
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +40,7 @@ def fastmcp_client(harness: Harness) -> Client[StdioTransport]:
 
 async def test_fastmcp_gets_a_task_handle_and_the_real_answer(harness: Harness) -> None:
     prompt = f"fastmcp {tag()} @sleep=0.5"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with fastmcp_client(harness) as client:
             task = await fastmcp_tasks.call_tool_task(client, "claude_request",
                                                       {"prompt": prompt})
@@ -61,20 +62,20 @@ async def test_fastmcp_gets_a_task_handle_and_the_real_answer(harness: Harness) 
 async def test_fastmcp_cancels_a_task_and_sees_a_failed_run_as_an_error(
         harness: Harness) -> None:
     marker = tag()
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with fastmcp_client(harness) as client:
             task = await fastmcp_tasks.call_tool_task(client, "codex_request",
                                                       {"prompt": f"long {marker} @sleep=30"},
                                                       raise_on_error=False)
             pid = await spawned_pid(harness, marker)
             await task.cancel()
-            final = await task.wait(timeout=20)
+            final = await task.wait(timeout=scaled(20))
             assert final.status == "cancelled"
 
             failed = await fastmcp_tasks.call_tool_task(client, "claude_request",
                                                         {"prompt": f"who {tag()} @auth"},
                                                         raise_on_error=False)
-            done = await failed.wait(timeout=20)
+            done = await failed.wait(timeout=scaled(20))
             assert done.status == "completed"  # the run failed; the task did not
             result = await failed.result()
             assert result.is_error

@@ -23,6 +23,7 @@ from tests.conftest import in_ci
 from tests.mcp.conftest import REPO, Harness, own_harness, server_env
 from tests.mcp.task_client import RawStdioClient, raw_stdio
 from tests.mcp.test_tools import alive, fake_spawns, tag
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -129,7 +130,7 @@ async def create_legacy_task(client: RawStdioClient, tool: str,
 
 async def test_a_legacy_task_of_a_failed_run_completes_with_an_error_result(
         harness: Harness) -> None:
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with raw_legacy(harness) as client:
             created = await create_legacy_task(client, "codex_request",
                                                {"prompt": f"who {tag()} @auth"})
@@ -146,7 +147,7 @@ async def test_a_legacy_task_of_a_failed_run_completes_with_an_error_result(
 
 
 async def test_legacy_refusals_and_unknown_ids_are_json_rpc_errors(harness: Harness) -> None:
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with raw_legacy(harness) as client:
             refused = await create_legacy_task(client, "claude_request", {"prompt": "   "})
             assert refused["error"]["code"] == -32602
@@ -160,7 +161,7 @@ async def test_legacy_refusals_and_unknown_ids_are_json_rpc_errors(harness: Harn
 
 
 async def test_tasks_list_pages_newest_first(harness: Harness) -> None:
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with raw_legacy(harness) as client:
             ids = []
             for n in range(LIST_PAGE_SIZE + 2):
@@ -177,7 +178,7 @@ async def test_tasks_list_pages_newest_first(harness: Harness) -> None:
 
 async def test_a_legacy_task_notifies_its_connection_when_it_ends(harness: Harness) -> None:
     prompt = f"notify {tag()} @sleep=0.3"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with raw_legacy(harness) as client:
             created = await create_legacy_task(client, "grok_request", {"prompt": prompt})
             task_id = created["result"]["task"]["taskId"]

@@ -22,6 +22,7 @@ from tests.mcp.task_client import (
 )
 from tests.mcp.test_tasks import poll_until_done
 from tests.mcp.test_tools import alive, tag
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -57,7 +58,7 @@ async def test_another_instance_resolves_and_cancels_a_running_task(
         harness: Harness, store_config: dict[str, Any]) -> None:
     config = harness.write_config(store_config)
     marker = tag()
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with inproc_gateway(harness, config) as owner, \
                 inproc_gateway(harness, config) as other:
             created = await call_as_task(owner, "claude_request",
@@ -85,7 +86,7 @@ async def test_a_task_outlives_its_gateway_process_and_resolves_in_the_next_one(
         harness: Harness, store_config: dict[str, Any]) -> None:
     config = harness.write_config(store_config)
     prompt = f"restart {tag()}"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway_process(harness, config) as first:
             created = await call_as_task(first, "codex_request", {"prompt": prompt})
             assert isinstance(created, CreatedTask)
@@ -104,7 +105,7 @@ async def test_another_process_cancels_a_task_its_owner_is_running(
         harness: Harness, store_config: dict[str, Any]) -> None:
     config = harness.write_config(store_config)
     marker = tag()
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway_process(harness, config) as owner:
             created = await call_as_task(owner, "cursor_request",
                                          {"prompt": f"long {marker} @sleep=30"})

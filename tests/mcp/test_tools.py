@@ -20,6 +20,7 @@ from mcp.types import CallToolResult
 from gateway.config import LimitsConfig
 from tests.fakes.fake_api_server import run_fake_api_server
 from tests.mcp.conftest import BASE_LIMITS, JOB_TOOLS, REPO, Harness, first_text, free_port
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -82,7 +83,7 @@ def alive(pid: int) -> bool:
 
 async def test_lists_a_sync_and_an_async_tool_per_provider_and_the_job_tools(
         gateway: Harness) -> None:
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect() as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
     expected = {f"{p}_request{s}" for p in PROVIDERS for s in ("", "_async")} | JOB_TOOLS
@@ -100,7 +101,7 @@ async def test_lists_a_sync_and_an_async_tool_per_provider_and_the_job_tools(
 
 async def test_a_sync_request_answers_with_the_parsed_text_and_native_session(
         gateway: Harness) -> None:
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect() as client:
             for provider in PROVIDERS:
                 prompt = f"hello {provider} {tag()}"
@@ -126,7 +127,7 @@ async def test_a_sync_request_answers_with_the_parsed_text_and_native_session(
 async def test_an_async_request_completes_through_wait_result_status_and_list(
         gateway: Harness) -> None:
     prompt = f"async work {tag()} @sleep=0.5"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect() as client:
             started = await succeed(client, "codex_request_async", {"prompt": prompt})
             job_id = started["job_id"]
@@ -159,7 +160,7 @@ async def test_a_large_result_is_paged_and_reassembles_exactly(gateway: Harness)
     size = 3_000_000
     page_size = 350_000  # the largest page fits in one HTTP SSE event (1 MiB)
     prompt = f"big {tag()} @bytes={size}"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect() as client:
             started = await succeed(client, "devin_request_async", {"prompt": prompt})
             job_id = started["job_id"]
@@ -186,7 +187,7 @@ async def test_a_large_result_is_paged_and_reassembles_exactly(gateway: Harness)
 async def test_cancelling_a_running_job_kills_its_process_and_marks_it_cancelled(
         gateway: Harness) -> None:
     marker = tag()
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect() as client:
             started = await succeed(client, "gemini_request_async",
                                     {"prompt": f"long {marker} @sleep=30"})
@@ -211,7 +212,7 @@ async def test_a_running_jobs_result_says_in_its_structured_content_that_it_is_r
         gateway: Harness) -> None:
     """Claude Code and Codex show the model only the structured content: a running job's
     page must say there, not only in the text, that it is the CLI's stream so far (#25)."""
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect() as client:
             started = await succeed(client, "claude_request_async",
                                     {"prompt": f"streams {tag()} @stream=400:0.1"})
@@ -238,7 +239,7 @@ async def test_progress_notifications_arrive_during_a_sync_request_and_a_wait(
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         seen.append((progress, message))
 
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect() as client:
             prompt = f"streams {tag()} @stream=15:0.1"
             data = await succeed(client, "claude_request", {"prompt": prompt},
@@ -265,7 +266,7 @@ async def test_progress_notifications_arrive_during_a_sync_request_and_a_wait(
 async def test_a_sync_request_past_the_deferral_point_returns_a_job_to_poll(
         gateway: Harness) -> None:
     prompt = f"slow {tag()} @sleep=2"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect(limits={"sync_defer_after_s": 1}) as client:
             result = await call(client, "mistral_request", {"prompt": prompt})
             assert not result.is_error
@@ -284,7 +285,7 @@ async def test_a_sync_request_past_the_deferral_point_returns_a_job_to_poll(
 
 async def test_a_failed_run_is_an_error_answer_with_its_kind_and_next_step(
         gateway: Harness) -> None:
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect() as client:
             auth = await call(client, "claude_request", {"prompt": f"who {tag()} @auth"})
             assert auth.is_error
@@ -349,7 +350,7 @@ async def test_bad_inputs_get_a_clear_error_with_a_kind_and_what_to_do(gateway: 
     overrides = {"limits": {"max_prompt_bytes": 1000},
                  "providers": {"grok": {"command": "/nonexistent/bin/grok"},
                                "devin": {"enabled": False}}}
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect(**overrides) as client:
             for label, tool, args, kind in BAD_INPUTS:
                 result = await call(client, tool, args)
@@ -373,7 +374,7 @@ async def test_bad_inputs_get_a_clear_error_with_a_kind_and_what_to_do(gateway: 
 async def test_a_saturated_gateway_refuses_with_a_retryable_error(gateway: Harness) -> None:
     tight = {"limits": {"max_running_jobs": 1, "max_running_per_provider": 1,
                         "max_queued_jobs": 0}}
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect(**tight) as client:
             first = await succeed(client, "claude_request_async",
                                   {"prompt": f"hog {tag()} @sleep=30"})
@@ -389,7 +390,7 @@ async def test_a_saturated_gateway_refuses_with_a_retryable_error(gateway: Harne
 
 async def test_gateway_status_and_list_models_describe_the_installation(
         gateway: Harness) -> None:
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect() as client:
             # Any job tool waits for startup; after it the gateway is ready. CLI versions
             # are probed in the background after that.
@@ -421,7 +422,7 @@ async def test_an_http_api_provider_gets_tools_with_its_own_request_fields(
         overrides = {"api_providers": {"router": {
             "kind": "openai", "base_url": api.base_url + "/v1", "default_model": "m-1",
             "timeout_s": 10}}}
-        with anyio.fail_after(TEST_TIMEOUT_S):
+        with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
             async with gateway.connect(**overrides) as client:
                 tools = {t.name: t for t in (await client.list_tools()).tools}
                 schema = tools["router_request"].input_schema["properties"]
@@ -482,7 +483,7 @@ async def test_lax_coercion_of_dangerous_inputs_is_refused(gateway: Harness) -> 
     async with run_fake_api_server() as api:
         overrides = {"api_providers": {"router": {
             "kind": "openai", "base_url": api.base_url + "/v1", "timeout_s": 10}}}
-        with anyio.fail_after(TEST_TIMEOUT_S):
+        with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
             async with gateway.connect(**overrides) as client:
                 for tool, extra in LAX_COERCIONS:
                     result = await call(client, tool, {"prompt": f"p {tag()}", **extra})
@@ -503,9 +504,9 @@ async def test_tools_are_listed_at_once_even_while_the_job_store_cannot_open(
     unreachable = {"persistence": {"backend": "postgres",
                                    "dsn": f"postgresql://nobody@127.0.0.1:{free_port()}/none"}}
     gateway.wait_ready = False
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect(**unreachable) as client:
-            with anyio.fail_after(STARTUP_ANSWER_S):
+            with anyio.fail_after(scaled(STARTUP_ANSWER_S)):
                 tools = (await client.list_tools()).tools
                 status = await succeed(client, "gateway_status", {})
     assert len(tools) == 2 * len(PROVIDERS) + len(JOB_TOOLS)
@@ -525,7 +526,7 @@ async def test_listing_the_tools_starts_the_gateway_without_a_tool_call(
     db = tmp_path / "state" / "jobs.db"
     server = server_module.build_server(
         load_settings(persistence={"backend": "sqlite", "path": str(db)}), role="stdio")
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with Client(server) as client:
             running = server.state.gateway
             assert running is not None
@@ -558,7 +559,7 @@ async def test_a_deleted_sqlite_file_is_reported_by_gateway_status_and_admission
         gateway: Harness, tmp_path: Path) -> None:
     """Regression (issue 15, item 9): the gateway kept writing into the unlinked file."""
     db = tmp_path / f"deleted-{tag()}" / "jobs.db"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway.connect(persistence={"backend": "sqlite", "path": str(db)}) as client:
             await succeed(client, "llm_job_list", {})  # started: the store is open
             for path in (db, db.with_name("jobs.db-wal"), db.with_name("jobs.db-shm")):

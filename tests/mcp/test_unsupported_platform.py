@@ -21,6 +21,7 @@ from mcp import Client, StdioServerParameters
 
 from gateway import platform
 from tests.mcp.conftest import CLIENT_TIMEOUT_S, server_env
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -74,7 +75,7 @@ def assert_names_the_wsl_route(text: str) -> None:
 async def test_a_system_without_posix_processes_answers_every_tool_with_the_wsl_route(
         tmp_path: Path, posix: str) -> None:
     code = None if posix == "as_is" else NO_POSIX
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with Client(params(tmp_path, code), mode="legacy",
                           read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
             tools = {tool.name for tool in (await client.list_tools()).tools}

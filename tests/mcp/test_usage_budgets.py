@@ -20,11 +20,12 @@ from mcp.types import CallToolResult
 
 from tests.mcp.conftest import CLIENT_TIMEOUT_S, Harness, first_text, own_harness, server_env
 from tests.mcp.test_tools import tag
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
 TEST_TIMEOUT_S = 120.0
-CLI_TIMEOUT_S = 60.0
+CLI_TIMEOUT_S = scaled(60.0)
 RACERS = 10  # concurrent claude_request calls against a $1.00 daily budget
 QUARTER = 0.25  # the default reservation of a job
 ALLOWED = 4  # claude jobs of a QUARTER each that a $1.00 daily budget admits
@@ -75,7 +76,7 @@ async def test_three_claude_jobs_on_two_gateways_sum_exactly_also_after_a_restar
     config = harness.write_config(store_config)
     marker = tag()
     claude_ask = {"prompt": f"@cost=0.25 @tokens=100:50 {marker}"}
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway(harness, config) as one, gateway(harness, config) as two:
             for n, client in enumerate((one, two, one)):
                 answer = await data_of(client, "claude_request",
@@ -103,7 +104,7 @@ async def test_concurrent_claude_requests_never_spend_past_the_daily_budget(
                                    "budgets": {"providers": {"claude": {"daily_usd": 1.0}}}})
     marker = tag()
     results: list[CallToolResult] = []
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway(harness, config) as one, gateway(harness, config) as two:
 
             async def ask(client: Client, n: int) -> None:
@@ -163,7 +164,7 @@ async def test_a_negative_reported_cost_is_never_credited_to_the_budget(
                                    "budgets": {"providers": {"claude": {"daily_usd": 1.0}}}})
     marker = tag()
     refused: list[dict[str, Any]] = []
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway(harness, config) as client:
             prompt = f"@cost=-100 {marker}"
             answer = await data_of(client, "claude_request", {"prompt": prompt})
@@ -207,7 +208,7 @@ async def test_a_bad_usage_figure_leaves_the_job_completed_with_its_answer(
         source: str) -> None:
     config = harness.write_config(store_config)
     prompt = f"{directive} {tag()}"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway(harness, config) as client:
             answer = await data_of(client, "claude_request", {"prompt": prompt})
             stored = await data_of(client, "llm_job_result", {"job_id": answer["job_id"]})
@@ -226,7 +227,7 @@ async def test_negative_tokens_never_make_a_negative_estimate(
         harness: Harness, store_config: dict[str, Any]) -> None:
     config = harness.write_config(store_config)
     prompt = f"@tokens=-2000000:-1000 {tag()}"
-    with anyio.fail_after(TEST_TIMEOUT_S):
+    with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with gateway(harness, config) as client:
             answer = await data_of(client, "codex_request", {"prompt": prompt, "model": "gpt-5"})
             report = await data_of(client, "llm_usage", {})

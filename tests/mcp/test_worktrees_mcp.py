@@ -16,6 +16,7 @@ import pytest
 
 from tests.mcp.conftest import REPO, own_harness, server_env, stdio_client
 from tests.mcp.test_tools import succeed, wait_done
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -40,7 +41,7 @@ def make_repo(path: Path) -> Path:
 
 def cli(home: Path, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gateway", *args], cwd=REPO, text=True,
-                          capture_output=True, env=server_env(home, config), timeout=60)
+                          capture_output=True, env=server_env(home, config), timeout=scaled(60))
 
 
 async def isolated_job(client: Any, repo: Path, prompt: str) -> dict[str, Any]:
@@ -55,7 +56,7 @@ async def test_an_isolated_jobs_changes_through_mcp_and_the_command_line(
     repo = make_repo(tmp_path / "checkout")
     with own_harness("stdio-legacy", tmp_path, monkeypatch) as harness:
         config = harness.write_config({})
-        with anyio.fail_after(TEST_TIMEOUT_S):
+        with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
             async with stdio_client(harness.home, config, "legacy") as client:
                 one = await isolated_job(client, repo, "one @write=README.md,new.txt")
                 two = await isolated_job(client, repo, "two @write=other.txt")

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from gateway import platform
+from tests.waiting import scaled, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "s3cret-token-that-no-child-may-read"
@@ -65,7 +65,7 @@ def as_user() -> list[str]:
 @pytest.mark.parametrize("mode", ["protect", "control"])
 def test_a_child_cannot_read_the_environment_of_a_non_dumpable_parent(mode: str) -> None:
     out = subprocess.run([*as_user(), sys.executable, "-c", PARENT, mode, str(REPO)],
-                         capture_output=True, text=True, timeout=DEADLINE_S,
+                         capture_output=True, text=True, timeout=scaled(DEADLINE_S),
                          env={"SECRET_FOR_TEST": SECRET, "PATH": os.defpath}, check=True)
     if mode == "protect":
         assert SECRET not in out.stdout and "Permission denied" in out.stdout, out
@@ -84,13 +84,14 @@ def private_home() -> Iterator[Path]:
 
 
 def gateway_process(home: Path) -> psutil.Process:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
+    def found() -> psutil.Process | None:
         for process in psutil.process_iter(["cmdline", "cwd"]):
             if process.info["cwd"] == str(home) and "gateway" in (process.info["cmdline"] or []):
                 return process
-        time.sleep(0.05)
-    raise AssertionError("the gateway process was not found")
+        return None
+
+    process: psutil.Process = wait_until(found, "the gateway process", timeout=DEADLINE_S)
+    return process
 
 
 @pytest.mark.anyio
@@ -104,7 +105,7 @@ async def test_a_serving_gateway_holds_its_token_where_no_child_can_read_it(
     command, *args = [*prefix, sys.executable, "-m", "gateway"]
     assert isinstance(command, str)
     params = StdioServerParameters(command=command, args=args, env=env, cwd=str(private_home))
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         async with Client(params, mode="legacy", read_timeout_seconds=DEADLINE_S) as client:
             status = (await client.call_tool("gateway_status", {})).structured_content
             gateway = gateway_process(private_home)

@@ -28,9 +28,10 @@ import pytest
 from gateway import platform, proc
 from gateway.platform import portable
 from tests.children import reap
+from tests.waiting import scaled, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-DEADLINE_S = 10.0
+DEADLINE_S = scaled(10.0)
 
 
 @pytest.fixture
@@ -46,14 +47,6 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     if child.poll() is None:
         child.kill()
     child.wait()
-
-
-def wait_until(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def test_the_choice_is_auto_by_default_and_can_be_forced(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -270,7 +263,7 @@ def test_doctor_json_reports_the_platform(tmp_path: Path, platform_impl: str) ->
     env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
     env.pop("AGENT_GATEWAY_CONFIG", None)
     done = subprocess.run([sys.executable, "-m", "gateway", "doctor", "--json"], env=env,
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=scaled(60), cwd=tmp_path)
     report = json.loads(done.stdout)
     assert report["platform"] == {"implementation": platform_impl, "os": sys.platform}
 

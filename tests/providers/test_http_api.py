@@ -30,6 +30,7 @@ from tests.fakes.fake_api_server import (
     free_loopback_port,
     run_fake_api_server,
 )
+from tests.waiting import scaled, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -434,13 +435,17 @@ async def test_an_error_event_after_text_fails_without_retry(
 async def test_an_api_that_never_answers_times_out_and_the_connection_is_closed(
         server: FakeApiServer, api_key: str, kind: str) -> None:
     server.push(Script(hang=True))
+    # The call's whole budget: it must outlast the request reaching the server (which shares
+    # this event loop), so it grows with the load: at load 20 a fixed 0.5 s ran out before
+    # the server had read the request, and there was no connection left to see closed.
     with pytest.raises(GatewayError) as info:
-        await call_api("p", config_for(server, kind, timeout_s=0.5), ApiRequest(prompt="hi"),
-                       retry=FAST)
+        await call_api("p", config_for(server, kind, timeout_s=scaled(0.5)),
+                       ApiRequest(prompt="hi"), retry=FAST)
     assert info.value.kind == ErrorKind.TIMEOUT
     assert "timeout_s" in info.value.message
-    with anyio.fail_after(WAIT_S):
-        await server.requests[0].disconnected.wait()
+    (hung,) = await wait_for(lambda: server.requests)
+    with anyio.fail_after(scaled(WAIT_S)):
+        await hung.disconnected.wait()
 
 
 @KINDS
@@ -451,12 +456,12 @@ async def test_cancelling_the_task_mid_stream_closes_the_connection(
     task = asyncio.create_task(call_api(
         "p", config_for(server, kind), ApiRequest(prompt="hi"),
         on_progress=lambda n: got_text.set(), retry=FAST))
-    with anyio.fail_after(WAIT_S):
+    with anyio.fail_after(scaled(WAIT_S)):
         await got_text.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    with anyio.fail_after(WAIT_S):
+    with anyio.fail_after(scaled(WAIT_S)):
         await server.requests[0].disconnected.wait()
     assert len(server.requests) == 1  # a cancel is never retried
 
@@ -472,7 +477,7 @@ async def test_an_exception_from_on_progress_aborts_the_call_unchanged(
         await call_api("p", config_for(server, "openai"), ApiRequest(prompt="hi"),
                        on_progress=over_limit, retry=FAST)
     assert info.value.kind == ErrorKind.OUTPUT_LIMIT
-    with anyio.fail_after(WAIT_S):
+    with anyio.fail_after(scaled(WAIT_S)):
         await server.requests[0].disconnected.wait()
 
 

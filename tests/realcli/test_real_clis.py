@@ -18,7 +18,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,11 +36,12 @@ from gateway.runtime import Gateway
 from providers.base import Invocation
 from tests.children import reap
 from tests.fakes.argv_cases import covering_cases, provider, request
+from tests.waiting import scaled, wait_until
 
 pytestmark = pytest.mark.realcli
 
-RUN_TIMEOUT_S = 60  # one real run: claude ~1 s, gemini ~2 s, slower on a busy 2-core box
-WAIT_S = 30  # bound on waiting for a condition (codex's first event, a rollout file)
+RUN_TIMEOUT_S = scaled(60)  # one real run: claude ~1 s, gemini ~2 s, slower on a busy 2-core box
+WAIT_S = scaled(30)  # bound on waiting for a condition (codex's first event, a rollout file)
 POLL_S = 0.05
 PARALLEL_RUNS = 3  # real CLIs are heavy (node, a native binary); 3 at once on 2 cores
 CODEX_TIMEOUT_S = 3.0  # wall clock for the timeout test: codex is still retrying by then
@@ -60,16 +60,6 @@ def run_real(invocation: Invocation, env: dict[str, str], cwd: Path,
 def in_parallel(fn: Callable[[Any], Any], cases: list[Any]) -> list[Any]:
     with ThreadPoolExecutor(PARALLEL_RUNS) as pool:
         return list(pool.map(fn, cases))
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(POLL_S)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def option_cases(name: str) -> list[dict[str, Any]]:

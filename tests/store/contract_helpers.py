@@ -22,6 +22,7 @@ from gateway.model import (
     NewJob,
 )
 from gateway.store.base import JobStore
+from tests.waiting import scaled
 
 OWNER = "instance-a"
 OTHER = "instance-b"
@@ -89,7 +90,7 @@ def epoch(moment: datetime | None) -> float:
 
 async def wait_for_store_time(store: JobStore, target_epoch_s: float) -> None:
     """Wait until the store's own clock has passed `target_epoch_s` (bounded)."""
-    with anyio.fail_after(STORE_TIME_WAIT_LIMIT_S):
+    with anyio.fail_after(scaled(STORE_TIME_WAIT_LIMIT_S)):
         while await store.now() <= target_epoch_s:
             await anyio.sleep(STORE_TIME_POLL_S)
 

@@ -33,6 +33,7 @@ from tests.store.contract_helpers import (
     reap,
     running,
 )
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -75,7 +76,7 @@ async def test_a_job_whose_owner_keeps_heartbeating_is_never_orphaned(
             await anyio.sleep(RACE_RECOVER_EVERY_S)
         stop.set()
 
-    with anyio.fail_after(RACE_LIMIT_S):
+    with anyio.fail_after(scaled(RACE_LIMIT_S)):
         async with anyio.create_task_group() as tg:
             tg.start_soon(owner_heartbeats)
             tg.start_soon(reaper_sweeps)

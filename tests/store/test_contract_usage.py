@@ -13,6 +13,7 @@ import pytest
 from gateway.model import Completion, JobStatus, NewJob, Reservation, UsageFigures
 from gateway.store.base import JobStore
 from gateway.store.usage import BudgetExceeded, UsageRow, window_of, window_resets_at
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -155,7 +156,7 @@ async def test_racing_admissions_on_two_connections_never_pass_the_limit(
         except BudgetExceeded as exc:
             refused.append(exc)
 
-    with anyio.fail_after(60):
+    with anyio.fail_after(scaled(60)):
         async with anyio.create_task_group() as tg:
             for n in range(12):
                 tg.start_soon(admit, store if n % 2 else second_store)

@@ -39,6 +39,7 @@ from gateway.store.postgres.sql import (
     RENEW_INSTANCE_LEASE,
 )
 from gateway.store.postgres.store import PostgresJobStore
+from tests.waiting import scaled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -114,7 +115,7 @@ async def skew_database_clock(dsn: str, skew: timedelta) -> None:
 
 
 async def wait_until_server_passes(store: PostgresJobStore, moment: datetime) -> None:
-    with anyio.fail_after(WAIT_S):
+    with anyio.fail_after(scaled(WAIT_S)):
         while await store.now() <= moment.timestamp():
             await anyio.sleep(0.01)
 
@@ -366,7 +367,7 @@ async def test_unreachable_server_is_unavailable_and_the_password_stays_secret()
 
 async def wait_for_lock_wait(admin: asyncpg.Connection) -> None:
     """Until one of the store's sessions is blocked on a row lock."""
-    with anyio.fail_after(WAIT_S):
+    with anyio.fail_after(scaled(WAIT_S)):
         while not await admin.fetchval(
             "SELECT count(*) FROM pg_stat_activity "
             "WHERE application_name = $1 AND wait_event_type = 'Lock'",

@@ -22,6 +22,7 @@ from gateway.model import InstanceRow, JobRow, JobStatus, NewJob
 from gateway.store.base import SCHEMA_VERSION, StoreUnavailable
 from gateway.store.sqlite import sql
 from gateway.store.sqlite.store import BUSY_TIMEOUT_MS, SqliteJobStore
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -429,7 +430,7 @@ async def test_two_processes_sharing_the_file_get_exactly_one_active_job_per_key
             env=env, check=True,
         )
 
-    with anyio.fail_after(PROCESS_LIMIT_S):
+    with anyio.fail_after(scaled(PROCESS_LIMIT_S)):
         async with anyio.create_task_group() as tg:
             for n in range(2):
                 tg.start_soon(child, n)

@@ -22,6 +22,7 @@ from mcp import Client, StdioServerParameters
 
 from gateway.config import load_settings
 from gateway.store import open_store
+from tests.waiting import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 FAKES_BIN = REPO / "tests" / "fakes" / "bin"
@@ -69,14 +70,17 @@ class Fleet:
         async with Client(self._params(old), read_timeout_seconds=CLIENT_TIMEOUT_S) as client:
             yield client
 
-    async def window(self, close: anyio.Event, *, old: bool,
+    async def window(self, close: anyio.Event, *, old: bool, closed: anyio.Event | None = None,
                      task_status: anyio.abc.TaskStatus[Client] = anyio.TASK_STATUS_IGNORED,
                      ) -> None:
         """A client window in a task of its own, open until `close` is set: old and new
-        windows then close in any order (a client's cancel scopes belong to its task)."""
+        windows then close in any order (a client's cancel scopes belong to its task).
+        `closed` is set once its gateway process has ended."""
         async with self.gateway(old=old) as client:
             task_status.started(client)
             await close.wait()
+        if closed is not None:
+            closed.set()
 
     async def submit(self, client: Client, prompt: str) -> str:
         result = await client.call_tool("claude_request_async", {"prompt": prompt})
@@ -93,7 +97,7 @@ class Fleet:
         return status
 
     async def until(self, client: Client, job_id: str, *statuses: str) -> str:
-        with anyio.fail_after(SETTLE_S):
+        with anyio.fail_after(scaled(SETTLE_S)):
             while (status := await self.status(client, job_id)) not in statuses:
                 assert status not in ("orphaned", "failed"), (job_id, status, self.seen)
                 await anyio.sleep(POLL_S)
@@ -107,7 +111,7 @@ class Fleet:
                 if line.strip() and "prompt" in json.loads(line)]
 
     async def until_started(self, prompt: str) -> None:
-        with anyio.fail_after(SETTLE_S):
+        with anyio.fail_after(scaled(SETTLE_S)):
             while prompt not in self.prompts():
                 await anyio.sleep(POLL_S)
 

@@ -25,11 +25,12 @@ from gateway.store import open_store
 from tests.mcp.conftest import first_text, free_port, server_env, start_http_server
 from tests.mcp.test_principals import session
 from tests.upgrade.fleet import SETTLE_S, Fleet
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
 TOKEN = "token-of-an-upgraded-client-" + "u" * 16
-CLI_TIMEOUT_S = 60.0
+CLI_TIMEOUT_S = scaled(60.0)
 
 
 def job_calls(job_id: str) -> list[tuple[str, dict[str, Any]]]:
@@ -76,7 +77,7 @@ async def test_a_job_of_the_previous_release_is_legacy_to_a_token_and_served_ove
             legacy.append(await fleet.submit(old, prompts[1]))
             await fleet.until(old, legacy[1], "completed")
             close_old.set()
-            with anyio.fail_after(SETTLE_S):
+            with anyio.fail_after(scaled(SETTLE_S)):
                 async with session(server.url, TOKEN) as http:
                     made = await http.tool("claude_request_async", {"prompt": "made-over-http"})
                     own = made["structuredContent"]["job_id"]
@@ -97,7 +98,7 @@ async def test_a_job_of_the_previous_release_is_legacy_to_a_token_and_served_ove
             server.stop()
 
     # Over stdio (the principal `local`) they are served as ever, with their answers.
-    with anyio.fail_after(SETTLE_S):
+    with anyio.fail_after(scaled(SETTLE_S)):
         async with fleet.gateway(old=False) as stdio:
             for job_id, prompt in zip(legacy, prompts, strict=True):
                 assert await fleet.status(stdio, job_id) == "completed"

@@ -29,6 +29,7 @@ from mcp import Client
 from gateway.model import JobStatus
 from gateway.store.base import SCHEMA_VERSION
 from tests.upgrade.fleet import POLL_S, SETTLE_S, Fleet
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -36,18 +37,24 @@ pytestmark = pytest.mark.anyio
 async def test_the_previous_release_and_this_one_share_a_store_through_an_upgrade(
     fleet: Fleet,
 ) -> None:
-    prompts = {"a": "@sleep=15 served-by-old-while-new-migrates",
-               "b": "@sleep=4 detached-by-old-adopted-by-new",
+    # A and B are held by the fake CLI until the test lets them go (@until=): A runs while
+    # the new gateway starts and migrates, B is still running when the old window closes,
+    # however slowly a loaded box starts gateways (a fixed @sleep raced the start).
+    go_a, go_b = fleet.root / "go-a", fleet.root / "go-b"
+    prompts = {"a": f"@until={go_a} served-by-old-while-new-migrates",
+               "b": f"@until={go_b} detached-by-old-adopted-by-new",
                "c": "queued-on-old-run-on-new"}
-    close_old = anyio.Event()
+    close_old, old_closed = anyio.Event(), anyio.Event()
     async with anyio.create_task_group() as windows:
-        old: Client = await windows.start(partial(fleet.window, close_old, old=True))
+        old: Client = await windows.start(partial(fleet.window, close_old, old=True,
+                                                  closed=old_closed))
         a = await fleet.submit(old, prompts["a"])
         await fleet.until_started(prompts["a"])
         async with fleet.gateway(old=False) as new:
             # The new gateway migrated the store under the old one, which keeps serving.
             assert await fleet.status(new, a) == "running"
             assert await fleet.schema_version() == SCHEMA_VERSION
+            go_a.touch()
             assert await fleet.until(old, a, "completed") == "completed"
             assert await fleet.status(new, a) == "completed"
 
@@ -56,6 +63,8 @@ async def test_the_previous_release_and_this_one_share_a_store_through_an_upgrad
             c = await fleet.submit(old, prompts["c"])
             assert await fleet.status(old, c) == "queued"  # one run at a time
             close_old.set()  # the old window closes: B detached, C left queued
+            await old_closed.wait()
+            go_b.touch()  # B ends only now, under its adopter
 
             assert await fleet.until(new, b, "completed") == "completed"
             assert await fleet.until(new, c, "completed") == "completed"
@@ -71,7 +80,7 @@ async def test_the_previous_release_and_this_one_share_a_store_through_an_upgrad
 
     # The old release started again on the migrated store: refused clearly, nothing written.
     async with fleet.gateway(old=True) as old_again:
-        with anyio.fail_after(SETTLE_S):
+        with anyio.fail_after(scaled(SETTLE_S)):
             while True:  # "still starting" (unavailable) until its first open has failed
                 refused = await old_again.call_tool("llm_job_list", {})
                 assert refused.is_error and refused.structured_content is not None

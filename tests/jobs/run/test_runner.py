@@ -34,6 +34,7 @@ from gateway.jobs.run.spec import RunSpec
 from gateway.jobs.run.spool import read_tail
 from gateway.model import ErrorKind, GatewayError
 from providers.base import Invocation
+from tests.waiting import scaled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
@@ -109,14 +110,14 @@ def make_spec(tmp_path: Path, invocation: Invocation, **overrides: Any) -> RunSp
 
 async def run_to_end(spec: RunSpec) -> tuple[ProcessRun, RunOutcome]:
     run = ProcessRun(spec)
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         await run.start()
         return run, await run.wait()
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
     """Poll another process's state (there is no event to await for it), with a deadline."""
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         while not condition():
             await anyio.sleep(0.01)
     assert condition(), what
@@ -147,7 +148,7 @@ def assert_no_zombie_children_of_ours() -> None:
 async def test_cancel_kills_a_grandchild_that_ignores_sigterm(tmp_path: Path) -> None:
     invocation = fake_claude(tmp_path, "@ignore-term @grandchild=60 @sleep=60 work")
     run = ProcessRun(make_spec(tmp_path, invocation))
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         identity = await run.start()
         grandchild, started_at = await logged_grandchild(tmp_path)
         assert running(grandchild, started_at)
@@ -170,7 +171,7 @@ async def test_sigkill_reaches_the_group_even_after_the_leader_obeyed_sigterm(
         time.sleep(60)  # the leader dies of the SIGTERM at once
     """)
     run = ProcessRun(make_spec(tmp_path, invocation))
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         identity = await run.start()
         grandchild, started_at = await published_pid(pid_file)
         run.cancel()
@@ -210,7 +211,7 @@ async def test_running_children_are_watched_without_a_thread_each(tmp_path: Path
     invocation = child(tmp_path, "time.sleep(60)")
     runs = [ProcessRun(make_spec(tmp_path, invocation, job_id=f"job-{i}",
                                  spool_dir=tmp_path / f"spool-{i}")) for i in range(9)]
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         await runs[0].start()  # the spawn's worker thread exists from here on
         threads_with_one = threading.active_count()
         for run in runs[1:]:
@@ -245,7 +246,7 @@ async def test_a_start_cancelled_while_the_child_spawns_leaves_no_process_behind
 
     monkeypatch.setattr(ProcessRun, "_fork", held_fork)
     run = ProcessRun(make_spec(tmp_path, child(tmp_path, "time.sleep(60)")))
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         starting = asyncio.create_task(run.start())
         await until(lambda: bool(spawned), "the child to be forked")
         starting.cancel()
@@ -275,7 +276,7 @@ async def test_a_start_cancelled_just_after_the_spawn_returned_kills_the_child(
 
     monkeypatch.setattr(ProcessRun, "_fork", recorded_fork)
     run = ProcessRun(make_spec(tmp_path, child(tmp_path, "time.sleep(60)")))
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         starting = asyncio.create_task(run.start())
         while not handed_over:
             await asyncio.sleep(0)
@@ -296,7 +297,7 @@ async def test_a_shutdown_shortens_the_grace_of_a_pending_cancel(tmp_path: Path)
     # The cancel's grace is longer than the test's deadline: only the shutdown's grace of
     # zero lets wait() return in time.
     run = ProcessRun(make_spec(tmp_path, invocation, kill_grace_s=LONG_S))
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         await run.start()
         await until(lambda: run.stdout_bytes > 0, "the child to be ready")
         run.cancel()
@@ -312,7 +313,7 @@ async def test_cancel_after_the_end_changes_nothing_and_wait_repeats_the_outcome
 ) -> None:
     run, outcome = await run_to_end(make_spec(tmp_path, fake_claude(tmp_path, "hi")))
     run.cancel()
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         again = await run.wait()
     assert again is outcome
     assert again.error_kind is None and again.exit_code == 0
@@ -355,8 +356,8 @@ async def test_cancel_before_start_spawns_nothing(tmp_path: Path) -> None:
 async def test_wall_clock_timeout_stops_the_run_with_124(tmp_path: Path) -> None:
     # It keeps printing, so only the wall clock can end it.
     invocation = fake_claude(tmp_path, "@stream=1000:0.05 long job")
-    _, outcome = await run_to_end(make_spec(tmp_path, invocation, timeout_s=3.0,
-                                            idle_timeout_s=LONG_S))
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation, timeout_s=scaled(3.0),
+                                            idle_timeout_s=LONG_S))  # time to print, loaded
     assert outcome.error_kind == ErrorKind.TIMEOUT
     assert outcome.exit_code == 124
     assert "timeout_s" in (outcome.error or "")
@@ -374,7 +375,8 @@ async def test_silence_longer_than_the_idle_timeout_stops_the_run_with_125(
             time.sleep(0.2)
         time.sleep(60)
     """)
-    _, outcome = await run_to_end(make_spec(tmp_path, invocation, idle_timeout_s=1.0))
+    # The 0.2 s gaps stay under the idle bound on a loaded box too: it is scaled for load.
+    _, outcome = await run_to_end(make_spec(tmp_path, invocation, idle_timeout_s=scaled(1.0)))
     assert outcome.error_kind == ErrorKind.IDLE_TIMEOUT
     assert outcome.exit_code == 125
     assert outcome.stdout_path.read_text() == "".join(f"step {n}\n" for n in range(5))
@@ -430,7 +432,7 @@ async def test_output_written_during_the_grace_is_kept(tmp_path: Path) -> None:
     # Like Claude flushing ~10 KB after SIGTERM: the fake writes 10 000 bytes, exits 143.
     invocation = fake_claude(tmp_path, "@stderr=ready @late=10000 @sleep=60 job")
     run = ProcessRun(make_spec(tmp_path, invocation, kill_grace_s=LONG_S))
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         await run.start()
         await until(lambda: run.stderr_bytes > 0, "the fake to be ready")
         run.cancel()
@@ -645,7 +647,7 @@ async def test_live_counters_follow_the_spool_files_while_the_run_goes_on(
         time.sleep(60)
     """)
     run = ProcessRun(make_spec(tmp_path, invocation))
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         identity = await run.start()
         await until(lambda: (run.stdout_bytes, run.stderr_bytes) == (1000, 10), "the counters")
         assert proc.is_process_alive(identity.pid, identity.started_at)
@@ -667,7 +669,7 @@ async def test_the_provider_group_runs_below_the_gateways_priority(tmp_path: Pat
     """, str(tmp_path / "grandchild.pid"))
     run = ProcessRun(make_spec(tmp_path, invocation))
     expected = min(proc.MAX_NICE, os.nice(0) + PROVIDER_NICE_INCREMENT)
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         identity = await run.start()
         grandchild, _ = await published_pid(tmp_path / "grandchild.pid")
         assert psutil.Process(identity.pid).nice() == expected

@@ -15,6 +15,7 @@ import pytest
 from gateway.jobs.run import supervisor as sup
 from tests.jobs.run.conftest import StartSupervisor
 from tests.jobs.run.test_supervisor import DEADLINE_S, end_record
+from tests.waiting import scaled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
@@ -68,7 +69,7 @@ async def test_a_stop_request_of_a_newer_format_still_stops_but_is_not_read_as_o
     tmp_path: Path, start: StartSupervisor,
 ) -> None:
     supervisor = start(tmp_path, "import time; print('ready', flush=True); time.sleep(60)")
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         while not (tmp_path / "stdout").exists() or not (tmp_path / "stdout").stat().st_size:
             await anyio.sleep(0.02)
     sup.write_record(tmp_path, sup.STOP_NAME, {"version": sup.RECORD_VERSION + 1,

@@ -23,13 +23,14 @@ from gateway import platform, proc
 from gateway.jobs.run import supervisor as sup
 from tests.children import Children
 from tests.jobs.run.conftest import SUPERVISOR_PATH, StartSupervisor
+from tests.waiting import scaled
 
 DEADLINE_S = 20.0
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
 
 async def end_record(spool: Path) -> dict[str, Any]:
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         while (record := sup.read_record(spool, sup.END_NAME)) is None:
             await anyio.sleep(0.02)
     return record
@@ -63,7 +64,8 @@ async def test_the_wall_clock_timeout_holds_with_no_gateway_and_kills_a_stubborn
             time.sleep(60)
         time.sleep(60)
     """
-    supervisor = start(tmp_path, code, timeout_s=0.5)
+    # The grandchild must be forked (and its pid written) before the timeout: scaled for load.
+    supervisor = start(tmp_path, code, timeout_s=scaled(0.5))
     record = await end_record(tmp_path)
     assert record["why"] == sup.WHY_TIMEOUT
     assert record["returncode"] == -signal.SIGKILL  # SIGTERM was ignored
@@ -88,7 +90,7 @@ async def test_a_stop_request_names_the_reason_and_keeps_the_grace(
     tmp_path: Path, start: StartSupervisor,
 ) -> None:
     supervisor = start(tmp_path, "import time; print('ready', flush=True); time.sleep(60)")
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         while not (tmp_path / "stdout").exists() or not (tmp_path / "stdout").stat().st_size:
             await anyio.sleep(0.02)
     sup.write_record(tmp_path, sup.STOP_NAME, {"version": sup.RECORD_VERSION,

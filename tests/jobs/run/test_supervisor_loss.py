@@ -22,7 +22,8 @@ from gateway.jobs.requests import SubmitRequest
 from gateway.jobs.run import runner
 from gateway.jobs.run import supervisor as sup
 from gateway.model import ErrorKind, JobStatus
-from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, wait_for
+from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway
+from tests.waiting import scaled, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -41,16 +42,18 @@ def alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def handed_over(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def handed_over(monkeypatch: pytest.MonkeyPatch) -> list[psutil.Process]:
     """Every supervisor forked for a run blocks before it claims it: its first act, opening
-    the run's log, waits on a FIFO nobody reads. The pids, in order."""
-    pids: list[int] = []
+    the run's log, waits on a FIFO nobody reads. The processes, in order (psutil's, so a
+    signal sent after one ended never reaches another process that got its pid: on a busy
+    box with pid_max 32768 a pid comes round again within a suite)."""
+    pids: list[psutil.Process] = []
     real = runner.ZYGOTE.fork
 
     async def fork_blocked_before_the_claim(spool_dir: Path, *args: Any) -> tuple[int, Any]:
         os.mkfifo(spool_dir / sup.LOG_NAME, 0o600)
         pid, link = await real(spool_dir, *args)
-        pids.append(pid)
+        pids.append(psutil.Process(pid))
         return pid, link
 
     monkeypatch.setattr(runner.ZYGOTE, "fork", fork_blocked_before_the_claim)
@@ -65,7 +68,7 @@ async def terminal(manager: Any, job_id: str) -> Any:
 @pytest.mark.parametrize("then", ["nothing", "cancel", "identical request"])
 async def test_a_supervisor_killed_between_its_hand_over_and_its_claim_ends_the_job(
     make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog,
-    handed_over: list[int], then: str,
+    handed_over: list[psutil.Process], then: str,
 ) -> None:
     # Issue 23, item 1: the job stayed running for good while its gateway lived (its lease
     # renewed, a cancel never applied, an identical request joining it and waiting), because
@@ -82,8 +85,8 @@ async def test_a_supervisor_killed_between_its_hand_over_and_its_claim_ends_the_
         assert joined.deduplicated and joined.job.id == sub.job.id
     # An OOM kill of the supervisor at its start (after a cancel, the cancel's SIGTERM may
     # have ended it already: it had not set its handler yet, and that too leaves no claim).
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(handed_over[0], signal.SIGKILL)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        handed_over[0].kill()
     row = await wait_for(lambda: terminal(manager, sub.job.id), DONE_S)
     if then == "cancel":
         assert (row.status, row.error_kind) == (JobStatus.CANCELLED, ErrorKind.CANCELLED)
@@ -122,13 +125,17 @@ async def test_a_stopped_supervisor_s_run_is_stopped_by_the_gateway_past_its_wal
     # 15 s the job was still running and its CLI alive.
     settings = make_settings()
     manager = await (await start_gateway(settings)).manager()
-    sub = await manager.submit("claude", SubmitRequest(prompt="too slow @sleep=60", timeout_s=3))
+    # The CLI must have started (and logged it) before its timeout ends it: at load 20 the
+    # fake took over 3 s to start, its supervisor timed it out first, and no spawn came.
+    timeout_s = round(scaled(3.0), 1)
+    sub = await manager.submit("claude", SubmitRequest(prompt="too slow @sleep=600",
+                                                       timeout_s=timeout_s))
     await wait_for(lambda: fake_log.spawns(), DONE_S)
     cli_pid = fake_log.spawns()[0]["pid"]
     claim = sup.read_record(spool_of(settings, sub.job.id), sup.START_NAME)
     assert claim is not None
     os.kill(int(claim["pid"]), signal.SIGSTOP)
-    bound = 3 + settings.limits.kill_grace_s + runner.WALL_BACKSTOP_MARGIN_S + DONE_S
+    bound = timeout_s + settings.limits.kill_grace_s + runner.WALL_BACKSTOP_MARGIN_S + DONE_S
     row = await wait_for(lambda: terminal(manager, sub.job.id), bound)
     assert (row.status, row.error_kind, row.exit_code) == (JobStatus.TIMED_OUT,
                                                            ErrorKind.TIMEOUT, 124)

@@ -26,6 +26,7 @@ from gateway.jobs.run.runner import ZYGOTE, ProcessRun
 from gateway.model import ErrorKind, GatewayError
 from tests.children import Children
 from tests.jobs.run.test_runner import DEADLINE_S, child, make_spec, until
+from tests.waiting import scaled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("platform_impl")]
 
@@ -61,7 +62,7 @@ def waiting_runs(tmp_path: Path, count: int, tag: str) -> tuple[list[ProcessRun]
 
 async def test_every_run_s_supervisor_is_forked_by_one_zygote(tmp_path: Path) -> None:
     runs, go = waiting_runs(tmp_path, 6, "burst")
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         identities = [await run.start() for run in runs]
         zygote = zygote_pid()
         parents = {psutil.Process(identity.pid).ppid() for identity in identities}
@@ -76,7 +77,7 @@ async def test_every_run_s_supervisor_is_forked_by_one_zygote(tmp_path: Path) ->
 async def test_runs_outlive_a_killed_zygote_and_the_next_run_gets_a_new_one(
         tmp_path: Path) -> None:
     runs, go = waiting_runs(tmp_path, 3, "orphaned")
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         identities = [await run.start() for run in runs]
         old = zygote_pid()
         os.kill(old, signal.SIGKILL)
@@ -101,7 +102,7 @@ async def test_a_stopped_zygote_is_replaced_and_its_run_still_runs_once(
     monkeypatch.setattr(forks, "FORK_ANSWER_TIMEOUT_S", 0.5)
     (first,), go = waiting_runs(tmp_path, 1, "first")
     go.touch()
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         await first.start()
         await first.wait()
         stopped = zygote_pid()
@@ -144,7 +145,7 @@ async def test_a_fork_whose_answer_was_lost_runs_once_under_the_supervisor_that_
     # CLI is already running when the second is asked for.
     first_pids = lose_answers(monkeypatch, 1)
     (run,), go = waiting_runs(tmp_path, 1, "lost")
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         identity = await run.start()
         go.touch()
         outcome = await run.wait()
@@ -157,7 +158,7 @@ async def test_a_run_ends_while_its_zygote_is_stopped(tmp_path: Path) -> None:
     # A stopped zygote reaps nothing and reports nothing: the run's end is read from the
     # process table after a grace, with the outcome of its end record.
     (run,), go = waiting_runs(tmp_path, 1, "unreported")
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         identity = await run.start()
         stopped = zygote_pid()
         os.kill(stopped, signal.SIGSTOP)
@@ -174,7 +175,7 @@ async def test_a_run_ends_while_its_zygote_is_stopped(tmp_path: Path) -> None:
 async def test_the_zygote_exits_when_its_gateway_closes_it_and_its_runs_go_on(
         tmp_path: Path) -> None:
     (run,), go = waiting_runs(tmp_path, 1, "closing")
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         await run.start()
         old = zygote_pid()
         ZYGOTE.close()  # what a stopping gateway does
@@ -205,7 +206,7 @@ async def test_two_unanswered_forks_fail_the_launch_and_nothing_runs(
     # comes later can start it, and fails with a message that says nothing ran.
     (run,), go = waiting_runs(tmp_path, 1, "never")
     go.touch()
-    with monkeypatch.context() as patch, anyio.fail_after(DEADLINE_S):
+    with monkeypatch.context() as patch, anyio.fail_after(scaled(DEADLINE_S)):
         patch.setattr(forks, "FORK_ANSWER_TIMEOUT_S", 0.3)
         patch.setattr(runner, "SUPERVISOR_START_TIMEOUT_S", 0.3)
         stopped = stop_each_zygote_before_it_reads(patch)
@@ -225,7 +226,7 @@ async def test_two_unanswered_forks_fail_the_launch_and_nothing_runs(
     # A run that comes next gets a zygote that works.
     (after,), go_after = waiting_runs(tmp_path, 1, "after")
     go_after.touch()
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         await after.start()
         assert (await after.wait()).exit_code == 0
     assert zygote_pid() not in stopped
@@ -238,7 +239,7 @@ async def test_two_lost_answers_still_run_the_launch_once_under_its_claimant(
     # of its own reports it); the other exits without running anything.
     forked = lose_answers(monkeypatch, 2)
     (run,), go = waiting_runs(tmp_path, 1, "lost-twice")
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         identity = await run.start()
         await until(lambda: all(gone(pid) for pid in forked[1:]), "the loser to exit")
         go.touch()
@@ -302,7 +303,7 @@ async def test_requests_the_pipe_cannot_take_wait_their_turn_without_blocking_th
         await until(lambda: link._writing, "the requests the pipe did not take to wait")
         os.kill(link.pid, signal.SIGCONT)
         safety.cancel()
-        with anyio.fail_after(DEADLINE_S):
+        with anyio.fail_after(scaled(DEADLINE_S)):
             pids = await asyncio.gather(*forking)
     finally:
         safety.cancel()
@@ -317,7 +318,7 @@ async def idle_spare(tmp_path: Path, tag: str) -> int:
     """Run one run to its end, then wait for the idle zygote's spare: its only child."""
     (run,), go = waiting_runs(tmp_path, 1, tag)
     go.touch()
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         await run.start()
         await run.wait()
     zygote = psutil.Process(zygote_pid())
@@ -331,7 +332,7 @@ async def test_an_idle_zygote_forks_the_next_run_s_supervisor_ahead_of_it(
     assert os.getsid(spare) == spare and os.getpgid(spare) == spare  # a session of its own
     (run,), go = waiting_runs(tmp_path, 1, "spare")
     go.touch()
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         identity = await run.start()
         outcome = await run.wait()
     assert identity.pid == spare  # the run cost no fork on its path
@@ -346,7 +347,7 @@ async def test_a_spare_killed_unused_is_never_reported_and_the_next_run_is_forke
     await until(lambda: not psutil.pid_exists(spare), "the zygote to reap its spare")
     (run,), go = waiting_runs(tmp_path, 1, "after-spare")
     go.touch()
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         identity = await run.start()
         outcome = await run.wait()
     assert identity.pid != spare and outcome.exit_code == 0
@@ -411,7 +412,7 @@ async def test_a_zygote_whose_gateway_stopped_reading_still_settles_the_runs_tha
     answer = json.loads(await anyio.to_thread.run_sync(zygote.stdout.readline))
     zygote.stdout.close()  # the gateway stops reading
     go.touch()
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(scaled(DEADLINE_S)):
         while sup.read_record(spool, sup.END_NAME) is None:
             await anyio.sleep(0.02)
         await until(lambda: gone(answer["pid"]), "the run's supervisor to exit")

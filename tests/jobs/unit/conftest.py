@@ -35,6 +35,7 @@ from gateway.store.memory.store import MemoryJobStore
 from providers.base import ProviderResult
 from tests.conftest import clean_home
 from tests.jobs.conftest import FAKES_BIN
+from tests.waiting import scaled
 
 HOST = "unit-host"  # every instance of these tests runs "here" unless a test says otherwise
 BOOT = "unit-boot"
@@ -137,7 +138,7 @@ class FakeLauncher:
 
     async def run_of(self, job_id: str) -> FakeRun:
         """The run of `job_id` once the driver launched it (bounded: WAIT_S)."""
-        with anyio.fail_after(WAIT_S):
+        with anyio.fail_after(scaled(WAIT_S)):
             await self._launched.setdefault(job_id, asyncio.Event()).wait()
         return self.runs[job_id]
 
@@ -210,6 +211,6 @@ async def managers(store: MemoryJobStore, launcher: FakeLauncher) -> AsyncIterat
 
     yield make
     for manager in made:
-        with anyio.fail_after(WAIT_S):
+        with anyio.fail_after(scaled(WAIT_S)):
             assert await manager.drain(WAIT_S)
             await manager.remove_settled_spools()

@@ -14,6 +14,7 @@ from gateway.jobs.run.spool import spool_root
 from gateway.model import ErrorKind, GatewayError, JobStatus
 from gateway.store.memory.store import MemoryJobStore
 from tests.jobs.unit.conftest import WAIT_S, FakeLauncher, MakeManager, MakeSettings, identity
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -97,7 +98,7 @@ async def test_a_wait_returns_the_terminal_row_as_soon_as_the_run_ends(
     await asyncio.sleep(0)
     assert not waiter.done()
     run.finish("the answer")
-    with anyio.fail_after(WAIT_S):
+    with anyio.fail_after(scaled(WAIT_S)):
         row = await waiter
     assert row.status is JobStatus.COMPLETED and row.exit_code == 0
 
@@ -121,7 +122,7 @@ async def test_a_wait_from_another_instance_sees_the_end_through_the_store(
     run = await launcher.run_of(job.id)
     waiter = asyncio.create_task(reader.reads.wait(job.id, 30))
     run.finish("seen elsewhere")
-    with anyio.fail_after(WAIT_S):
+    with anyio.fail_after(scaled(WAIT_S)):
         row = await waiter
     assert row.status is JobStatus.COMPLETED
     page = await reader.reads.read_result(job.id)

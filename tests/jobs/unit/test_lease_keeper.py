@@ -14,6 +14,7 @@ from gateway.model import Completion, ErrorKind, JobStatus, NewJob
 from gateway.store.base import StoreUnavailable
 from gateway.store.memory.store import MemoryJobStore
 from tests.jobs.unit.conftest import WAIT_S, MakeManager, MakeSettings, StoreClock, identity
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -212,7 +213,7 @@ async def test_the_lease_loops_renew_and_sweep_until_stopped(
                          spool_root(settings.state_dir))
     await keeper.start()
     (registered,) = await store.list_instances()
-    with anyio.fail_after(WAIT_S):
+    with anyio.fail_after(scaled(WAIT_S)):
         while keeper.sweeps_run < 2 or (await store.list_instances())[0].heartbeat_at == \
                 registered.heartbeat_at:
             await anyio.sleep(0.01)

@@ -16,6 +16,7 @@ from gateway.model import Completion, ErrorKind, GatewayError, JobRow, JobStatus
 from gateway.store.base import StoreFull, StoreUnavailable
 from gateway.store.memory.store import MemoryJobStore
 from tests.jobs.unit.conftest import WAIT_S, FakeLauncher, MakeManager, MakeSettings
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -170,7 +171,7 @@ async def test_another_instance_sees_a_running_jobs_output_so_far(
     job = (await owner.submit("claude", SubmitRequest(prompt="task"))).job
     run = await launcher.run_of(job.id)
     run.write("first half, ")
-    with anyio.fail_after(WAIT_S):  # the owner's next flush (every PROGRESS_FLUSH_S)
+    with anyio.fail_after(scaled(WAIT_S)):  # the owner's next flush (every PROGRESS_FLUSH_S)
         while (row := await reader.reads.get(job.id)).output_bytes == 0:
             await anyio.sleep(0.01)
     assert row.status is JobStatus.RUNNING and row.output_bytes == len("first half, ")
