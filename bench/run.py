@@ -89,9 +89,8 @@ from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 
 from bench import runner_bench, store_bench, supervision_bench, tasks_bench, worktree_bench  # noqa: E402
-from gateway.config import load_settings  # noqa: E402
+from gateway.config import PROVIDER_NICE_DEFAULT, load_settings  # noqa: E402
 from gateway.jobs.requests import SubmitRequest  # noqa: E402
-from gateway.jobs.run.runner import PROVIDER_NICE_INCREMENT  # noqa: E402
 from gateway.jobs.targets import cli_target  # noqa: E402
 
 RESULTS = BENCH / "results" / "bench.json"
@@ -744,7 +743,7 @@ async def bench_admission(servers: Servers, sizes: Sizes, workdir: Path) -> list
         after = await _noop_rate(minimal, n)
         loaded = await _noop_rate_while(
             minimal, _direct_batch(config, prompts, concurrency, workdir / "admission-loaded",
-                                   nice=PROVIDER_NICE_INCREMENT))
+                                   nice=PROVIDER_NICE_DEFAULT))
     rate = n / admitted_s
     floor = (before + after) / 2
     ratio = rate / floor
@@ -758,7 +757,7 @@ async def bench_admission(servers: Servers, sizes: Sizes, workdir: Path) -> list
                      f"{rate:.0f} calls/s", f"{loaded:.0f} no-op calls/s",
                      round(rate / loaded, 3), "(report)", None,
                      {"noop_rate_while_fakes_run": loaded,
-                      "fakes_nice": PROVIDER_NICE_INCREMENT})
+                      "fakes_nice": PROVIDER_NICE_DEFAULT})
     terminal = Row("admission_terminal", f"  time until all {n} are terminal",
                    f"{terminal_s:.2f} s",
                    f"{direct_s:.2f} s ({n} direct spawns, {concurrency} at a time)",

@@ -46,7 +46,8 @@ def seed(cli: Cli) -> None:
             instance_id=OWNER, hostname="elsewhere", boot_id="b", pid=1, pid_started_at=None,
             role="stdio", version="t"), ttl_s=3600)
         for job_id in (DONE, RUNNING):
-            request = {"provider": "claude", "prompt": "read me", "model": None, "options": {}}
+            request: dict[str, Any] = {"provider": "claude", "prompt": "read me", "model": None,
+                                       "options": {}}
             await store.insert_job(NewJob(id=job_id, provider="claude", request_key=job_id,
                                           owner_instance=OWNER, hostname="elsewhere",
                                           request_json=json.dumps(request)), ttl_s=3600)
