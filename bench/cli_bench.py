@@ -92,7 +92,7 @@ def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 def run(runs: int, before: Path | None, workdir: Path) -> dict[str, Any]:
     python, described = user_install(workdir)
     home = workdir / "home"
-    home.mkdir(exist_ok=True)
+    home.mkdir(mode=0o700, exist_ok=True)
     config = home / "config.toml"
     config.write_text(f'[persistence]\npath = "{home / "jobs.db"}"\n')
     config.chmod(0o600)

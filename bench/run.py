@@ -72,7 +72,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -1323,10 +1323,16 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=RESULTS, help=f"default {RESULTS}")
     parser.add_argument("--only", action="append", choices=PHASES,
                         help="run only this phase (repeatable); the table then has its rows only")
+    parser.add_argument("--startup-runs", type=int, metavar="N",
+                        help=f"pairs of starts in the startup rows (default {FULL.startup_runs}: "
+                             f"a loaded box makes each start seconds)")
     args = parser.parse_args()
     if shutil.which("git") is None:
         print("note: git not found; the commit is reported as unknown", file=sys.stderr)
-    results = run(SMOKE if args.smoke else FULL, args.output, use_postgres=not args.no_postgres,
+    sizes = SMOKE if args.smoke else FULL
+    if args.startup_runs:
+        sizes = replace(sizes, startup_runs=args.startup_runs)
+    results = run(sizes, args.output, use_postgres=not args.no_postgres,
                   only=tuple(args.only or PHASES))
     m = results["machine"]
     print(f"{m['date']}, {m['nproc']} CPUs, {m['memory_gib']} GiB, commit {m['commit']}"
