@@ -24,7 +24,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 EVERY_ROW = {
     "sync_overhead", "sync_overhead_portable", "async_overhead", "admission",
     "admission_loaded", "admission_terminal",
-    "status_roundtrip", "wait_roundtrip", "tasks_get_roundtrip", "result_roundtrip",
+    "status_roundtrip", "wait_roundtrip", "status_burst", "tasks_get_roundtrip", "result_roundtrip",
     "tasks_optin", "heartbeat_sqlite", "heartbeat_postgres", "reaper_sqlite",
     "reaper_postgres", "stream_runner", "stream_gateway", "rss_idle", "rss_after_jobs",
     "startup", "startup_discover", "tools_none", "tools_three", "tools_largest",
@@ -59,7 +59,7 @@ def test_bench_produces_every_row_and_writes_them_as_json(tmp_path: Path) -> Non
     for key, row in measured.items():
         assert row["measured"] not in ("", "skipped"), key
     for key in ("sync_overhead", "sync_overhead_portable", "async_overhead", "admission",
-                "status_roundtrip",
+                "status_roundtrip", "status_burst",
                 "wait_roundtrip", "tasks_get_roundtrip", "result_roundtrip", "tasks_optin",
                 "heartbeat_sqlite", "reaper_sqlite", "startup", "supervisor_rss",
                 "adopt_after_kill", "detach_after_signal", "finalize_at_start",

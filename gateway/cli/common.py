@@ -193,7 +193,7 @@ def on_job(args: argparse.Namespace,
 
     async def act(store: JobStore) -> T:
         # The job machinery: only a command on one job loads it.
-        from gateway.jobs.finalizer import finalize_on_read  # deferred: start-up
+        from gateway.jobs.on_read import finalize_on_read  # deferred: start-up
 
         job = await finalize_on_read(settings, store, await get_light_job(store, args.id))
         return await action(settings, store, job)

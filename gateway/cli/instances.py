@@ -1,7 +1,7 @@
 """`instances`: the gateway instances that share this store, and the jobs each owns (the
 live ones and any that still own jobs; `--all`: every row until the instances GC).
 
-Lease state uses the reaper's one rule (gateway.jobs.leases.instance_lease_held): `live`
+Lease state uses the reaper's one rule (gateway.jobs.on_read.instance_lease_held): `live`
 (lease held, not stopped), `stopping` (stopped, lease not yet lapsed: its jobs are still
 covered), `stopped`, or `lapsed` (it stopped renewing without saying goodbye: its jobs are
 orphaned by the next sweep of any live instance). RENEWAL is the worst wait of a lease
@@ -27,7 +27,7 @@ STATE_COLOURS = {"live": "\033[32m", "stopping": "\033[33m", "stopped": "\033[2m
 
 def lease_state(instance: InstanceRow, now: float) -> str:
     # The job machinery: only this command loads it.
-    from gateway.jobs.leases import instance_lease_state  # deferred: start-up
+    from gateway.jobs.on_read import instance_lease_state  # deferred: start-up
 
     return instance_lease_state(instance, now)
 

@@ -156,7 +156,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
 
     async def fetch(store: JobStore) -> tuple[list[JobRow], float]:
         # The job machinery: only a command that reads jobs loads it.
-        from gateway.jobs.finalizer import finalize_on_read  # deferred: start-up
+        from gateway.jobs.on_read import finalize_on_read  # deferred: start-up
 
         assert settings is not None
         jobs = await store.list_jobs(statuses=statuses, provider=args.provider,
@@ -200,7 +200,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
 
 async def _details(_settings: Settings, store: JobStore, job: JobRow) -> dict[str, Any]:
     # The job machinery and the worktrees: only `jobs show` loads them.
-    from gateway.jobs.leases import instance_lease_held  # deferred: start-up
+    from gateway.jobs.on_read import instance_lease_held  # deferred: start-up
     from gateway.jobs.worktrees.finish import worktree_of  # deferred: start-up
 
     now = await store.now()
@@ -381,7 +381,7 @@ async def wait_for(store: JobStore, job_id: str, timeout_s: float | None,
     (rewritten in place on a terminal) while it waits. With `settings`, a run that ends
     meanwhile with its owner gone is finalized on read (gateway/jobs/finalizer.py)."""
     # The job machinery: only a command that waits loads it.
-    from gateway.jobs.finalizer import finalize_on_read  # deferred: start-up
+    from gateway.jobs.on_read import finalize_on_read  # deferred: start-up
 
     started = time.monotonic()
     live = progress and sys.stderr.isatty()
@@ -425,7 +425,7 @@ def cmd_jobs_cancel(args: argparse.Namespace) -> int:
     async def cancel(_settings: Settings, store: JobStore,
                      found: JobRow) -> tuple[Settings, JobRow | None, bool]:
         # The job machinery: only `jobs cancel` loads it.
-        from gateway.jobs.leases import instance_lease_held  # deferred: start-up
+        from gateway.jobs.on_read import instance_lease_held  # deferred: start-up
 
         job = await store.request_cancel(found.id)
         if job is None or job.status.is_terminal:

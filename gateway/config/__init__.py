@@ -70,6 +70,14 @@ PROVIDER_NAMES = tuple(CLI_PROVIDERS)
 # or 10**40 is refused as the typo it is rather than taken as "no limit" (#23 item 10).
 MAX_COUNT = 1_000_000  # jobs, sessions, heartbeat failures
 MAX_RETENTION_DAYS = 36_500
+# [limits] provider_nice: provider CLIs (and, where Linux schedules by autogroup, each one's
+# session) run this many nice levels below the gateway, so that its heartbeat and MCP answers
+# are not starved by its own providers: with 32 CPU-bound ones, each in a session of its own,
+# an un-niced gateway got ~1/34 of the CPU and answered 10-12 calls/s (128-143 at 10). What it
+# costs: on a box busy with other work a niced CLI yields to every un-niced process, so a
+# CPU-bound CLI takes longer there (bench/nice_bench.py measures both sides).
+PROVIDER_NICE_DEFAULT = 10
+MAX_NICE = 19  # the lowest priority a process can have (nice(1))
 
 
 def gateway_home() -> Path:
@@ -203,6 +211,7 @@ class LimitsConfig(_Section):
     default_timeout_s: float = seconds(3600)
     idle_timeout_s: float = seconds(600)
     kill_grace_s: float = seconds(5, zero_ok=True)
+    provider_nice: int = Field(default=PROVIDER_NICE_DEFAULT, ge=0, le=MAX_NICE)
 
 
 def _relative_path(name: str) -> str:

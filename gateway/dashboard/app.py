@@ -32,8 +32,7 @@ from gateway.dashboard import charts, live, views
 from gateway.dashboard.auth import COOKIE_NAME, TOKEN_PARAM, Sessions
 from gateway.dashboard.guard import DashboardGuard
 from gateway.jobs.budgets import budget_status
-from gateway.jobs.finalizer import finalize_on_read
-from gateway.jobs.leases import instance_lease_state
+from gateway.jobs.on_read import finalize_on_read, instance_lease_state
 from gateway.jobs.usage_report import usage_report
 from gateway.jobs.worktrees import changes
 from gateway.jobs.worktrees.create import plan_of

@@ -111,6 +111,7 @@ class ProcessExecution:
             working_dir=target.working_dir, timeout_s=timeout_s,
             idle_timeout_s=limits.idle_timeout_s if target.idle_timeout else None,
             max_output_bytes=limits.max_output_bytes, kill_grace_s=limits.kill_grace_s,
+            provider_nice=limits.provider_nice,
             secret_env=secret_env_names(settings), install_hint=target.install_hint,
         )
         return cls(target, ProcessRun(spec), settings)

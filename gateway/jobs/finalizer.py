@@ -33,7 +33,7 @@ from gateway.jobs.adoption import Adopter
 from gateway.jobs.manager import JobManager
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.spool import remove_job_dir, run_dir, spool_root
-from gateway.model import FINAL_STATUSES, InstanceRow, JobRow, JobStatus
+from gateway.model import FINAL_STATUSES, InstanceRow, JobStatus
 from gateway.store import open_store
 from gateway.store.base import JobStore
 
@@ -137,21 +137,3 @@ async def _finalize_on(settings: Settings, spool_dir: Path, job_id: str, store: 
     finally:
         await store.mark_instance_stopped(identity.instance_id)
     return "finalized"
-
-
-async def finalize_on_read(settings: Settings, store: JobStore, job: JobRow) -> JobRow:
-    """The operator commands' read (`jobs show|wait|result|list`): a running job of this
-    host whose run ended (its end record is on the spool) and whose owner is proven gone is
-    finalized first, so the answer read is the true one; the row as it is then."""
-    if (job.status is not JobStatus.RUNNING or job.transport != "process"
-            or job.hostname != proc.hostname()):
-        return job
-    spool = run_dir(spool_root(settings.state_dir), job)
-    if sup.read_record(spool, sup.END_NAME) is None:
-        return job
-    outcome = await finalize_run(settings, spool, store)
-    if outcome != "finalized":
-        return job
-    log.info("finalized on read: its run had ended and its owner is gone",
-             action="finalize_on_read", job_id=job.id)
-    return await store.get_job(job.id, with_output=False) or job

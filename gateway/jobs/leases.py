@@ -76,25 +76,6 @@ SETTLED_SPOOL_IDLE_S = 2.0
 SETTLED_SPOOL_BATCH = 16
 
 
-def instance_lease_held(instance: InstanceRow, now: float) -> bool:
-    """Whether `instance` still holds its lease at `now` (the store's clock, epoch s): the
-    reaper's rule for an owner (gateway/store/*_sql.py `_LEASE_EXPIRED`), for the readers
-    that show or judge it outside the store (`jobs cancel`, `jobs show`, `instances`).
-    A stopped instance keeps its lease until it lapses, as the reaper sees it."""
-    expires = instance.lease_expires_at
-    return expires is not None and expires.timestamp() >= now
-
-
-def instance_lease_state(instance: InstanceRow, now: float) -> str:
-    """How an instance's lease reads to a person (`instances`, the dashboard): `live` (held,
-    not stopped), `stopping` (stopped, lease not yet lapsed: its jobs are still covered),
-    `stopped`, or `lapsed` (it stopped renewing without saying goodbye)."""
-    held = instance_lease_held(instance, now)
-    if instance.stopped_at is None:
-        return "live" if held else "lapsed"
-    return "stopping" if held else "stopped"
-
-
 # How long stop() waits for its cancelled loops to end (each ends within a store call).
 STOP_LOOPS_S = 10.0
 

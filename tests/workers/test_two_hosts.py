@@ -21,7 +21,7 @@ from gateway import proc
 from gateway.jobs.placement import live_hosts
 from gateway.model import JobStatus
 from gateway.store.base import JobStore
-from tests.jobs.conftest import wait_for
+from tests.waiting import wait_for
 from tests.workers.hosts import Host, need_namespaces, observer, structured
 
 pytestmark = pytest.mark.anyio

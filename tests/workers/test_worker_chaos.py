@@ -18,7 +18,7 @@ import pytest
 from gateway.jobs.placement import live_hosts
 from gateway.model import JobStatus
 from gateway.store.base import JobStore
-from tests.jobs.conftest import wait_for
+from tests.waiting import wait_for
 from tests.workers.hosts import Host, need_namespaces, observer
 from tests.workers.test_two_hosts import call
 

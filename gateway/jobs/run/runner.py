@@ -82,13 +82,6 @@ FULL_DISK_STOP_MESSAGE = (
     "The state filesystem is full (no space left for the provider's output under {spool}): "
     "the run was stopped and its output truncated to what was written. Free disk space and "
     "rerun the request.")
-# Provider CLIs run this many nice levels below the gateway, and so does each one's autogroup
-# (the supervisor applies it before starting the CLI). The gateway's heartbeat and MCP
-# answers must not be starved by its own providers: with 32 CPU-bound ones, each in a session
-# (autogroup) of its own, the gateway got ~1/34 of the CPU and answered 10-12 calls/s (128-143
-# with this); under load the chaos run saw ~1 s loop stalls that let peers orphan live jobs.
-# Provider CLIs mostly wait on the network, so this costs them little. 10 is what `nice` gives.
-PROVIDER_NICE_INCREMENT = 10
 # This process's zygote: it forks each run's supervisor (zygote.py, forks.py).
 ZYGOTE = Zygote()
 
@@ -290,7 +283,7 @@ class ProcessRun:
         that ties this supervisor to this spec (a re-queued run gets a new one)."""
         spec = self.spec
         token = secrets.token_hex(16)
-        nice, autogroup = priority_targets(PROVIDER_NICE_INCREMENT)
+        nice, autogroup = priority_targets(spec.provider_nice)
         payload = spec.invocation.stdin
         if payload is not None:
             fd = os.open(spec.spool_dir / sup.STDIN_NAME,

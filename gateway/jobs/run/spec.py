@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway import proc
+from gateway.config import PROVIDER_NICE_DEFAULT
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.record_to_outcome import Limits, stop_message
 from gateway.model import ErrorKind
@@ -35,6 +36,9 @@ class RunSpec:
     idle_timeout_s: float | None  # None: never idle-killed (providers that print at exit)
     max_output_bytes: int
     kill_grace_s: float
+    # Nice levels below the gateway for the run's group and its autogroup ([limits]
+    # provider_nice); only a launch uses it (an attached run was niced when it started).
+    provider_nice: int = PROVIDER_NICE_DEFAULT
     # Variables of the gateway's environment the child must not see, besides AGENT_GATEWAY_*
     # (gateway.childenv.secret_env_names of the settings).
     secret_env: frozenset[str] = frozenset()

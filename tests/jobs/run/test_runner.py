@@ -26,9 +26,10 @@ import psutil
 import pytest
 
 from gateway import proc
+from gateway.config import PROVIDER_NICE_DEFAULT
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.record_to_outcome import RunOutcome
-from gateway.jobs.run.runner import PROVIDER_NICE_INCREMENT, ZYGOTE, ProcessRun
+from gateway.jobs.run.runner import ZYGOTE, ProcessRun
 from gateway.jobs.run.spawned import Spawned
 from gateway.jobs.run.spec import RunSpec
 from gateway.jobs.run.spool import read_tail
@@ -668,7 +669,7 @@ async def test_the_provider_group_runs_below_the_gateways_priority(tmp_path: Pat
         time.sleep(60)
     """, str(tmp_path / "grandchild.pid"))
     run = ProcessRun(make_spec(tmp_path, invocation))
-    expected = min(proc.MAX_NICE, os.nice(0) + PROVIDER_NICE_INCREMENT)
+    expected = min(proc.MAX_NICE, os.nice(0) + PROVIDER_NICE_DEFAULT)
     with anyio.fail_after(scaled(DEADLINE_S)):
         identity = await run.start()
         grandchild, _ = await published_pid(tmp_path / "grandchild.pid")
@@ -678,7 +679,7 @@ async def test_the_provider_group_runs_below_the_gateways_priority(tmp_path: Pat
         if own_group is not None:  # Linux with autogroup support
             # Retried while the kernel rate-limits it (EAGAIN without CAP_SYS_ADMIN).
             await until(lambda: proc.autogroup_nice(identity.pid)
-                        == min(proc.MAX_NICE, own_group + PROVIDER_NICE_INCREMENT),
+                        == min(proc.MAX_NICE, own_group + PROVIDER_NICE_DEFAULT),
                         "the provider's autogroup to be niced")
             assert proc.autogroup_nice(os.getpid()) == own_group  # ours is untouched
         # The zygote is not niced: its forks are on every run's path, and a niced one
@@ -686,5 +687,24 @@ async def test_the_provider_group_runs_below_the_gateways_priority(tmp_path: Pat
         assert ZYGOTE.pid is not None and psutil.Process(ZYGOTE.pid).nice() == os.nice(0)
         if own_group is not None:
             assert proc.autogroup_nice(ZYGOTE.pid) == own_group
+        run.cancel()
+        await run.wait()
+
+
+@pytest.mark.parametrize("provider_nice", [0, 3])
+async def test_the_provider_group_runs_as_many_levels_below_as_limits_provider_nice_says(
+        tmp_path: Path, provider_nice: int) -> None:
+    """[limits] provider_nice (#45): 0 runs the CLI at the gateway's own priority."""
+    invocation = child(tmp_path, "time.sleep(60)")
+    run = ProcessRun(make_spec(tmp_path, invocation, provider_nice=provider_nice))
+    with anyio.fail_after(DEADLINE_S):
+        identity = await run.start()
+        assert psutil.Process(identity.pid).nice() == min(proc.MAX_NICE,
+                                                          os.nice(0) + provider_nice)
+        own_group = proc.autogroup_nice(os.getpid())
+        if own_group is not None:
+            await until(lambda: proc.autogroup_nice(identity.pid)
+                        == min(proc.MAX_NICE, own_group + provider_nice),
+                        "the provider's autogroup to be niced")
         run.cancel()
         await run.wait()
