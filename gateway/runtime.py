@@ -22,6 +22,7 @@ from gateway.model import ErrorKind, GatewayError, InstanceRow
 from gateway.store import open_store
 
 if TYPE_CHECKING:
+    from gateway.jobs.attempts.coordinator import AttemptCoordinator
     from gateway.jobs.leases import LeaseKeeper
     from gateway.jobs.manager import JobManager
     from gateway.store.base import JobStore
@@ -44,6 +45,7 @@ class Gateway:
         self.store: JobStore | None = None
         self._manager: JobManager | None = None
         self.leases: LeaseKeeper | None = None
+        self.attempts: AttemptCoordinator | None = None
         self._ready = asyncio.Event()
         self._start_error: str | None = None
         self._failed = asyncio.Event()  # startup hit a permanent cause: no retry helps
@@ -125,6 +127,11 @@ class Gateway:
         self.leases = LeaseKeeper(self.settings, self.store, self._manager, identity,
                                   self._manager.spool_root)
         await self.leases.start()
+        from gateway.jobs.attempts.coordinator import AttemptCoordinator  # deferred: start-up
+
+        # Attempt groups: each attempt's check, and the group's end (issue 39).
+        self.attempts = AttemptCoordinator(self._manager, self.leases.adopter.owner_gone)
+        self.attempts.start()
         self._ready.set()
         self._attempted.set()
         log.info("gateway ready", action="start", instance_id=self.instance_id,
@@ -261,6 +268,8 @@ class Gateway:
         manager, leases, store = self._manager, self.leases, self.store
         drained = True
         lease = self.settings.lease
+        if self.attempts is not None:  # the checks run on (detach) or stop with the runs
+            await self.attempts.stop(detach=lease.on_shutdown == "detach")
         if manager is not None and lease.on_shutdown == "detach":
             from gateway.jobs.shutdown import detach, finish_http  # deferred: start-up (see start())
 

@@ -31,6 +31,7 @@ from gateway.store.attempts import (
     AttemptRow,
     CheckResult,
     GroupEnd,
+    GroupStatus,
     NewAttemptGroup,
 )
 from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
@@ -504,8 +505,10 @@ class AttemptGroups(Protocol):
     async def get_attempt_group(self, group_id: str) -> AttemptGroupRow | None: ...
 
     async def list_attempt_groups(self, *, principal: str | None = None,
+                                  status: GroupStatus | None = None,
                                   limit: int = 50) -> list[AttemptGroupRow]:
-        """Newest first; `principal`: only the groups it made."""
+        """Newest first; `principal`: only the groups it made; `status`: only those in it
+        (the coordinator's sweep reads the running ones)."""
 
     async def list_attempts(self, group_id: str) -> list[AttemptRow]:
         """The group's attempts in submission order (ordinal)."""

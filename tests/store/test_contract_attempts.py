@@ -251,3 +251,8 @@ async def test_groups_are_listed_newest_first_and_by_principal(store: JobStore) 
     assert older.group_id in ids and newer.group_id in ids and other.group_id not in ids
     assert ids.index(newer.group_id) < ids.index(older.group_id)
     assert len(await store.list_attempt_groups(limit=1)) == 1
+    assert await store.end_attempt_group(GroupEnd(older.group_id, (GroupStatus.RUNNING,),
+                                                  GroupStatus.DONE))
+    running = [row.group_id for row in await store.list_attempt_groups(
+        status=GroupStatus.RUNNING)]
+    assert newer.group_id in running and older.group_id not in running

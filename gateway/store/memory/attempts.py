@@ -65,8 +65,11 @@ class MemoryAttempts:
         row = self.groups.get(group_id)
         return replace(row) if row is not None else None
 
-    def newest(self, principal: str | None, limit: int) -> list[AttemptGroupRow]:
-        rows = [g for g in self.groups.values() if principal is None or g.principal == principal]
+    def newest(self, principal: str | None, status: GroupStatus | None,
+               limit: int) -> list[AttemptGroupRow]:
+        rows = [g for g in self.groups.values()
+                if (principal is None or g.principal == principal)
+                and (status is None or g.status is status)]
         rows.sort(key=lambda g: (g.created_at, g.group_id), reverse=True)
         return [replace(g) for g in rows[:limit]]
 

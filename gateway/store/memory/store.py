@@ -35,6 +35,7 @@ from gateway.store.attempts import (
     AttemptRow,
     CheckResult,
     GroupEnd,
+    GroupStatus,
     NewAttemptGroup,
 )
 from gateway.store.base import (
@@ -585,9 +586,10 @@ class MemoryJobStore:
             return self._groups.get(group_id)
 
     async def list_attempt_groups(self, *, principal: str | None = None,
+                                  status: GroupStatus | None = None,
                                   limit: int = 50) -> list[AttemptGroupRow]:
         async with self._lock:
-            return self._groups.newest(principal, limit)
+            return self._groups.newest(principal, status, limit)
 
     async def list_attempts(self, group_id: str) -> list[AttemptRow]:
         async with self._lock:

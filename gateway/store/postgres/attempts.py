@@ -79,7 +79,7 @@ GET_GROUP = f"SELECT {_GROUP_COLUMNS} FROM attempt_groups WHERE group_id = $1"
 
 LIST_GROUPS = f"""
 SELECT {_GROUP_COLUMNS} FROM attempt_groups
-WHERE ($1::text IS NULL OR principal = $1)
+WHERE ($1::text IS NULL OR principal = $1) AND ($3::text IS NULL OR status = $3)
 ORDER BY created_at DESC, group_id DESC LIMIT $2"""
 
 LIST_ATTEMPTS = f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE group_id = $1 ORDER BY ordinal"

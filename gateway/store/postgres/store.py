@@ -48,6 +48,7 @@ from gateway.store.attempts import (
     CheckResult,
     DuplicateActiveGroup,
     GroupEnd,
+    GroupStatus,
     NewAttemptGroup,
 )
 from gateway.store.base import (
@@ -628,9 +629,11 @@ class PostgresJobStore:
         return postgres_attempts.group_row(row) if row is not None else None
 
     async def list_attempt_groups(self, *, principal: str | None = None,
+                                  status: GroupStatus | None = None,
                                   limit: int = 50) -> list[AttemptGroupRow]:
         async with self._connection("list attempt groups") as conn:
-            rows = await conn.fetch(postgres_attempts.LIST_GROUPS, principal, limit)
+            rows = await conn.fetch(postgres_attempts.LIST_GROUPS, principal, limit,
+                                    None if status is None else status.value)
         return [postgres_attempts.group_row(row) for row in rows]
 
     async def list_attempts(self, group_id: str) -> list[AttemptRow]:

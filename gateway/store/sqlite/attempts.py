@@ -79,7 +79,7 @@ GET_GROUP = f"SELECT {_GROUP_COLUMNS} FROM attempt_groups WHERE group_id = ?"
 
 LIST_GROUPS = f"""
 SELECT {_GROUP_COLUMNS} FROM attempt_groups
-WHERE (:principal IS NULL OR principal = :principal)
+WHERE (:principal IS NULL OR principal = :principal) AND (:status IS NULL OR status = :status)
 ORDER BY created_at DESC, group_id DESC LIMIT :limit"""
 
 LIST_ATTEMPTS = f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE group_id = ? ORDER BY ordinal"

@@ -46,6 +46,7 @@ from gateway.store.attempts import (
     AttemptRow,
     CheckResult,
     GroupEnd,
+    GroupStatus,
     NewAttemptGroup,
 )
 from gateway.store.base import (
@@ -627,10 +628,12 @@ class SqliteJobStore:
         return sqlite_attempts.group_row(rows[0]) if rows else None
 
     async def list_attempt_groups(self, *, principal: str | None = None,
+                                  status: GroupStatus | None = None,
                                   limit: int = 50) -> list[AttemptGroupRow]:
         async with self._read("list_attempt_groups") as conn:
             rows = await conn.execute_fetchall(sqlite_attempts.LIST_GROUPS, {
-                "principal": principal, "limit": limit})
+                "principal": principal, "limit": limit,
+                "status": None if status is None else status.value})
         return [sqlite_attempts.group_row(row) for row in rows]
 
     async def list_attempts(self, group_id: str) -> list[AttemptRow]:
