@@ -37,7 +37,7 @@ PROVIDERS = ("claude", "codex", "gemini", "grok", "mistral", "devin", "cursor")
 FAKE_COMMAND = {"claude": "claude", "codex": "codex", "gemini": "agy", "grok": "grok",
                 "mistral": "vibe", "devin": "devin", "cursor": "cursor-agent"}
 NO_CLI_BUDGET = 5_000
-THREE_CLI_BUDGET = 12_000
+THREE_CLI_BUDGET = 13_000  # issue 39: the attempt tools included
 ONE_TOOL_BUDGET = 2_000
 MODES = ["legacy", "auto"]
 

@@ -32,7 +32,7 @@ from gateway.store.base import StoreUnavailable
 log = structlog.get_logger(__name__)
 
 UNTIL = ("all", "first_passing")
-DEFAULT_CHECK_TIMEOUT_S = 600.0
+DEFAULT_CHECK_TIMEOUT_S = 600
 ATTEMPT_KEY = "attempt"  # in an attempt job's normalized request: its group and ordinal
 
 
