@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 ToolBody = Callable[..., Awaitable[CallToolResult]]
 MAX_STATUS_WAIT_S = 50.0  # under the common 60 s client tool timeout
 STATUS_POLL_S = 0.5  # how often a waiting status re-reads the group
+APPLY = "apply"  # the pick `next` proposes for a winner
 
 
 class _State(Protocol):
@@ -161,7 +162,7 @@ def attempt_tools(state: _State) -> list[tuple[str, ToolBody, ToolAnnotations]]:
                                      group_id=group_id, wait_s=30)
         elif data["status"] == "done" and data["winner"]:
             data["next"] = next_call("llm_attempts_pick", "apply the winner", group_id=group_id,
-                                     job_id=data["winner"]["job_id"], action="apply")
+                                     job_id=data["winner"]["job_id"], action=APPLY)
         text = _table(data)
         data["message"] = text
         return ok(text, data)
