@@ -242,3 +242,26 @@ def gateway_pid(harness: Any, instance_id: str) -> int:
         (pid,) = conn.execute("SELECT pid FROM gateway_instances WHERE instance_id = ?",
                               (instance_id,)).fetchone()
     return int(pid)
+
+
+async def test_ten_identical_calls_on_two_gateways_make_one_group(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_config: dict[str, Any]) -> None:
+    repo = scratch_repo(tmp_path)
+    args = group_args(repo, tmp_path)
+    with own_harness("stdio-legacy", tmp_path, monkeypatch) as harness:
+        config = harness.write_config(store_config)
+        groups: list[str] = []
+        with anyio.fail_after(TEST_TIMEOUT_S):
+            async with stdio_client(harness.home, config, "legacy") as one, \
+                    stdio_client(harness.home, config, "legacy") as two:
+
+                async def call(client: Any) -> None:
+                    groups.append((await succeed(client, "llm_attempts", args))["group_id"])
+
+                async with anyio.create_task_group() as tg:
+                    for i in range(10):
+                        tg.start_soon(call, (one, two)[i % 2])
+                assert len(groups) == 10 and len(set(groups)) == 1
+                listed = await succeed(one, "llm_job_list", {})
+                assert listed["count"] == 3  # one group's three attempts, nothing else
+                await comparison(one, groups[0])
