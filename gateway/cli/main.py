@@ -25,6 +25,7 @@ from pathlib import Path
 
 from gateway import platform, proc
 from gateway.cli import (
+    attempts,
     config_show,
     doctor,
     finalize,
@@ -81,7 +82,8 @@ def stdio_hint() -> str:
 
 # Each adds its commands (`add_parsers`), in the order `--help` lists them, after serve and
 # init (this module's).
-COMMAND_MODULES = (doctor, run, instances, usage, finalize, jobs, worktrees, config_show)
+COMMAND_MODULES = (doctor, run, instances, usage, finalize, jobs, worktrees, attempts,
+                   config_show)
 
 
 def build_parser() -> argparse.ArgumentParser:

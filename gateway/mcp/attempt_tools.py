@@ -23,7 +23,7 @@ from gateway.jobs.attempts.admit import (
     GroupRequest,
     submit_group,
 )
-from gateway.jobs.attempts.comparison import comparison
+from gateway.jobs.attempts.comparison import comparison, comparison_table
 from gateway.jobs.attempts.pick import pick
 from gateway.mcp.progress import Progress
 from gateway.mcp.results import next_call, ok
@@ -83,22 +83,6 @@ async def owned_group(manager: JobManager, principal: str, group_id: str) -> Att
     if group is None or (group.principal is not None and group.principal != principal):
         raise _not_found(group_id)
     return group
-
-
-def _table(data: dict[str, Any]) -> str:
-    lines = [f"group {data['group_id']}: {data['status']} (base {data['base_sha'][:12]})"]
-    for row in data["attempts"]:
-        check = row["check"]
-        shown = ("check " + ("passed" if check["passed"] else f"failed ({check['exit_code']})")
-                 if check else f"no check ({row['check_skipped']})")
-        changes = row["changes"]
-        lines.append(f"  {row['rank']}  {row['job_id']}  {row['provider']:<8} "
-                     f"{row['status']:<9} +{changes['insertions']}/-{changes['deletions']} "
-                     f"in {changes['files_changed']} files  {shown}")
-    winner = data.get("winner")
-    lines.append(f"winner: {winner['job_id']} ({winner['reason']})" if winner
-                 else "winner: none yet" if not data["done"] else "winner: none")
-    return "\n".join(lines)
 
 
 def attempt_tools(state: _State) -> list[tuple[str, ToolBody, ToolAnnotations]]:
@@ -163,7 +147,7 @@ def attempt_tools(state: _State) -> list[tuple[str, ToolBody, ToolAnnotations]]:
         elif data["status"] == "done" and data["winner"]:
             data["next"] = next_call("llm_attempts_pick", "apply the winner", group_id=group_id,
                                      job_id=data["winner"]["job_id"], action=APPLY)
-        text = _table(data)
+        text = comparison_table(data)
         data["message"] = text
         return ok(text, data)
 

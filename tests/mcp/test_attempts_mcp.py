@@ -11,6 +11,7 @@ the gateway while a check runs.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -23,7 +24,7 @@ import anyio
 import pytest
 
 from tests.jobs.conftest import wait_for
-from tests.mcp.conftest import own_harness, stdio_client
+from tests.mcp.conftest import REPO, own_harness, server_env, stdio_client
 from tests.mcp.test_tools import succeed
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -84,6 +85,11 @@ def group_args(repo: Path, root: Path, *, gate: Path | None = None,
     return {"prompt": f"fix add @script={agent}", "working_dir": str(repo), "check": check,
             "targets": [{"provider": "claude"}, {"provider": "codex"}, {"provider": "gemini"}],
             **changes}
+
+
+def cli(home: Path, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gateway", *args], cwd=REPO, text=True,
+                          capture_output=True, env=server_env(home, config), timeout=60)
 
 
 def check_runs(root: Path) -> list[str]:
@@ -213,8 +219,22 @@ async def test_a_window_closed_right_after_llm_attempts_still_completes_every_ch
                 started = await succeed(client, "llm_attempts", group_args(repo, tmp_path))
             async with stdio_client(harness.home, config, "legacy") as client:
                 data = await comparison(client, started["group_id"])
-    assert [row["rank"] for row in data["attempts"]] == [1, 3, 4]
-    assert len(check_runs(tmp_path)) == 2
+        assert [row["rank"] for row in data["attempts"]] == [1, 3, 4]
+        assert len(check_runs(tmp_path)) == 2
+        # The command line reads the same comparison and picks through the same code.
+        group = started["group_id"]
+        shown = cli(harness.home, config, "attempts", "show", group, "--json")
+        assert shown.returncode == 0, shown.stderr
+        assert [row["rank"] for row in json.loads(shown.stdout)["attempts"]] == [1, 3, 4]
+        table = cli(harness.home, config, "attempts", "show", group)
+        assert "check passed" in table.stdout and "winner:" in table.stdout
+        assert group in cli(harness.home, config, "attempts", "list").stdout
+        refused = cli(harness.home, config, "attempts", "pick", group)
+        assert refused.returncode == 2 and "needs JOB" in refused.stderr
+        discarded = cli(harness.home, config, "attempts", "pick", group, "--discard")
+        assert discarded.returncode == 0, discarded.stderr
+        assert "discarded" in discarded.stdout
+        assert git(repo, "branch").split() == ["*", "main"]
 
 
 async def test_a_budget_that_fits_two_of_three_attempts_refuses_the_group(

@@ -182,3 +182,20 @@ async def comparison(store: JobStore, hostname: str, group: AttemptGroupRow,
     return {"group_id": group.group_id, "status": str(group.status), "done": done,
             "base_sha": group.base_sha, "until": group.until, "attempts": rows,
             "winner": winner, "judge": judge, "usage": usage_total(rows)}
+
+
+def comparison_table(data: dict[str, Any]) -> str:
+    """The comparison as a table for a person (the tool's text, `attempts show`)."""
+    lines = [f"group {data['group_id']}: {data['status']} (base {data['base_sha'][:12]})"]
+    for row in data["attempts"]:
+        check = row["check"]
+        shown = ("check " + ("passed" if check["passed"] else f"failed ({check['exit_code']})")
+                 if check else f"no check ({row['check_skipped']})")
+        changes = row["changes"]
+        lines.append(f"  {row['rank']}  {row['job_id']}  {row['provider']:<8} "
+                     f"{row['status']:<9} +{changes['insertions']}/-{changes['deletions']} "
+                     f"in {changes['files_changed']} files  {shown}")
+    winner = data.get("winner")
+    lines.append(f"winner: {winner['job_id']} ({winner['reason']})" if winner
+                 else "winner: none yet" if not data["done"] else "winner: none")
+    return "\n".join(lines)
