@@ -17,20 +17,13 @@ from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from gateway.jobs.attempts.admit import (
-    DEFAULT_CHECK_TIMEOUT_S,
-    AttemptTarget,
-    GroupRequest,
-    submit_group,
-)
-from gateway.jobs.attempts.comparison import comparison, comparison_table
-from gateway.jobs.attempts.pick import pick
 from gateway.mcp.progress import Progress
 from gateway.mcp.results import next_call, ok
 from gateway.model import ErrorKind, GatewayError
-from gateway.store.attempts import AttemptGroupRow
+from gateway.store.attempts import DEFAULT_CHECK_TIMEOUT_S, AttemptGroupRow
 
 if TYPE_CHECKING:
+    from gateway.jobs.attempts.admit import AttemptTarget
     from gateway.jobs.manager import JobManager
 
 ToolBody = Callable[..., Awaitable[CallToolResult]]
@@ -47,6 +40,8 @@ class _State(Protocol):
 
 def _targets(given: list[dict[str, Any]]) -> list[AttemptTarget]:
     """The targets as admission takes them; refused with what a target looks like."""
+    from gateway.jobs.attempts.admit import AttemptTarget  # deferred: start-up
+
     shaped = []
     for target in given:
         provider, model, count = target.get("provider"), target.get("model"), target.get(
@@ -101,6 +96,9 @@ def attempt_tools(state: _State) -> list[tuple[str, ToolBody, ToolAnnotations]]:
         max_cost_usd: Annotated[float | None, Field(description="Each, USD")] = None,
     ) -> CallToolResult:
         """One task as N attempts in worktrees, checked and ranked."""
+        # The job machinery loads after the handshake, never for tools/list.
+        from gateway.jobs.attempts.admit import GroupRequest, submit_group  # deferred: start-up
+
         manager = await state.manager()
         submission = await submit_group(manager, GroupRequest(
             prompt=prompt, working_dir=working_dir, base_ref=base_ref, check=check,
@@ -129,6 +127,11 @@ def attempt_tools(state: _State) -> list[tuple[str, ToolBody, ToolAnnotations]]:
         wait_s: Annotated[float, Field(ge=0, le=MAX_STATUS_WAIT_S, description="s")] = 0,
     ) -> CallToolResult:
         """An attempt group's ranked comparison; waits up to wait_s."""
+        from gateway.jobs.attempts.comparison import (  # deferred: start-up
+            comparison,
+            comparison_table,
+        )
+
         manager = await state.manager()
         group = await owned_group(manager, state.principal, group_id)
         progress = Progress(ctx)
@@ -158,6 +161,8 @@ def attempt_tools(state: _State) -> list[tuple[str, ToolBody, ToolAnnotations]]:
             description="keep: branch")] = "apply",
     ) -> CallToolResult:
         """Keep one attempt (apply it) and discard the rest, or all."""
+        from gateway.jobs.attempts.pick import pick  # deferred: start-up
+
         manager = await state.manager()
         group = await owned_group(manager, state.principal, group_id)
         if action != "discard" and job_id is None:

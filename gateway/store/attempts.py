@@ -26,6 +26,9 @@ from typing import Any
 # group's durations are differences of them and nothing compares them with a wall clock.
 
 
+DEFAULT_CHECK_TIMEOUT_S = 600  # a group's check_timeout_s when the call gives none
+
+
 class GroupStatus(enum.StrEnum):
     RUNNING = "running"
     DONE = "done"

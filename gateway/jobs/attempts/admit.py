@@ -26,13 +26,17 @@ from gateway.jobs.requests import SubmitRequest, canonical_json, request_key, st
 from gateway.jobs.targets import CliLaunch, resolve_target
 from gateway.jobs.worktrees.create import plan_for
 from gateway.model import ErrorKind, GatewayError, NewJob
-from gateway.store.attempts import AttemptGroupRow, DuplicateActiveGroup, NewAttemptGroup
+from gateway.store.attempts import (
+    DEFAULT_CHECK_TIMEOUT_S,
+    AttemptGroupRow,
+    DuplicateActiveGroup,
+    NewAttemptGroup,
+)
 from gateway.store.base import StoreUnavailable
 
 log = structlog.get_logger(__name__)
 
 UNTIL = ("all", "first_passing")
-DEFAULT_CHECK_TIMEOUT_S = 600
 ATTEMPT_KEY = "attempt"  # in an attempt job's normalized request: its group and ordinal
 
 
