@@ -24,6 +24,7 @@ from gateway.store import open_store
 
 if TYPE_CHECKING:
     from gateway.jobs.claims import Claimer
+    from gateway.jobs.attempts.coordinator import AttemptCoordinator
     from gateway.jobs.leases import LeaseKeeper
     from gateway.jobs.manager import JobManager
     from gateway.store.base import JobStore
@@ -52,6 +53,7 @@ class Gateway:
         self.store: JobStore | None = None
         self._manager: JobManager | None = None
         self.leases: LeaseKeeper | None = None
+        self.attempts: AttemptCoordinator | None = None
         self._ready = asyncio.Event()
         self._start_error: str | None = None
         self._failed = asyncio.Event()  # startup hit a permanent cause: no retry helps
@@ -144,6 +146,12 @@ class Gateway:
                             action="publish_capabilities", error=repr(exc))
             self.leases.run_loop("claimer", self.settings.worker.claim_poll_s,
                                  self.claimer.tick)
+
+        from gateway.jobs.attempts.coordinator import AttemptCoordinator  # deferred: start-up
+
+        # Attempt groups: each attempt's check, and the group's end (issue 39).
+        self.attempts = AttemptCoordinator(self._manager, self.leases.adopter.owner_gone)
+        self.attempts.start()
         self._ready.set()
         self._attempted.set()
         log.info("gateway ready", action="start", instance_id=self.instance_id,
@@ -280,6 +288,8 @@ class Gateway:
         manager, leases, store = self._manager, self.leases, self.store
         drained = True
         lease = self.settings.lease
+        if self.attempts is not None:  # the checks run on (detach) or stop with the runs
+            await self.attempts.stop(detach=lease.on_shutdown == "detach")
         if manager is not None and lease.on_shutdown == "detach":
             from gateway.jobs.shutdown import detach, finish_http  # deferred: start-up (see start())
 

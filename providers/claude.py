@@ -50,7 +50,7 @@ class ClaudeOptions(ProviderOptions):
     output_format: Literal["stream-json", "json", "text"] = Field(
         default="stream-json",
         description=(
-            "stream-json: events, then the result; json: the result; text: the answer."
+            "stream-json: events, then result; json: result; text: answer."
         ),
     )
     permission_mode: (
@@ -58,8 +58,7 @@ class ClaudeOptions(ProviderOptions):
     ) = Field(
         default=None,
         description=(
-            "--permission-mode: plan read-only; acceptEdits edits; bypassPermissions "
-            "in sandboxes only (docs/providers.md). Omit: the user's default."
+            "plan: read-only; bypassPermissions: sandboxes only (docs/providers.md)."
         ),
     )
     add_dirs: list[AbsolutePath] = Field(

@@ -80,6 +80,12 @@ CHECKS: dict[tuple[str, str, str], str] = {
         "test_every_command_line_parses",
     ("docs/operations.md", "mermaid", "flowchart LR"): "tests/test_docs_claims.py",
     ("docs/architecture.md", "mermaid", "sequenceDiagram"): "tests/test_docs_claims.py",
+    ("README.md", "text", "llm_attempts("): "test_the_attempts_examples_use_the_tools_fields",
+    ("docs/attempts.md", "json", '{"prompt": "fix add"'):
+        "test_the_attempts_examples_use_the_tools_fields",
+    ("docs/attempts.md", "text", "group "): "test_the_attempts_examples_use_the_tools_fields",
+    ("docs/attempts.md", "json", '{"job_id": "b9261272-...'):
+        "test_the_attempts_examples_use_the_tools_fields",
     ("docs/operations.md", "toml", "[persistence]"): "test_every_gateway_config_example_loads",
     ("docs/operations.md", "sh", "sqlite3 ~/.agent-cli-gateway/jobs.db"):
         "test_the_backup_commands_name_the_real_files_and_tables",
@@ -364,3 +370,39 @@ def test_each_provider_synopsis_names_only_flags_it_emits() -> None:
         assert env_notes.get(binary, set()) <= env_set, (binary, env_notes[binary] - env_set)
         if "prompt on stdin" in synopsis:
             assert stdin_used, f"{binary}: the synopsis says stdin, the adapter never uses it"
+
+
+def test_the_attempts_examples_use_the_tools_fields() -> None:
+    """The attempts examples (README, docs/attempts.md) call the tools with their real
+    arguments, show rows with the fields docs/tools.md documents, and a table whose ranks
+    follow the ranking rule."""
+    import inspect
+
+    from gateway.mcp.attempt_tools import attempt_tools
+
+    tools = {name: set(inspect.signature(body).parameters) - {"ctx"}
+             for name, body, _ in attempt_tools(None)}  # type: ignore[arg-type]
+    readme = next(b for b in blocks() if b.file == "README.md" and b.first.startswith(
+        "llm_attempts("))
+    for call in re.finditer(r"^(llm_attempts\w*)\((.*?)\)\s*(?:#.*)?\n\s*(?:->|$)",
+                            readme.body + "\n", re.MULTILINE | re.DOTALL):
+        names = set(re.findall(r"(\w+)=", call.group(2)))
+        assert names <= tools[call.group(1)], (call.group(1), names - tools[call.group(1)])
+    doc = [b for b in blocks() if b.file == "docs/attempts.md"]
+    call = json.loads(next(b for b in doc if b.first.startswith('{"prompt"')).body)
+    assert set(call) <= tools["llm_attempts"]
+    row_text = next(b for b in doc if b.first.startswith('{"job_id"')).body
+    row = json.loads(row_text.replace('"b9261272-..."', '"b9261272"'))
+    status_doc = (REPO / "docs/tools.md").read_text(encoding="utf-8").split(
+        "## llm_attempts_status", 1)[1].split("## llm_attempts_pick", 1)[0]
+    for key in [*row, *row["changes"], *row["check"]]:
+        assert f"`{key}`" in status_doc, key
+    table = next(b for b in doc if b.lang == "text" and b.first.startswith("group "))
+    ranks = {"check passed": 1, "check failed": 3, "no check (no_changes)": 4}
+    lines = table.body.splitlines()[1:-1]
+    for line in lines:
+        match = re.fullmatch(r"  (\d)  \S+  \w+\s+completed \+\d+/-\d+ in \d+ files  (.+)", line)
+        assert match is not None, line
+        shown = re.sub(r" \(\d+\)$", "", match.group(2))
+        assert int(match.group(1)) == ranks[shown], line
+

@@ -144,7 +144,7 @@ def example_keys() -> dict[str, set[str]]:
 
 def test_the_model_walk_finds_every_section() -> None:
     assert set(model_sections()) == {"persistence", "lease", "limits", "http", "worktrees",
-                                     "logging", "worker",
+                                     "logging", "worker", "attempts",
                                      "providers.<name>", "api_providers.<name>", "budgets",
                                      "budgets.providers.<name>"}
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from gateway import platform, proc
 from gateway.cli import (
+    attempts,
     config_show,
     dashboard,
     doctor,
@@ -84,6 +85,7 @@ def stdio_hint() -> str:
 # Each adds its commands (`add_parsers`), in the order `--help` lists them, after serve and
 # init (this module's).
 COMMAND_MODULES = (doctor, run, instances, usage, finalize, jobs, worktrees, dashboard, worker,
+                   attempts,
                    config_show)
 
 

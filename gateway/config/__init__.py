@@ -332,6 +332,16 @@ class BudgetsConfig(_Section):
     providers: dict[str, ProviderBudgetConfig] = Field(default_factory=dict)
 
 
+class AttemptsConfig(_Section):
+    """`[attempts]`: best-of-N groups (issue 39; docs/attempts.md)."""
+
+    max_attempts: int = count(8, least=2)  # attempts in one group, all targets together
+    # The check a group runs in each attempt's worktree when the call names none (an argv,
+    # never a shell string); empty: no check unless the call gives one.
+    check: list[str] = Field(default_factory=list)
+    judge_max_diff_bytes: int = Field(default=32 * 1024, ge=1024, le=1024 * 1024)
+
+
 def _default_providers() -> dict[str, ProviderConfig]:
     return {name: ProviderConfig() for name in PROVIDER_NAMES}
 
@@ -349,6 +359,7 @@ class Settings(_Section):
     api_providers: dict[str, ApiProviderConfig] = Field(default_factory=dict)
     budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
+    attempts: AttemptsConfig = Field(default_factory=AttemptsConfig)
 
     @model_validator(mode="after")
     def _known_providers(self) -> Settings:

@@ -107,7 +107,7 @@ class JobDriver:
             # Shutting down: a queued job stays queued (detach releases it) or is failed; one
             # inserted running, unlaunched, is re-queued by the next gateway (no claim).
             return
-        # Inserted running (manager._ready_to_run: its attempt dir made first), the insert was
+        # Inserted running (manager.ready_to_run: its attempt dir made first), the insert was
         # its transition; a queued row is marked now.
         if job.row.status is not JobStatus.RUNNING and not await self._mark_for_launch(job):
             return

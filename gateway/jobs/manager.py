@@ -145,7 +145,7 @@ class JobManager:
             request_json=stored_request(target.normalized, request.timeout_s,
                                         target.worktree.as_dict() if target.worktree else None),
             forced=request.force_refresh, reservations=target.reservations,
-            principal=request.principal, running=self._ready_to_run(job_id, target, ticket),
+            principal=request.principal, running=self.ready_to_run(job_id, target, ticket),
         )
         return await self._insert_and_start(new, target, ticket, request)
 
@@ -194,7 +194,7 @@ class JobManager:
                  provider=provider, runs_on=runs_on)
         return Submission(row, False)
 
-    def _ready_to_run(self, job_id: str, target: Target, ticket: Ticket) -> bool:
+    def ready_to_run(self, job_id: str, target: Target, ticket: Ticket) -> bool:
         """Whether the job is inserted `running`: a run with a free slot now, whose first
         attempt dir is made first (drive.py makes it before the queued -> running CAS
         otherwise; without it nothing would prove that the run never started). One write
@@ -208,8 +208,8 @@ class JobManager:
             return False
         return True
 
-    def _discard_unused_run_dir(self, new: NewJob) -> None:
-        """The first attempt dir `_ready_to_run` made, for a job that was not inserted."""
+    def discard_unused_run_dir(self, new: NewJob) -> None:
+        """The first attempt dir `ready_to_run` made, for a job that was not inserted."""
         if new.running:
             spool.discard_run_dir(spool.first_run_dir(self.spool_root, new.id))
 
@@ -221,7 +221,7 @@ class JobManager:
             # Another caller (maybe another instance) won the race for this request key:
             # exactly one run, and this caller gets that job.
             ticket.release()
-            self._discard_unused_run_dir(new)
+            self.discard_unused_run_dir(new)
             existing = await self.store.get_job(dup.existing_id) if dup.existing_id else None
             if existing is None:
                 existing = await self._find_reusable(new.request_key)
@@ -243,7 +243,7 @@ class JobManager:
                                f"it.") from None
         except BaseException:
             ticket.release()  # fail closed: the permit goes back and nothing runs
-            self._discard_unused_run_dir(new)
+            self.discard_unused_run_dir(new)
             raise
         return self.start_local(row, target, ticket, request)
 
@@ -330,7 +330,7 @@ class JobManager:
             except StoreUnavailable:
                 await asyncio.sleep(next(waits))
         if row is None:
-            self._discard_unused_run_dir(new)  # it was not stored: nothing will run in it
+            self.discard_unused_run_dir(new)  # it was not stored: nothing will run in it
             return
         if (row.owner_instance != self.instance_id
                 or row.status not in (JobStatus.QUEUED, JobStatus.RUNNING)):

@@ -40,7 +40,7 @@ def change_tools(state: _State) -> list[tuple[str, ToolBody, ToolAnnotations]]:
     async def llm_job_changes(
         job_id: JOB_ID,
         action: Annotated[Literal["diff", "apply", "discard"], Field(
-            description="apply: into working_dir")] = "diff",
+            description="apply: to working_dir")] = "diff",
         format: Annotated[Literal["stat", "patch"], Field(description="diff's")] = "stat",
         offset: Annotated[int, Field(ge=0, le=MAX_OUTPUT_BYTES_BOUND,
                                      description="next_offset")] = 0,

@@ -58,7 +58,7 @@ class JobTools:
         self.state = state
 
     async def llm_job_status(self, job_id: JOB_ID) -> CallToolResult:
-        """A job's status, exit code, error and output size (any gateway's)."""
+        """A job's status, exit code, error, output size."""
         reads = await self.state.reads()
         row = owned(self.state.principal, await reads.get(job_id))
         text = describe_status(row)
@@ -68,10 +68,10 @@ class JobTools:
         self,
         job_id: JOB_ID,
         offset: Annotated[int, Field(ge=0, le=MAX_OUTPUT_BYTES_BOUND, description=(
-            "The previous page's next_offset."))] = 0,
+            "next_offset"))] = 0,
         max_bytes: Annotated[int, Field(ge=1, le=MAX_RESULT_PAGE_BYTES, description=(
-            "Page size in bytes."))] = DEFAULT_RESULT_PAGE_BYTES,
-        raw: Annotated[bool, Field(description="Stdout instead of the answer.")] = False,
+            "Bytes"))] = DEFAULT_RESULT_PAGE_BYTES,
+        raw: Annotated[bool, Field(description="Stdout, not the answer.")] = False,
     ) -> CallToolResult:
         """A page of a job's answer (raw: its stdout), also while it runs; repeat with
         offset=next_offset until null."""
@@ -135,9 +135,9 @@ class JobTools:
         job_id: JOB_ID,
         ctx: Context,
         timeout_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S, description=(
-            "Seconds at most (returns when it ends)."))] = DEFAULT_WAIT_S,
+            "Seconds at most."))] = DEFAULT_WAIT_S,
     ) -> CallToolResult:
-        """Wait up to timeout_s for a job to end; call again while done is false."""
+        """Wait up to timeout_s for a job to end; repeat while done is false."""
         progress = Progress(ctx)
         reads = await self.state.reads()
 
@@ -162,8 +162,7 @@ class JobTools:
                                   "timed_out", "orphaned"] | None,
                           Field(description="Only this status.")] = None,
         provider: Annotated[str | None, Field(description="Only this provider's.")] = None,
-        limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="At most this many "
-                                    "jobs.")] = DEFAULT_LIST_LIMIT,
+        limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="At most.")] = DEFAULT_LIST_LIMIT,
     ) -> CallToolResult:
         """Recent jobs, newest first."""
         rows = await visible_jobs(await self.state.reads(), self.state.principal, status=status,
@@ -177,7 +176,7 @@ class JobTools:
         self,
         provider: Annotated[str | None, Field(description="Only this provider.")] = None,
     ) -> CallToolResult:
-        """Each provider's known model names and its default."""
+        """Each provider's models and default."""
         settings = self.state.settings
         catalog: dict[str, Any] = {}
         for name, config in settings.providers.items():
@@ -203,8 +202,7 @@ class JobTools:
         return ok("\n".join(lines), {"providers": catalog})
 
     async def gateway_status(self) -> CallToolResult:
-        """Readiness (or what is broken, and the fix), jobs, limits, the store, and where
-        each CLI is."""
+        """Readiness or the problem and fix; jobs, limits, store, CLIs."""
         # providers/http/: not loaded before tools/list is answered.
         from providers.http.request import redact_url  # deferred: start-up
 

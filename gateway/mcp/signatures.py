@@ -62,22 +62,22 @@ def cli_common_params(default_timeout_s: float, provider: str,
     the rest)."""
     return [
         Param("prompt", annotated(str, Field(
-            description="The task (data, never flags)."))),
+            description="The task (data, not flags)."))),
         Param("model", annotated(str | None, Field(
-            min_length=1, description="Model or alias (list_models).")), None),
+            min_length=1, description="See list_models.")), None),
         Param("working_dir", annotated(str | None, Field(
-            description="Absolute path to work in.")), None),
+            description="Absolute dir.")), None),
         Param("session_id", annotated(str | None, Field(
-            min_length=1, description="session_id of an answer to resume.")), None),
+            min_length=1, description="An answer's, to resume.")), None),
         Param("timeout_s", annotated(float | None, Field(
-            gt=0, le=MAX_TIMEOUT_S, description=f"Seconds until killed (default "
+            gt=0, le=MAX_TIMEOUT_S, description=f"Wall clock s (default "
                               f"{default_timeout_s:g}).")), None),
         Param("force_refresh", annotated(bool, Field(
-            description="Don't reuse an identical job.")), False),
+            description="Never reuse a job.")), False),
         Param("isolation", annotated(Literal["none", "worktree"] | None, Field(
-            description="worktree: own git worktree")), None),
+            description="worktree: its own")), None),
         Param("base_ref", annotated(str | None, Field(
-            min_length=1, description="Its start (HEAD)")), None),
+            min_length=1, description="Start (HEAD)")), None),
         # Lean: every byte is in each model's context (docs/tools.md has the rest).
         *([Param("max_cost_usd", annotated(float | None, Field(
             gt=0, le=MAX_USD, description="USD cap")), None)]

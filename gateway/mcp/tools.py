@@ -318,9 +318,11 @@ def build_job_tools(state: ServerState) -> list[Tool]:
     """The llm_job_* tools, list_models and gateway_status, always listed."""
     tools = []
     # Built at the first tools/list: not loaded before initialize is answered.
+    from gateway.mcp.attempt_tools import attempt_tools  # deferred: start-up
     from gateway.mcp.usage_tools import usage_tools  # deferred: start-up
 
-    for name, body, hints in [*JobTools(state).tools(), *usage_tools(state)]:
+    for name, body, hints in [*JobTools(state).tools(), *usage_tools(state),
+                              *attempt_tools(state)]:
         # One line: a docstring's indentation is bytes in every model's context.
         description = " ".join((body.__doc__ or "").split())
         wrapped = guarded(name, body)

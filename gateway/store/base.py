@@ -26,6 +26,14 @@ from gateway.model import (
     OutputFile,
     Progress,
 )
+from gateway.store.attempts import (
+    AttemptGroupRow,
+    AttemptRow,
+    CheckResult,
+    GroupEnd,
+    GroupStatus,
+    NewAttemptGroup,
+)
 from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 
 # 2: SQLite keeps `output` last in the row; 3: `requeued_at`; 4: `principal` (who made the
@@ -34,8 +42,9 @@ from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 # version that may write the store: store/compat.py) and the instances' renewal wait; 8:
 # `sweeps` (one sweeper per interval) and, on PostgreSQL, fillfactor and the jobs_notify trigger.
 # 11: worker hosts: `jobs.runs_on`, `claimed_at`, `unschedulable_reason` and
-# `gateway_instances.capabilities` (9 and 10 are other branches' of this release).
-SCHEMA_VERSION = 11
+# `gateway_instances.capabilities`;
+# 12: `attempt_groups` and `attempts` (best-of-N, issue 39: store/attempts.py).
+SCHEMA_VERSION = 12
 
 # The reaper reads at most this many candidates per sweep (oldest lease first; the rest are
 # read by the next sweep): a sweep's cost is bounded whatever happened to the table.
@@ -551,8 +560,57 @@ class WorkerQueue(Protocol):
 
 
 @runtime_checkable
+class AttemptGroups(Protocol):
+    """Attempt groups (issue 39; store/attempts.py says the model): one admission of N jobs,
+    the check of each attempt claimed and recorded once, the group's end and its pick."""
+
+    async def insert_attempt_group(self, group: NewAttemptGroup, jobs: Sequence[NewJob],
+                                   ttl_s: float) -> AttemptGroupRow:
+        """Admit a whole group in one transaction: its row (status running), its jobs (as
+        insert_job, in order: the ordinal of each attempt is its index), each job's budget
+        reservations and one attempt row per job (check pending). All of it or nothing:
+        BudgetExceeded when one reservation does not fit, DuplicateActiveGroup when a
+        running group holds `group.dedup_key` (the partial unique index decides the race),
+        DuplicateActiveJob when a job's request key is taken (a caller's bug: attempt jobs
+        carry keys of their own)."""
+
+    async def find_attempt_group(self, dedup_key: str,
+                                 dedup_window_s: float) -> AttemptGroupRow | None:
+        """The group an identical call joins: the running one with that key (any age), or
+        the newest that ended `done` within dedup_window_s."""
+
+    async def get_attempt_group(self, group_id: str) -> AttemptGroupRow | None: ...
+
+    async def list_attempt_groups(self, *, principal: str | None = None,
+                                  status: GroupStatus | None = None,
+                                  limit: int = 50) -> list[AttemptGroupRow]:
+        """Newest first; `principal`: only the groups it made; `status`: only those in it
+        (the coordinator's sweep reads the running ones)."""
+
+    async def list_attempts(self, group_id: str) -> list[AttemptRow]:
+        """The group's attempts in submission order (ordinal)."""
+
+    async def get_attempt(self, job_id: str) -> AttemptRow | None:
+        """The attempt row of a job, None when the job is not an attempt."""
+
+    async def claim_check(self, job_id: str, claimer: str) -> bool:
+        """CAS check pending -> running, recording who runs it: True for exactly one
+        caller, ever (a check runs at most once)."""
+
+    async def skip_check(self, job_id: str, reason: str) -> bool:
+        """CAS check pending -> skipped with the reason it never runs."""
+
+    async def record_check(self, job_id: str, result: CheckResult) -> bool:
+        """CAS check running -> done with its result: the first write wins."""
+
+    async def end_attempt_group(self, end: GroupEnd) -> bool:
+        """CAS the group from one of `end.expected` to `end.status` (winner, judge: set
+        when given, kept otherwise). False: the group was not in an expected status."""
+
+
+@runtime_checkable
 class JobStore(StoreMeta, InstanceRows, JobRows, UsageLedger, SweepClaims, WorkerQueue,
-               Protocol):
+               AttemptGroups, Protocol):
     """Async persistence of jobs and gateway instances: all the roles above, which every
     backend (memory/, sqlite/, postgres/) implements. The roles say which part of the store
     a rule belongs to, so a new capability lands in one of them, not in one protocol of

@@ -352,7 +352,7 @@ def gateway(request: pytest.FixtureRequest, tmp_path: Path,
 # The tools every gateway lists whatever is installed (the request tools come per provider).
 JOB_TOOLS = {"llm_job_status", "llm_job_result", "llm_job_cancel", "llm_job_wait",
              "llm_job_list", "list_models", "gateway_status", "llm_job_changes",
-             "llm_usage"}
+             "llm_usage", "llm_attempts", "llm_attempts_status", "llm_attempts_pick"}
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -209,6 +209,33 @@ def apply(row: JobRow, hostname: str) -> dict[str, Any]:
             "branch_removed": plan.branch}
 
 
+def applies_cleanly(row: JobRow, hostname: str) -> bool | None:
+    """Whether `apply` would bring the job's changes into its checkout now, as apply itself
+    decides it (no clash with uncommitted work, `git apply --check`), changing nothing:
+    the evidence an attempt group's comparison shows. None: it cannot be told (not an
+    ended isolated job of this host, no branch, no changes, git failing)."""
+    try:
+        plan = _terminal_plan(row, hostname, "compare")
+        tip = _branch_tip(plan)
+        if tip is None:
+            return None
+        files = _paths(git(["diff", "--name-only", "--no-renames", "-z", plan.base_sha, tip,
+                            "--"], repository(plan.common_dir)))
+        if not files:
+            return None
+        if set(files) & _dirty_paths(plan.toplevel):
+            return False
+        patch = git(["diff", "--binary", "--full-index", "--no-renames", "--no-color",
+                     plan.base_sha, tip, "--"], repository(plan.common_dir))
+    except (GatewayError, GitError, OSError):
+        return None
+    try:
+        git(["apply", "--check", "--whitespace=nowarn", "-"], plan.toplevel, input_bytes=patch)
+    except GitError:
+        return False
+    return True
+
+
 def discard(row: JobRow, hostname: str) -> dict[str, Any]:
     """Remove the job's worktree and branch (its changes are gone)."""
     plan = _terminal_plan(row, hostname, "discard")

@@ -30,6 +30,14 @@ from gateway.model import (
     OutputFile,
     Progress,
 )
+from gateway.store.attempts import (
+    AttemptGroupRow,
+    AttemptRow,
+    CheckResult,
+    GroupEnd,
+    GroupStatus,
+    NewAttemptGroup,
+)
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
@@ -45,6 +53,7 @@ from gateway.store.base import (
     reaper_row,
     without_output,
 )
+from gateway.store.memory.attempts import MemoryAttempts
 from gateway.store.memory.usage import MemoryLedger
 from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 
@@ -66,6 +75,7 @@ class MemoryJobStore:
         # One lock for everything: each method is one "transaction".
         self._lock = anyio.Lock()
         self._sweeps: dict[str, tuple[float | None, int]] = {}  # task -> (last claim, runs)
+        self._groups = MemoryAttempts()  # attempt groups (attempts.py)
 
     async def open(self) -> None:
         """Nothing to connect to; present for the protocol."""
@@ -173,42 +183,46 @@ class MemoryJobStore:
 
     async def insert_job(self, job: NewJob, ttl_s: float) -> JobRow:
         async with self._lock:
-            if job.id in self._jobs:
-                raise ValueError(f"job id {job.id} already exists")
-            if not job.forced:
-                # Invariant: at most one active non-forced job per request_key.
-                for other in self._jobs.values():
-                    if (
-                        other.request_key == job.request_key
-                        and not other.forced
-                        and other.status in ACTIVE_STATUSES
-                    ):
-                        raise DuplicateActiveJob(other.id)
-            self._ledger.reserve(job.id, job.reservations, self.clock())  # first: may refuse
-            now = self._now()
-            row = JobRow(
-                id=job.id,
-                provider=job.provider,
-                status=JobStatus.RUNNING if job.running else JobStatus.QUEUED,
-                started_at=now if job.running else None,
-                request_key=job.request_key,
-                transport=job.transport,
-                correlation_id=job.correlation_id,
-                owner_instance=job.owner_instance,
-                lease_deadline=now + timedelta(seconds=ttl_s),
-                hostname=job.hostname,
-                working_dir=job.working_dir,
-                model=job.model,
-                session_id=job.session_id,
-                request_json=job.request_json,
-                principal=job.principal,
-                created_at=now,
-                updated_at=now,
-                forced=job.forced,
-                boot_id=job.boot_id,
-            )
-            self._jobs[job.id] = row
-            return replace(row)
+            return self._insert_job(job, ttl_s)
+
+    def _insert_job(self, job: NewJob, ttl_s: float) -> JobRow:
+        """One admission's writes, under the lock (insert_job; each job of a group)."""
+        if job.id in self._jobs:
+            raise ValueError(f"job id {job.id} already exists")
+        if not job.forced:
+            # Invariant: at most one active non-forced job per request_key.
+            for other in self._jobs.values():
+                if (
+                    other.request_key == job.request_key
+                    and not other.forced
+                    and other.status in ACTIVE_STATUSES
+                ):
+                    raise DuplicateActiveJob(other.id)
+        self._ledger.reserve(job.id, job.reservations, self.clock())  # first: may refuse
+        now = self._now()
+        row = JobRow(
+            id=job.id,
+            provider=job.provider,
+            status=JobStatus.RUNNING if job.running else JobStatus.QUEUED,
+            started_at=now if job.running else None,
+            request_key=job.request_key,
+            transport=job.transport,
+            correlation_id=job.correlation_id,
+            owner_instance=job.owner_instance,
+            lease_deadline=now + timedelta(seconds=ttl_s),
+            hostname=job.hostname,
+            working_dir=job.working_dir,
+            model=job.model,
+            session_id=job.session_id,
+            request_json=job.request_json,
+            principal=job.principal,
+            created_at=now,
+            updated_at=now,
+            forced=job.forced,
+            boot_id=job.boot_id,
+        )
+        self._jobs[job.id] = row
+        return replace(row)
 
     async def mark_running(self, job_id: str, owner_instance: str, ttl_s: float) -> bool:
         async with self._lock:
@@ -595,6 +609,65 @@ class MemoryJobStore:
             job.output_bytes, job.truncated = 0, False
             return without_output(job)
 
+    # -- attempt groups (issue 39) -----------------------------------------------------------
+    async def insert_attempt_group(self, group: NewAttemptGroup, jobs: Sequence[NewJob],
+                                   ttl_s: float) -> AttemptGroupRow:
+        async with self._lock:
+            # Invariant: the group, its N jobs and their reservations, or nothing: what
+            # the inserts below change is put back when one of them refuses.
+            jobs_before = dict(self._jobs)
+            ledger_before = self._ledger.snapshot()
+            try:
+                row = self._groups.insert(group, [job.id for job in jobs], self.clock())
+                for job in jobs:
+                    self._insert_job(job, ttl_s)
+            except BaseException:
+                self._jobs = jobs_before
+                self._ledger.restore(ledger_before)
+                self._groups.forget(group.group_id)
+                raise
+            return row
+
+    async def find_attempt_group(self, dedup_key: str,
+                                 dedup_window_s: float) -> AttemptGroupRow | None:
+        async with self._lock:
+            return self._groups.find(dedup_key, dedup_window_s, self.clock())
+
+    async def get_attempt_group(self, group_id: str) -> AttemptGroupRow | None:
+        async with self._lock:
+            return self._groups.get(group_id)
+
+    async def list_attempt_groups(self, *, principal: str | None = None,
+                                  status: GroupStatus | None = None,
+                                  limit: int = 50) -> list[AttemptGroupRow]:
+        async with self._lock:
+            return self._groups.newest(principal, status, limit)
+
+    async def list_attempts(self, group_id: str) -> list[AttemptRow]:
+        async with self._lock:
+            return self._groups.attempts_of(group_id)
+
+    async def get_attempt(self, job_id: str) -> AttemptRow | None:
+        async with self._lock:
+            return self._groups.attempt(job_id)
+
+    async def claim_check(self, job_id: str, claimer: str) -> bool:
+        async with self._lock:
+            return self._groups.claim_check(job_id, claimer, self.clock())
+
+    async def skip_check(self, job_id: str, reason: str) -> bool:
+        async with self._lock:
+            return self._groups.skip_check(job_id, reason, self.clock())
+
+    async def record_check(self, job_id: str, result: CheckResult) -> bool:
+        async with self._lock:
+            return self._groups.record_check(job_id, result, self.clock())
+
+    async def end_attempt_group(self, end: GroupEnd) -> bool:
+        async with self._lock:
+            return self._groups.end(end, self.clock())
+
+
 def _apply_completion(job: JobRow, completion: Completion) -> None:
     """Write a terminal outcome onto `job`; a pending cancel request turns it into cancelled."""
     # Read first (a file that cannot be read changes nothing); this store holds it anyway.
@@ -617,3 +690,4 @@ def _apply_completion(job: JobRow, completion: Completion) -> None:
     job.output_bytes = completion.output_bytes
     job.truncated = completion.truncated
     job.result_json = completion.result_json
+

@@ -58,6 +58,15 @@ class MemoryLedger:
             self.reservations.setdefault(job_id, []).append(
                 _Held(held.budget, key[1], held.unit, held.amount))
 
+    def snapshot(self) -> tuple[dict[tuple[str, str], BudgetWindow], dict[str, list[_Held]]]:
+        """The budgets' state, for a caller that must undo several reserve() calls (a
+        group's admission is all its jobs' reservations or none)."""
+        return dict(self.windows), {job: list(held) for job, held in self.reservations.items()}
+
+    def restore(self, state: tuple[dict[tuple[str, str], BudgetWindow],
+                                   dict[str, list[_Held]]]) -> None:
+        self.windows, self.reservations = dict(state[0]), dict(state[1])
+
     def _settle(self, held: list[_Held], usage: UsageFigures | None) -> None:
         for one in held:
             key = (one.budget, one.window_start)

@@ -19,6 +19,7 @@ from gateway.store.base import (
 )
 from gateway.store.owner_columns import INSTANCE_COLUMN_LIST, OWNER_COLUMN_LIST
 from gateway.store.postgres import workers as postgres_workers
+from gateway.store.postgres.attempts import ATTEMPTS_SCHEMA
 from gateway.store.postgres.meta import SCHEMA_V7
 from gateway.store.postgres.notices import NOTIFY_SCHEMA
 from gateway.store.postgres.sweeps import SWEEPS_SCHEMA
@@ -146,7 +147,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     # v8: one sweeper per interval and fillfactor (sweeps.py), notices of status
     # and cancel changes (notices.py).
     (8, (*SWEEPS_SCHEMA, *NOTIFY_SCHEMA)),
-    (11, SCHEMA_V11))  # worker hosts (workers.py)
+    (11, SCHEMA_V11),  # worker hosts (workers.py)
+    (12, ATTEMPTS_SCHEMA))  # attempt groups (attempts.py)
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------

@@ -42,6 +42,15 @@ from gateway.model import (
     OutputFile,
     Progress,
 )
+from gateway.store.attempts import (
+    AttemptGroupRow,
+    AttemptRow,
+    CheckResult,
+    DuplicateActiveGroup,
+    GroupEnd,
+    GroupStatus,
+    NewAttemptGroup,
+)
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
@@ -60,6 +69,7 @@ from gateway.store.base import (
     without_output,
 )
 from gateway.store.owner_columns import owner_fields
+from gateway.store.postgres import attempts as postgres_attempts
 from gateway.store.postgres import meta as postgres_meta
 from gateway.store.postgres import sweeps as postgres_sweeps
 from gateway.store.postgres import usage as postgres_usage
@@ -148,6 +158,29 @@ def _savepoint(conn: asyncpg.Connection) -> AbstractAsyncContextManager[object]:
     transaction (always, behind PgBouncer) a savepoint, so the failure does not abort the
     rest; outside one, nothing (the statement is its own transaction)."""
     return conn.transaction() if conn.is_in_transaction() else nullcontext()
+
+
+async def _insert_job(conn: asyncpg.Connection, job: NewJob, ttl_s: float) -> JobRow:
+    """One admission's writes on `conn` (insert_job; each job of insert_attempt_group)."""
+    # Invariant: the job and its budget reservations commit together or not at all
+    # (BudgetExceeded rolls the insert back): postgres_usage.RESERVE_BUDGET.
+    try:
+        async with _savepoint(conn):
+            row = await conn.fetchrow(
+                INSERT_JOB,
+                job.id, job.provider, job.request_key, job.transport,
+                job.correlation_id, job.owner_instance, float(ttl_s), job.hostname,
+                job.working_dir, job.model, job.session_id, job.request_json,
+                job.forced, job.boot_id, job.principal, job.running, job.runs_on,
+            )
+            await postgres_usage.reserve(conn, job.id, job.reservations)
+    except asyncpg.UniqueViolationError as exc:
+        if exc.constraint_name != ACTIVE_INDEX_NAME:
+            raise ValueError(f"job id {job.id} already exists") from None
+        existing = await conn.fetchval(FIND_ACTIVE_BY_KEY, job.request_key)
+        raise DuplicateActiveJob(existing) from None
+    assert row is not None  # INSERT ... RETURNING always returns the row it inserted
+    return _job(row)
 
 
 def _job(row: asyncpg.Record) -> JobRow:
@@ -364,27 +397,9 @@ class PostgresJobStore:
     async def insert_job(self, job: NewJob, ttl_s: float) -> JobRow:
         """Insert a queued (or running) row; DuplicateActiveJob if an active twin exists,
         ValueError if the id is taken."""
-        # Invariant: the job and its budget reservations commit together or not at all
-        # (BudgetExceeded rolls the insert back): postgres_usage.RESERVE_BUDGET.
         scope = self._transaction if job.reservations else self._connection
         async with scope("insert job") as conn:
-            try:
-                async with _savepoint(conn):
-                    row = await conn.fetchrow(
-                        INSERT_JOB,
-                        job.id, job.provider, job.request_key, job.transport,
-                        job.correlation_id, job.owner_instance, float(ttl_s), job.hostname,
-                        job.working_dir, job.model, job.session_id, job.request_json,
-                        job.forced, job.boot_id, job.principal, job.running, job.runs_on,
-                    )
-                    await postgres_usage.reserve(conn, job.id, job.reservations)
-            except asyncpg.UniqueViolationError as exc:
-                if exc.constraint_name != ACTIVE_INDEX_NAME:
-                    raise ValueError(f"job id {job.id} already exists") from None
-                existing = await conn.fetchval(FIND_ACTIVE_BY_KEY, job.request_key)
-                raise DuplicateActiveJob(existing) from None
-        assert row is not None  # INSERT ... RETURNING always returns the row it inserted
-        return _job(row)
+            return await _insert_job(conn, job, ttl_s)
 
     async def mark_running(self, job_id: str, owner_instance: str, ttl_s: float) -> bool:
         async with self._connection("mark running", patience_s=WORK_PATIENCE_S) as conn:
@@ -632,6 +647,78 @@ class PostgresJobStore:
 
     async def requeue_job(self, take: TakeOver) -> JobRow | None:
         return await self._take_over("requeue job", REQUEUE_JOB, take, take.requeue_reasons)
+
+
+    # -- attempt groups (issue 39) -----------------------------------------------------------
+    async def insert_attempt_group(self, group: NewAttemptGroup, jobs: Sequence[NewJob],
+                                   ttl_s: float) -> AttemptGroupRow:
+        # Invariant: the group, its N jobs and their reservations commit together or not
+        # at all: any refusal below raises out of the transaction, which rolls back.
+        async with self._transaction("insert attempt group") as conn:
+            try:
+                async with _savepoint(conn):
+                    row = await postgres_attempts.insert_group(
+                        conn, group, [job.id for job in jobs])
+            except asyncpg.UniqueViolationError as exc:
+                if not postgres_attempts.duplicate(exc):
+                    raise ValueError(f"group id {group.group_id} already exists") from None
+                raise DuplicateActiveGroup(
+                    await postgres_attempts.running_group_id(conn, group.dedup_key)) from None
+            for job in jobs:
+                await _insert_job(conn, job, ttl_s)
+            return row
+
+    async def find_attempt_group(self, dedup_key: str,
+                                 dedup_window_s: float) -> AttemptGroupRow | None:
+        async with self._connection("find attempt group") as conn:
+            row = await conn.fetchrow(postgres_attempts.FIND_GROUP, dedup_key,
+                                      float(dedup_window_s))
+        return postgres_attempts.group_row(row) if row is not None else None
+
+    async def get_attempt_group(self, group_id: str) -> AttemptGroupRow | None:
+        async with self._connection("get attempt group") as conn:
+            row = await conn.fetchrow(postgres_attempts.GET_GROUP, group_id)
+        return postgres_attempts.group_row(row) if row is not None else None
+
+    async def list_attempt_groups(self, *, principal: str | None = None,
+                                  status: GroupStatus | None = None,
+                                  limit: int = 50) -> list[AttemptGroupRow]:
+        async with self._connection("list attempt groups") as conn:
+            rows = await conn.fetch(postgres_attempts.LIST_GROUPS, principal, limit,
+                                    None if status is None else status.value)
+        return [postgres_attempts.group_row(row) for row in rows]
+
+    async def list_attempts(self, group_id: str) -> list[AttemptRow]:
+        async with self._connection("list attempts") as conn:
+            rows = await conn.fetch(postgres_attempts.LIST_ATTEMPTS, group_id)
+        return [postgres_attempts.attempt_row(row) for row in rows]
+
+    async def get_attempt(self, job_id: str) -> AttemptRow | None:
+        async with self._connection("get attempt") as conn:
+            row = await conn.fetchrow(postgres_attempts.GET_ATTEMPT, job_id)
+        return postgres_attempts.attempt_row(row) if row is not None else None
+
+    async def claim_check(self, job_id: str, claimer: str) -> bool:
+        async with self._connection("claim check", patience_s=WORK_PATIENCE_S) as conn:
+            status = await conn.execute(postgres_attempts.CLAIM_CHECK, job_id, claimer)
+        return _status_count(status) == 1
+
+    async def skip_check(self, job_id: str, reason: str) -> bool:
+        async with self._connection("skip check", patience_s=WORK_PATIENCE_S) as conn:
+            status = await conn.execute(postgres_attempts.SKIP_CHECK, job_id, reason)
+        return _status_count(status) == 1
+
+    async def record_check(self, job_id: str, result: CheckResult) -> bool:
+        async with self._connection("record check", patience_s=WORK_PATIENCE_S) as conn:
+            status = await conn.execute(postgres_attempts.RECORD_CHECK,
+                                        *postgres_attempts.record_args(job_id, result))
+        return _status_count(status) == 1
+
+    async def end_attempt_group(self, end: GroupEnd) -> bool:
+        async with self._connection("end attempt group", patience_s=WORK_PATIENCE_S) as conn:
+            status = await conn.execute(postgres_attempts.END_GROUP,
+                                        *postgres_attempts.end_args(end))
+        return _status_count(status) == 1
 
 
 def _candidate(row: asyncpg.Record) -> AdoptionCandidate:

@@ -41,6 +41,14 @@ from gateway.model import (
     NewJob,
     Progress,
 )
+from gateway.store.attempts import (
+    AttemptGroupRow,
+    AttemptRow,
+    CheckResult,
+    GroupEnd,
+    GroupStatus,
+    NewAttemptGroup,
+)
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
@@ -56,6 +64,7 @@ from gateway.store.base import (
     like_prefix,
     output_to_bind,
 )
+from gateway.store.sqlite import attempts as sqlite_attempts
 from gateway.store.sqlite import meta as sqlite_meta
 from gateway.store.sqlite import sweeps as sqlite_sweeps
 from gateway.store.sqlite import usage as sqlite_usage
@@ -141,6 +150,32 @@ def _store_errors(action: str) -> Iterator[None]:
         unavailable = StoreFull if exc.errno == errno.ENOSPC else StoreUnavailable
         raise unavailable(f"sqlite store: {action} failed: {exc.strerror or exc}") from exc
 
+
+
+def _insert_job(db: sqlite3.Connection, job: NewJob, ttl_s: float, now: float) -> JobRow:
+    """One admission's writes, inside the caller's transaction: the row and its budget
+    reservations (insert_job; each job of insert_attempt_group)."""
+    params = {
+        "id": job.id, "provider": job.provider, "request_key": job.request_key,
+        "transport": job.transport, "correlation_id": job.correlation_id,
+        "owner_instance": job.owner_instance, "hostname": job.hostname,
+        "working_dir": job.working_dir, "model": job.model,
+        "session_id": job.session_id, "request_json": job.request_json,
+        "forced": job.forced, "boot_id": job.boot_id, "ttl_s": ttl_s,
+        "principal": job.principal, "running": job.running, "now": now,
+    }
+    try:
+        rows = db.execute(INSERT_JOB, params).fetchall()
+    except sqlite3.IntegrityError as exc:
+        raise ValueError(f"job id {job.id} already exists") from exc
+    if rows:
+        # Invariant: the job and its budget reservations commit together or not at
+        # all (BudgetExceeded rolls the insert back): sqlite_usage.RESERVE_BUDGET.
+        sqlite_usage.reserve(db, job.id, job.reservations, now)
+        return _job(rows[0])
+    # The winner of the race, read in the same transaction (rolled back: no change).
+    existing = db.execute(FIND_ACTIVE_BY_KEY, {"request_key": job.request_key}).fetchall()
+    raise DuplicateActiveJob(existing[0][0] if existing else None)
 
 
 class SqliteJobStore:
@@ -362,31 +397,8 @@ class SqliteJobStore:
         return rows[0] if rows else None
 
     async def insert_job(self, job: NewJob, ttl_s: float) -> JobRow:
-        params = {
-            "id": job.id, "provider": job.provider, "request_key": job.request_key,
-            "transport": job.transport, "correlation_id": job.correlation_id,
-            "owner_instance": job.owner_instance, "hostname": job.hostname,
-            "working_dir": job.working_dir, "model": job.model,
-            "session_id": job.session_id, "request_json": job.request_json,
-            "forced": job.forced, "boot_id": job.boot_id, "ttl_s": ttl_s,
-            "principal": job.principal, "running": job.running,
-        }
-
-        def insert(db: sqlite3.Connection, now: float) -> JobRow:
-            try:
-                rows = db.execute(INSERT_JOB, {**params, "now": now}).fetchall()
-            except sqlite3.IntegrityError as exc:
-                raise ValueError(f"job id {job.id} already exists") from exc
-            if rows:
-                # Invariant: the job and its budget reservations commit together or not at
-                # all (BudgetExceeded rolls the insert back): sqlite_usage.RESERVE_BUDGET.
-                sqlite_usage.reserve(db, job.id, job.reservations, now)
-                return _job(rows[0])
-            # The winner of the race, read in the same transaction (rolled back: no change).
-            existing = db.execute(FIND_ACTIVE_BY_KEY, {"request_key": job.request_key}).fetchall()
-            raise DuplicateActiveJob(existing[0][0] if existing else None)
-
-        return await self._transaction("insert_job", insert)
+        return await self._transaction(
+            "insert_job", lambda db, now: _insert_job(db, job, ttl_s, now))
 
     async def mark_running(self, job_id: str, owner_instance: str, ttl_s: float) -> bool:
         params = {"job_id": job_id, "owner_instance": owner_instance, "ttl_s": ttl_s}
@@ -620,3 +632,63 @@ class SqliteJobStore:
 
     async def requeue_job(self, take: TakeOver) -> JobRow | None:
         return await self._take_over("requeue_job", REQUEUE_JOB, take)
+
+    # -- attempt groups (issue 39) -----------------------------------------------------------
+    async def insert_attempt_group(self, group: NewAttemptGroup, jobs: Sequence[NewJob],
+                                   ttl_s: float) -> AttemptGroupRow:
+        def admit(db: sqlite3.Connection, now: float) -> AttemptGroupRow:
+            # Invariant: the group, its N jobs and their reservations commit together or
+            # not at all: any refusal below raises, and _transaction rolls everything back.
+            row = sqlite_attempts.insert_group(db, group, [job.id for job in jobs], now)
+            for job in jobs:
+                _insert_job(db, job, ttl_s, now)
+            return row
+
+        return await self._transaction("insert_attempt_group", admit)
+
+    async def find_attempt_group(self, dedup_key: str,
+                                 dedup_window_s: float) -> AttemptGroupRow | None:
+        async with self._read("find_attempt_group") as conn:
+            rows = list(await conn.execute_fetchall(sqlite_attempts.FIND_GROUP, {
+                "dedup_key": dedup_key, "now": self.clock(), "window_s": dedup_window_s}))
+        return sqlite_attempts.group_row(rows[0]) if rows else None
+
+    async def get_attempt_group(self, group_id: str) -> AttemptGroupRow | None:
+        async with self._read("get_attempt_group") as conn:
+            rows = list(await conn.execute_fetchall(sqlite_attempts.GET_GROUP, (group_id,)))
+        return sqlite_attempts.group_row(rows[0]) if rows else None
+
+    async def list_attempt_groups(self, *, principal: str | None = None,
+                                  status: GroupStatus | None = None,
+                                  limit: int = 50) -> list[AttemptGroupRow]:
+        async with self._read("list_attempt_groups") as conn:
+            rows = await conn.execute_fetchall(sqlite_attempts.LIST_GROUPS, {
+                "principal": principal, "limit": limit,
+                "status": None if status is None else status.value})
+        return [sqlite_attempts.group_row(row) for row in rows]
+
+    async def list_attempts(self, group_id: str) -> list[AttemptRow]:
+        async with self._read("list_attempts") as conn:
+            rows = await conn.execute_fetchall(sqlite_attempts.LIST_ATTEMPTS, (group_id,))
+        return [sqlite_attempts.attempt_row(row) for row in rows]
+
+    async def get_attempt(self, job_id: str) -> AttemptRow | None:
+        async with self._read("get_attempt") as conn:
+            rows = list(await conn.execute_fetchall(sqlite_attempts.GET_ATTEMPT, (job_id,)))
+        return sqlite_attempts.attempt_row(rows[0]) if rows else None
+
+    async def claim_check(self, job_id: str, claimer: str) -> bool:
+        return await self._transaction("claim_check", lambda db, now: (
+            sqlite_attempts.claim_check(db, job_id, claimer, now)))
+
+    async def skip_check(self, job_id: str, reason: str) -> bool:
+        return await self._transaction("skip_check", lambda db, now: (
+            sqlite_attempts.skip_check(db, job_id, reason, now)))
+
+    async def record_check(self, job_id: str, result: CheckResult) -> bool:
+        return await self._transaction("record_check", lambda db, now: (
+            sqlite_attempts.record_check(db, job_id, result, now)))
+
+    async def end_attempt_group(self, end: GroupEnd) -> bool:
+        return await self._transaction("end_attempt_group", lambda db, now: (
+            sqlite_attempts.end_group(db, end, now)))
