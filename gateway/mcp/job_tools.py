@@ -37,6 +37,7 @@ DEFAULT_RESULT_PAGE_BYTES = 200_000  # one page of llm_job_result: comfortable i
 MAX_RESULT_PAGE_BYTES = 400_000
 DEFAULT_WAIT_S = 30.0  # llm_job_wait's default: well under the common 60 s tool timeout
 MAX_WAIT_S = 50.0  # llm_job_wait's bound: under the common 60 s client tool timeout
+MAX_WAIT_JOBS = 50  # llm_job_wait's job_ids: one wait task and one read each
 DEFAULT_LIST_LIMIT = 20
 MAX_LIST_LIMIT = 200
 # gateway_status waits this long for the store like any tool's first call (runtime.py
@@ -56,7 +57,7 @@ class JobTools:
         self.state = state
 
     async def llm_job_status(self, job_id: JOB_ID) -> CallToolResult:
-        """A job's status, exit code, error and output size (any gateway's)."""
+        """A job's status, exit code, error, output."""
         reads = await self.state.reads()
         row = owned(self.state.principal, await reads.get(job_id))
         text = describe_status(row)
@@ -72,7 +73,7 @@ class JobTools:
         raw: Annotated[bool, Field(description="Stdout instead of the answer.")] = False,
     ) -> CallToolResult:
         """A page of a job's answer (raw: its stdout), also while it runs; repeat with
-        offset=next_offset until null."""
+        next_offset until null."""
         reads = await self.state.reads()
         owned(self.state.principal, await reads.get(job_id))
         page = await reads.read_result(job_id, offset, max_bytes, raw)
@@ -107,7 +108,7 @@ class JobTools:
         return ok(f"{page.output}\n\n[{message}]" if page.output else message, data)
 
     async def llm_job_cancel(self, job_id: JOB_ID) -> CallToolResult:
-        """Stop a job wherever it runs (another gateway's within seconds)."""
+        """Stop a job wherever it runs (in seconds)."""
         manager = await self.state.manager()
         owned(self.state.principal, await manager.reads.get(job_id))
         outcome = await manager.cancel(job_id)
@@ -130,12 +131,25 @@ class JobTools:
 
     async def llm_job_wait(
         self,
-        job_id: JOB_ID,
         ctx: Context,
+        job_id: Annotated[str | None, Field(description="The job's id.")] = None,
+        job_ids: Annotated[list[str] | None, Field(description="Or these.")] = None,
+        mode: Annotated[Literal["any", "all"], Field(description="For job_ids.")] = "any",
         timeout_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S, description=(
-            "Seconds at most (returns when it ends)."))] = DEFAULT_WAIT_S,
+            "Seconds at most."))] = DEFAULT_WAIT_S,
     ) -> CallToolResult:
-        """Wait up to timeout_s for a job to end; call again while done is false."""
+        """Wait for job_id or any/all of job_ids to end; repeat until done."""
+        if (job_id is None) == (job_ids is None):
+            raise GatewayError(ErrorKind.INVALID_INPUT,
+                               "Give job_id (one job) or job_ids (several, with mode "
+                               "\"any\" or \"all\"), not both and not neither.")
+        if job_ids is not None:
+            if not 0 < len(job_ids) <= MAX_WAIT_JOBS:
+                raise GatewayError(ErrorKind.INVALID_INPUT,
+                                   f"job_ids takes 1 to {MAX_WAIT_JOBS} ids; wait on fewer "
+                                   f"at a time.")
+            return await self._wait_many(ctx, list(dict.fromkeys(job_ids)), mode, timeout_s)
+        assert job_id is not None
         progress = Progress(ctx)
         reads = await self.state.reads()
 
@@ -154,14 +168,44 @@ class JobTools:
         return ok(text, {**job_fields(row), "done": done, "message": text,
                          "next": follow_up(row)})
 
+    async def _wait_many(self, ctx: Context, job_ids: list[str], mode: str,
+                         timeout_s: float) -> CallToolResult:
+        """llm_job_wait over several jobs: `done` once any (or all) ended, whichever
+        gateway ended them; `ended` names the ended ones, `jobs` has each one's fields."""
+        progress = Progress(ctx)
+        reads = await self.state.reads()
+        seen = [owned(self.state.principal, await reads.get(one)) for one in job_ids]
+
+        async def on_progress(output_bytes: int, elapsed: float) -> None:
+            await progress.report(output_bytes, f"{len(job_ids)} jobs: still waiting after "
+                                                f"{elapsed:.0f} s")
+
+        rows = await reads.wait_many(seen, mode == "all", timeout_s, on_progress)
+        ended = [row.id for row in rows if row.status.is_terminal]
+        done = len(ended) == len(rows) if mode == "all" else bool(ended)
+        lines = [describe_status(row) for row in rows if row.status.is_terminal]
+        if done:
+            text = "\n".join(lines)
+        else:
+            text = "\n".join([f"{len(ended)} of {len(rows)} jobs ended after waiting "
+                              f"{timeout_s:g} s (mode {mode}); call llm_job_wait(job_ids=...) "
+                              f"again.", *lines])
+        waiting = [row.id for row in rows if row.status.is_active]
+        data = {"done": done, "mode": mode, "ended": ended, "waiting": waiting,
+                "jobs": [{**job_fields(row), "next": follow_up(row)} for row in rows],
+                "message": text,
+                "next": (next_call("llm_job_wait", "wait for the rest", job_ids=waiting,
+                                   mode=mode) if waiting and (mode == "all" or not done)
+                         else None)}
+        return ok(text, data)
+
     async def llm_job_list(
         self,
         status: Annotated[Literal["queued", "running", "completed", "failed", "cancelled",
                                   "timed_out", "orphaned"] | None,
                           Field(description="Only this status.")] = None,
         provider: Annotated[str | None, Field(description="Only this provider's.")] = None,
-        limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="At most this many "
-                                    "jobs.")] = DEFAULT_LIST_LIMIT,
+        limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="How many at most.")] = DEFAULT_LIST_LIMIT,
     ) -> CallToolResult:
         """Recent jobs, newest first."""
         rows = await visible_jobs(await self.state.reads(), self.state.principal, status=status,
@@ -175,7 +219,7 @@ class JobTools:
         self,
         provider: Annotated[str | None, Field(description="Only this provider.")] = None,
     ) -> CallToolResult:
-        """Each provider's known model names and its default."""
+        """Each provider's known models and default."""
         settings = self.state.settings
         catalog: dict[str, Any] = {}
         for name, config in settings.providers.items():
@@ -201,8 +245,7 @@ class JobTools:
         return ok("\n".join(lines), {"providers": catalog})
 
     async def gateway_status(self) -> CallToolResult:
-        """Readiness (or what is broken, and the fix), jobs, limits, the store, and where
-        each CLI is."""
+        """Readiness (or the problem, its fix), jobs, limits, store, CLIs."""
         # providers/http/: not loaded before tools/list is answered.
         from providers.http.request import redact_url  # deferred: start-up
 
