@@ -205,7 +205,8 @@ class JobTools:
                                   "timed_out", "orphaned"] | None,
                           Field(description="Only this status.")] = None,
         provider: Annotated[str | None, Field(description="Only this provider's.")] = None,
-        limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="How many at most.")] = DEFAULT_LIST_LIMIT,
+        limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT,
+                                    description="How many at most.")] = DEFAULT_LIST_LIMIT,
     ) -> CallToolResult:
         """Recent jobs, newest first."""
         rows = await visible_jobs(await self.state.reads(), self.state.principal, status=status,

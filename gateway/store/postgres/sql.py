@@ -20,6 +20,7 @@ from gateway.store.base import (
 from gateway.store.owner_columns import INSTANCE_COLUMN_LIST, OWNER_COLUMN_LIST
 from gateway.store.postgres.meta import SCHEMA_V7
 from gateway.store.postgres.notices import NOTIFY_SCHEMA
+from gateway.store.postgres.outbox import OUTBOX_SCHEMA
 from gateway.store.postgres.sweeps import SWEEPS_SCHEMA
 from gateway.store.postgres.usage import SCHEMA_V5
 
@@ -143,7 +144,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (7, SCHEMA_V7),  # the lowest writer and the renewal wait (meta.py)
     # v8: one sweeper per interval and fillfactor (sweeps.py), notices of status
     # and cancel changes (notices.py).
-    (8, (*SWEEPS_SCHEMA, *NOTIFY_SCHEMA)))
+    (8, (*SWEEPS_SCHEMA, *NOTIFY_SCHEMA)),
+    (10, OUTBOX_SCHEMA))  # completion notices (outbox.py); 9 is the attempts groups'
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------

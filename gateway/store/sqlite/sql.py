@@ -19,6 +19,7 @@ from gateway.store.base import (
 )
 from gateway.store.owner_columns import INSTANCE_COLUMN_LIST, OWNER_COLUMN_LIST
 from gateway.store.sqlite.meta import SCHEMA_V7
+from gateway.store.sqlite.outbox import OUTBOX_SCHEMA
 from gateway.store.sqlite.sweeps import SWEEPS_SCHEMA
 from gateway.store.sqlite.usage import SCHEMA_V5
 
@@ -182,7 +183,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (5, SCHEMA_V5),  # usage totals and budgets (usage.py)
     (6, _SCHEMA_V6),
     (7, SCHEMA_V7),  # the lowest writer and the renewal wait (meta.py)
-    (8, SWEEPS_SCHEMA))  # one sweeper per interval (sweeps.py)
+    (8, SWEEPS_SCHEMA),  # one sweeper per interval (sweeps.py)
+    (10, OUTBOX_SCHEMA))  # completion notices (outbox.py); 9 is the attempts groups'
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
