@@ -246,7 +246,8 @@ async def test_a_version_1_file_is_rebuilt_with_its_rows_and_indexes(db_path: Pa
     try:
         assert [r[1] for r in conn.execute("PRAGMA table_info(jobs)")][-1] == "output"
         assert sorted(r[0] for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")) == indexes
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL "
+            "AND tbl_name = 'jobs'")) == indexes
         leftover = conn.execute("SELECT name FROM sqlite_master WHERE name = 'jobs_v2'")
         assert leftover.fetchall() == []
     finally:
