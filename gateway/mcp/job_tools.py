@@ -7,6 +7,7 @@ annotation here is bytes in every calling model's context (tests/mcp/test_listin
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context
@@ -22,11 +23,14 @@ from gateway.mcp.progress import Progress
 from gateway.mcp.results import describe_status, follow_up, job_fields, next_call, ok
 from gateway.mcp.signatures import JOB_ID
 from gateway.model import ErrorKind, GatewayError, JobRow
+from gateway.store.base import StoreUnavailable
 from providers.registry import CLI_PROVIDERS
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from gateway.config import Settings
+    from gateway.jobs.manager import JobManager
     from gateway.mcp.server_state import ServerState
 
     ToolBody = Callable[..., Awaitable[CallToolResult]]
@@ -284,6 +288,7 @@ class JobTools:
             "store_problem": manager.store_problem if manager else None,
             "jobs": manager.snapshot() if manager else None,
             "budgets": await budget_status(settings, manager.store) if manager else None,
+            "notices": await _notices_status(settings, manager),
             "limits": settings.limits.model_dump(mode="json"),
             "lease": settings.lease.model_dump(mode="json"),
             "connections": gateway.connection_report() if gateway else None,
@@ -310,6 +315,15 @@ class JobTools:
         ]
 
 
+async def _notices_status(settings: Settings, manager: JobManager | None) -> dict[str, Any]:
+    """The `[notify]` sinks on and how many notices ended failed (None: store unreadable)."""
+    failed = None
+    if manager is not None:
+        with contextlib.suppress(StoreUnavailable):
+            failed = await manager.store.count_failed_notices()
+    return {"sinks": settings.notify.sinks, "failed": failed}
+
+
 def _when(row: JobRow) -> str:
     stamp = row.finished_at or row.started_at or row.created_at
     return stamp.isoformat(timespec="seconds") if stamp else ""
@@ -330,6 +344,10 @@ def _status_text(data: dict[str, Any]) -> str:
                      f"{jobs.get('running_by_provider')}, queued {jobs.get('queued_by_provider')}")
     if data["store_problem"]:
         lines.append(f"STORE PROBLEM: {data['store_problem']}")
+    notices = data.get("notices") or {}
+    if notices.get("failed"):
+        lines.append(f"NOTICES FAILED: {notices['failed']} completion notices could not be "
+                     f"delivered (`agent-cli-gateway notices --failed` lists them)")
     lines.extend(_connections_text(data.get("connections")))
     for name, info in data["providers"].items():
         if not info["enabled"]:
