@@ -30,6 +30,7 @@ from gateway.cli import (
     finalize,
     instances,
     jobs,
+    notices,
     run,
     usage,
     worktrees,
@@ -81,7 +82,8 @@ def stdio_hint() -> str:
 
 # Each adds its commands (`add_parsers`), in the order `--help` lists them, after serve and
 # init (this module's).
-COMMAND_MODULES = (doctor, run, instances, usage, finalize, jobs, worktrees, config_show)
+COMMAND_MODULES = (doctor, run, instances, notices, usage, finalize, jobs, worktrees,
+                   config_show)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ A notice's `id` is `<job id>:<status>`: stable, so a sink that sees it twice (at
 after a deliverer died mid-delivery) can deduplicate by it, and one job yields one notice
 (a second only when a row orphaned from another host is healed to its real outcome).
 
-Delivery, in the store's terms (the rules of when and where live in gateway/notify/):
+Delivery, in the store's terms (the rules of when and where live in gateway/jobs/notify/):
 `claim_notices` CASes a due, unclaimed (or lapsed) notice to one deliverer and counts the
 attempt; `record_notice_sink` marks one sink done under that claim (a retry skips it);
 `settle_notice` ends the claim: delivered, skipped (the `[notify]` filter), retry later, or
