@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from gateway.model import JobRow
+
 # What settle_notice may write: the first two end delivery (delivered_at), `failed` ends it
 # too (failed_at), `retry` gives the notice back for a later attempt.
 Settlement = Literal["delivered", "skipped", "retry", "failed"]
@@ -91,6 +93,18 @@ class Notice:
             why = f" ({self.error_kind or 'error'}: {first[0][:160]})" if first else (
                 f" ({self.error_kind})" if self.error_kind else "")
         return f"{self.provider} job {self.job_id[:8]} {self.status}{took}{cost}{why}"
+
+
+def notice_of(row: JobRow) -> Notice:
+    """The notice a terminal row makes, as ADD_NOTICES writes it (for a reader that has the
+    row in hand: a connected session is told from it without another store read)."""
+    began = row.started_at or row.created_at
+    duration = (max((row.finished_at - began).total_seconds(), 0.0)
+                if row.finished_at is not None and began is not None else None)
+    return Notice(id=f"{row.id}:{row.status}", job_id=row.id, provider=row.provider,
+                  status=str(row.status), error_kind=row.error_kind,
+                  error=row.error[:NOTICE_ERROR_CHARS] if row.error else None,
+                  duration_s=duration, created_at=row.finished_at)
 
 
 def _duration(seconds: float) -> str:
