@@ -146,6 +146,7 @@ from gateway.jobs.finalizer import ROLE as FINALIZER_ROLE  # noqa: E402
 from gateway.jobs.run.spool import TEMP_DIR_PREFIX, spool_root  # noqa: E402
 from gateway.model import JobRow, JobStatus  # noqa: E402
 from gateway.store import open_store  # noqa: E402
+from tests.fakes.fake_webhook import FakeWebhook  # noqa: E402
 from tests.jobs.conftest import FAKE_COMMANDS, FAKES_BIN, FAST_LEASE, FakeLog  # noqa: E402
 
 # -- knobs ---------------------------------------------------------------------------------
@@ -204,6 +205,11 @@ SETTLE_CAP_S = 600.0  # a hard bound on settling, however steadily the backlog d
 POLL_S = 0.1
 
 DEFAULT_JOBS = 150
+# Notices (--notify): the ends that are told, the command sink, and how long the audit waits
+# after settling for the last deliveries (a retry after a killed deliverer's claim lapses).
+NOTIFIED = frozenset({"completed", "failed", "timed_out", "orphaned"})
+NOTICE_SINK = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "notice_sink.py"
+NOTICE_SETTLE_S = 120.0
 DEFAULT_INSTANCES = 3
 DEFAULT_DURATION_S = 40.0
 
@@ -245,6 +251,10 @@ class ChaosOptions:
     # The load scenario (issue 23): no random chaos, one SIGKILL of one instance at this
     # share of the duration (it is restarted, like any killed slot). None: the chaos monkey.
     kill_once_at: float | None = None
+    # Completion notices (issue 40): a loopback webhook and a command sink on every gateway;
+    # the audit counts each notified job's deliveries per sink (none lost; duplicates only
+    # where a deliverer died mid-delivery, counted).
+    notify: bool = False
     # How many long-lived MCP sessions (Streamable HTTP) the driver holds with each instance
     # (the load scenario: 2 per gateway, so 2 gateways take 4 sessions), and the share of
     # calls made instead by a brand-new client of its own (0: only those sessions).
@@ -443,6 +453,11 @@ class ChaosReport:
     # gateway). Part of `ok` in the detach scenario; with on_shutdown = "stop" a SIGTERM's
     # drain fails running jobs by design, so it is only reported there.
     unfinished: int = 0
+    # Notices (with ChaosOptions.notify): notified jobs missing a delivery on a sink after
+    # settling (must be 0), and extra deliveries (same id twice: a deliverer died between a
+    # sink's acceptance and its record; allowed, counted).
+    notices_lost: int = 0
+    notices_duplicated: int = 0
     require_finished: bool = True
     info: dict[str, Any] = field(default_factory=dict)
     details: list[str] = field(default_factory=list)
@@ -455,7 +470,8 @@ class ChaosReport:
                 f"leftover_processes={self.leftover_processes} unfinished={self.unfinished} "
                 f"leftover_temp_cwds={self.leftover_temp_cwds} "
                 f"leftover_attempt_dirs={self.leftover_attempt_dirs} "
-                f"flapped={self.flapped} escapes={self.escapes}")
+                f"flapped={self.flapped} escapes={self.escapes} "
+                f"notices_lost={self.notices_lost} notices_duplicated={self.notices_duplicated}")
 
     def info_line(self) -> str:
         return "chaos-info: " + " ".join(f"{k}={v}" for k, v in self.info.items())
@@ -464,7 +480,7 @@ class ChaosReport:
     def ok(self) -> bool:
         return (self.lost == 0 and self.false_orphans == 0 and self.late_orphans == 0
                 and self.duplicate_runs == 0 and self.leftover_processes == 0
-                and self.flapped == 0 and self.escapes == 0
+                and self.flapped == 0 and self.escapes == 0 and self.notices_lost == 0
                 and not (self.require_finished and self.unfinished)
                 and not (self.require_finished
                          and self.leftover_temp_cwds + self.leftover_attempt_dirs)
@@ -753,6 +769,10 @@ class ChaosRun:
         self.watcher = ProcessWatcher(self.fake_log.path, self.tag)
         self.config_path = self.workdir / "config.toml"
         self.db_path = self.workdir / "state" / "jobs.db"
+        self.notice_log = self.workdir / "notices.jsonl"
+        self.webhook = FakeWebhook()  # started only with --notify
+        self.notice_counts = (0, 0)
+        self.notices_expected = 0
         self.tmp_dir = self.workdir / "tmp"
         self.lives: list[InstanceLife] = []
         self.slots: list[InstanceLife | None] = [None] * options.instances
@@ -819,6 +839,14 @@ class ChaosRun:
                        else {"enabled": False})
                 for name, binary in FAKE_COMMANDS.items()},
         }
+        if self.o.notify:
+            self.webhook = FakeWebhook()
+            self.webhook.start()
+            config["notify"] = {
+                "webhook_url": self.webhook.url, "min_duration_s": 0, "max_attempts": 50,
+                "timeout_s": 5, "on": ["completed", "failed", "timed_out", "orphaned"],
+                "command": [sys.executable, str(NOTICE_SINK), str(self.notice_log),
+                            "{id}"]}
         if self.o.tamper_worktrees:
             self.tamper = TamperScene.prepare(self.workdir)
             config["worktrees"] = {"root": str(self.workdir / "worktrees")}
@@ -1373,14 +1401,47 @@ class ChaosRun:
             # Every act has finished: stopped instances got SIGCONT, dead slots run again.
             chaos_end = time.time()
             await self.settle(settings)
+            if self.o.notify:
+                await self.settle_notices(settings)
             await self.shutdown()
             leftovers = await self.wait_fakes_gone()
             outer.cancel_scope.cancel()
         report = await self.audit(settings, leftovers)
+        if self.o.notify:
+            self.webhook.stop()
+            report.notices_lost, report.notices_duplicated = self.notice_counts
+            report.info["notices_expected"] = self.notices_expected
         report.info.update(self.tamper_info)
         report.info["chaos_s"] = round(chaos_end - self.t0, 1)
         report.info["settle_s"] = round(self.settle_s, 1)
         return report
+
+    async def settle_notices(self, settings: Settings) -> None:
+        """Wait (bounded) until every notice of a notified end is delivered to both sinks,
+        then count what is missing and what came twice."""
+        store = await open_store(settings)
+        try:
+            deadline = time.monotonic() + NOTICE_SETTLE_S
+            while True:
+                notices = await store.list_notices(limit=100_000)
+                wanted = {n.id for n in notices if n.status in NOTIFIED}
+                hooked = Counter(self.webhook.ids())
+                commanded = Counter(self.notice_log_ids())
+                missing = [i for i in wanted if not hooked[i] or not commanded[i]]
+                if not missing or time.monotonic() > deadline:
+                    break
+                await anyio.sleep(0.2)
+        finally:
+            await store.close()
+        self.notices_expected = len(wanted)
+        duplicated = sum(max(hooked[i] - 1, 0) + max(commanded[i] - 1, 0) for i in wanted)
+        self.notice_counts = (len(missing), duplicated)
+
+    def notice_log_ids(self) -> list[str]:
+        if not self.notice_log.exists():
+            return []
+        return [json.loads(line)["notice"]["id"]
+                for line in self.notice_log.read_text().splitlines() if line.strip()]
 
     def dump_timeline(self) -> None:
         """The driver's own record (instances, gaps, stalls, attempts) beside the logs, for
@@ -1733,6 +1794,8 @@ def main(argv: list[str] | None = None) -> int:
                              "long-lived sessions)")
     parser.add_argument("--tamper-worktrees", type=int, default=0,
                         help="jobs that run isolated and tamper with their worktree (#38)")
+    parser.add_argument("--notify", action="store_true",
+                        help="completion notices to a loopback webhook and a command sink")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, db)")
     args = parser.parse_args(argv)
 
@@ -1761,7 +1824,7 @@ def main(argv: list[str] | None = None) -> int:
                            kill_once_at=args.kill_once_at,
                            sessions_per_instance=args.sessions_per_instance,
                            fresh_session_fraction=args.fresh_clients,
-                           tamper_worktrees=args.tamper_worktrees)
+                           tamper_worktrees=args.tamper_worktrees, notify=args.notify)
     ok = False
     try:
         report = anyio.run(run_chaos, options)

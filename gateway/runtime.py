@@ -23,8 +23,8 @@ from gateway.model import ErrorKind, GatewayError, InstanceRow
 from gateway.store import open_store
 
 if TYPE_CHECKING:
-    from gateway.jobs.claims import Claimer
     from gateway.jobs.attempts.coordinator import AttemptCoordinator
+    from gateway.jobs.claims import Claimer
     from gateway.jobs.leases import LeaseKeeper
     from gateway.jobs.manager import JobManager
     from gateway.store.base import JobStore

@@ -146,7 +146,7 @@ def test_the_model_walk_finds_every_section() -> None:
     assert set(model_sections()) == {"persistence", "lease", "limits", "http", "worktrees",
                                      "logging", "worker", "attempts",
                                      "providers.<name>", "api_providers.<name>", "budgets",
-                                     "budgets.providers.<name>"}
+                                     "budgets.providers.<name>", "notify"}
 
 
 def test_the_docs_document_exactly_the_sections_of_the_model() -> None:

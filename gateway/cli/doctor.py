@@ -97,8 +97,24 @@ def run_doctor(config_path: Path | None, client_path: str = MINIMAL_CLIENT_PATH)
     checks += check_cli_providers(providers, secret_env, client_path)
     if settings is not None:
         checks += [check_api_provider(name, settings) for name in sorted(settings.api_providers)]
+        if settings.notify.desktop:
+            checks.append(check_desktop_notifier())
         checks.append(check_readiness(settings, checks, client_path))
     return Report(version=__version__, checks=checks)
+
+
+def check_desktop_notifier() -> Check:
+    """`[notify] desktop = true` needs notify-send (Linux) or osascript (macOS) here."""
+    # The sinks module: only doctor with desktop notices on loads it.
+    from gateway.jobs.notify.sinks import desktop_notifier  # deferred: start-up
+
+    found = desktop_notifier()
+    if found is None:
+        return Check("desktop notices", "warning",
+                     "[notify] desktop is on but neither notify-send (Linux: the libnotify-bin "
+                     "package) nor osascript (macOS) is on PATH: desktop notices will fail "
+                     "(`agent-cli-gateway notices --failed` shows them)")
+    return Check("desktop notices", "ok", f"desktop notices through {found}", {"path": found})
 
 
 def check_readiness(settings: Settings, checks: list[Check],

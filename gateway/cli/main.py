@@ -32,6 +32,7 @@ from gateway.cli import (
     finalize,
     instances,
     jobs,
+    notices,
     run,
     usage,
     worker,
@@ -84,7 +85,7 @@ def stdio_hint() -> str:
 
 # Each adds its commands (`add_parsers`), in the order `--help` lists them, after serve and
 # init (this module's).
-COMMAND_MODULES = (doctor, run, instances, usage, finalize, jobs, worktrees, dashboard, worker,
+COMMAND_MODULES = (doctor, run, instances, notices, usage, finalize, jobs, worktrees, dashboard, worker,
                    attempts,
                    config_show)
 

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -49,6 +50,7 @@ from gateway.config.sources import (
     is_setting,
 )
 from gateway.platform import ENV_VAR as PLATFORM_ENV
+from neutral.loopback import is_loopback_host
 from providers.registry import CLI_PROVIDERS
 
 __all__ = ["CONFIG_ENV", "ENV_PREFIX", "SECRETS_DIR_ENV", "ConfigError", "field_by_key"]
@@ -346,6 +348,49 @@ def _default_providers() -> dict[str, ProviderConfig]:
     return {name: ProviderConfig() for name in PROVIDER_NAMES}
 
 
+NotifyStatus = Literal["completed", "failed", "timed_out", "orphaned", "cancelled"]
+
+
+def _default_notify_on() -> list[NotifyStatus]:
+    """Every end but a cancel (the caller's own doing)."""
+    return ["completed", "failed", "timed_out", "orphaned"]
+
+
+def _webhook_url(url: str | None) -> str | None:
+    """https://, or http:// to a loopback address only: a notice (and its signature) never
+    crosses a network in clear text."""
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return url
+    if parts.scheme == "http" and parts.hostname and is_loopback_host(parts.hostname):
+        return url
+    raise ValueError("webhook_url must be https://..., or http:// to a loopback address "
+                     "(127.0.0.1, ::1, localhost)")
+
+
+class NotifyConfig(_Section):
+    """Completion notices (issue 40): the sinks, all off until turned on, and which ends
+    are told. The filter (`on`, `min_duration_s`) is applied by the deliverer."""
+
+    desktop: bool = False
+    command: list[str] | None = Field(default=None, min_length=1)
+    webhook_url: Annotated[str | None, AfterValidator(_webhook_url)] = None
+    webhook_secret_env: str | None = None
+    on: list[NotifyStatus] = Field(default_factory=_default_notify_on)
+    min_duration_s: float = seconds(30, zero_ok=True)
+    max_attempts: int = count(8)
+    timeout_s: float = seconds(10, most=600)
+
+    @property
+    def sinks(self) -> list[str]:
+        """The names of the sinks turned on, in delivery order."""
+        return [name for name, on in (("desktop", self.desktop),
+                                      ("command", self.command is not None),
+                                      ("webhook", self.webhook_url is not None)) if on]
+
+
 class Settings(_Section):
     """The whole configuration. Build it with `load_settings`, not directly."""
 
@@ -360,6 +405,7 @@ class Settings(_Section):
     budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     attempts: AttemptsConfig = Field(default_factory=AttemptsConfig)
+    notify: NotifyConfig = Field(default_factory=NotifyConfig)
 
     @model_validator(mode="after")
     def _known_providers(self) -> Settings:

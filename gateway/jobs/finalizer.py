@@ -31,6 +31,7 @@ from gateway import __version__, platform, proc
 from gateway.config import Settings
 from gateway.jobs.adoption import Adopter
 from gateway.jobs.manager import JobManager
+from gateway.jobs.notify.deliver import Deliverer
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.spool import remove_job_dir, run_dir, spool_root
 from gateway.model import FINAL_STATUSES, InstanceRow, JobStatus
@@ -43,10 +44,13 @@ ROLE = "finalizer"
 # How long the finalizer waits for the adopted run's terminal write (it reads an end record
 # that is already there: normally milliseconds; a store that is slow or down gets longer).
 FINALIZE_TIMEOUT_S = 60.0
+# How long a finalizer spends delivering notices after its write (a sink that is down is
+# retried by the next gateway, not waited for here).
+NOTICE_DRAIN_S = 30.0
 # The settings sections a finalizer needs: the store, the lease (its take-over CAS), limits
 # (the output cap), logging and the CLI providers (parsing the answer). Not [http] (its bearer
 # token) nor [api_providers] (an HTTP call has no supervisor).
-HANDOFF_SECTIONS = ("persistence", "lease", "limits", "logging", "providers")
+HANDOFF_SECTIONS = ("persistence", "lease", "limits", "logging", "providers", "notify")
 # The environment a finalizer needs to start the gateway's own code the way it was started,
 # on its gateway's platform implementation: a forced `portable` reads another boot id than
 # `linux`, and the finalizer would then take its own host's gone owner for another host's.
@@ -134,6 +138,20 @@ async def _finalize_on(settings: Settings, spool_dir: Path, job_id: str, store: 
         async with asyncio.timeout(FINALIZE_TIMEOUT_S):
             while job_id in manager.local_job_ids():
                 await asyncio.sleep(0.02)
+        await _deliver_notices(settings, store, identity.instance_id)
     finally:
         await store.mark_instance_stopped(identity.instance_id)
     return "finalized"
+
+
+async def _deliver_notices(settings: Settings, store: JobStore, instance_id: str) -> None:
+    """No gateway is alive to tell of the end just written: the finalizer delivers the due
+    notices itself (its job's among them), bounded; what it cannot finish stays due for
+    the next gateway (a claim it held lapses)."""
+    try:
+        async with asyncio.timeout(NOTICE_DRAIN_S):
+            await Deliverer(settings, store, instance_id).drain()
+    except Exception as exc:  # the terminal row is written: a notice is never worth failing it
+        log.warning("finalizer: notice delivery left to the next gateway",
+                    action="deliver_notices", error=repr(exc))
+

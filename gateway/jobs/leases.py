@@ -50,6 +50,8 @@ from gateway import proc
 from gateway.config import LeaseConfig, Settings
 from gateway.jobs.adoption import Adopter
 from gateway.jobs.manager import JobManager
+from gateway.jobs.notify.deliver import POLL_S as NOTICE_POLL_S
+from gateway.jobs.notify.deliver import Deliverer
 from gateway.jobs.remote import sweep_remote
 from gateway.jobs.run import spool
 from gateway.jobs.worktrees.gc import expire_worktrees
@@ -117,6 +119,8 @@ class LeaseKeeper:
         # lease lapses (`gateway_status`).
         self.renewal_pending_ms = WorstOfLastHour()
         self.sweeps_run = 0  # reaper passes this instance made (one sweeper per interval)
+        # Completion notices (issue 40): every live gateway delivers, one claim per notice.
+        self.deliverer = Deliverer(settings, store, identity.instance_id)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -132,6 +136,7 @@ class LeaseKeeper:
             "heartbeat": (self.lease.heartbeat_s, self.heartbeat_once),
             "reaper": (self.lease.sweep_interval_s, self.sweep_tick),
             "cancel_poller": (self.lease.cancel_poll_s, self.poll_cancels_once),
+            "notices": (NOTICE_POLL_S, self.deliverer.sweep),
         }
         if self.store.backend == "postgres":  # jobs for other hosts exist there only
             loops["remote_queue"] = (self.lease.cancel_poll_s, self.sweep_remote_once)

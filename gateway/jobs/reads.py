@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -138,6 +138,33 @@ class JobReads:
             if on_progress is not None and row.status.is_active:
                 await on_progress(row.output_bytes, time.monotonic() - started)
         return row
+
+    async def wait_many(self, rows: Sequence[JobRow], all_of: bool, timeout_s: float,
+                        on_progress: ProgressCallback | None = None) -> list[JobRow]:
+        """`wait` on several jobs at once (`rows`: each as the caller has just read it):
+        until the first of them is terminal (`all_of` False) or all are, or timeout_s
+        passed. Returns every job's row, re-read if its waiter was still waiting. Each job
+        is awaited as `wait` awaits one (its own end event here, the store's notice or the
+        poll for another gateway's), so the first end is seen as soon as a single wait
+        would see it."""
+        tasks = {asyncio.ensure_future(self.wait(row.id, timeout_s, on_progress, read=row)):
+                 row for row in rows}
+        ended: dict[str, JobRow] = {}
+        try:
+            pending = set(tasks)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    row = task.result()
+                    ended[row.id] = row
+                if not all_of and any(r.status.is_terminal for r in ended.values()):
+                    break
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return [ended[row.id] if row.id in ended else await self.get(row.id)
+                for row in rows]
 
     async def list_jobs(self, status: str | None = None, provider: str | None = None,
                         limit: int = 20, principal: str | None = None,

@@ -7,6 +7,7 @@ annotation here is bytes in every calling model's context (tests/mcp/test_listin
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -29,6 +30,8 @@ from providers.registry import CLI_PROVIDERS
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from gateway.config import Settings
+    from gateway.jobs.manager import JobManager
     from gateway.mcp.server_state import ServerState
 
     ToolBody = Callable[..., Awaitable[CallToolResult]]
@@ -39,6 +42,7 @@ DEFAULT_RESULT_PAGE_BYTES = 200_000  # one page of llm_job_result: comfortable i
 MAX_RESULT_PAGE_BYTES = 400_000
 DEFAULT_WAIT_S = 30.0  # llm_job_wait's default: well under the common 60 s tool timeout
 MAX_WAIT_S = 50.0  # llm_job_wait's bound: under the common 60 s client tool timeout
+MAX_WAIT_JOBS = 50  # llm_job_wait's job_ids: one wait task and one read each
 DEFAULT_LIST_LIMIT = 20
 MAX_LIST_LIMIT = 200
 # gateway_status waits this long for the store like any tool's first call (runtime.py
@@ -74,7 +78,7 @@ class JobTools:
         raw: Annotated[bool, Field(description="Stdout, not the answer.")] = False,
     ) -> CallToolResult:
         """A page of a job's answer (raw: its stdout), also while it runs; repeat with
-        offset=next_offset until null."""
+        next_offset until null."""
         reads = await self.state.reads()
         owned(self.state.principal, await reads.get(job_id))
         page = await reads.read_result(job_id, offset, max_bytes, raw)
@@ -109,7 +113,7 @@ class JobTools:
         return ok(f"{page.output}\n\n[{message}]" if page.output else message, data)
 
     async def llm_job_cancel(self, job_id: JOB_ID) -> CallToolResult:
-        """Stop a job wherever it runs (another gateway's within seconds)."""
+        """Stop a job wherever it runs (in seconds)."""
         manager = await self.state.manager()
         owned(self.state.principal, await manager.reads.get(job_id))
         outcome = await manager.cancel(job_id)
@@ -132,12 +136,25 @@ class JobTools:
 
     async def llm_job_wait(
         self,
-        job_id: JOB_ID,
         ctx: Context,
+        job_id: Annotated[str | None, Field(description="The job's id.")] = None,
+        job_ids: Annotated[list[str] | None, Field(description="Or these.")] = None,
+        mode: Annotated[Literal["any", "all"], Field(description="For job_ids.")] = "any",
         timeout_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S, description=(
             "Seconds at most."))] = DEFAULT_WAIT_S,
     ) -> CallToolResult:
-        """Wait up to timeout_s for a job to end; repeat while done is false."""
+        """Wait for job_id or any/all of job_ids to end; repeat until done."""
+        if (job_id is None) == (job_ids is None):
+            raise GatewayError(ErrorKind.INVALID_INPUT,
+                               "Give job_id (one job) or job_ids (several, with mode "
+                               "\"any\" or \"all\"), not both and not neither.")
+        if job_ids is not None:
+            if not 0 < len(job_ids) <= MAX_WAIT_JOBS:
+                raise GatewayError(ErrorKind.INVALID_INPUT,
+                                   f"job_ids takes 1 to {MAX_WAIT_JOBS} ids; wait on fewer "
+                                   f"at a time.")
+            return await self._wait_many(ctx, list(dict.fromkeys(job_ids)), mode, timeout_s)
+        assert job_id is not None
         progress = Progress(ctx)
         reads = await self.state.reads()
 
@@ -155,6 +172,37 @@ class JobTools:
                     f"llm_job_wait(job_id=\"{row.id}\") again.")
         return ok(text, {**job_fields(row), "done": done, "message": text,
                          "next": follow_up(row)})
+
+    async def _wait_many(self, ctx: Context, job_ids: list[str], mode: str,
+                         timeout_s: float) -> CallToolResult:
+        """llm_job_wait over several jobs: `done` once any (or all) ended, whichever
+        gateway ended them; `ended` names the ended ones, `jobs` has each one's fields."""
+        progress = Progress(ctx)
+        reads = await self.state.reads()
+        seen = [owned(self.state.principal, await reads.get(one)) for one in job_ids]
+
+        async def on_progress(output_bytes: int, elapsed: float) -> None:
+            await progress.report(output_bytes, f"{len(job_ids)} jobs: still waiting after "
+                                                f"{elapsed:.0f} s")
+
+        rows = await reads.wait_many(seen, mode == "all", timeout_s, on_progress)
+        ended = [row.id for row in rows if row.status.is_terminal]
+        done = len(ended) == len(rows) if mode == "all" else bool(ended)
+        lines = [describe_status(row) for row in rows if row.status.is_terminal]
+        if done:
+            text = "\n".join(lines)
+        else:
+            text = "\n".join([f"{len(ended)} of {len(rows)} jobs ended after waiting "
+                              f"{timeout_s:g} s (mode {mode}); call llm_job_wait(job_ids=...) "
+                              f"again.", *lines])
+        waiting = [row.id for row in rows if row.status.is_active]
+        data = {"done": done, "mode": mode, "ended": ended, "waiting": waiting,
+                "jobs": [{**job_fields(row), "next": follow_up(row)} for row in rows],
+                "message": text,
+                "next": (next_call("llm_job_wait", "wait for the rest", job_ids=waiting,
+                                   mode=mode) if waiting and (mode == "all" or not done)
+                         else None)}
+        return ok(text, data)
 
     async def llm_job_list(
         self,
@@ -243,6 +291,7 @@ class JobTools:
             "jobs": manager.snapshot() if manager else None,
             "budgets": await budget_status(settings, manager.store) if manager else None,
             "workers": await _workers(manager.store) if manager else [],
+            "notices": await _notices_status(settings, manager),
             "limits": settings.limits.model_dump(mode="json"),
             "lease": settings.lease.model_dump(mode="json"),
             "connections": gateway.connection_report() if gateway else None,
@@ -269,6 +318,15 @@ class JobTools:
         ]
 
 
+async def _notices_status(settings: Settings, manager: JobManager | None) -> dict[str, Any]:
+    """The `[notify]` sinks on and how many notices ended failed (None: store unreadable)."""
+    failed = None
+    if manager is not None:
+        with contextlib.suppress(StoreUnavailable):
+            failed = await manager.store.count_failed_notices()
+    return {"sinks": settings.notify.sinks, "failed": failed}
+
+
 def _when(row: JobRow) -> str:
     stamp = row.finished_at or row.started_at or row.created_at
     return stamp.isoformat(timespec="seconds") if stamp else ""
@@ -289,6 +347,10 @@ def _status_text(data: dict[str, Any]) -> str:
                      f"{jobs.get('running_by_provider')}, queued {jobs.get('queued_by_provider')}")
     if data["store_problem"]:
         lines.append(f"STORE PROBLEM: {data['store_problem']}")
+    notices = data.get("notices") or {}
+    if notices.get("failed"):
+        lines.append(f"NOTICES FAILED: {notices['failed']} completion notices could not be "
+                     f"delivered (`agent-cli-gateway notices --failed` lists them)")
     lines.extend(_connections_text(data.get("connections")))
     for name, info in data["providers"].items():
         if not info["enabled"]:

@@ -264,6 +264,7 @@ def build_server(settings: Settings, role: str = "stdio",
         finally:
             recheck.cancel()
             state.versions.stop()
+            await state.watches.close()  # before the gateway: a watch reads through it
             # Shielded: a cancelled serving task (SIGTERM) must still drain and deregister.
             with anyio.CancelScope(shield=True):
                 with anyio.move_on_after(settings.lease.drain_timeout_s + STOP_MARGIN_S):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from gateway.mcp.job_watch import JobWatches
 from gateway.mcp.principal import LOCAL
 from gateway.model import ErrorKind, GatewayError
 from gateway.versions import CliVersions
@@ -38,6 +39,8 @@ class ServerState:
         # Who this server's callers are (principal.py): "local" unless an HTTP gateway with
         # a token sets its own (http.py).
         self.principal = LOCAL
+        # Sessions told when the job they submitted ends (job_watch.py).
+        self.watches = JobWatches()
 
     async def manager(self) -> JobManager:
         """The job manager; GatewayError(unavailable) while starting or shutting down,

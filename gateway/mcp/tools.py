@@ -158,6 +158,8 @@ class ProviderTools:
         manager = await self.state.manager()
         submission = await manager.submit(self.provider, request)
         row = submission.job
+        if row.status.is_active:
+            self.state.watches.watch(_session_of(ctx), manager.reads, row.id)
         reuse = reuse_of(row, submission.deduplicated)
         text = (f"Started {self.provider} job {row.id}: status {row.status}. Call "
                 f"llm_job_wait(job_id=\"{row.id}\") until it is done, then "
@@ -189,6 +191,7 @@ class ProviderTools:
         budget = self.state.settings.limits.sync_defer_after_s - progress.elapsed_s
         row = await manager.reads.wait(job_id, max(0.0, budget), on_progress)
         if row.status.is_active:
+            self.state.watches.watch(_session_of(ctx), manager.reads, row.id)
             return self.deferred(row, submission.deduplicated, progress)
         return await final_answer(manager.reads, row, submission.deduplicated)
 
@@ -203,6 +206,15 @@ class ProviderTools:
                 "reuse": reuse_of(row, deduplicated), "elapsed_s": round(elapsed, 3),
                 "message": text, "next": follow_up(row)}
         return ok(text, data)
+
+
+def _session_of(ctx: Context) -> Any:
+    """The caller's session, or None when the request has none (it may have none outside a
+    request's context)."""
+    try:
+        return ctx.session
+    except Exception:
+        return None
 
 
 async def final_answer(reads: JobReads, row: JobRow,

@@ -34,6 +34,7 @@ from gateway.store.attempts import (
     GroupStatus,
     NewAttemptGroup,
 )
+from gateway.store.outbox import CLAIM_BATCH, NOTICE_LIST_LIMIT, Notice, Settlement
 from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 
 # 2: SQLite keeps `output` last in the row; 3: `requeued_at`; 4: `principal` (who made the
@@ -43,8 +44,9 @@ from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 # `sweeps` (one sweeper per interval) and, on PostgreSQL, fillfactor and the jobs_notify trigger.
 # 11: worker hosts: `jobs.runs_on`, `claimed_at`, `unschedulable_reason` and
 # `gateway_instances.capabilities`;
-# 12: `attempt_groups` and `attempts` (best-of-N, issue 39: store/attempts.py).
-SCHEMA_VERSION = 12
+# 12: `attempt_groups` and `attempts` (best-of-N, issue 39: store/attempts.py);
+# 13: `completion_notices` (the outbox of issue 40: store/outbox.py).
+SCHEMA_VERSION = 13
 
 # The reaper reads at most this many candidates per sweep (oldest lease first; the rest are
 # read by the next sweep): a sweep's cost is bounded whatever happened to the table.
@@ -609,8 +611,39 @@ class AttemptGroups(Protocol):
 
 
 @runtime_checkable
+class NoticeOutbox(Protocol):
+    """The completion-notice outbox (issue 40; store/outbox.py). Notices are added by the
+    terminal writes themselves (complete, recover_expired_leases) in their transaction;
+    these methods are the deliverers' compare-and-sets and the operator's reads."""
+
+    async def claim_notices(self, instance_id: str, lease_s: float,
+                            limit: int = CLAIM_BATCH) -> list[Notice]:
+        """Claim up to `limit` due notices for `instance_id` until now + lease_s: each one
+        neither delivered nor failed, due (next_attempt_at passed), and unclaimed or its
+        claim lapsed; its `attempts` counts this claim. Of any number of racers exactly one
+        claims a notice. Returns them as claimed."""
+
+    async def record_notice_sink(self, notice_id: str, instance_id: str, sink: str) -> bool:
+        """Add `sink` to the notice's sinks_done while `instance_id` holds its claim (a
+        later attempt sends only to the sinks not done). False: the claim is not held."""
+
+    async def settle_notice(self, notice_id: str, instance_id: str, outcome: Settlement,
+                            retry_in_s: float = 0.0, error: str | None = None) -> bool:
+        """End the claim `instance_id` holds: `delivered` or `skipped` (delivered_at = now),
+        `failed` (failed_at = now), or `retry` (released, due again in retry_in_s), with
+        `error` as its last_error. False: the claim is not held (lapsed and taken)."""
+
+    async def list_notices(self, *, failed_only: bool = False,
+                           limit: int = NOTICE_LIST_LIMIT) -> list[Notice]:
+        """The newest notices first (only failed ones with failed_only)."""
+
+    async def count_failed_notices(self) -> int:
+        """How many notices ended failed (gateway_status)."""
+
+
+@runtime_checkable
 class JobStore(StoreMeta, InstanceRows, JobRows, UsageLedger, SweepClaims, WorkerQueue,
-               AttemptGroups, Protocol):
+               AttemptGroups, NoticeOutbox, Protocol):
     """Async persistence of jobs and gateway instances: all the roles above, which every
     backend (memory/, sqlite/, postgres/) implements. The roles say which part of the store
     a rule belongs to, so a new capability lands in one of them, not in one protocol of

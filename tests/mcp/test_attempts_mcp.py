@@ -23,9 +23,9 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.jobs.conftest import wait_for
 from tests.mcp.conftest import REPO, own_harness, server_env, stdio_client
 from tests.mcp.test_tools import succeed
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -30,7 +30,7 @@ def methods_of(role: type) -> list[str]:
 def test_the_store_protocol_is_its_roles_and_each_method_has_one_role() -> None:
     assert [role.__name__ for role in ROLES] == [
         "StoreMeta", "InstanceRows", "JobRows", "UsageLedger", "SweepClaims", "WorkerQueue",
-        "AttemptGroups"]
+        "AttemptGroups", "NoticeOutbox"]
     methods = [name for role in ROLES for name in methods_of(role)]
     assert len(methods) == len(set(methods)), "a method declared by two roles"
     assert not methods_of(JobStore), "JobStore declares nothing of its own: give it a role"

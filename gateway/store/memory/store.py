@@ -54,7 +54,9 @@ from gateway.store.base import (
     without_output,
 )
 from gateway.store.memory.attempts import MemoryAttempts
+from gateway.store.memory.outbox import MemoryOutbox
 from gateway.store.memory.usage import MemoryLedger
+from gateway.store.outbox import CLAIM_BATCH, NOTICE_LIST_LIMIT, Notice, Settlement
 from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 
 
@@ -72,6 +74,7 @@ class MemoryJobStore:
         self._jobs: dict[str, JobRow] = {}
         self._instances: dict[str, InstanceRow] = {}
         self._ledger = MemoryLedger()  # usage totals and budgets (usage.py)
+        self._outbox = MemoryOutbox()  # completion notices (outbox.py)
         # One lock for everything: each method is one "transaction".
         self._lock = anyio.Lock()
         self._sweeps: dict[str, tuple[float | None, int]] = {}  # task -> (last claim, runs)
@@ -277,6 +280,7 @@ class MemoryJobStore:
             job.finished_at = min(ended, now)
             job.updated_at = now
             job.lease_deadline = None
+            self._outbox.add([job], now, completion.usage.cost_usd if completion.usage else None)
             return without_output(job)
 
     # -- usage and budgets ------------------------------------------------------------------
@@ -412,6 +416,7 @@ class MemoryJobStore:
                 job.updated_at = now
                 job.lease_deadline = None
                 job.orphaned_by = orphaned_by
+                self._outbox.add([job], now)
                 flipped.append(reaper_row(job))
             return flipped
 
@@ -426,6 +431,7 @@ class MemoryJobStore:
             doomed = doomed[:max(limit, 0)]
             for job_id in doomed:
                 del self._jobs[job_id]
+            self._outbox.purge(doomed)
             return doomed
 
     async def find_job_ids(self, prefix: str, limit: int = PREFIX_MATCH_LIMIT) -> list[str]:
@@ -666,6 +672,32 @@ class MemoryJobStore:
     async def end_attempt_group(self, end: GroupEnd) -> bool:
         async with self._lock:
             return self._groups.end(end, self.clock())
+
+    # -- the completion-notice outbox (store/outbox.py) ------------------------------------
+    async def claim_notices(self, instance_id: str, lease_s: float,
+                            limit: int = CLAIM_BATCH) -> list[Notice]:
+        async with self._lock:
+            return self._outbox.claim(instance_id, lease_s, limit, self._now())
+
+    async def record_notice_sink(self, notice_id: str, instance_id: str, sink: str) -> bool:
+        async with self._lock:
+            return self._outbox.record_sink(notice_id, instance_id, sink)
+
+    async def settle_notice(self, notice_id: str, instance_id: str, outcome: Settlement,
+                            retry_in_s: float = 0.0, error: str | None = None) -> bool:
+        async with self._lock:
+            return self._outbox.settle(notice_id, instance_id, outcome, retry_in_s, error,
+                                       self._now())
+
+    async def list_notices(self, *, failed_only: bool = False,
+                           limit: int = NOTICE_LIST_LIMIT) -> list[Notice]:
+        async with self._lock:
+            return self._outbox.listed(failed_only, limit)
+
+    async def count_failed_notices(self) -> int:
+        async with self._lock:
+            return self._outbox.count_failed()
+
 
 
 def _apply_completion(job: JobRow, completion: Completion) -> None:

@@ -22,6 +22,7 @@ from gateway.store.postgres import workers as postgres_workers
 from gateway.store.postgres.attempts import ATTEMPTS_SCHEMA
 from gateway.store.postgres.meta import SCHEMA_V7
 from gateway.store.postgres.notices import NOTIFY_SCHEMA
+from gateway.store.postgres.outbox import OUTBOX_SCHEMA
 from gateway.store.postgres.sweeps import SWEEPS_SCHEMA
 from gateway.store.postgres.usage import SCHEMA_V5
 from gateway.store.postgres.workers import SCHEMA_V11
@@ -148,7 +149,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     # and cancel changes (notices.py).
     (8, (*SWEEPS_SCHEMA, *NOTIFY_SCHEMA)),
     (11, SCHEMA_V11),  # worker hosts (workers.py)
-    (12, ATTEMPTS_SCHEMA))  # attempt groups (attempts.py)
+    (12, ATTEMPTS_SCHEMA),  # attempt groups (attempts.py)
+    (13, OUTBOX_SCHEMA))  # completion notices (outbox.py)
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------

@@ -68,9 +68,11 @@ from gateway.store.base import (
     page_of,
     without_output,
 )
+from gateway.store.outbox import CLAIM_BATCH, NOTICE_LIST_LIMIT, Notice, Settlement
 from gateway.store.owner_columns import owner_fields
 from gateway.store.postgres import attempts as postgres_attempts
 from gateway.store.postgres import meta as postgres_meta
+from gateway.store.postgres import outbox as postgres_outbox
 from gateway.store.postgres import sweeps as postgres_sweeps
 from gateway.store.postgres import usage as postgres_usage
 from gateway.store.postgres import workers as postgres_workers
@@ -427,12 +429,14 @@ class PostgresJobStore:
                   completion.error, completion.exit_code, output, completion.stderr_tail,
                   completion.output_bytes, completion.truncated, completion.result_json,
                   CANCELLED_ERROR, completion.ended_at)
+        cost = completion.usage.cost_usd if completion.usage is not None else None
         if pieces is None:
             async with self._transaction("complete job", patience_s=WORK_PATIENCE_S) as conn:
                 applied = _status_count(await conn.execute(COMPLETE_JOB, *params)) == 1
                 if not applied:
                     return None
                 await postgres_usage.account(conn, job_id, completion.usage)  # settled once
+                await postgres_outbox.add_notices(conn, [job_id], cost)  # told once, too
                 return await _light_job(conn, job_id)
         # Invariant: the pieces go into a table only this transaction sees; the status and
         # the output are then set by ONE guarded UPDATE, so the compare-and-set is still a
@@ -446,7 +450,33 @@ class PostgresJobStore:
             if not applied:
                 return None
             await postgres_usage.account(conn, job_id, completion.usage)
+            await postgres_outbox.add_notices(conn, [job_id], cost)
             return await _light_job(conn, job_id)
+
+    # -- the completion-notice outbox (store/outbox.py) ------------------------------------
+    async def claim_notices(self, instance_id: str, lease_s: float,
+                            limit: int = CLAIM_BATCH) -> list[Notice]:
+        async with self._transaction("claim notices") as conn:
+            return await postgres_outbox.claim(conn, instance_id, lease_s, limit)
+
+    async def record_notice_sink(self, notice_id: str, instance_id: str, sink: str) -> bool:
+        async with self._connection("record notice sink") as conn:
+            return await postgres_outbox.record_sink(conn, notice_id, instance_id, sink)
+
+    async def settle_notice(self, notice_id: str, instance_id: str, outcome: Settlement,
+                            retry_in_s: float = 0.0, error: str | None = None) -> bool:
+        async with self._connection("settle notice") as conn:
+            return await postgres_outbox.settle(conn, notice_id, instance_id, outcome,
+                                                retry_in_s, error)
+
+    async def list_notices(self, *, failed_only: bool = False,
+                           limit: int = NOTICE_LIST_LIMIT) -> list[Notice]:
+        async with self._connection("list notices") as conn:
+            return await postgres_outbox.list_notices(conn, failed_only, limit)
+
+    async def count_failed_notices(self) -> int:
+        async with self._connection("count failed notices") as conn:
+            return await postgres_outbox.count_failed(conn)
 
     # -- usage and budgets (usage.py) ---------------------------------------------------
     async def usage_totals(self, group_by: GroupBy, since_day: str | None = None,
@@ -548,14 +578,18 @@ class PostgresJobStore:
             owners = [row["instance_id"] for row in await conn.fetch(LOCK_EXPIRED_OWNERS)]
             rows = await conn.fetch(RECOVER_EXPIRED_LEASES, float(http_grace_s),
                                     list(job_ids), ORPHANED_ERROR, owners, orphaned_by)
+            # Their completion notices, with the write that orphaned them.
+            await postgres_outbox.add_notices(conn, [row["id"] for row in rows])
         return [_job(row) for row in rows]
 
     # -- retention and reads --------------------------------------------------------------
     async def purge_terminal(self, older_than_s: float,
                              limit: int = RETENTION_BATCH_ROWS) -> list[str]:
-        async with self._connection("purge terminal jobs") as conn:
+        async with self._transaction("purge terminal jobs") as conn:
             rows = await conn.fetch(PURGE_TERMINAL, float(older_than_s), max(limit, 0))
-        return [row["id"] for row in rows]
+            purged = [row["id"] for row in rows]
+            await conn.execute(postgres_outbox.PURGE_NOTICES, purged)
+        return purged
 
     async def find_job_ids(self, prefix: str, limit: int = PREFIX_MATCH_LIMIT) -> list[str]:
         if not prefix:

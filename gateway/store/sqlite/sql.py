@@ -20,6 +20,7 @@ from gateway.store.base import (
 from gateway.store.owner_columns import INSTANCE_COLUMN_LIST, OWNER_COLUMN_LIST
 from gateway.store.sqlite.attempts import ATTEMPTS_SCHEMA
 from gateway.store.sqlite.meta import SCHEMA_V7
+from gateway.store.sqlite.outbox import OUTBOX_SCHEMA
 from gateway.store.sqlite.sweeps import SWEEPS_SCHEMA
 from gateway.store.sqlite.usage import SCHEMA_V5
 
@@ -202,7 +203,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (7, SCHEMA_V7),  # the lowest writer and the renewal wait (meta.py)
     (8, SWEEPS_SCHEMA),  # one sweeper per interval (sweeps.py)
     (11, _SCHEMA_V11),  # worker hosts
-    (12, ATTEMPTS_SCHEMA))  # attempt groups (attempts.py)
+    (12, ATTEMPTS_SCHEMA),  # attempt groups (attempts.py)
+    (13, OUTBOX_SCHEMA))  # completion notices (outbox.py)
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------

@@ -64,8 +64,10 @@ from gateway.store.base import (
     like_prefix,
     output_to_bind,
 )
+from gateway.store.outbox import CLAIM_BATCH, NOTICE_LIST_LIMIT, Notice, Settlement
 from gateway.store.sqlite import attempts as sqlite_attempts
 from gateway.store.sqlite import meta as sqlite_meta
+from gateway.store.sqlite import outbox as sqlite_outbox
 from gateway.store.sqlite import sweeps as sqlite_sweeps
 from gateway.store.sqlite import usage as sqlite_usage
 from gateway.store.sqlite.aiosqlite_fence import on_connection_thread
@@ -429,10 +431,14 @@ class SqliteJobStore:
             "ended_at": completion.ended_at,
         }
 
+        cost = completion.usage.cost_usd if completion.usage is not None else None
+
         def complete(db: sqlite3.Connection, now: float) -> JobRow | None:
             applied = _changed(db, COMPLETE_JOB, {**params, "now": now}) == 1
             if applied:  # counted and settled once: with the write that ends the job
                 sqlite_usage.account(db, job_id, completion.usage, now)
+                # Its completion notice: in the transaction of the write that ends the job.
+                sqlite_outbox.add_notices(db, [job_id], now, cost)
             if applied and pieces is not None:
                 # Invariant: the CAS above and the output's bytes commit in one IMMEDIATE
                 # transaction, so a reader (any process) sees the row active, or terminal
@@ -488,15 +494,27 @@ class SqliteJobStore:
             return []
         params = {"http_grace_s": http_grace_s, "job_ids": json.dumps(list(job_ids)),
                   "orphaned_error": ORPHANED_ERROR, "orphaned_by": orphaned_by}
-        return await self._transaction("recover_expired_leases", lambda db, now: [
-            _job(r) for r in db.execute(RECOVER_EXPIRED_LEASES, {**params, "now": now})])
+
+        def recover(db: sqlite3.Connection, now: float) -> list[JobRow]:
+            flipped = [_job(r) for r in db.execute(RECOVER_EXPIRED_LEASES,
+                                                   {**params, "now": now})]
+            # Their completion notices, with the write that orphaned them.
+            sqlite_outbox.add_notices(db, [row.id for row in flipped], now)
+            return flipped
+
+        return await self._transaction("recover_expired_leases", recover)
 
     # -- retention and reads --------------------------------------------------------------
     async def purge_terminal(self, older_than_s: float,
                              limit: int = RETENTION_BATCH_ROWS) -> list[str]:
         params = {"older_than_s": older_than_s, "limit": max(limit, 0)}
-        return await self._transaction("purge_terminal", lambda db, now: [
-            r[0] for r in db.execute(PURGE_TERMINAL, {**params, "now": now})])
+
+        def purge(db: sqlite3.Connection, now: float) -> list[str]:
+            purged = [r[0] for r in db.execute(PURGE_TERMINAL, {**params, "now": now})]
+            db.execute(sqlite_outbox.PURGE_NOTICES, (json.dumps(purged),))
+            return purged
+
+        return await self._transaction("purge_terminal", purge)
 
     async def find_job_ids(self, prefix: str, limit: int = PREFIX_MATCH_LIMIT) -> list[str]:
         if not prefix:
@@ -692,3 +710,28 @@ class SqliteJobStore:
     async def end_attempt_group(self, end: GroupEnd) -> bool:
         return await self._transaction("end_attempt_group", lambda db, now: (
             sqlite_attempts.end_group(db, end, now)))
+
+    # -- the completion-notice outbox (store/outbox.py) ------------------------------------
+    async def claim_notices(self, instance_id: str, lease_s: float,
+                            limit: int = CLAIM_BATCH) -> list[Notice]:
+        return await self._transaction("claim_notices", lambda db, now: sqlite_outbox.claim(
+            db, instance_id, lease_s, limit, now))
+
+    async def record_notice_sink(self, notice_id: str, instance_id: str, sink: str) -> bool:
+        return await self._transaction("record_notice_sink", lambda db, now: (
+            sqlite_outbox.record_sink(db, notice_id, instance_id, sink)))
+
+    async def settle_notice(self, notice_id: str, instance_id: str, outcome: Settlement,
+                            retry_in_s: float = 0.0, error: str | None = None) -> bool:
+        return await self._transaction("settle_notice", lambda db, now: sqlite_outbox.settle(
+            db, notice_id, instance_id, outcome, retry_in_s, error, now))
+
+    async def list_notices(self, *, failed_only: bool = False,
+                           limit: int = NOTICE_LIST_LIMIT) -> list[Notice]:
+        async with self._read("list_notices") as conn:
+            return await on_connection_thread(
+                conn, lambda db: sqlite_outbox.list_notices(db, failed_only, limit))
+
+    async def count_failed_notices(self) -> int:
+        async with self._read("count_failed_notices") as conn:
+            return await on_connection_thread(conn, sqlite_outbox.count_failed)
