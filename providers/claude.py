@@ -50,7 +50,7 @@ class ClaudeOptions(ProviderOptions):
     output_format: Literal["stream-json", "json", "text"] = Field(
         default="stream-json",
         description=(
-            "stream-json: events, then result; json: result; text: answer."
+            "text: the answer only."
         ),
     )
     permission_mode: (
@@ -58,12 +58,12 @@ class ClaudeOptions(ProviderOptions):
     ) = Field(
         default=None,
         description=(
-            "plan: read-only; bypassPermissions: sandboxes only (docs/providers.md)."
+            "plan: read-only; bypassPermissions: sandboxed hosts only."
         ),
     )
     add_dirs: list[AbsolutePath] = Field(
         default_factory=list,
-        description='Absolute dirs it may also edit (--add-dir).',
+        description='Absolute dirs also writable.',
     )
 
 

@@ -55,17 +55,17 @@ class CodexOptions(ProviderOptions):
     sandbox: Literal["read-only", "workspace-write", "danger-full-access"] | None = Field(
         default=None,
         description=(
-            "--sandbox (workspace-write: inside working_dir). Omit: the user's default."
+            "Omit: the user's default."
         ),
     )
     dangerously_bypass_approvals_and_sandbox: bool = Field(
         default=False,
-        description='No approvals, no sandbox: only on machines sandboxed from outside.',
+        description='Only on hosts sandboxed from outside.',
     )
     add_dirs: list[AbsolutePath] = Field(
         default_factory=list,
         description=(
-            "Absolute dirs also writable (--add-dir); new sessions only."
+            "Absolute dirs also writable; new sessions only."
         ),
     )
 

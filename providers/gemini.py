@@ -70,8 +70,7 @@ class GeminiOptions(ProviderOptions):
     approval_mode: Literal["default", "auto_edit", "yolo", "plan"] | None = Field(
         default=None,
         description=(
-            "plan read-only; auto_edit edits; yolo approves every tool. Omit: the "
-            "CLI's default."
+            "yolo approves every tool. Omit: the CLI's default."
         ),
     )
     output_format: Literal["text", "json"] = Field(
@@ -82,8 +81,7 @@ class GeminiOptions(ProviderOptions):
     )
     sandbox: bool = Field(default=False,
                           description=(
-                              "Run the agent's tools in the CLI's sandbox "
-                              "(--sandbox)."
+                              "Tools in the CLI's sandbox."
                           ))
 
 

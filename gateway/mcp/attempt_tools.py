@@ -126,7 +126,7 @@ def attempt_tools(state: _State) -> list[tuple[str, ToolBody, ToolAnnotations]]:
         ctx: Context,
         wait_s: Annotated[float, Field(ge=0, le=MAX_STATUS_WAIT_S, description="s")] = 0,
     ) -> CallToolResult:
-        """An attempt group's ranked comparison; waits up to wait_s."""
+        """A group's ranked attempts; waits up to wait_s."""
         from gateway.jobs.attempts.comparison import (  # deferred: start-up
             comparison,
             comparison_table,

@@ -62,7 +62,7 @@ class JobTools:
         self.state = state
 
     async def llm_job_status(self, job_id: JOB_ID) -> CallToolResult:
-        """A job's status, exit code, error, output size."""
+        """A job's status, exit code, error."""
         reads = await self.state.reads()
         row = owned(self.state.principal, await reads.get(job_id))
         text = describe_status(row)
@@ -77,8 +77,7 @@ class JobTools:
             "Bytes"))] = DEFAULT_RESULT_PAGE_BYTES,
         raw: Annotated[bool, Field(description="Stdout, not the answer.")] = False,
     ) -> CallToolResult:
-        """A page of a job's answer (raw: its stdout), also while it runs; repeat with
-        next_offset until null."""
+        """A page of a job's answer, also while it runs; repeat with next_offset."""
         reads = await self.state.reads()
         owned(self.state.principal, await reads.get(job_id))
         page = await reads.read_result(job_id, offset, max_bytes, raw)
@@ -137,13 +136,13 @@ class JobTools:
     async def llm_job_wait(
         self,
         ctx: Context,
-        job_id: Annotated[str | None, Field(description="The job's id.")] = None,
+        job_id: Annotated[str | None, Field(description="A job_id.")] = None,
         job_ids: Annotated[list[str] | None, Field(description="Or these.")] = None,
         mode: Annotated[Literal["any", "all"], Field(description="For job_ids.")] = "any",
         timeout_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S, description=(
             "Seconds at most."))] = DEFAULT_WAIT_S,
     ) -> CallToolResult:
-        """Wait for job_id or any/all of job_ids to end; repeat until done."""
+        """Wait for job_id, or any/all job_ids, to end; repeat until done."""
         if (job_id is None) == (job_ids is None):
             raise GatewayError(ErrorKind.INVALID_INPUT,
                                "Give job_id (one job) or job_ids (several, with mode "
@@ -250,7 +249,7 @@ class JobTools:
         return ok("\n".join(lines), {"providers": catalog})
 
     async def gateway_status(self) -> CallToolResult:
-        """Readiness or the problem and fix; jobs, limits, store, CLIs."""
+        """Readiness, or the problem and its fix."""
         # providers/http/: not loaded before tools/list is answered.
         from providers.http.request import redact_url  # deferred: start-up
 

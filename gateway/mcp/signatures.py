@@ -37,7 +37,7 @@ def runs_on_param(default: str | None) -> Param:
     """`runs_on`: None ("here") normally; "any" for a provider only a live worker has."""
     return Param("runs_on", annotated(Any, Field(description=RUNS_ON_DESCRIPTION)), default)
 
-JOB_ID = Annotated[str, Field(description="The job's id.")]
+JOB_ID = Annotated[str, Field(description="A job_id.")]
 
 
 @dataclass(frozen=True, slots=True)
