@@ -1,5 +1,6 @@
-"""What the role mixins of PostgresJobStore (worker_queue.py, attempt_groups.py,
-notice_outbox.py) use of the store: declared once here, for the type checker.
+"""What the role mixins of PostgresJobStore (adoption.py, worker_queue.py,
+attempt_groups.py, notice_outbox.py) use of the store: declared once here, for the type
+checker.
 
 Each mixin runs its statements on a connection from the store's `_connection` or inside its
 `_transaction` (store.py): the same pools, patience and error translation (a failure to

@@ -23,7 +23,7 @@ again as soon as the server is back.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
@@ -46,10 +46,8 @@ from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
     RETENTION_BATCH_ROWS,
-    AdoptionCandidate,
     JobsPage,
     StoreUnavailable,
-    TakeOver,
     answer_in,
     like_prefix,
     output_to_bind,
@@ -57,11 +55,11 @@ from gateway.store.base import (
     page_of,
     without_output,
 )
-from gateway.store.owner_columns import owner_fields
 from gateway.store.postgres import meta as postgres_meta
 from gateway.store.postgres import outbox as postgres_outbox
 from gateway.store.postgres import sweeps as postgres_sweeps
 from gateway.store.postgres import usage as postgres_usage
+from gateway.store.postgres.adoption import PostgresAdoption
 from gateway.store.postgres.attempt_groups import PostgresAttemptGroups
 from gateway.store.postgres.errors import (
     _UNAVAILABLE_ERRORS,
@@ -86,18 +84,15 @@ from gateway.store.postgres.pool import (
 from gateway.store.postgres.rows import _insert_job, _job, _savepoint, _status_count
 from gateway.store.postgres.sql import (
     _JSON_ERRORS,
-    ADOPT_JOB,
     COMPLETE_JOB,
     COMPLETE_JOB_FROM_PIECES,
     CREATE_OUTPUT_PIECES,
     CREATE_SCHEMA_VERSION_TABLE,
-    EXTEND_LEASES,
     FIND_JOB_IDS,
     FIND_REUSABLE_LIGHT,
     GC_INSTANCES,
     GET_JOB,
     GET_JOB_LIGHT,
-    LIST_ADOPTION_CANDIDATES,
     LIST_CANCEL_REQUESTED,
     LIST_EXPIRED_CANDIDATES,
     LIST_INSTANCES,
@@ -121,7 +116,6 @@ from gateway.store.postgres.sql import (
     RECOVER_EXPIRED_LEASES,
     RENEW_INSTANCE_LEASE,
     REQUEST_CANCEL_LIGHT,
-    REQUEUE_JOB,
     SAVE_PROGRESS,
     UPSERT_INSTANCE,
 )
@@ -168,13 +162,14 @@ def _instance(row: asyncpg.Record) -> InstanceRow:
     return InstanceRow(**dict(row.items()))
 
 
-class PostgresJobStore(PostgresWorkerQueue, PostgresAttemptGroups, PostgresNoticeOutbox):
+class PostgresJobStore(PostgresAdoption, PostgresWorkerQueue, PostgresAttemptGroups,
+                       PostgresNoticeOutbox):
     """JobStore on a PostgreSQL database shared by any number of gateway instances.
 
-    Its worker-queue, attempt-group and notice-outbox methods are the mixins' (one module
-    per role: worker_queue.py, attempt_groups.py, notice_outbox.py), which run through this
-    class's `_connection` and `_transaction` (roles.py); it holds the pools and every other
-    role.
+    Its detach/adoption/re-queue, worker-queue, attempt-group and notice-outbox methods are
+    the mixins' (one module each: adoption.py, worker_queue.py, attempt_groups.py,
+    notice_outbox.py), which run through this class's `_connection` and `_transaction`
+    (roles.py); it holds the pools and every other method.
     """
 
     backend = "postgres"
@@ -537,40 +532,3 @@ class PostgresJobStore(PostgresWorkerQueue, PostgresAttemptGroups, PostgresNotic
         async with self._connection("list jobs page") as conn:
             return await _light_rows(conn, LIST_JOBS_PAGE_LIGHT, LIST_JOBS_PAGE, params)
 
-    # -- detach, adoption, re-queue ---------------------------------------------------------
-    async def extend_leases(self, instance_id: str, seconds: Mapping[str, float]) -> int:
-        if not seconds:
-            return 0
-        ids = list(seconds)
-        async with self._connection("extend leases", patience_s=WORK_PATIENCE_S) as conn:
-            return _status_count(await conn.execute(
-                EXTEND_LEASES, instance_id, ids, [float(seconds[i]) for i in ids]))
-
-    async def list_adoption_candidates(
-        self, instance_id: str, hostname: str, boot_id: str, orphaned_within_s: float,
-        limit: int,
-    ) -> list[AdoptionCandidate]:
-        async with self._connection("list adoption candidates") as conn:
-            rows = await conn.fetch(LIST_ADOPTION_CANDIDATES, instance_id, hostname, boot_id,
-                                    max(limit, 0))
-        return [_candidate(row) for row in rows]
-
-    async def _take_over(self, action: str, sql: str, take: TakeOver,
-                         *extra: object) -> JobRow | None:
-        async with self._connection(action) as conn:
-            row = await conn.fetchrow(sql, take.job_id, take.expected_owner,
-                                      take.expected_status.value, take.instance_id,
-                                      take.hostname, take.boot_id, float(take.ttl_s), *extra)
-        return _job(row) if row is not None else None
-
-    async def adopt_job(self, take: TakeOver) -> JobRow | None:
-        return await self._take_over("adopt job", ADOPT_JOB, take)
-
-    async def requeue_job(self, take: TakeOver) -> JobRow | None:
-        return await self._take_over("requeue job", REQUEUE_JOB, take, take.requeue_reasons)
-
-
-
-def _candidate(row: asyncpg.Record) -> AdoptionCandidate:
-    owner = owner_fields(row)
-    return AdoptionCandidate(job=_job(row), owner=None if owner is None else InstanceRow(**owner))

@@ -1,4 +1,4 @@
-"""What the role mixins of SqliteJobStore (worker_queue.py, attempt_groups.py,
+"""What the role mixins of SqliteJobStore (adoption.py, worker_queue.py, attempt_groups.py,
 notice_outbox.py) use of the store: declared once here, for the type checker.
 
 Each mixin runs its SQL through the store's `_read` or `_transaction` (store.py), so every

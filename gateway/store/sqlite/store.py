@@ -45,12 +45,10 @@ from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
     RETENTION_BATCH_ROWS,
-    AdoptionCandidate,
     JobsPage,
     StoreFull,
     StoreReplaced,
     StoreUnavailable,
-    TakeOver,
     like_prefix,
     output_to_bind,
 )
@@ -58,11 +56,11 @@ from gateway.store.sqlite import meta as sqlite_meta
 from gateway.store.sqlite import outbox as sqlite_outbox
 from gateway.store.sqlite import sweeps as sqlite_sweeps
 from gateway.store.sqlite import usage as sqlite_usage
+from gateway.store.sqlite.adoption import SqliteAdoption
 from gateway.store.sqlite.aiosqlite_fence import on_connection_thread
 from gateway.store.sqlite.attempt_groups import SqliteAttemptGroups
 from gateway.store.sqlite.notice_outbox import SqliteNoticeOutbox
 from gateway.store.sqlite.rows import (
-    _candidate,
     _changed,
     _epoch,
     _fetch_light,
@@ -75,17 +73,14 @@ from gateway.store.sqlite.rows import (
     jobs_page_params,
 )
 from gateway.store.sqlite.sql import (
-    ADOPT_JOB,
     COMPLETE_JOB,
     CREATE_SCHEMA_VERSION_TABLE,
-    EXTEND_LEASES,
     FIND_JOB_IDS,
     FIND_REUSABLE,
     FIND_REUSABLE_LIGHT,
     GC_INSTANCES,
     GET_JOB,
     GET_JOB_LIGHT,
-    LIST_ADOPTION_CANDIDATES,
     LIST_CANCEL_REQUESTED,
     LIST_EXPIRED_CANDIDATES,
     LIST_INSTANCES,
@@ -103,7 +98,6 @@ from gateway.store.sqlite.sql import (
     RECOVER_EXPIRED_LEASES,
     RENEW_INSTANCE_LEASE,
     REQUEST_CANCEL,
-    REQUEUE_JOB,
     SAVE_PROGRESS,
     UPSERT_INSTANCE,
 )
@@ -142,13 +136,14 @@ def _store_errors(action: str) -> Iterator[None]:
         raise unavailable(f"sqlite store: {action} failed: {exc.strerror or exc}") from exc
 
 
-class SqliteJobStore(SqliteWorkerQueue, SqliteAttemptGroups, SqliteNoticeOutbox):
+class SqliteJobStore(SqliteAdoption, SqliteWorkerQueue, SqliteAttemptGroups,
+                     SqliteNoticeOutbox):
     """JobStore on one SQLite file (WAL), safe to share between processes on one host.
 
-    Its worker-queue, attempt-group and notice-outbox methods are the mixins' (one module
-    per role: worker_queue.py, attempt_groups.py, notice_outbox.py), which run through this
-    class's `_read` and `_transaction` (roles.py); it holds the connection and every other
-    role.
+    Its detach/adoption/re-queue, worker-queue, attempt-group and notice-outbox methods are
+    the mixins' (one module each: adoption.py, worker_queue.py, attempt_groups.py,
+    notice_outbox.py), which run through this class's `_read` and `_transaction` (roles.py);
+    it holds the connection and every other method.
     """
 
     backend = "sqlite"
@@ -532,41 +527,6 @@ class SqliteJobStore(SqliteWorkerQueue, SqliteAttemptGroups, SqliteNoticeOutbox)
         return await self._light_rows("list_jobs_page", LIST_JOBS_PAGE_LIGHT, LIST_JOBS_PAGE,
                                       jobs_page_params(page))
 
-    # -- detach, adoption, re-queue ---------------------------------------------------------
-    async def extend_leases(self, instance_id: str, seconds: Mapping[str, float]) -> int:
-        if not seconds:
-            return 0
-        params = {"instance_id": instance_id, "seconds": json.dumps(dict(seconds))}
-        return await self._transaction("extend_leases", lambda db, now: _changed(
-            db, EXTEND_LEASES, {**params, "now": now}))
-
-    async def list_adoption_candidates(
-        self, instance_id: str, hostname: str, boot_id: str, orphaned_within_s: float,
-        limit: int,
-    ) -> list[AdoptionCandidate]:
-        params = {"instance_id": instance_id, "hostname": hostname, "boot_id": boot_id,
-                  "orphaned_within_s": orphaned_within_s, "limit": max(limit, 0),
-                  "now": time.time()}
-        async with self._read("list_adoption_candidates") as conn:
-            rows = await conn.execute_fetchall(LIST_ADOPTION_CANDIDATES, params)
-        return [_candidate(row) for row in rows]
-
-    async def _take_over(self, action: str, sql: str, take: TakeOver) -> JobRow | None:
-        params = {"job_id": take.job_id, "expected_owner": take.expected_owner,
-                  "expected_status": take.expected_status.value,
-                  "instance_id": take.instance_id, "hostname": take.hostname,
-                  "boot_id": take.boot_id, "ttl_s": take.ttl_s,
-                  "requeue_reasons": take.requeue_reasons}
-
-        def write(db: sqlite3.Connection, now: float) -> JobRow | None:
-            row = db.execute(sql, {**params, "now": now}).fetchone()
-            return _job(row) if row is not None else None
-
-        return await self._transaction(action, write)
-
-    async def adopt_job(self, take: TakeOver) -> JobRow | None:
-        return await self._take_over("adopt_job", ADOPT_JOB, take)
-
     # -- usage and budgets (usage.py) ---------------------------------------------------
     async def usage_totals(self, group_by: GroupBy, since_day: str | None = None,
                            until_day: str | None = None) -> list[UsageRow]:
@@ -594,6 +554,3 @@ class SqliteJobStore(SqliteWorkerQueue, SqliteAttemptGroups, SqliteNoticeOutbox)
     async def release_reservations(self) -> int:
         return await self._transaction("release_reservations",
                                        lambda db, now: sqlite_usage.release_ended(db))
-
-    async def requeue_job(self, take: TakeOver) -> JobRow | None:
-        return await self._take_over("requeue_job", REQUEUE_JOB, take)
