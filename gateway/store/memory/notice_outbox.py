@@ -1,4 +1,4 @@
-"""The memory store's NoticeOutbox role (gateway/store/base.py): its JobStore methods.
+"""The memory store's NoticeOutbox role (gateway/store/protocol_roles.py): its JobStore methods.
 
 MemoryJobStore composes this mixin; each method takes the store's one lock (roles.py) and
 hands the rules to MemoryOutbox (outbox.py), which holds the notices.

@@ -1,4 +1,4 @@
-"""The memory store's WorkerQueue role (gateway/store/base.py): its JobStore methods.
+"""The memory store's WorkerQueue role (gateway/store/protocol_roles.py): its JobStore methods.
 
 One process has no remote jobs (admission refuses them), so there is nothing to claim,
 return or fail; only the capabilities are kept, on the instance row.
@@ -10,8 +10,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 from gateway.model import InstanceRow, JobRow
-from gateway.store.base import WorkerClaim
 from gateway.store.memory.roles import MemoryRole
+from gateway.store.protocol_roles import WorkerClaim
 
 
 class MemoryWorkerQueue(MemoryRole):

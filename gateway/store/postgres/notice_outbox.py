@@ -1,4 +1,4 @@
-"""The PostgreSQL store's NoticeOutbox role (gateway/store/base.py): its JobStore methods.
+"""The PostgreSQL store's NoticeOutbox role (gateway/store/protocol_roles.py): its JobStore methods.
 
 PostgresJobStore composes this mixin; the SQL is outbox.py's, the connections and
 transactions the store's (roles.py).

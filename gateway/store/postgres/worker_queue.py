@@ -1,4 +1,4 @@
-"""The PostgreSQL store's WorkerQueue role (gateway/store/base.py): its JobStore methods.
+"""The PostgreSQL store's WorkerQueue role (gateway/store/protocol_roles.py): its JobStore methods.
 
 PostgresJobStore composes this mixin; the SQL is workers.py's (RETURN_TO_POOL as sql.py
 completes it), the connections and transactions the store's (roles.py).
@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from gateway.model import InstanceRow, JobRow
-from gateway.store.base import WorkerClaim
 from gateway.store.postgres import workers as postgres_workers
 from gateway.store.postgres.pool import WORK_PATIENCE_S
 from gateway.store.postgres.roles import PostgresRole
 from gateway.store.postgres.rows import _status_count
 from gateway.store.postgres.sql import RETURN_TO_POOL
+from gateway.store.protocol_roles import WorkerClaim
 
 
 class PostgresWorkerQueue(PostgresRole):

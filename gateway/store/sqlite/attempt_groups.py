@@ -1,4 +1,4 @@
-"""The SQLite store's AttemptGroups role (gateway/store/base.py): its JobStore methods.
+"""The SQLite store's AttemptGroups role (gateway/store/protocol_roles.py): its JobStore methods.
 
 SqliteJobStore composes this mixin; the SQL and the work on the connection's thread are
 attempts.py's, the transactions the store's (roles.py).

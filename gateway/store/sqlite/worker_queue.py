@@ -1,4 +1,4 @@
-"""The SQLite store's WorkerQueue role (gateway/store/base.py): its JobStore methods.
+"""The SQLite store's WorkerQueue role (gateway/store/protocol_roles.py): its JobStore methods.
 
 One host has no remote jobs (admission refuses them), so there is nothing to claim, return
 or fail; only the capabilities are published, on the instance row.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from gateway.model import InstanceRow, JobRow
-from gateway.store.base import WorkerClaim
+from gateway.store.protocol_roles import WorkerClaim
 from gateway.store.sqlite.roles import SqliteRole
 from gateway.store.sqlite.rows import _changed
 from gateway.store.sqlite.sql import PUBLISH_CAPABILITIES
