@@ -21,7 +21,8 @@ import structlog
 from gateway.jobs.manager import JobManager
 from gateway.jobs.targets import request_of_row, resolve_target
 from gateway.model import Completion, GatewayError, InstanceRow, JobRow, JobStatus
-from gateway.store.base import StoreUnavailable, WorkerClaim
+from gateway.store.base import StoreUnavailable
+from gateway.store.protocol_roles import WorkerClaim
 
 log = structlog.get_logger(__name__)
 

@@ -13,7 +13,8 @@ import anyio
 import pytest
 
 from gateway.model import JobStatus, NewJob
-from gateway.store.base import JobStore, TakeOver, WorkerClaim
+from gateway.store.base import JobStore, TakeOver
+from gateway.store.protocol_roles import WorkerClaim
 from tests.store.contract_helpers import (
     EXPIRED_TTL_S,
     OWNER,

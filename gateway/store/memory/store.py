@@ -10,7 +10,7 @@ Rows are copied in and out, so a caller can never mutate the stored state by acc
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -30,33 +30,25 @@ from gateway.model import (
     OutputFile,
     Progress,
 )
-from gateway.store.attempts import (
-    AttemptGroupRow,
-    AttemptRow,
-    CheckResult,
-    GroupEnd,
-    GroupStatus,
-    NewAttemptGroup,
-)
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
     RETENTION_BATCH_ROWS,
     SCHEMA_VERSION,
-    AdoptionCandidate,
     DuplicateActiveJob,
     JobsPage,
-    TakeOver,
-    WorkerClaim,
     answer_in,
     page_of,
     reaper_row,
     without_output,
 )
+from gateway.store.memory.adoption import MemoryAdoption
+from gateway.store.memory.attempt_groups import MemoryAttemptGroups
 from gateway.store.memory.attempts import MemoryAttempts
+from gateway.store.memory.notice_outbox import MemoryNoticeOutbox
 from gateway.store.memory.outbox import MemoryOutbox
 from gateway.store.memory.usage import MemoryLedger
-from gateway.store.outbox import CLAIM_BATCH, NOTICE_LIST_LIMIT, Notice, Settlement
+from gateway.store.memory.worker_queue import MemoryWorkerQueue
 from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 
 
@@ -64,8 +56,14 @@ def _utc(epoch_s: float) -> datetime:
     return datetime.fromtimestamp(epoch_s, UTC)
 
 
-class MemoryJobStore:
-    """A dict-backed JobStore for one process (tests, `backend = "memory"`)."""
+class MemoryJobStore(MemoryAdoption, MemoryWorkerQueue, MemoryAttemptGroups, MemoryNoticeOutbox):
+    """A dict-backed JobStore for one process (tests, `backend = "memory"`).
+
+    Its detach/adoption/re-queue, worker-queue, attempt-group and notice-outbox methods are
+    the mixins' (one module each: adoption.py, worker_queue.py, attempt_groups.py,
+    notice_outbox.py; roles.py names what they use of this class); this class holds the
+    state they share and every other method.
+    """
 
     backend = "memory"
 
@@ -309,30 +307,6 @@ class MemoryJobStore:
     async def sweep_runs(self, task: str) -> int:
         return self._sweeps.get(task, (None, 0))[1]
 
-    # -- worker hosts: one process has no remote jobs (admission refuses them) -----------------
-    async def publish_capabilities(self, instance_id: str, capabilities: str) -> bool:
-        async with self._lock:
-            row = self._instances.get(instance_id)
-            if row is None:
-                return False
-            self._instances[instance_id] = replace(row, capabilities=capabilities)
-            return True
-
-    async def claim_jobs(self, claim: WorkerClaim, limit: int) -> list[JobRow]:
-        return []
-
-    async def return_to_pool(self, taker: InstanceRow, ttl_s: float, http_grace_s: float,
-                             job_ids: Collection[str]) -> list[str]:
-        return []
-
-    async def set_unschedulable(self, owner_instance: str,
-                                reasons: Mapping[str, str | None]) -> int:
-        return 0
-
-    async def fail_unscheduled(self, owner_instance: str, queue_timeout_s: float,
-                               error: str) -> list[str]:
-        return []
-
     async def release_reservations(self) -> int:
         async with self._lock:
             active = {i for i, job in self._jobs.items() if job.status in ACTIVE_STATUSES}
@@ -501,202 +475,6 @@ class MemoryJobStore:
             ]
             rows.sort(key=order, reverse=True)
             return [without_output(job) for job in rows[: max(page.limit, 0)]]
-
-
-    # -- detach, adoption, re-queue ---------------------------------------------------------
-    async def extend_leases(self, instance_id: str, seconds: Mapping[str, float]) -> int:
-        async with self._lock:
-            now, count = self._now(), 0
-            for job_id, secs in seconds.items():
-                job = self._jobs.get(job_id)
-                # Invariant: only this instance's running jobs, and never an earlier deadline.
-                if job is None or job.owner_instance != instance_id:
-                    continue
-                if job.status is not JobStatus.RUNNING:
-                    continue
-                deadline = now + timedelta(seconds=secs)
-                job.lease_deadline = max(job.lease_deadline or deadline, deadline)
-                job.updated_at = now
-                count += 1
-            return count
-
-    async def list_adoption_candidates(
-        self, instance_id: str, hostname: str, boot_id: str, orphaned_within_s: float,
-        limit: int,
-    ) -> list[AdoptionCandidate]:
-        async with self._lock:
-            now = self._now()
-            found = []
-            for job in sorted(self._jobs.values(), key=lambda j: (j.created_at or now, j.id)):
-                if job.hostname != hostname or job.owner_instance == instance_id:
-                    continue
-                if not self._settleable(job, now, boot_id, orphaned_within_s):
-                    continue
-                owner = self._instances.get(job.owner_instance or "")
-                if owner is not None and owner.stopped_at is None and not (
-                        owner.hostname == hostname and owner.boot_id == boot_id):
-                    continue
-                light = replace(job, output=None, result_json=None)
-                found.append(AdoptionCandidate(job=light,
-                                               owner=replace(owner) if owner else None))
-            found.sort(key=lambda c: not self._owner_lapsed(c.owner, now))  # stable: oldest
-            return found[:max(limit, 0)]
-
-    @staticmethod
-    def _owner_lapsed(owner: InstanceRow | None, now: datetime) -> bool:
-        """LIST_ADOPTION_CANDIDATES' first sort key: the owner row collected, stopped or
-        lapsed."""
-        return (owner is None or owner.stopped_at is not None
-                or (owner.lease_expires_at is not None and owner.lease_expires_at < now))
-
-    @staticmethod
-    def _settleable(job: JobRow, now: datetime, boot_id: str, within_s: float) -> bool:
-        """LIST_ADOPTION_CANDIDATES' job predicate (see sqlite/sql.py for the reasons)."""
-        if (job.transport == "http" and job.status is JobStatus.RUNNING
-                and job.lease_deadline is not None and job.lease_deadline >= now):
-            return False
-        return job.status in ACTIVE_STATUSES  # `orphaned` is final
-
-    def _taken(self, take: TakeOver) -> JobRow | None:
-        """The row if the compare-and-set of a take-over matches it (one winner)."""
-        job = self._jobs.get(take.job_id)
-        if job is None or job.owner_instance != take.expected_owner:
-            return None
-        if job.status is not take.expected_status or job.hostname != take.hostname:
-            return None
-        return job
-
-    async def adopt_job(self, take: TakeOver) -> JobRow | None:
-        async with self._lock:
-            job = self._taken(take)
-            if job is None or job.status in (JobStatus.COMPLETED, JobStatus.FAILED,
-                                             JobStatus.CANCELLED, JobStatus.TIMED_OUT):
-                return None
-            if job.status is JobStatus.RUNNING and job.boot_id != take.boot_id:
-                return None
-            now = self._now()
-            job.owner_instance = take.instance_id
-            job.updated_at = now
-            if job.status in ACTIVE_STATUSES:
-                deadline = now + timedelta(seconds=take.ttl_s)
-                job.lease_deadline = max(job.lease_deadline or deadline, deadline)
-            else:
-                job.lease_deadline = None
-            return without_output(job)
-
-    async def requeue_job(self, take: TakeOver) -> JobRow | None:
-        async with self._lock:
-            job = self._taken(take)
-            if job is None or job.cancel_requested_at is not None:
-                return None
-            if (job.requeued_at is not None and job.transport == "http"
-                    and job.started_at is not None):
-                return None  # an API call that was made is retried once (REQUEUE_JOB)
-            if job.status not in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.ORPHANED):
-                return None
-            if not job.forced and any(
-                    twin.request_key == job.request_key and twin.id != job.id
-                    and not twin.forced and twin.status in ACTIVE_STATUSES
-                    for twin in self._jobs.values()):
-                return None
-            now = self._now()
-            job.status, job.owner_instance, job.boot_id = (
-                JobStatus.QUEUED, take.instance_id, take.boot_id)
-            job.requeued_at = job.updated_at = now
-            job.claimed_at = None
-            job.requeue_count += 1
-            job.requeue_reasons = take.requeue_reasons or job.requeue_reasons
-            job.lease_deadline = now + timedelta(seconds=take.ttl_s)
-            job.started_at = job.finished_at = None
-            job.pid = job.pgid = None
-            job.pid_started_at = None
-            job.exit_code = None
-            job.error = job.error_kind = job.output = job.stderr_tail = None
-            job.output_bytes, job.truncated = 0, False
-            return without_output(job)
-
-    # -- attempt groups (issue 39) -----------------------------------------------------------
-    async def insert_attempt_group(self, group: NewAttemptGroup, jobs: Sequence[NewJob],
-                                   ttl_s: float) -> AttemptGroupRow:
-        async with self._lock:
-            # Invariant: the group, its N jobs and their reservations, or nothing: what
-            # the inserts below change is put back when one of them refuses.
-            jobs_before = dict(self._jobs)
-            ledger_before = self._ledger.snapshot()
-            try:
-                row = self._groups.insert(group, [job.id for job in jobs], self.clock())
-                for job in jobs:
-                    self._insert_job(job, ttl_s)
-            except BaseException:
-                self._jobs = jobs_before
-                self._ledger.restore(ledger_before)
-                self._groups.forget(group.group_id)
-                raise
-            return row
-
-    async def find_attempt_group(self, dedup_key: str,
-                                 dedup_window_s: float) -> AttemptGroupRow | None:
-        async with self._lock:
-            return self._groups.find(dedup_key, dedup_window_s, self.clock())
-
-    async def get_attempt_group(self, group_id: str) -> AttemptGroupRow | None:
-        async with self._lock:
-            return self._groups.get(group_id)
-
-    async def list_attempt_groups(self, *, principal: str | None = None,
-                                  status: GroupStatus | None = None,
-                                  limit: int = 50) -> list[AttemptGroupRow]:
-        async with self._lock:
-            return self._groups.newest(principal, status, limit)
-
-    async def list_attempts(self, group_id: str) -> list[AttemptRow]:
-        async with self._lock:
-            return self._groups.attempts_of(group_id)
-
-    async def get_attempt(self, job_id: str) -> AttemptRow | None:
-        async with self._lock:
-            return self._groups.attempt(job_id)
-
-    async def claim_check(self, job_id: str, claimer: str) -> bool:
-        async with self._lock:
-            return self._groups.claim_check(job_id, claimer, self.clock())
-
-    async def skip_check(self, job_id: str, reason: str) -> bool:
-        async with self._lock:
-            return self._groups.skip_check(job_id, reason, self.clock())
-
-    async def record_check(self, job_id: str, result: CheckResult) -> bool:
-        async with self._lock:
-            return self._groups.record_check(job_id, result, self.clock())
-
-    async def end_attempt_group(self, end: GroupEnd) -> bool:
-        async with self._lock:
-            return self._groups.end(end, self.clock())
-
-    # -- the completion-notice outbox (store/outbox.py) ------------------------------------
-    async def claim_notices(self, instance_id: str, lease_s: float,
-                            limit: int = CLAIM_BATCH) -> list[Notice]:
-        async with self._lock:
-            return self._outbox.claim(instance_id, lease_s, limit, self._now())
-
-    async def record_notice_sink(self, notice_id: str, instance_id: str, sink: str) -> bool:
-        async with self._lock:
-            return self._outbox.record_sink(notice_id, instance_id, sink)
-
-    async def settle_notice(self, notice_id: str, instance_id: str, outcome: Settlement,
-                            retry_in_s: float = 0.0, error: str | None = None) -> bool:
-        async with self._lock:
-            return self._outbox.settle(notice_id, instance_id, outcome, retry_in_s, error,
-                                       self._now())
-
-    async def list_notices(self, *, failed_only: bool = False,
-                           limit: int = NOTICE_LIST_LIMIT) -> list[Notice]:
-        async with self._lock:
-            return self._outbox.listed(failed_only, limit)
-
-    async def count_failed_notices(self) -> int:
-        async with self._lock:
-            return self._outbox.count_failed()
 
 
 

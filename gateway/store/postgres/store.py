@@ -23,8 +23,8 @@ again as soon as the server is back.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from collections.abc import AsyncIterator, Collection, Sequence
+from contextlib import asynccontextmanager
 
 import anyio
 import asyncpg
@@ -42,25 +42,12 @@ from gateway.model import (
     OutputFile,
     Progress,
 )
-from gateway.store.attempts import (
-    AttemptGroupRow,
-    AttemptRow,
-    CheckResult,
-    DuplicateActiveGroup,
-    GroupEnd,
-    GroupStatus,
-    NewAttemptGroup,
-)
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
     RETENTION_BATCH_ROWS,
-    AdoptionCandidate,
-    DuplicateActiveJob,
     JobsPage,
     StoreUnavailable,
-    TakeOver,
-    WorkerClaim,
     answer_in,
     like_prefix,
     output_to_bind,
@@ -68,20 +55,19 @@ from gateway.store.base import (
     page_of,
     without_output,
 )
-from gateway.store.outbox import CLAIM_BATCH, NOTICE_LIST_LIMIT, Notice, Settlement
-from gateway.store.owner_columns import owner_fields
-from gateway.store.postgres import attempts as postgres_attempts
 from gateway.store.postgres import meta as postgres_meta
 from gateway.store.postgres import outbox as postgres_outbox
 from gateway.store.postgres import sweeps as postgres_sweeps
 from gateway.store.postgres import usage as postgres_usage
-from gateway.store.postgres import workers as postgres_workers
+from gateway.store.postgres.adoption import PostgresAdoption
+from gateway.store.postgres.attempt_groups import PostgresAttemptGroups
 from gateway.store.postgres.errors import (
     _UNAVAILABLE_ERRORS,
     redact_dsn,
     secrets_of,
     unavailable_error,
 )
+from gateway.store.postgres.notice_outbox import PostgresNoticeOutbox
 from gateway.store.postgres.notices import JobNotices
 from gateway.store.postgres.pool import (
     COMMAND_TIMEOUT_S,
@@ -95,23 +81,18 @@ from gateway.store.postgres.pool import (
     FullServer,
     Pooler,
 )
+from gateway.store.postgres.rows import _insert_job, _job, _savepoint, _status_count
 from gateway.store.postgres.sql import (
     _JSON_ERRORS,
-    ACTIVE_INDEX_NAME,
-    ADOPT_JOB,
     COMPLETE_JOB,
     COMPLETE_JOB_FROM_PIECES,
     CREATE_OUTPUT_PIECES,
     CREATE_SCHEMA_VERSION_TABLE,
-    EXTEND_LEASES,
-    FIND_ACTIVE_BY_KEY,
     FIND_JOB_IDS,
     FIND_REUSABLE_LIGHT,
     GC_INSTANCES,
     GET_JOB,
     GET_JOB_LIGHT,
-    INSERT_JOB,
-    LIST_ADOPTION_CANDIDATES,
     LIST_CANCEL_REQUESTED,
     LIST_EXPIRED_CANDIDATES,
     LIST_INSTANCES,
@@ -135,58 +116,15 @@ from gateway.store.postgres.sql import (
     RECOVER_EXPIRED_LEASES,
     RENEW_INSTANCE_LEASE,
     REQUEST_CANCEL_LIGHT,
-    REQUEUE_JOB,
-    RETURN_TO_POOL,
     SAVE_PROGRESS,
     UPSERT_INSTANCE,
 )
+from gateway.store.postgres.worker_queue import PostgresWorkerQueue
 from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 
 log = structlog.get_logger(__name__)
 
 MAX_SQL_POSITION = 2**31 - 2  # substring(... FROM start + 1 FOR n) with int4 arguments
-
-
-def _status_count(status: str) -> int:
-    """Rows affected, from a command tag such as `UPDATE 3` or `DELETE 0`."""
-    try:
-        return int(status.rsplit(" ", 1)[-1])
-    except ValueError:
-        return 0
-
-
-def _savepoint(conn: asyncpg.Connection) -> AbstractAsyncContextManager[object]:
-    """Around a statement whose failure the caller handles by running another: inside a
-    transaction (always, behind PgBouncer) a savepoint, so the failure does not abort the
-    rest; outside one, nothing (the statement is its own transaction)."""
-    return conn.transaction() if conn.is_in_transaction() else nullcontext()
-
-
-async def _insert_job(conn: asyncpg.Connection, job: NewJob, ttl_s: float) -> JobRow:
-    """One admission's writes on `conn` (insert_job; each job of insert_attempt_group)."""
-    # Invariant: the job and its budget reservations commit together or not at all
-    # (BudgetExceeded rolls the insert back): postgres_usage.RESERVE_BUDGET.
-    try:
-        async with _savepoint(conn):
-            row = await conn.fetchrow(
-                INSERT_JOB,
-                job.id, job.provider, job.request_key, job.transport,
-                job.correlation_id, job.owner_instance, float(ttl_s), job.hostname,
-                job.working_dir, job.model, job.session_id, job.request_json,
-                job.forced, job.boot_id, job.principal, job.running, job.runs_on,
-            )
-            await postgres_usage.reserve(conn, job.id, job.reservations)
-    except asyncpg.UniqueViolationError as exc:
-        if exc.constraint_name != ACTIVE_INDEX_NAME:
-            raise ValueError(f"job id {job.id} already exists") from None
-        existing = await conn.fetchval(FIND_ACTIVE_BY_KEY, job.request_key)
-        raise DuplicateActiveJob(existing) from None
-    assert row is not None  # INSERT ... RETURNING always returns the row it inserted
-    return _job(row)
-
-
-def _job(row: asyncpg.Record) -> JobRow:
-    return JobRow.from_mapping(row)
 
 
 async def _light_job(conn: asyncpg.Connection, job_id: str) -> JobRow | None:
@@ -224,8 +162,15 @@ def _instance(row: asyncpg.Record) -> InstanceRow:
     return InstanceRow(**dict(row.items()))
 
 
-class PostgresJobStore:
-    """JobStore on a PostgreSQL database shared by any number of gateway instances."""
+class PostgresJobStore(PostgresAdoption, PostgresWorkerQueue, PostgresAttemptGroups,
+                       PostgresNoticeOutbox):
+    """JobStore on a PostgreSQL database shared by any number of gateway instances.
+
+    Its detach/adoption/re-queue, worker-queue, attempt-group and notice-outbox methods are
+    the mixins' (one module each: adoption.py, worker_queue.py, attempt_groups.py,
+    notice_outbox.py), which run through this class's `_connection` and `_transaction`
+    (roles.py); it holds the pools and every other method.
+    """
 
     backend = "postgres"
 
@@ -453,31 +398,6 @@ class PostgresJobStore:
             await postgres_outbox.add_notices(conn, [job_id], cost)
             return await _light_job(conn, job_id)
 
-    # -- the completion-notice outbox (store/outbox.py) ------------------------------------
-    async def claim_notices(self, instance_id: str, lease_s: float,
-                            limit: int = CLAIM_BATCH) -> list[Notice]:
-        async with self._transaction("claim notices") as conn:
-            return await postgres_outbox.claim(conn, instance_id, lease_s, limit)
-
-    async def record_notice_sink(self, notice_id: str, instance_id: str, sink: str) -> bool:
-        async with self._connection("record notice sink") as conn:
-            return await postgres_outbox.record_sink(conn, notice_id, instance_id, sink)
-
-    async def settle_notice(self, notice_id: str, instance_id: str, outcome: Settlement,
-                            retry_in_s: float = 0.0, error: str | None = None) -> bool:
-        async with self._connection("settle notice") as conn:
-            return await postgres_outbox.settle(conn, notice_id, instance_id, outcome,
-                                                retry_in_s, error)
-
-    async def list_notices(self, *, failed_only: bool = False,
-                           limit: int = NOTICE_LIST_LIMIT) -> list[Notice]:
-        async with self._connection("list notices") as conn:
-            return await postgres_outbox.list_notices(conn, failed_only, limit)
-
-    async def count_failed_notices(self) -> int:
-        async with self._connection("count failed notices") as conn:
-            return await postgres_outbox.count_failed(conn)
-
     # -- usage and budgets (usage.py) ---------------------------------------------------
     async def usage_totals(self, group_by: GroupBy, since_day: str | None = None,
                            until_day: str | None = None) -> list[UsageRow]:
@@ -498,44 +418,6 @@ class PostgresJobStore:
     async def sweep_runs(self, task: str) -> int:
         async with self._connection("read sweep runs") as conn:
             return await postgres_sweeps.sweep_runs(conn, task)
-
-    # -- worker hosts (workers.py) ----------------------------------------------------------
-    async def publish_capabilities(self, instance_id: str, capabilities: str) -> bool:
-        async with self._connection("publish capabilities", lease=True) as conn:
-            status = await conn.execute(postgres_workers.PUBLISH_CAPABILITIES, instance_id,
-                                        capabilities)
-        return _status_count(status) == 1
-
-    async def claim_jobs(self, claim: WorkerClaim, limit: int) -> list[JobRow]:
-        async with self._transaction("claim jobs", patience_s=WORK_PATIENCE_S) as conn:
-            return await postgres_workers.claim_jobs(conn, claim, limit)
-
-    async def return_to_pool(self, taker: InstanceRow, ttl_s: float, http_grace_s: float,
-                             job_ids: Collection[str]) -> list[str]:
-        if not job_ids:
-            return []
-        async with self._connection("return jobs to the pool") as conn:
-            rows = await conn.fetch(RETURN_TO_POOL, taker.instance_id, taker.hostname,
-                                    taker.boot_id, float(ttl_s), float(http_grace_s),
-                                    list(job_ids))
-        return [row["id"] for row in rows]
-
-    async def set_unschedulable(self, owner_instance: str,
-                                reasons: Mapping[str, str | None]) -> int:
-        if not reasons:
-            return 0
-        ids = list(reasons)
-        async with self._connection("set unschedulable") as conn:
-            return _status_count(await conn.execute(
-                postgres_workers.SET_UNSCHEDULABLE, owner_instance, ids,
-                [reasons[i] for i in ids]))
-
-    async def fail_unscheduled(self, owner_instance: str, queue_timeout_s: float,
-                               error: str) -> list[str]:
-        async with self._connection("fail unscheduled jobs") as conn:
-            rows = await conn.fetch(postgres_workers.FAIL_UNSCHEDULED, owner_instance,
-                                    float(queue_timeout_s), error)
-        return [row["id"] for row in rows]
 
     async def release_reservations(self) -> int:
         async with self._transaction("release reservations") as conn:
@@ -650,111 +532,3 @@ class PostgresJobStore:
         async with self._connection("list jobs page") as conn:
             return await _light_rows(conn, LIST_JOBS_PAGE_LIGHT, LIST_JOBS_PAGE, params)
 
-    # -- detach, adoption, re-queue ---------------------------------------------------------
-    async def extend_leases(self, instance_id: str, seconds: Mapping[str, float]) -> int:
-        if not seconds:
-            return 0
-        ids = list(seconds)
-        async with self._connection("extend leases", patience_s=WORK_PATIENCE_S) as conn:
-            return _status_count(await conn.execute(
-                EXTEND_LEASES, instance_id, ids, [float(seconds[i]) for i in ids]))
-
-    async def list_adoption_candidates(
-        self, instance_id: str, hostname: str, boot_id: str, orphaned_within_s: float,
-        limit: int,
-    ) -> list[AdoptionCandidate]:
-        async with self._connection("list adoption candidates") as conn:
-            rows = await conn.fetch(LIST_ADOPTION_CANDIDATES, instance_id, hostname, boot_id,
-                                    max(limit, 0))
-        return [_candidate(row) for row in rows]
-
-    async def _take_over(self, action: str, sql: str, take: TakeOver,
-                         *extra: object) -> JobRow | None:
-        async with self._connection(action) as conn:
-            row = await conn.fetchrow(sql, take.job_id, take.expected_owner,
-                                      take.expected_status.value, take.instance_id,
-                                      take.hostname, take.boot_id, float(take.ttl_s), *extra)
-        return _job(row) if row is not None else None
-
-    async def adopt_job(self, take: TakeOver) -> JobRow | None:
-        return await self._take_over("adopt job", ADOPT_JOB, take)
-
-    async def requeue_job(self, take: TakeOver) -> JobRow | None:
-        return await self._take_over("requeue job", REQUEUE_JOB, take, take.requeue_reasons)
-
-
-    # -- attempt groups (issue 39) -----------------------------------------------------------
-    async def insert_attempt_group(self, group: NewAttemptGroup, jobs: Sequence[NewJob],
-                                   ttl_s: float) -> AttemptGroupRow:
-        # Invariant: the group, its N jobs and their reservations commit together or not
-        # at all: any refusal below raises out of the transaction, which rolls back.
-        async with self._transaction("insert attempt group") as conn:
-            try:
-                async with _savepoint(conn):
-                    row = await postgres_attempts.insert_group(
-                        conn, group, [job.id for job in jobs])
-            except asyncpg.UniqueViolationError as exc:
-                if not postgres_attempts.duplicate(exc):
-                    raise ValueError(f"group id {group.group_id} already exists") from None
-                raise DuplicateActiveGroup(
-                    await postgres_attempts.running_group_id(conn, group.dedup_key)) from None
-            for job in jobs:
-                await _insert_job(conn, job, ttl_s)
-            return row
-
-    async def find_attempt_group(self, dedup_key: str,
-                                 dedup_window_s: float) -> AttemptGroupRow | None:
-        async with self._connection("find attempt group") as conn:
-            row = await conn.fetchrow(postgres_attempts.FIND_GROUP, dedup_key,
-                                      float(dedup_window_s))
-        return postgres_attempts.group_row(row) if row is not None else None
-
-    async def get_attempt_group(self, group_id: str) -> AttemptGroupRow | None:
-        async with self._connection("get attempt group") as conn:
-            row = await conn.fetchrow(postgres_attempts.GET_GROUP, group_id)
-        return postgres_attempts.group_row(row) if row is not None else None
-
-    async def list_attempt_groups(self, *, principal: str | None = None,
-                                  status: GroupStatus | None = None,
-                                  limit: int = 50) -> list[AttemptGroupRow]:
-        async with self._connection("list attempt groups") as conn:
-            rows = await conn.fetch(postgres_attempts.LIST_GROUPS, principal, limit,
-                                    None if status is None else status.value)
-        return [postgres_attempts.group_row(row) for row in rows]
-
-    async def list_attempts(self, group_id: str) -> list[AttemptRow]:
-        async with self._connection("list attempts") as conn:
-            rows = await conn.fetch(postgres_attempts.LIST_ATTEMPTS, group_id)
-        return [postgres_attempts.attempt_row(row) for row in rows]
-
-    async def get_attempt(self, job_id: str) -> AttemptRow | None:
-        async with self._connection("get attempt") as conn:
-            row = await conn.fetchrow(postgres_attempts.GET_ATTEMPT, job_id)
-        return postgres_attempts.attempt_row(row) if row is not None else None
-
-    async def claim_check(self, job_id: str, claimer: str) -> bool:
-        async with self._connection("claim check", patience_s=WORK_PATIENCE_S) as conn:
-            status = await conn.execute(postgres_attempts.CLAIM_CHECK, job_id, claimer)
-        return _status_count(status) == 1
-
-    async def skip_check(self, job_id: str, reason: str) -> bool:
-        async with self._connection("skip check", patience_s=WORK_PATIENCE_S) as conn:
-            status = await conn.execute(postgres_attempts.SKIP_CHECK, job_id, reason)
-        return _status_count(status) == 1
-
-    async def record_check(self, job_id: str, result: CheckResult) -> bool:
-        async with self._connection("record check", patience_s=WORK_PATIENCE_S) as conn:
-            status = await conn.execute(postgres_attempts.RECORD_CHECK,
-                                        *postgres_attempts.record_args(job_id, result))
-        return _status_count(status) == 1
-
-    async def end_attempt_group(self, end: GroupEnd) -> bool:
-        async with self._connection("end attempt group", patience_s=WORK_PATIENCE_S) as conn:
-            status = await conn.execute(postgres_attempts.END_GROUP,
-                                        *postgres_attempts.end_args(end))
-        return _status_count(status) == 1
-
-
-def _candidate(row: asyncpg.Record) -> AdoptionCandidate:
-    owner = owner_fields(row)
-    return AdoptionCandidate(job=_job(row), owner=None if owner is None else InstanceRow(**owner))

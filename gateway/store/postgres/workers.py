@@ -14,7 +14,7 @@ import json
 import asyncpg
 
 from gateway.model import JobRow
-from gateway.store.base import WorkerClaim
+from gateway.store.protocol_roles import WorkerClaim
 
 # v11: where a job may run, when a worker claimed it and why nobody can now; what an
 # instance can run. Additive, each step idempotent. The partial index serves the claim's

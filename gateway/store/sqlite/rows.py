@@ -2,9 +2,10 @@
 
 Moved out of the executor (`store.py`) whole (the executor keeps connections, locking and
 the store's methods): converting `sqlite3.Row`s into the gateway's rows (REAL epoch seconds become
-timezone-aware UTC datetimes), one write transaction, and reading or writing a large output
-in place as a blob. Every function that takes a `sqlite3.Connection` runs on aiosqlite's
-thread (`aiosqlite_fence.on_connection_thread`), the one thread that may use it.
+timezone-aware UTC datetimes), one write transaction, one admission's writes (a job and
+its reservations), and reading or writing a large output in place as a blob. Every function
+that takes a `sqlite3.Connection` runs on aiosqlite's thread
+(`aiosqlite_fence.on_connection_thread`), the one thread that may use it.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from gateway.model import InstanceRow, JobRow, OutputFile
+from gateway.model import InstanceRow, JobRow, NewJob, OutputFile
 from gateway.store.base import (
     AdoptionCandidate,
+    DuplicateActiveJob,
     JobsPage,
     answer_in,
     page_bounds,
@@ -26,9 +28,12 @@ from gateway.store.base import (
     without_output,
 )
 from gateway.store.owner_columns import owner_fields
+from gateway.store.sqlite import usage as sqlite_usage
 from gateway.store.sqlite.sql import (
     _INSTANCE_TIME_FIELDS,
     _JOB_TIME_FIELDS,
+    FIND_ACTIVE_BY_KEY,
+    INSERT_JOB,
     JOB_ROWID,
     READ_OUTPUT_SOURCE,
 )
@@ -142,3 +147,29 @@ def jobs_page_params(page: JobsPage) -> dict[str, Any]:
     statuses = None if page.statuses is None else json.dumps([s.value for s in page.statuses])
     return {"statuses": statuses, "provider": page.provider, "hostname": page.hostname,
             "after_id": page.after_id, "limit": max(page.limit, 0)}
+
+
+def _insert_job(db: sqlite3.Connection, job: NewJob, ttl_s: float, now: float) -> JobRow:
+    """One admission's writes, inside the caller's transaction: the row and its budget
+    reservations (insert_job; each job of insert_attempt_group)."""
+    params = {
+        "id": job.id, "provider": job.provider, "request_key": job.request_key,
+        "transport": job.transport, "correlation_id": job.correlation_id,
+        "owner_instance": job.owner_instance, "hostname": job.hostname,
+        "working_dir": job.working_dir, "model": job.model,
+        "session_id": job.session_id, "request_json": job.request_json,
+        "forced": job.forced, "boot_id": job.boot_id, "ttl_s": ttl_s,
+        "principal": job.principal, "running": job.running, "now": now,
+    }
+    try:
+        rows = db.execute(INSERT_JOB, params).fetchall()
+    except sqlite3.IntegrityError as exc:
+        raise ValueError(f"job id {job.id} already exists") from exc
+    if rows:
+        # Invariant: the job and its budget reservations commit together or not at
+        # all (BudgetExceeded rolls the insert back): sqlite_usage.RESERVE_BUDGET.
+        sqlite_usage.reserve(db, job.id, job.reservations, now)
+        return _job(rows[0])
+    # The winner of the race, read in the same transaction (rolled back: no change).
+    existing = db.execute(FIND_ACTIVE_BY_KEY, {"request_key": job.request_key}).fetchall()
+    raise DuplicateActiveJob(existing[0][0] if existing else None)

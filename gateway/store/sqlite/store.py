@@ -41,41 +41,30 @@ from gateway.model import (
     NewJob,
     Progress,
 )
-from gateway.store.attempts import (
-    AttemptGroupRow,
-    AttemptRow,
-    CheckResult,
-    GroupEnd,
-    GroupStatus,
-    NewAttemptGroup,
-)
 from gateway.store.base import (
     PREFIX_MATCH_LIMIT,
     REAPER_BATCH_ROWS,
     RETENTION_BATCH_ROWS,
-    AdoptionCandidate,
-    DuplicateActiveJob,
     JobsPage,
     StoreFull,
     StoreReplaced,
     StoreUnavailable,
-    TakeOver,
-    WorkerClaim,
     like_prefix,
     output_to_bind,
 )
-from gateway.store.outbox import CLAIM_BATCH, NOTICE_LIST_LIMIT, Notice, Settlement
-from gateway.store.sqlite import attempts as sqlite_attempts
 from gateway.store.sqlite import meta as sqlite_meta
 from gateway.store.sqlite import outbox as sqlite_outbox
 from gateway.store.sqlite import sweeps as sqlite_sweeps
 from gateway.store.sqlite import usage as sqlite_usage
+from gateway.store.sqlite.adoption import SqliteAdoption
 from gateway.store.sqlite.aiosqlite_fence import on_connection_thread
+from gateway.store.sqlite.attempt_groups import SqliteAttemptGroups
+from gateway.store.sqlite.notice_outbox import SqliteNoticeOutbox
 from gateway.store.sqlite.rows import (
-    _candidate,
     _changed,
     _epoch,
     _fetch_light,
+    _insert_job,
     _instance,
     _job,
     _read_output,
@@ -84,19 +73,14 @@ from gateway.store.sqlite.rows import (
     jobs_page_params,
 )
 from gateway.store.sqlite.sql import (
-    ADOPT_JOB,
     COMPLETE_JOB,
     CREATE_SCHEMA_VERSION_TABLE,
-    EXTEND_LEASES,
-    FIND_ACTIVE_BY_KEY,
     FIND_JOB_IDS,
     FIND_REUSABLE,
     FIND_REUSABLE_LIGHT,
     GC_INSTANCES,
     GET_JOB,
     GET_JOB_LIGHT,
-    INSERT_JOB,
-    LIST_ADOPTION_CANDIDATES,
     LIST_CANCEL_REQUESTED,
     LIST_EXPIRED_CANDIDATES,
     LIST_INSTANCES,
@@ -107,7 +91,6 @@ from gateway.store.sqlite.sql import (
     MARK_INSTANCE_STOPPED,
     MARK_RUNNING,
     MIGRATIONS,
-    PUBLISH_CAPABILITIES,
     PURGE_TERMINAL,
     READ_SCHEMA_VERSION,
     RECORD_PROCESS,
@@ -115,10 +98,10 @@ from gateway.store.sqlite.sql import (
     RECOVER_EXPIRED_LEASES,
     RENEW_INSTANCE_LEASE,
     REQUEST_CANCEL,
-    REQUEUE_JOB,
     SAVE_PROGRESS,
     UPSERT_INSTANCE,
 )
+from gateway.store.sqlite.worker_queue import SqliteWorkerQueue
 from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 
 log = structlog.get_logger(__name__)
@@ -153,35 +136,15 @@ def _store_errors(action: str) -> Iterator[None]:
         raise unavailable(f"sqlite store: {action} failed: {exc.strerror or exc}") from exc
 
 
+class SqliteJobStore(SqliteAdoption, SqliteWorkerQueue, SqliteAttemptGroups,
+                     SqliteNoticeOutbox):
+    """JobStore on one SQLite file (WAL), safe to share between processes on one host.
 
-def _insert_job(db: sqlite3.Connection, job: NewJob, ttl_s: float, now: float) -> JobRow:
-    """One admission's writes, inside the caller's transaction: the row and its budget
-    reservations (insert_job; each job of insert_attempt_group)."""
-    params = {
-        "id": job.id, "provider": job.provider, "request_key": job.request_key,
-        "transport": job.transport, "correlation_id": job.correlation_id,
-        "owner_instance": job.owner_instance, "hostname": job.hostname,
-        "working_dir": job.working_dir, "model": job.model,
-        "session_id": job.session_id, "request_json": job.request_json,
-        "forced": job.forced, "boot_id": job.boot_id, "ttl_s": ttl_s,
-        "principal": job.principal, "running": job.running, "now": now,
-    }
-    try:
-        rows = db.execute(INSERT_JOB, params).fetchall()
-    except sqlite3.IntegrityError as exc:
-        raise ValueError(f"job id {job.id} already exists") from exc
-    if rows:
-        # Invariant: the job and its budget reservations commit together or not at
-        # all (BudgetExceeded rolls the insert back): sqlite_usage.RESERVE_BUDGET.
-        sqlite_usage.reserve(db, job.id, job.reservations, now)
-        return _job(rows[0])
-    # The winner of the race, read in the same transaction (rolled back: no change).
-    existing = db.execute(FIND_ACTIVE_BY_KEY, {"request_key": job.request_key}).fetchall()
-    raise DuplicateActiveJob(existing[0][0] if existing else None)
-
-
-class SqliteJobStore:
-    """JobStore on one SQLite file (WAL), safe to share between processes on one host."""
+    Its detach/adoption/re-queue, worker-queue, attempt-group and notice-outbox methods are
+    the mixins' (one module each: adoption.py, worker_queue.py, attempt_groups.py,
+    notice_outbox.py), which run through this class's `_read` and `_transaction` (roles.py);
+    it holds the connection and every other method.
+    """
 
     backend = "sqlite"
 
@@ -564,41 +527,6 @@ class SqliteJobStore:
         return await self._light_rows("list_jobs_page", LIST_JOBS_PAGE_LIGHT, LIST_JOBS_PAGE,
                                       jobs_page_params(page))
 
-    # -- detach, adoption, re-queue ---------------------------------------------------------
-    async def extend_leases(self, instance_id: str, seconds: Mapping[str, float]) -> int:
-        if not seconds:
-            return 0
-        params = {"instance_id": instance_id, "seconds": json.dumps(dict(seconds))}
-        return await self._transaction("extend_leases", lambda db, now: _changed(
-            db, EXTEND_LEASES, {**params, "now": now}))
-
-    async def list_adoption_candidates(
-        self, instance_id: str, hostname: str, boot_id: str, orphaned_within_s: float,
-        limit: int,
-    ) -> list[AdoptionCandidate]:
-        params = {"instance_id": instance_id, "hostname": hostname, "boot_id": boot_id,
-                  "orphaned_within_s": orphaned_within_s, "limit": max(limit, 0),
-                  "now": time.time()}
-        async with self._read("list_adoption_candidates") as conn:
-            rows = await conn.execute_fetchall(LIST_ADOPTION_CANDIDATES, params)
-        return [_candidate(row) for row in rows]
-
-    async def _take_over(self, action: str, sql: str, take: TakeOver) -> JobRow | None:
-        params = {"job_id": take.job_id, "expected_owner": take.expected_owner,
-                  "expected_status": take.expected_status.value,
-                  "instance_id": take.instance_id, "hostname": take.hostname,
-                  "boot_id": take.boot_id, "ttl_s": take.ttl_s,
-                  "requeue_reasons": take.requeue_reasons}
-
-        def write(db: sqlite3.Connection, now: float) -> JobRow | None:
-            row = db.execute(sql, {**params, "now": now}).fetchone()
-            return _job(row) if row is not None else None
-
-        return await self._transaction(action, write)
-
-    async def adopt_job(self, take: TakeOver) -> JobRow | None:
-        return await self._take_over("adopt_job", ADOPT_JOB, take)
-
     # -- usage and budgets (usage.py) ---------------------------------------------------
     async def usage_totals(self, group_by: GroupBy, since_day: str | None = None,
                            until_day: str | None = None) -> list[UsageRow]:
@@ -623,115 +551,6 @@ class SqliteJobStore:
         async with self._read("sweep_runs") as conn:
             return await sqlite_sweeps.sweep_runs(conn, task)
 
-    # -- worker hosts: one host has no remote jobs (admission refuses them) --------------------
-    async def publish_capabilities(self, instance_id: str, capabilities: str) -> bool:
-        params = {"instance_id": instance_id, "capabilities": capabilities}
-        return await self._transaction("publish_capabilities", lambda db, now: _changed(
-            db, PUBLISH_CAPABILITIES, params)) == 1
-
-    async def claim_jobs(self, claim: WorkerClaim, limit: int) -> list[JobRow]:
-        return []
-
-    async def return_to_pool(self, taker: InstanceRow, ttl_s: float, http_grace_s: float,
-                             job_ids: Collection[str]) -> list[str]:
-        return []
-
-    async def set_unschedulable(self, owner_instance: str,
-                                reasons: Mapping[str, str | None]) -> int:
-        return 0
-
-    async def fail_unscheduled(self, owner_instance: str, queue_timeout_s: float,
-                               error: str) -> list[str]:
-        return []
-
     async def release_reservations(self) -> int:
         return await self._transaction("release_reservations",
                                        lambda db, now: sqlite_usage.release_ended(db))
-
-    async def requeue_job(self, take: TakeOver) -> JobRow | None:
-        return await self._take_over("requeue_job", REQUEUE_JOB, take)
-
-    # -- attempt groups (issue 39) -----------------------------------------------------------
-    async def insert_attempt_group(self, group: NewAttemptGroup, jobs: Sequence[NewJob],
-                                   ttl_s: float) -> AttemptGroupRow:
-        def admit(db: sqlite3.Connection, now: float) -> AttemptGroupRow:
-            # Invariant: the group, its N jobs and their reservations commit together or
-            # not at all: any refusal below raises, and _transaction rolls everything back.
-            row = sqlite_attempts.insert_group(db, group, [job.id for job in jobs], now)
-            for job in jobs:
-                _insert_job(db, job, ttl_s, now)
-            return row
-
-        return await self._transaction("insert_attempt_group", admit)
-
-    async def find_attempt_group(self, dedup_key: str,
-                                 dedup_window_s: float) -> AttemptGroupRow | None:
-        async with self._read("find_attempt_group") as conn:
-            rows = list(await conn.execute_fetchall(sqlite_attempts.FIND_GROUP, {
-                "dedup_key": dedup_key, "now": self.clock(), "window_s": dedup_window_s}))
-        return sqlite_attempts.group_row(rows[0]) if rows else None
-
-    async def get_attempt_group(self, group_id: str) -> AttemptGroupRow | None:
-        async with self._read("get_attempt_group") as conn:
-            rows = list(await conn.execute_fetchall(sqlite_attempts.GET_GROUP, (group_id,)))
-        return sqlite_attempts.group_row(rows[0]) if rows else None
-
-    async def list_attempt_groups(self, *, principal: str | None = None,
-                                  status: GroupStatus | None = None,
-                                  limit: int = 50) -> list[AttemptGroupRow]:
-        async with self._read("list_attempt_groups") as conn:
-            rows = await conn.execute_fetchall(sqlite_attempts.LIST_GROUPS, {
-                "principal": principal, "limit": limit,
-                "status": None if status is None else status.value})
-        return [sqlite_attempts.group_row(row) for row in rows]
-
-    async def list_attempts(self, group_id: str) -> list[AttemptRow]:
-        async with self._read("list_attempts") as conn:
-            rows = await conn.execute_fetchall(sqlite_attempts.LIST_ATTEMPTS, (group_id,))
-        return [sqlite_attempts.attempt_row(row) for row in rows]
-
-    async def get_attempt(self, job_id: str) -> AttemptRow | None:
-        async with self._read("get_attempt") as conn:
-            rows = list(await conn.execute_fetchall(sqlite_attempts.GET_ATTEMPT, (job_id,)))
-        return sqlite_attempts.attempt_row(rows[0]) if rows else None
-
-    async def claim_check(self, job_id: str, claimer: str) -> bool:
-        return await self._transaction("claim_check", lambda db, now: (
-            sqlite_attempts.claim_check(db, job_id, claimer, now)))
-
-    async def skip_check(self, job_id: str, reason: str) -> bool:
-        return await self._transaction("skip_check", lambda db, now: (
-            sqlite_attempts.skip_check(db, job_id, reason, now)))
-
-    async def record_check(self, job_id: str, result: CheckResult) -> bool:
-        return await self._transaction("record_check", lambda db, now: (
-            sqlite_attempts.record_check(db, job_id, result, now)))
-
-    async def end_attempt_group(self, end: GroupEnd) -> bool:
-        return await self._transaction("end_attempt_group", lambda db, now: (
-            sqlite_attempts.end_group(db, end, now)))
-
-    # -- the completion-notice outbox (store/outbox.py) ------------------------------------
-    async def claim_notices(self, instance_id: str, lease_s: float,
-                            limit: int = CLAIM_BATCH) -> list[Notice]:
-        return await self._transaction("claim_notices", lambda db, now: sqlite_outbox.claim(
-            db, instance_id, lease_s, limit, now))
-
-    async def record_notice_sink(self, notice_id: str, instance_id: str, sink: str) -> bool:
-        return await self._transaction("record_notice_sink", lambda db, now: (
-            sqlite_outbox.record_sink(db, notice_id, instance_id, sink)))
-
-    async def settle_notice(self, notice_id: str, instance_id: str, outcome: Settlement,
-                            retry_in_s: float = 0.0, error: str | None = None) -> bool:
-        return await self._transaction("settle_notice", lambda db, now: sqlite_outbox.settle(
-            db, notice_id, instance_id, outcome, retry_in_s, error, now))
-
-    async def list_notices(self, *, failed_only: bool = False,
-                           limit: int = NOTICE_LIST_LIMIT) -> list[Notice]:
-        async with self._read("list_notices") as conn:
-            return await on_connection_thread(
-                conn, lambda db: sqlite_outbox.list_notices(db, failed_only, limit))
-
-    async def count_failed_notices(self) -> int:
-        async with self._read("count_failed_notices") as conn:
-            return await on_connection_thread(conn, sqlite_outbox.count_failed)
