@@ -27,6 +27,7 @@ from gateway.cli.arguments import CommandTree, positive_int
 from gateway.cli.common import EXIT_OK, EXIT_USAGE, CliError, load
 from gateway.cli.doctor_auth import check_login
 from gateway.config import Settings
+from gateway.jobs.worktrees.remote import origin_url
 from providers.registry import CLI_PROVIDERS, provider_binary
 
 log = structlog.get_logger(__name__)
@@ -99,7 +100,9 @@ def host_capabilities(settings: Settings) -> dict[str, Any]:
     return {"hostname": proc.hostname(), "os": sys.platform,
             "platform": platform.choose(), "version": __version__,
             "providers": providers, "labels": dict(worker.labels),
-            "repos": sorted(worker.repos), "accept_remote": worker.accept_remote,
+            "repos": sorted(worker.repos),
+            "origins": {name: origin_url(path) for name, path in sorted(worker.repos.items())},
+            "accept_remote": worker.accept_remote,
             "max_jobs": worker.max_jobs}
 
 

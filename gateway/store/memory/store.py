@@ -38,6 +38,7 @@ from gateway.store.base import (
     AdoptionCandidate,
     DuplicateActiveJob,
     JobsPage,
+    RemotePatch,
     TakeOver,
     WorkerClaim,
     answer_in,
@@ -310,6 +311,21 @@ class MemoryJobStore:
     async def set_unschedulable(self, owner_instance: str,
                                 reasons: Mapping[str, str | None]) -> int:
         return 0
+
+    async def put_patch(self, patch: RemotePatch) -> bool:
+        return False
+
+    async def get_patch(self, job_id: str) -> RemotePatch | None:
+        return None
+
+    async def request_worktree_removal(self, job_id: str) -> bool:
+        return False
+
+    async def worktree_removals(self, hostname: str) -> list[str]:
+        return []
+
+    async def worktree_removed(self, job_id: str) -> bool:
+        return False
 
     async def fail_unscheduled(self, owner_instance: str, queue_timeout_s: float,
                                error: str) -> list[str]:

@@ -23,7 +23,7 @@ from gateway.store.postgres.meta import SCHEMA_V7
 from gateway.store.postgres.notices import NOTIFY_SCHEMA
 from gateway.store.postgres.sweeps import SWEEPS_SCHEMA
 from gateway.store.postgres.usage import SCHEMA_V5
-from gateway.store.postgres.workers import SCHEMA_V11
+from gateway.store.postgres.workers import SCHEMA_V11, SCHEMA_V12
 
 ACTIVE_INDEX_NAME = "jobs_active_request_key"
 
@@ -146,7 +146,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     # v8: one sweeper per interval and fillfactor (sweeps.py), notices of status
     # and cancel changes (notices.py).
     (8, (*SWEEPS_SCHEMA, *NOTIFY_SCHEMA)),
-    (11, SCHEMA_V11))  # worker hosts (workers.py)
+    (11, SCHEMA_V11),  # worker hosts (workers.py)
+    (12, SCHEMA_V12))  # their worktree jobs' patches (workers.py)
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------

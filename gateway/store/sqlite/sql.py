@@ -200,7 +200,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (6, _SCHEMA_V6),
     (7, SCHEMA_V7),  # the lowest writer and the renewal wait (meta.py)
     (8, SWEEPS_SCHEMA),  # one sweeper per interval (sweeps.py)
-    (11, _SCHEMA_V11))  # worker hosts
+    (11, _SCHEMA_V11),  # worker hosts
+    (12, ()))  # remote worktree patches: PostgreSQL only (one host has no remote job)
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
