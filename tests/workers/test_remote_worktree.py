@@ -129,6 +129,10 @@ async def test_a_worktree_job_on_the_worker_comes_back_as_a_patch_apply_puts_her
                 assert "notes.txt" in stat["diff"] and "README.md" in stat["diff"], stat
                 patch = await call(client, "llm_job_changes", job_id=job_id,
                                    format="patch")
+                shell = subprocess.run(laptop.argv("jobs", "diff", "--stat", job_id),
+                                       env=laptop.env(), capture_output=True, text=True,
+                                       timeout=60, check=False)
+                assert shell.returncode == 0 and "notes.txt" in shell.stdout, shell
                 assert "+++ b/notes.txt" in patch["diff"], patch
                 (mine / "notes.txt").write_text("mine\n")  # a clash: refused, nothing done
                 refused = await client.call_tool(
