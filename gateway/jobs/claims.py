@@ -34,13 +34,15 @@ CAPABILITIES_REFRESH_S = 30.0  # a login or an install changed since is seen wit
 
 # What a host can run, as published: {"providers": {name: {"logged_in": ...}}, "labels": ...}
 Capabilities = Mapping[str, Any]
+# Reads them (off the event loop): a worker's, or a `serve` gateway's that claims too.
+CapabilityReader = Callable[[], Awaitable[Capabilities]]
 
 
 class Claimer:
     """Claims and starts the jobs this worker meets, up to `[worker] max_jobs` at once."""
 
     def __init__(self, manager: JobManager, identity: InstanceRow,
-                 read_capabilities: Callable[[], Awaitable[Capabilities]]) -> None:
+                 read_capabilities: CapabilityReader) -> None:
         self.manager = manager
         self.identity = identity
         self.read_capabilities = read_capabilities
