@@ -11,8 +11,7 @@ import asyncio
 import contextlib
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -24,7 +23,7 @@ from gateway.store import open_store
 
 if TYPE_CHECKING:
     from gateway.jobs.attempts.coordinator import AttemptCoordinator
-    from gateway.jobs.claims import Claimer
+    from gateway.jobs.claims import CapabilityReader, Claimer
     from gateway.jobs.leases import LeaseKeeper
     from gateway.jobs.manager import JobManager
     from gateway.store.base import JobStore
@@ -41,10 +40,11 @@ STOP_OPEN_WAIT_S = 1.0  # part of the drain budget: an interrupted store open ma
 
 class Gateway:
     def __init__(self, settings: Settings, role: str = "stdio",
-                 read_capabilities: Callable[[], Awaitable[Mapping[str, Any]]] | None = None,
+                 read_capabilities: CapabilityReader | None = None,
                  ) -> None:
-        """`read_capabilities`: this gateway is a worker (`agent-cli-gateway worker`): it
-        publishes what it reads and claims the queued jobs of other hosts it meets."""
+        """`read_capabilities`: this gateway claims remote jobs (`agent-cli-gateway worker`,
+        or `serve` with [worker] accept_remote on PostgreSQL): it publishes what it reads
+        and claims the queued jobs of other hosts it meets."""
         self.settings = settings
         self.role = role
         self.read_capabilities = read_capabilities

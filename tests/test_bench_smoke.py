@@ -121,3 +121,20 @@ def test_dashboard_bench_times_every_page_and_a_live_update(
     assert len(results["live"]["samples_s"]) == 2
     assert "jobs page p95" in bench.report(results)
     json.dumps(results)
+
+
+def test_worker_bench_measures_claim_latency_and_three_workers(
+        postgres_dsn: str, tmp_path: Path) -> None:
+    worker_bench = _load("worker_bench")
+    if not worker_bench.namespaces_available():
+        pytest.skip("`unshare --uts` is not allowed here (needs root or user namespaces)")
+
+    async def both() -> tuple[dict[str, Any], dict[str, Any]]:
+        latency = await worker_bench.claim_latency(tmp_path / "latency", postgres_dsn, 2)
+        spread = await worker_bench.throughput(tmp_path / "throughput", postgres_dsn,
+                                               jobs=6, slots=2, sleep_s=0.1)
+        return latency, spread
+
+    latency, spread = asyncio.run(both())
+    assert latency and spread["jobs"] == 6 and spread["speedup"] > 0, (latency, spread)
+    json.dumps([latency, spread])

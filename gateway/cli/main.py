@@ -224,8 +224,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.transport == "stdio" and _isatty(sys.stdin):
         print(stdio_hint(), file=sys.stderr)  # stderr: stdout is the protocol channel
 
+    from gateway.cli.worker import capability_reader, claims_remote  # deferred: start-up
+
     return serve(settings, transport=args.transport, host=host, port=port,
-                 no_auth=args.no_auth)
+                 no_auth=args.no_auth, read_capabilities=capability_reader(settings)
+                 if claims_remote(settings) else None)
 
 
 def _isatty(stream: object) -> bool:

@@ -15,7 +15,7 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -27,6 +27,7 @@ from gateway.cli.arguments import CommandTree, positive_int
 from gateway.cli.common import EXIT_OK, EXIT_USAGE, CliError, load
 from gateway.cli.doctor_auth import check_login
 from gateway.config import Settings
+from gateway.jobs.worktrees.remote import origin_url
 from providers.registry import CLI_PROVIDERS, provider_binary
 
 log = structlog.get_logger(__name__)
@@ -99,8 +100,26 @@ def host_capabilities(settings: Settings) -> dict[str, Any]:
     return {"hostname": proc.hostname(), "os": sys.platform,
             "platform": platform.choose(), "version": __version__,
             "providers": providers, "labels": dict(worker.labels),
-            "repos": sorted(worker.repos), "accept_remote": worker.accept_remote,
+            "repos": sorted(worker.repos),
+            "origins": {name: origin_url(path) for name, path in sorted(worker.repos.items())},
+            "accept_remote": worker.accept_remote,
             "max_jobs": worker.max_jobs}
+
+
+def capability_reader(settings: Settings) -> Callable[[], Awaitable[Mapping[str, Any]]]:
+    """What a gateway that claims remote jobs (a worker, or `serve` with [worker]
+    accept_remote on PostgreSQL) reads of this host, off the event loop."""
+
+    async def read() -> Mapping[str, Any]:
+        return await anyio.to_thread.run_sync(host_capabilities, settings)
+
+    return read
+
+
+def claims_remote(settings: Settings) -> bool:
+    """Whether a `serve` gateway also claims jobs of other hosts: "any live gateway or
+    worker that can run it, the admitting one included" (DESIGN §9)."""
+    return settings.worker.accept_remote and settings.persistence.backend == "postgres"
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -114,10 +133,7 @@ async def run_worker(settings: Settings) -> int:
     default: the runs go on under their supervisors and the next worker here adopts them)."""
     from gateway.runtime import Gateway  # deferred: start-up
 
-    async def read() -> Mapping[str, Any]:
-        return await anyio.to_thread.run_sync(host_capabilities, settings)
-
-    gateway = Gateway(settings, role="worker", read_capabilities=read)
+    gateway = Gateway(settings, role="worker", read_capabilities=capability_reader(settings))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -51,9 +51,15 @@ def add_parsers(tree: CommandTree) -> None:
     worktrees.set_defaults(handler=cmd_worktrees)
 
 
-def _on_own_job(args: argparse.Namespace, action: Any) -> Any:
-    async def act(_settings: Settings, _store: JobStore, job: JobRow) -> Any:
+def _on_own_job(args: argparse.Namespace, action: Any, remote_action: Any) -> Any:
+    """Run the local `action` on the job, or `remote_action` for a worktree job that ran on
+    another host (its changes are the patch its worker stored)."""
+    from gateway.jobs.worktrees import remote  # deferred: start-up (git worktrees: only these commands)
+
+    async def act(_settings: Settings, store: JobStore, job: JobRow) -> Any:
         try:
+            if remote.is_remote_worktree(job):
+                return await remote_action(store, job, proc.hostname())
             return await anyio.to_thread.run_sync(action, job, proc.hostname())
         except GatewayError as err:
             raise CliError(err.message) from None
@@ -62,37 +68,49 @@ def _on_own_job(args: argparse.Namespace, action: Any) -> Any:
 
 
 def cmd_jobs_diff(args: argparse.Namespace) -> int:
-    from gateway.jobs.worktrees import changes  # deferred: start-up (git worktrees: only these commands)
+    from gateway.jobs.worktrees import changes, remote  # deferred: start-up (only these commands)
+
+    fmt = "stat" if args.stat else "patch"
 
     def whole(job: JobRow, host: str) -> str:
         parts, offset = [], 0
         while True:
-            page = changes.diff(job, host, "stat" if args.stat else "patch", offset,
-                                DIFF_PAGE_BYTES)
+            page = changes.diff(job, host, fmt, offset, DIFF_PAGE_BYTES)
             parts.append(page.text)
             if page.next_offset is None:
                 return "".join(parts)
             offset = page.next_offset
 
-    text = _on_own_job(args, whole)
+    async def whole_remote(store: JobStore, job: JobRow, host: str) -> str:
+        page = await remote.remote_diff(store, job, host, fmt, 0, 2**62)
+        return page.text
+
+    text = _on_own_job(args, whole, whole_remote)
     print(text, end="" if text.endswith("\n") or not text else "\n")
     return EXIT_OK
 
 
 def cmd_jobs_apply(args: argparse.Namespace) -> int:
-    from gateway.jobs.worktrees import changes  # deferred: start-up (git worktrees: only these commands)
+    from gateway.jobs.worktrees import changes, remote  # deferred: start-up (only these commands)
 
-    done = _on_own_job(args, changes.apply)
+    done = _on_own_job(args, changes.apply, remote.remote_apply)
+    gone = (f"branch {done['branch_removed']} and its worktree removed"
+            if "branch_removed" in done else
+            f"its worktree on {done['worktree_host']} is removed by the worker there")
     print(f"Applied {len(done['files'])} changed files to {done['checkout']} (uncommitted); "
-          f"branch {done['branch_removed']} and its worktree removed.")
+          f"{gone}.")
     return EXIT_OK
 
 
 def cmd_jobs_discard(args: argparse.Namespace) -> int:
-    from gateway.jobs.worktrees import changes  # deferred: start-up (git worktrees: only these commands)
+    from gateway.jobs.worktrees import changes, remote  # deferred: start-up (only these commands)
 
-    done = _on_own_job(args, changes.discard)
-    print(f"Discarded branch {done['branch']} and its worktree.")
+    done = _on_own_job(args, changes.discard, remote.remote_discard)
+    if done.get("worktree_host"):
+        print(f"Discarded; its worktree on {done['worktree_host']} is removed by the worker "
+              f"there.")
+    else:
+        print(f"Discarded branch {done['branch']} and its worktree.")
     return EXIT_OK
 
 

@@ -10,6 +10,7 @@ under the ordinary lease, cancel, adoption and re-queue rules.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -19,8 +20,12 @@ from typing import Any
 import structlog
 
 from gateway.jobs.manager import JobManager
-from gateway.jobs.targets import request_of_row, resolve_target
-from gateway.model import Completion, GatewayError, InstanceRow, JobRow, JobStatus
+from gateway.jobs.placement import repo_names
+from gateway.jobs.requests import SubmitRequest, stored_fields
+from gateway.jobs.targets import CliLaunch, request_of_row, resolve_target
+from gateway.jobs.worktrees.create import plan_worktree
+from gateway.jobs.worktrees.remote import checkout_for, ensure_commit, remove_requested
+from gateway.model import Completion, ErrorKind, GatewayError, InstanceRow, JobRow, JobStatus
 from gateway.store.base import StoreUnavailable
 from gateway.store.protocol_roles import WorkerClaim
 
@@ -30,13 +35,15 @@ CAPABILITIES_REFRESH_S = 30.0  # a login or an install changed since is seen wit
 
 # What a host can run, as published: {"providers": {name: {"logged_in": ...}}, "labels": ...}
 Capabilities = Mapping[str, Any]
+# Reads them (off the event loop): a worker's, or a `serve` gateway's that claims too.
+CapabilityReader = Callable[[], Awaitable[Capabilities]]
 
 
 class Claimer:
     """Claims and starts the jobs this worker meets, up to `[worker] max_jobs` at once."""
 
     def __init__(self, manager: JobManager, identity: InstanceRow,
-                 read_capabilities: Callable[[], Awaitable[Capabilities]]) -> None:
+                 read_capabilities: CapabilityReader) -> None:
         self.manager = manager
         self.identity = identity
         self.read_capabilities = read_capabilities
@@ -66,7 +73,8 @@ class Claimer:
             boot_id=self.identity.boot_id, ttl_s=self.manager.settings.lease.ttl_s,
             providers=tuple(sorted(usable_providers(capabilities))),
             labels=dict(capabilities.get("labels") or {}),
-            principals=tuple(worker.principals) or None)
+            principals=tuple(worker.principals) or None,
+            repos=tuple(repo_names(capabilities)))
 
     async def tick(self) -> list[JobRow]:
         """One claim: as many jobs as there is room for; returns the claimed rows."""
@@ -74,6 +82,7 @@ class Claimer:
         if not manager.admission.open or not manager.settings.worker.accept_remote:
             return []
         capabilities = await self.refresh()
+        await self.serve_removals()
         room = manager.settings.worker.max_jobs - len(manager.local_job_ids())
         if room <= 0:
             return []
@@ -82,6 +91,22 @@ class Claimer:
             self.claimed += 1
             await self._start(row)
         return rows
+
+    async def serve_removals(self) -> None:
+        """Remove the worktrees of this host's remote jobs whose submitting host applied
+        or discarded their changes (a request in the store, served here on the loop)."""
+        store = self.manager.store
+        if not self.manager.settings.worker.repos:
+            return
+        with contextlib.suppress(StoreUnavailable):
+            wanted = await store.worktree_removals(self.identity.hostname)
+            if not wanted:
+                return
+            done = await asyncio.to_thread(remove_requested, self.manager.settings, wanted,
+                                           self.identity.hostname)
+            for job_id in done:
+                await store.worktree_removed(job_id)
+            log.info("remote worktrees removed", action="worktree_remove", job_ids=done)
 
     async def _start(self, row: JobRow) -> None:
         """Drive a claimed job here, as the owner that admitted it would have; one that
@@ -92,7 +117,14 @@ class Claimer:
         request.correlation_id = row.correlation_id
         request.principal = row.principal
         try:
+            normalized = stored_fields(row.request_json)
+            if normalized.get("isolation") == "worktree":
+                await asyncio.to_thread(self._worktree_request, normalized, request)
             target = resolve_target(manager.settings, row.provider, request)
+            if isinstance(target, CliLaunch) and target.repository is not None:
+                target.worktree = plan_worktree(manager.settings, target.repository,
+                                                request.base_ref, row.id,
+                                                self.identity.instance_id)
             ticket = manager.limiter.acquire(row.provider)
         except GatewayError as err:
             log.warning("claimed job cannot run on this host", action="claim", job_id=row.id,
@@ -105,6 +137,21 @@ class Claimer:
             return
         log.info("job claimed", action="claim", job_id=row.id, provider=row.provider)
         manager.start_local(row, target, ticket, request)
+
+
+    def _worktree_request(self, normalized: Mapping[str, Any], request: SubmitRequest) -> None:
+        """A worktree job's request as this host runs it: working_dir in this host's
+        checkout of its `repo`, which has its base commit (fetched when missing). Raises
+        GatewayError(worktree_error): the job fails, nothing runs. Blocking (git)."""
+        repo = str(normalized.get("repo") or "")
+        checkout = checkout_for(self.manager.settings, repo)
+        if checkout is None:
+            raise GatewayError(ErrorKind.WORKTREE_ERROR,
+                               f"no checkout of {repo!r} in this host's [worker] repos.")
+        ensure_commit(checkout, str(normalized.get("base_sha") or ""))
+        subdir = str(normalized.get("subdir") or "")
+        inside = checkout / subdir if subdir else checkout
+        request.working_dir = str(inside if inside.is_dir() else checkout)
 
 
 def usable_providers(capabilities: Capabilities) -> set[str]:

@@ -34,6 +34,7 @@ from gateway.jobs.run import spool
 from gateway.jobs.run.spec import RunClaimedElsewhere, directories_error
 from gateway.jobs.settled_spools import SettledSpools
 from gateway.jobs.worktrees.finish import settle_worktree
+from gateway.jobs.worktrees.remote import store_patch
 from gateway.model import EXIT_CODES, Completion, ErrorKind, GatewayError, JobStatus, Progress
 from gateway.store.base import JobStore, StoreFull, StoreUnavailable
 
@@ -230,8 +231,12 @@ class JobDriver:
         before its terminal write, which carries the report (None: not isolated). Never
         raises (settle_worktree reports a failure instead)."""
         ended = outcome.error_kind or f"exit {outcome.exit_code}"
-        return await settle_worktree(job.target.worktree, job.row.id, ended,
-                                     self.settings.worktrees.lfs)
+        report = await settle_worktree(job.target.worktree, job.row.id, ended,
+                                       self.settings.worktrees.lfs)
+        if report is not None and job.row.runs_on is not None and job.target.worktree:
+            report["patch"] = await store_patch(self.store, job.target.worktree, job.row,
+                                                self.settings.worker.max_patch_bytes)
+        return report
 
     async def _finish_unstarted(self, job: LocalJob) -> None:
         reason = job.cancel_reason or ErrorKind.CANCELLED

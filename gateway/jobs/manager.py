@@ -25,7 +25,12 @@ from gateway.jobs.drive import JobDriver
 from gateway.jobs.execution import Execution, Launcher, build_execution
 from gateway.jobs.limiter import Limiter, Ticket
 from gateway.jobs.local_job import LocalJob
-from gateway.jobs.placement import CANCELLED_BEFORE_CLAIM, stored_runs_on, waiting_remote
+from gateway.jobs.placement import (
+    CANCELLED_BEFORE_CLAIM,
+    stored_runs_on,
+    waiting_remote,
+    with_repo,
+)
 from gateway.jobs.reads import JobReads, store_down
 from gateway.jobs.requests import SubmitRequest, request_key, stored_request
 from gateway.jobs.run import spool
@@ -162,6 +167,11 @@ class JobManager:
                                f"this gateway's store is {self.store.backend}. Omit runs_on "
                                f"to run the job on this host.")
         target = remote_target(self.settings, provider, request)
+        repo = target.normalized.get("repo")
+        if isinstance(repo, str):  # a worktree job: only a host holding it may take it
+            runs_on = with_repo(runs_on, repo)
+            # Its changes are applied here, into working_dir: only on this host.
+            target.normalized["submitted_on"] = self.hostname
         key = request_key(target.normalized, request.principal)
         if not request.force_refresh:
             existing = await self._find_reusable(key)

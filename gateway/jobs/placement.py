@@ -2,8 +2,9 @@
 published capabilities meet it.
 
 `runs_on` is "here" (the admitting gateway's host: today's behaviour and the default),
-"any" (any live worker that can run the provider) or a selector: {"host": NAME} and/or
-{"labels": {KEY: VALUE, ...}}, every key of which must be met. Stored on the job row as
+"any" (any live worker that can run the provider) or a selector: {"host": NAME},
+{"labels": {KEY: VALUE, ...}} and/or {"repo": NAME} (a worktree job's repository: a name in
+the worker's [worker] repos or an origin URL), every key of which must be met. Stored on the job row as
 canonical JSON (NULL for "here"); the PostgreSQL claim judges it in SQL at claim time
 (store/postgres/workers.py), this module judges the same rule in Python for the owner's
 `unschedulable_reason` and for which tools a gateway lists.
@@ -20,7 +21,7 @@ from gateway.model import Completion, ErrorKind, GatewayError, InstanceRow, JobR
 
 HERE = "here"
 ANY = "any"
-SELECTOR_KEYS = frozenset({"host", "labels"})
+SELECTOR_KEYS = frozenset({"host", "labels", "repo"})
 MAX_SELECTOR_CHARS = 1024  # a selector is a few names; a larger one is a mistake
 CANCELLED_BEFORE_CLAIM = Completion(status=JobStatus.CANCELLED, error_kind=ErrorKind.CANCELLED,
                                     error="Cancelled before a worker took it.")
@@ -38,8 +39,13 @@ def stored_runs_on(value: Any) -> str | None:
     if value == ANY:
         return json.dumps(ANY)
     if not isinstance(value, dict) or not value or set(value) - SELECTOR_KEYS:
-        raise _invalid('runs_on must be "here", "any", {"host": NAME} or '
-                       '{"labels": {KEY: VALUE}} (both keys may be given together).')
+        raise _invalid('runs_on must be "here", "any", or a selector of {"host": NAME}, '
+                       '{"labels": {KEY: VALUE}} and {"repo": NAME} (a worktree job\'s '
+                       'repository; keys may be given together).')
+    repo = value.get("repo")
+    if "repo" in value and (not isinstance(repo, str) or not repo):
+        raise _invalid("runs_on.repo must be a non-empty name of the worker's [worker] repos "
+                       "or an origin URL.")
     host = value.get("host")
     if "host" in value and (not isinstance(host, str) or not host):
         raise _invalid("runs_on.host must be a non-empty hostname.")
@@ -53,6 +59,15 @@ def stored_runs_on(value: Any) -> str | None:
         raise _invalid(f"runs_on is over {MAX_SELECTOR_CHARS} characters; name a host or a "
                        f"few labels.")
     return text
+
+
+def with_repo(runs_on: str, repo: str) -> str:
+    """A worktree job's runs_on, with the repository its host must hold: {"repo": ...}
+    joins the selector ("any" becomes {"repo": ...}), which the claim matches against the
+    names and origin URLs of the worker's [worker] repos."""
+    selector = json.loads(runs_on)
+    merged = {"repo": repo} if selector == ANY else {**selector, "repo": repo}
+    return json.dumps(merged, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def waiting_remote(row: JobRow) -> bool:
@@ -69,6 +84,7 @@ class HostCapabilities:
     providers: frozenset[str]  # found and not known to be logged out
     labels: Mapping[str, str] = field(default_factory=dict)
     accept_remote: bool = False
+    repos: frozenset[str] = frozenset()  # [worker] repos names and their origin URLs
 
     @classmethod
     def of(cls, row: InstanceRow) -> HostCapabilities | None:
@@ -86,7 +102,8 @@ class HostCapabilities:
         labels = data.get("labels") or {}
         return cls(hostname=str(data.get("hostname") or row.hostname), providers=usable,
                    labels={str(k): str(v) for k, v in labels.items()},
-                   accept_remote=bool(data.get("accept_remote")))
+                   accept_remote=bool(data.get("accept_remote")),
+                   repos=frozenset(repo_names(data)))
 
 
 def meets(host: HostCapabilities, provider: str, runs_on: str) -> bool:
@@ -99,6 +116,8 @@ def meets(host: HostCapabilities, provider: str, runs_on: str) -> bool:
     if not isinstance(selector, dict):
         return False
     if "host" in selector and selector["host"] != host.hostname:
+        return False
+    if "repo" in selector and selector["repo"] not in host.repos:
         return False
     wanted = selector.get("labels") or {}
     return all(host.labels.get(key) == value for key, value in wanted.items())
@@ -116,6 +135,14 @@ def unschedulable_reason(provider: str, runs_on: str,
     if not with_provider:
         return f"no live worker has {provider} installed and logged in"
     return f"no live worker with {provider}{wanted}"
+
+
+def repo_names(capabilities: Mapping[str, Any]) -> list[str]:
+    """What a worktree job's `repo` may name on a host: its [worker] repos names and their
+    checkouts' origin URLs, as it published them."""
+    names = [str(name) for name in capabilities.get("repos") or []]
+    origins = capabilities.get("origins") or {}
+    return sorted({*names, *(str(url) for url in origins.values() if url)})
 
 
 def live_hosts(instances: Iterable[InstanceRow], now: float) -> list[HostCapabilities]:

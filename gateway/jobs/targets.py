@@ -23,6 +23,7 @@ from gateway.config import MAX_TIMEOUT_S, ApiProviderConfig, Settings
 from gateway.jobs.budgets import plan
 from gateway.jobs.requests import TIMEOUT_KEY, SubmitRequest, stored_fields
 from gateway.jobs.worktrees.create import Repository, WorktreePlan, inspect_repository, plan_of
+from gateway.jobs.worktrees.remote import origin_url
 from gateway.model import ErrorKind, GatewayError, Reservation
 from providers.base import (
     CliProvider,
@@ -233,10 +234,7 @@ def _checked_cli_request(settings: Settings, provider: str, request: SubmitReque
         repository = _check_isolation(settings, request, working_dir)
     else:
         working_dir = _check_remote_working_dir(request.working_dir)
-        repository = None
-        if (request.isolation or "none") != "none" or request.base_ref is not None:
-            raise _invalid("isolation = \"worktree\" cannot run on another host yet: omit "
-                           "runs_on (or pass \"here\") for an isolated job.")
+        repository = _check_remote_isolation(request, working_dir)
     try:
         options = adapter.options_model.model_validate(dict(request.options or {}))
     except ValidationError as exc:
@@ -254,12 +252,49 @@ def _checked_cli_request(settings: Settings, provider: str, request: SubmitReque
     if repository is not None:  # only then: the request keys of other jobs stay as they were
         normalized.update(isolation="worktree", base_ref=request.base_ref or "HEAD",
                           base_sha=repository.base_sha)
+        if not here:  # the worker's checkout of it, and where in it the CLI runs
+            normalized.update(repo=_remote_repo(request, repository), subdir=repository.subdir)
     if request.max_cost_usd is not None:  # a different cap is a different request
         normalized["max_cost_usd"] = request.max_cost_usd
     _check_request_size(normalized, settings)
     return _CliRequest(adapter=adapter, options=options, normalized=normalized, model=model,
                        working_dir=working_dir, repository=repository,
                        reservations=budget.reservations, max_cost_usd=budget.cap_usd)
+
+
+def _check_remote_isolation(request: SubmitRequest,
+                            working_dir: str | None) -> Repository | None:
+    """A worktree job for another host (issue 42): working_dir is this host's checkout,
+    where its changes are applied; its base commit is read here, and the worker makes the
+    worktree from its own checkout at that commit."""
+    if (request.isolation or "none") == "none":
+        if request.base_ref is not None:
+            raise _invalid("base_ref is for isolation = \"worktree\" (the commit its worktree "
+                           "starts from); pass isolation = \"worktree\" or omit base_ref.")
+        return None
+    if request.isolation != "worktree":
+        raise _invalid(f"isolation must be \"none\" or \"worktree\"; got "
+                       f"{request.isolation!r}.")
+    if working_dir is None:
+        raise _invalid("isolation = \"worktree\" with runs_on needs working_dir: this host's "
+                       "checkout, whose commit the worker starts from and where apply puts "
+                       "the changes.")
+    return inspect_repository(working_dir, request.base_ref)
+
+
+def _remote_repo(request: SubmitRequest, repository: Repository) -> str:
+    """The repository a worker must hold: runs_on's `repo` (a name in its [worker] repos,
+    or an origin URL), else this checkout's origin URL."""
+    selector = request.runs_on if isinstance(request.runs_on, dict) else {}
+    named = selector.get("repo")
+    if isinstance(named, str) and named:
+        return named
+    origin = origin_url(repository.toplevel)
+    if origin is None:
+        raise _invalid(f"The checkout {repository.toplevel!r} has no origin remote, so no "
+                       f"worker's checkout can be matched to it: name it with runs_on="
+                       f"{{\"repo\": NAME}} (a name in the worker's [worker] repos).")
+    return origin
 
 
 def _check_remote_working_dir(working_dir: str | None) -> str | None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hmac
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import uvicorn
@@ -44,6 +44,9 @@ from gateway.mcp.server_state import ServerState
 from gateway.mcp.sessions import SessionTable, opens_a_session
 from gateway.mcp.unicode_errors import rewrite_parse_error
 from gateway.store.base import JobStore, StoreUnavailable
+
+if TYPE_CHECKING:  # the job machinery loads with the gateway, not with this module
+    from gateway.jobs.claims import CapabilityReader
 from neutral.host_origin import HostOriginRule
 
 log = structlog.get_logger(__name__)
@@ -57,10 +60,11 @@ SESSION_HEADER = b"mcp-session-id"
 SDK_HOST_CHECK_OFF = TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
-def build_http_app(settings: Settings, host: str,
-                   token: str | None) -> tuple[ASGIApp, GatewayServer]:
+def build_http_app(settings: Settings, host: str, token: str | None,
+                   read_capabilities: CapabilityReader | None = None,
+                   ) -> tuple[ASGIApp, GatewayServer]:
     """The ASGI app serving MCP at `settings.http.path` plus /healthz, behind the guard."""
-    server = build_server(settings, role="http")
+    server = build_server(settings, role="http", read_capabilities=read_capabilities)
     state = server.state
     state.principal = principal_of(token)  # its callers: whoever holds this token
 
@@ -266,10 +270,11 @@ def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = No
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-async def serve_http(settings: Settings, host: str, port: int, token: str | None) -> int:
+async def serve_http(settings: Settings, host: str, port: int, token: str | None,
+                     read_capabilities: CapabilityReader | None = None) -> int:
     """Serve Streamable HTTP until SIGTERM/SIGINT (uvicorn handles them gracefully: the
     app lifespan then drains the gateway)."""
-    app, _server = build_http_app(settings, host, token)
+    app, _server = build_http_app(settings, host, token, read_capabilities)
     if token is None:
         log.warning("HTTP transport without authentication (loopback only)", action="serve",
                     host=host, port=port)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from typing import TYPE_CHECKING
 
 import structlog
 from mcp.server.stdio import stdio_server
@@ -16,6 +17,9 @@ from gateway.config import ConfigError, Settings
 from gateway.logs import configure_logging
 from gateway.mcp.server import GatewayServer, build_server
 from gateway.mcp.unicode_errors import answer_unparsable
+
+if TYPE_CHECKING:  # the job machinery loads with the gateway, not with this module
+    from gateway.jobs.claims import CapabilityReader
 from neutral.loopback import is_loopback_host
 
 log = structlog.get_logger(__name__)
@@ -26,14 +30,18 @@ class ServeError(ValueError):
 
 
 def serve(settings: Settings, transport: str = "stdio", host: str | None = None,
-          port: int | None = None, no_auth: bool = False) -> int:
+          port: int | None = None, no_auth: bool = False,
+          read_capabilities: CapabilityReader | None = None) -> int:
     """Serve MCP until the client goes away or a signal arrives; returns an exit code.
+
+    `read_capabilities`: this gateway also claims the queued jobs of other hosts it meets
+    (`[worker] accept_remote` on PostgreSQL), publishing what it reads.
 
     Raises ServeError for an unknown transport, HTTP without a token (unless no_auth on a
     loopback host), or no_auth on a non-loopback host.
     """
     if transport == "stdio":
-        return asyncio.run(serve_stdio(settings))
+        return asyncio.run(serve_stdio(settings, read_capabilities))
     if transport == "http":
         # Only an HTTP gateway loads its app.
         from gateway.mcp.http import serve_http  # deferred: start-up
@@ -48,7 +56,8 @@ def serve(settings: Settings, transport: str = "stdio", host: str | None = None,
             raise ServeError("serving MCP over HTTP needs a bearer token: set [http] auth_token "
                              "in the config or the AGENT_GATEWAY_HTTP__AUTH_TOKEN environment "
                              "variable (or, on a loopback host only, pass --no-auth).")
-        return asyncio.run(serve_http(settings, host, port, None if no_auth else token))
+        return asyncio.run(serve_http(settings, host, port, None if no_auth else token,
+                                      read_capabilities))
     raise ServeError(f"unknown transport {transport!r}; use 'stdio' or 'http'.")
 
 
@@ -102,10 +111,12 @@ async def run_stdio(server: GatewayServer) -> None:
         stdout.close()
 
 
-async def serve_stdio(settings: Settings) -> int:
+async def serve_stdio(settings: Settings,
+                      read_capabilities: CapabilityReader | None = None) -> int:
     """MCP over stdin/stdout. SIGTERM/SIGINT cancel the serving task, so the lifespan's
     drain runs exactly as on stdin EOF."""
-    return await _serve_server_stdio(build_server(settings, role="stdio"))
+    return await _serve_server_stdio(build_server(settings, role="stdio",
+                                                  read_capabilities=read_capabilities))
 
 
 async def _serve_server_stdio(server: GatewayServer) -> int:

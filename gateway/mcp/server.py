@@ -45,6 +45,7 @@ from gateway.model import ErrorKind
 from gateway.versions import CliVersions
 
 if TYPE_CHECKING:  # loaded by the lifespan, after the handshake: not before tools/list
+    from gateway.jobs.claims import CapabilityReader
     from gateway.runtime import Gateway
 
 log = structlog.get_logger(__name__)
@@ -232,7 +233,8 @@ class GatewayServer(FencedMCPServer[ServerState]):
 
 
 def build_server(settings: Settings, role: str = "stdio",
-                 setup_error: str | None = None) -> GatewayServer:
+                 setup_error: str | None = None,
+                 read_capabilities: CapabilityReader | None = None) -> GatewayServer:
     """The MCP server with every tool. Its lifespan owns one Gateway per entry.
 
     With `setup_error` (the config could not be loaded) the server still serves, so the
@@ -249,7 +251,7 @@ def build_server(settings: Settings, role: str = "stdio",
         # Loaded here, in the lifespan, not with the module (see the TYPE_CHECKING import).
         from gateway.runtime import Gateway  # deferred: start-up
 
-        gateway = Gateway(settings, role=role)
+        gateway = Gateway(settings, role=role, read_capabilities=read_capabilities)
         state.gateway = gateway
         state.versions = CliVersions(settings)  # fresh per entry (in-process reconnects)
         # Over HTTP there is no one client's handshake to wait for: start at once.

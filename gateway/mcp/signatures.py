@@ -30,7 +30,7 @@ COMMON_NAMES = frozenset({"prompt", "model", "working_dir", "session_id", "timeo
 
 # Where the job runs (gateway/jobs/placement.py validates it, with a message that says what
 # is accepted): untyped in the schema, so its text costs a few bytes in every provider tool.
-RUNS_ON_DESCRIPTION = "here|any|{host}|{labels}"
+RUNS_ON_DESCRIPTION = "here|any|{host,labels,repo}"
 
 
 def runs_on_param(default: str | None) -> Param:

@@ -37,8 +37,9 @@ from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 # 11: worker hosts: `jobs.runs_on`, `claimed_at`, `unschedulable_reason` and
 # `gateway_instances.capabilities`;
 # 12: `attempt_groups` and `attempts` (best-of-N, issue 39: store/attempts.py);
-# 13: `completion_notices` (the outbox of issue 40: store/outbox.py).
-SCHEMA_VERSION = 13
+# 13: `completion_notices` (the outbox of issue 40: store/outbox.py);
+# 14: `remote_patches`: what a worker ran of a worktree job, and removal requests.
+SCHEMA_VERSION = 14
 
 # The reaper reads at most this many candidates per sweep (oldest lease first; the rest are
 # read by the next sweep): a sweep's cost is bounded whatever happened to the table.

@@ -37,6 +37,24 @@ class WorkerClaim:
     providers: tuple[str, ...]  # found and logged in (or cannot tell) now
     labels: Mapping[str, str]
     principals: tuple[str, ...] | None = None  # None: anyone's jobs
+    # The repositories it holds: the names in [worker] repos and their origin URLs (a
+    # worktree job's `repo` names one of them).
+    repos: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RemotePatch:
+    """What a worker stored of a worktree job it ran (issue 42): the branch's changes
+    against base_sha, or None when they were over [worker] max_patch_bytes (the branch is
+    kept on the worker)."""
+
+    job_id: str
+    hostname: str
+    base_sha: str
+    tip: str
+    size: int
+    patch: bytes | None
+    discard_requested: bool = False
 
 
 @runtime_checkable
@@ -70,6 +88,23 @@ class WorkerQueue(Protocol):
                                 reasons: Mapping[str, str | None]) -> int:
         """Write each named job's unschedulable_reason (None clears it), only while it is
         still queued, unclaimed and owned by `owner_instance`. Returns rows changed."""
+
+    async def put_patch(self, patch: RemotePatch) -> bool:
+        """Store the patch of a worktree job this worker ran (once: False if one exists)."""
+
+    async def get_patch(self, job_id: str) -> RemotePatch | None:
+        """The stored patch of a remote worktree job (None: none stored)."""
+
+    async def request_worktree_removal(self, job_id: str) -> bool:
+        """Ask the host that holds the job's worktree to remove it (applied or discarded
+        on the submitting host): True for the first request only."""
+
+    async def worktree_removals(self, hostname: str) -> list[str]:
+        """The jobs whose worktree on `hostname` a submitting host asked to remove and
+        that no worker there has removed yet."""
+
+    async def worktree_removed(self, job_id: str) -> bool:
+        """Record that the job's worktree was removed (True the first time only)."""
 
     async def fail_unscheduled(self, owner_instance: str, queue_timeout_s: float,
                                error: str) -> list[str]:

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.model import JobStatus, NewJob
 from gateway.store.base import JobStore, TakeOver
-from gateway.store.protocol_roles import WorkerClaim
+from gateway.store.protocol_roles import RemotePatch, WorkerClaim
 from tests.store.contract_helpers import (
     EXPIRED_TTL_S,
     OWNER,
@@ -236,3 +236,51 @@ async def test_a_lapsed_unstarted_remote_job_goes_back_to_the_pool_not_to_orphan
     assert row.requeue_count == 2
     [again] = await store.claim_jobs(worker("w1"), 1)
     assert again.id == lapsed.id
+
+
+async def test_a_worktree_job_goes_only_to_a_worker_holding_its_repo(
+        postgres_only: JobStore) -> None:
+    store = postgres_only
+    job = remote({"repo": "git@example.org:team/api.git"})
+    await store.insert_job(job, TTL_S)
+    assert await store.claim_jobs(worker("w1"), 10) == []
+    holder = dataclasses.replace(worker("w2"), repos=("api", "git@example.org:team/api.git"))
+    [row] = await store.claim_jobs(holder, 10)
+    assert row.id == job.id and row.owner_instance == "w2"
+
+
+def remote_patch(job_id: str, data: bytes | None = b"\x00binary\xff") -> RemotePatch:
+    return RemotePatch(job_id=job_id, hostname="w1-host", base_sha="a" * 40, tip="b" * 40,
+                       size=9, patch=data)
+
+
+async def test_a_patch_is_stored_once_and_a_removal_requested_once_whoever_races(
+        store: JobStore) -> None:
+    if store.backend != "postgres":  # one host: nothing to carry, nothing stored
+        assert not await store.put_patch(remote_patch("j1"))
+        assert await store.get_patch("j1") is None
+        assert not await store.request_worktree_removal("j1")
+        assert await store.worktree_removals("w1-host") == []
+        return
+    assert await store.put_patch(remote_patch("j1"))
+    assert not await store.put_patch(remote_patch("j1", b"other"))  # the first one stays
+    assert await store.put_patch(remote_patch("j2", None))  # too large: only its size
+    got = await store.get_patch("j1")
+    assert got is not None and got.patch == b"\x00binary\xff" and not got.discard_requested
+    assert (await store.get_patch("j2")).patch is None  # type: ignore[union-attr]
+    assert not await store.worktree_removed("j1")  # nothing asked yet: nothing recorded
+    results: list[bool] = []
+
+    async def ask() -> None:
+        results.append(await store.request_worktree_removal("j1"))
+
+    async with anyio.create_task_group() as group:
+        for _ in range(CLAIMERS):
+            group.start_soon(ask)
+    assert sorted(results) == [False] * (CLAIMERS - 1) + [True]
+    assert await store.worktree_removals("w1-host") == ["j1"]
+    assert await store.worktree_removals("other-host") == []
+    assert await store.worktree_removed("j1")
+    assert not await store.worktree_removed("j1")
+    assert await store.worktree_removals("w1-host") == []
+    assert (await store.get_patch("j1")).discard_requested  # type: ignore[union-attr]

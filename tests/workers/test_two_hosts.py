@@ -165,3 +165,33 @@ def group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+async def test_a_serving_gateway_that_accepts_remote_work_claims_too(
+        tmp_path: Path, postgres_dsn: str) -> None:
+    """DESIGN §9: "any live gateway or worker that can run it": a `serve` gateway with
+    [worker] accept_remote on the shared store claims like a worker."""
+    need_namespaces()
+    laptop = Host(tmp_path, "laptop", postgres_dsn, ("claude",),
+                  worker={"accept_remote": False})
+    desktop = Host(tmp_path, "desktop", postgres_dsn, ("codex",))
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with observer(postgres_dsn, tmp_path) as store, desktop.client() as served:
+            await call(served, "gateway_status")
+
+            async def desktop_ready() -> bool:
+                hosts = live_hosts(await store.list_instances(), await store.now())
+                return any(h.hostname == "desktop" and "codex" in h.providers
+                           for h in hosts)
+
+            await wait_for(desktop_ready, timeout=READY_TIMEOUT_S, step=0.1)
+            async with laptop.client() as client:
+                await call(client, "gateway_status")
+                started = await call(client, "codex_request_async", prompt="on the desktop",
+                                     runs_on={"host": "desktop"})
+                done = await call(client, "llm_job_wait", job_id=started["job_id"],
+                                  timeout_s=45)
+            row = await store.get_job(started["job_id"])
+    assert done["status"] == "completed", (done, desktop.stderr())
+    assert row is not None and row.hostname == "desktop" and row.claimed_at is not None
+    assert [s["prompt"] for s in desktop.spawns()] == ["on the desktop"]

@@ -115,6 +115,11 @@ def diff(row: JobRow, hostname: str, fmt: str = "stat", offset: int = 0,
     except GitError as err:
         raise GatewayError(ErrorKind.WORKTREE_ERROR, f"git could not diff job {row.id}: "
                            f"{err.message}") from None
+    return page_of(data, offset, max_bytes, tip)
+
+
+def page_of(data: bytes, offset: int, max_bytes: int, tip: str) -> DiffPage:
+    """A page of a diff at UTF-8 byte offsets, never a split character."""
     total = len(data)
     start = char_boundary(data, min(offset, total))
     end = char_boundary(data, min(total, start + max_bytes))
@@ -128,7 +133,7 @@ def _paths(data: bytes) -> list[str]:
     return [p.decode("utf-8", "surrogateescape") for p in data.split(b"\0") if p]
 
 
-def _dirty_paths(toplevel: str) -> set[str]:
+def dirty_paths(toplevel: str) -> set[str]:
     """Every path with changes in the checkout: staged, unstaged, untracked (both sides of
     a rename)."""
     out = git(["status", "--porcelain=v1", "-z", "--untracked-files=all"], toplevel,
@@ -181,7 +186,7 @@ def apply(row: JobRow, hostname: str) -> dict[str, Any]:
             raise _invalid(f"Job {row.id}'s branch has no changes against its base; nothing "
                            f"to apply (discard it instead).")
         with repository_lock(plan.common_dir):
-            clash = sorted(set(files) & _dirty_paths(plan.toplevel))
+            clash = sorted(set(files) & dirty_paths(plan.toplevel))
             if clash:
                 raise _invalid(
                     f"Not applied, nothing changed: the checkout {plan.toplevel!r} has "
@@ -223,7 +228,7 @@ def applies_cleanly(row: JobRow, hostname: str) -> bool | None:
                             "--"], repository(plan.common_dir)))
         if not files:
             return None
-        if set(files) & _dirty_paths(plan.toplevel):
+        if set(files) & dirty_paths(plan.toplevel):
             return False
         patch = git(["diff", "--binary", "--full-index", "--no-renames", "--no-color",
                      plan.base_sha, tip, "--"], repository(plan.common_dir))

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from gateway.model import InstanceRow, JobRow
 from gateway.store.memory.roles import MemoryRole
-from gateway.store.protocol_roles import WorkerClaim
+from gateway.store.protocol_roles import RemotePatch, WorkerClaim
 
 
 class MemoryWorkerQueue(MemoryRole):
@@ -39,3 +39,18 @@ class MemoryWorkerQueue(MemoryRole):
     async def fail_unscheduled(self, owner_instance: str, queue_timeout_s: float,
                                error: str) -> list[str]:
         return []
+
+    async def put_patch(self, patch: RemotePatch) -> bool:
+        return False
+
+    async def get_patch(self, job_id: str) -> RemotePatch | None:
+        return None
+
+    async def request_worktree_removal(self, job_id: str) -> bool:
+        return False
+
+    async def worktree_removals(self, hostname: str) -> list[str]:
+        return []
+
+    async def worktree_removed(self, job_id: str) -> bool:
+        return False

@@ -25,7 +25,7 @@ from gateway.store.postgres.notices import NOTIFY_SCHEMA
 from gateway.store.postgres.outbox import OUTBOX_SCHEMA
 from gateway.store.postgres.sweeps import SWEEPS_SCHEMA
 from gateway.store.postgres.usage import SCHEMA_V5
-from gateway.store.postgres.workers import SCHEMA_V11
+from gateway.store.postgres.workers import SCHEMA_V11, SCHEMA_V14
 
 ACTIVE_INDEX_NAME = "jobs_active_request_key"
 
@@ -150,7 +150,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (8, (*SWEEPS_SCHEMA, *NOTIFY_SCHEMA)),
     (11, SCHEMA_V11),  # worker hosts (workers.py)
     (12, ATTEMPTS_SCHEMA),  # attempt groups (attempts.py)
-    (13, OUTBOX_SCHEMA))  # completion notices (outbox.py)
+    (13, OUTBOX_SCHEMA),  # completion notices (outbox.py)
+    (14, SCHEMA_V14))  # worktree jobs' patches of worker hosts (workers.py)
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------

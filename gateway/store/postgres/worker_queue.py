@@ -14,7 +14,7 @@ from gateway.store.postgres.pool import WORK_PATIENCE_S
 from gateway.store.postgres.roles import PostgresRole
 from gateway.store.postgres.rows import _status_count
 from gateway.store.postgres.sql import RETURN_TO_POOL
-from gateway.store.protocol_roles import WorkerClaim
+from gateway.store.protocol_roles import RemotePatch, WorkerClaim
 
 
 class PostgresWorkerQueue(PostgresRole):
@@ -56,3 +56,34 @@ class PostgresWorkerQueue(PostgresRole):
             rows = await conn.fetch(postgres_workers.FAIL_UNSCHEDULED, owner_instance,
                                     float(queue_timeout_s), error)
         return [row["id"] for row in rows]
+
+    async def put_patch(self, patch: RemotePatch) -> bool:
+        async with self._connection("put patch") as conn:
+            return _status_count(await conn.execute(
+                postgres_workers.PUT_PATCH, patch.job_id, patch.hostname, patch.base_sha,
+                patch.tip, patch.size, patch.patch)) == 1
+
+    async def get_patch(self, job_id: str) -> RemotePatch | None:
+        async with self._connection("get patch") as conn:
+            row = await conn.fetchrow(postgres_workers.GET_PATCH, job_id)
+        if row is None:
+            return None
+        return RemotePatch(job_id=row["job_id"], hostname=row["hostname"],
+                           base_sha=row["base_sha"], tip=row["tip"], size=int(row["size"]),
+                           patch=None if row["patch"] is None else bytes(row["patch"]),
+                           discard_requested=bool(row["discard_requested"]))
+
+    async def request_worktree_removal(self, job_id: str) -> bool:
+        async with self._connection("request worktree removal") as conn:
+            return _status_count(await conn.execute(
+                postgres_workers.REQUEST_REMOVAL, job_id)) == 1
+
+    async def worktree_removals(self, hostname: str) -> list[str]:
+        async with self._connection("worktree removals") as conn:
+            rows = await conn.fetch(postgres_workers.WORKTREE_REMOVALS, hostname)
+        return [row["job_id"] for row in rows]
+
+    async def worktree_removed(self, job_id: str) -> bool:
+        async with self._connection("worktree removed") as conn:
+            return _status_count(await conn.execute(
+                postgres_workers.WORKTREE_REMOVED, job_id)) == 1

@@ -1,4 +1,4 @@
-"""PostgreSQL: worker hosts (issue 42): schema 11, the claim of a queued job by a worker, and
+"""PostgreSQL: worker hosts (issue 42): schemas 11 and 12, the claim of a queued job by a worker, and
 the submitting owner's sweeps of remote jobs nobody can take.
 
 A remote job (`runs_on` not NULL) is inserted `queued` and owned by its admitting gateway,
@@ -28,6 +28,50 @@ SCHEMA_V11 = (
        WHERE status = 'queued' AND runs_on IS NOT NULL AND claimed_at IS NULL""",
 )
 
+# v14: the patch of a worktree job a worker ran, read by the submitting host's diff and
+# apply; and the submitting host's request that the worker remove the worktree.
+SCHEMA_V14 = (
+    """CREATE TABLE IF NOT EXISTS remote_patches (
+        job_id text PRIMARY KEY,
+        hostname text NOT NULL,
+        base_sha text NOT NULL,
+        tip text NOT NULL,
+        size bigint NOT NULL,
+        patch bytea,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        removal_requested_at timestamptz,
+        removed_at timestamptz)""",
+    """CREATE INDEX IF NOT EXISTS remote_patches_removals ON remote_patches (hostname)
+       WHERE removal_requested_at IS NOT NULL AND removed_at IS NULL""",
+)
+
+# Invariant: a job's patch is written once, by the worker that ran it; a second write
+# (a re-run after adoption that settles again) changes nothing.
+PUT_PATCH = """
+INSERT INTO remote_patches (job_id, hostname, base_sha, tip, size, patch)
+VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (job_id) DO NOTHING"""
+
+GET_PATCH = """
+SELECT job_id, hostname, base_sha, tip, size, patch,
+       removal_requested_at IS NOT NULL AS discard_requested
+FROM remote_patches WHERE job_id = $1"""
+
+# Invariant: a removal is requested once (the first apply or discard wins; a second one is
+# told it was done already).
+REQUEST_REMOVAL = """
+UPDATE remote_patches SET removal_requested_at = now()
+WHERE job_id = $1 AND removal_requested_at IS NULL"""
+
+WORKTREE_REMOVALS = """
+SELECT job_id FROM remote_patches
+WHERE hostname = $1 AND removal_requested_at IS NOT NULL AND removed_at IS NULL
+ORDER BY removal_requested_at LIMIT 100"""
+
+# Invariant: only a requested, not yet removed worktree is marked removed.
+WORKTREE_REMOVED = """
+UPDATE remote_patches SET removed_at = now()
+WHERE job_id = $1 AND removal_requested_at IS NOT NULL AND removed_at IS NULL"""
+
 _LIGHT = ", ".join(
     "NULL::text AS output" if name == "output"
     else "NULL::text AS result_json" if name == "result_json"
@@ -47,7 +91,8 @@ UPDATE gateway_instances SET capabilities = $2 WHERE instance_id = $1"""
 #   $4 providers it has (found and logged in), $2 its hostname, $5 its labels (jsonb),
 #   $6 the principals it serves (NULL: any).
 # A selector is "any", or an object whose every key is met: `host` equal to its hostname,
-# `labels` contained in its labels.
+# `labels` contained in its labels, `repo` (a worktree job's) one of $9, the names and
+# origin URLs of the checkouts it holds.
 CLAIM_JOBS = f"""
 WITH pick AS (
     SELECT id, owner_instance FROM jobs
@@ -58,7 +103,8 @@ WITH pick AS (
       AND (runs_on::jsonb = '"any"'::jsonb
            OR (jsonb_typeof(runs_on::jsonb) = 'object'
                AND (NOT runs_on::jsonb ? 'host' OR runs_on::jsonb ->> 'host' = $2)
-               AND (NOT runs_on::jsonb ? 'labels' OR runs_on::jsonb -> 'labels' <@ $5::jsonb)))
+               AND (NOT runs_on::jsonb ? 'labels' OR runs_on::jsonb -> 'labels' <@ $5::jsonb)
+               AND (NOT runs_on::jsonb ? 'repo' OR runs_on::jsonb ->> 'repo' = ANY($9::text[]))))
     ORDER BY created_at, id
     LIMIT $7
     FOR UPDATE SKIP LOCKED)
@@ -120,5 +166,5 @@ async def claim_jobs(conn: asyncpg.Connection, claim: WorkerClaim,
         CLAIM_JOBS, claim.instance_id, claim.hostname, claim.boot_id,
         list(claim.providers), json.dumps(dict(claim.labels)),
         list(claim.principals) if claim.principals is not None else None, limit,
-        float(claim.ttl_s))
+        float(claim.ttl_s), list(claim.repos))
     return [JobRow.from_mapping(row) for row in rows]

@@ -204,7 +204,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (8, SWEEPS_SCHEMA),  # one sweeper per interval (sweeps.py)
     (11, _SCHEMA_V11),  # worker hosts
     (12, ATTEMPTS_SCHEMA),  # attempt groups (attempts.py)
-    (13, OUTBOX_SCHEMA))  # completion notices (outbox.py)
+    (13, OUTBOX_SCHEMA),  # completion notices (outbox.py)
+    (14, ()))  # remote worktree patches: PostgreSQL only (one host has no remote job)
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------

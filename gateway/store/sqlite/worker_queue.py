@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from gateway.model import InstanceRow, JobRow
-from gateway.store.protocol_roles import WorkerClaim
+from gateway.store.protocol_roles import RemotePatch, WorkerClaim
 from gateway.store.sqlite.roles import SqliteRole
 from gateway.store.sqlite.rows import _changed
 from gateway.store.sqlite.sql import PUBLISH_CAPABILITIES
@@ -37,3 +37,18 @@ class SqliteWorkerQueue(SqliteRole):
     async def fail_unscheduled(self, owner_instance: str, queue_timeout_s: float,
                                error: str) -> list[str]:
         return []
+
+    async def put_patch(self, patch: RemotePatch) -> bool:
+        return False
+
+    async def get_patch(self, job_id: str) -> RemotePatch | None:
+        return None
+
+    async def request_worktree_removal(self, job_id: str) -> bool:
+        return False
+
+    async def worktree_removals(self, hostname: str) -> list[str]:
+        return []
+
+    async def worktree_removed(self, job_id: str) -> bool:
+        return False

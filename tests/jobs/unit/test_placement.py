@@ -14,8 +14,10 @@ from gateway.jobs.placement import (
     HostCapabilities,
     live_hosts,
     meets,
+    repo_names,
     stored_runs_on,
     unschedulable_reason,
+    with_repo,
 )
 from gateway.jobs.requests import SubmitRequest
 from gateway.model import ErrorKind, GatewayError, InstanceRow
@@ -32,6 +34,7 @@ BUILDBOX = HostCapabilities(hostname="buildbox", providers=frozenset({"codex"}),
     (None, None), ("here", None), ("any", '"any"'),
     ({"host": "buildbox"}, '{"host":"buildbox"}'),
     ({"labels": {"gpu": "true"}, "host": "b"}, '{"host":"b","labels":{"gpu":"true"}}'),
+    ({"repo": "api"}, '{"repo":"api"}'),
 ])
 def test_runs_on_is_stored_as_canonical_json_or_null_for_here(value: object,
                                                              stored: str | None) -> None:
@@ -40,7 +43,8 @@ def test_runs_on_is_stored_as_canonical_json_or_null_for_here(value: object,
 
 @pytest.mark.parametrize("value", [
     "everywhere", 3, [], {}, {"hosts": "b"}, {"host": ""}, {"host": 7}, {"labels": {}},
-    {"labels": {"gpu": True}}, {"labels": "gpu"}, {"host": "x" * 2000},
+    {"labels": {"gpu": True}}, {"labels": "gpu"}, {"host": "x" * 2000}, {"repo": ""},
+    {"repo": ["api"]},
 ])
 def test_a_runs_on_that_is_none_of_the_forms_is_refused_saying_which_are(value: object) -> None:
     with pytest.raises(GatewayError) as caught:
@@ -106,3 +110,18 @@ async def test_one_host_refuses_a_job_for_another_host_and_stores_nothing(
     assert caught.value.kind is ErrorKind.INVALID_INPUT
     assert "PostgreSQL" in caught.value.message
     assert await store.list_jobs() == []
+
+
+def test_a_worktree_job_needs_a_host_holding_its_repo() -> None:
+    assert with_repo('"any"', "git@x:api.git") == '{"repo":"git@x:api.git"}'
+    assert with_repo('{"host":"buildbox"}', "api") == '{"host":"buildbox","repo":"api"}'
+    assert with_repo('{"repo":"api"}', "api") == '{"repo":"api"}'
+    published = {"repos": ["api"], "origins": {"api": "git@x:api.git"}}
+    assert repo_names(published) == ["api", "git@x:api.git"]
+    holder = HostCapabilities(hostname="buildbox", providers=frozenset({"codex"}),
+                              accept_remote=True, repos=frozenset(repo_names(published)))
+    assert meets(holder, "codex", '{"repo":"git@x:api.git"}')
+    assert meets(holder, "codex", '{"repo":"api"}')
+    assert not meets(BUILDBOX, "codex", '{"repo":"api"}')
+    why = unschedulable_reason("codex", '{"repo":"web"}', [holder])
+    assert why is not None and "web" in why
