@@ -217,6 +217,11 @@ def comparison_table(data: dict[str, Any]) -> str:
         lines.append(f"  {row['rank']}  {row['job_id']}  {row['provider']:<8} "
                      f"{row['status']:<9} +{changes['insertions']}/-{changes['deletions']} "
                      f"in {changes['files_changed']} files  {shown}")
+    judge = data.get("judge")
+    if judge:
+        said = (f"picked {judge['pick']}" if judge.get("pick")
+                else judge.get("error") or judge.get("status"))
+        lines.append(f"judge: {judge.get('provider')} {judge.get('job_id') or ''}: {said}")
     winner = data.get("winner")
     lines.append(f"winner: {winner['job_id']} ({winner['reason']})" if winner
                  else "winner: none yet" if not data["done"] else "winner: none")
