@@ -121,3 +121,10 @@ def test_dashboard_bench_times_every_page_and_a_live_update(
     assert len(results["live"]["samples_s"]) == 2
     assert "jobs page p95" in bench.report(results)
     json.dumps(results)
+
+
+def test_attempts_bench_admits_a_group_and_times_its_comparison() -> None:
+    bench = _load("bench_attempts")
+    result = asyncio.run(bench.main_async(rounds=1, files=20))
+    assert result["rounds"] == 1 and result["files"] == 20
+    assert result["admission_p95_s"] > 0 and result["complete_p95_s"] > 0
