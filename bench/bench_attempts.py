@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gateway.config import load_settings
 from gateway.jobs.attempts.admit import AttemptTarget, GroupRequest, submit_group
 from gateway.jobs.attempts.comparison import comparison
+from gateway.jobs.attempts.pick import pick
 from gateway.jobs.worktrees.finish import worktree_of
 from gateway.runtime import Gateway
 from tests.jobs.conftest import FAKE_COMMANDS, FAKES_BIN, FAST_LEASE
@@ -104,6 +105,9 @@ async def one_round(gateway: Gateway, repo: Path, workdir: Path, n: int) -> tupl
     ended = [await store.get_job(job_id, with_output=False) for job_id in submission.job_ids]
     last = max(job.finished_at.timestamp() for job in ended
                if job is not None and job.finished_at is not None)
+    group = await store.get_attempt_group(group_id)
+    assert group is not None
+    await pick(manager, group, None, "discard")  # untimed: worktrees back under max_per_repo
     return admission, seen - last
 
 
@@ -119,7 +123,8 @@ async def main_async(rounds: int, files: int) -> dict[str, Any]:
                  for name, binary in FAKE_COMMANDS.items()}
     settings = load_settings(
         persistence={"backend": "sqlite", "path": str(workdir / "state" / "jobs.db")},
-        lease=dict(FAST_LEASE), limits={"kill_grace_s": 1.0}, providers=providers)
+        lease=dict(FAST_LEASE), limits={"kill_grace_s": 1.0}, providers=providers,
+        logging={"level": "warning"})
     gateway = Gateway(settings)
     await gateway.start()
     try:
