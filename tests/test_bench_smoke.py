@@ -138,3 +138,10 @@ def test_worker_bench_measures_claim_latency_and_three_workers(
     latency, spread = asyncio.run(both())
     assert latency and spread["jobs"] == 6 and spread["speedup"] > 0, (latency, spread)
     json.dumps([latency, spread])
+
+
+def test_attempts_bench_admits_a_group_and_times_its_comparison() -> None:
+    bench = _load("bench_attempts")
+    result = asyncio.run(bench.main_async(rounds=1, files=20))
+    assert result["rounds"] == 1 and result["files"] == 20
+    assert result["admission_p95_s"] > 0 and result["complete_p95_s"] > 0

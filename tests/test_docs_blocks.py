@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import shlex
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,12 @@ CHECKS: dict[tuple[str, str, str], str] = {
     ("docs/attempts.md", "json", '{"prompt": "fix add"'):
         "test_the_attempts_examples_use_the_tools_fields",
     ("docs/attempts.md", "text", "group "): "test_the_attempts_examples_use_the_tools_fields",
+    ("README.md", "text", "agent-cli-gateway attempts run"):
+        "test_the_attempts_run_examples_use_the_commands_options",
+    ("docs/attempts.md", "text", "$ agent-cli-gateway attempts run"):
+        "test_the_attempts_run_examples_use_the_commands_options",
+    ("docs/attempts.md", "text", "agent-cli-gateway attempts run PROMPT"):
+        "test_the_attempts_run_examples_use_the_commands_options",
     ("docs/attempts.md", "json", '{"job_id": "b9261272-...'):
         "test_the_attempts_examples_use_the_tools_fields",
     ("docs/operations.md", "toml", "[persistence]"): "test_every_gateway_config_example_loads",
@@ -406,3 +413,21 @@ def test_the_attempts_examples_use_the_tools_fields() -> None:
         shown = re.sub(r" \(\d+\)$", "", match.group(2))
         assert int(match.group(1)) == ranks[shown], line
 
+
+
+def test_the_attempts_run_examples_use_the_commands_options() -> None:
+    """Every `attempts run` line of the docs parses with the real command line (options
+    that exist, values where they need one), and the example's output ends with a winner."""
+    examples = [b for b in blocks() if "attempts run" in b.first]
+    assert len(examples) == 3
+    parser = build_parser()
+    for block in examples:
+        text = block.body.replace("\\\n", " ")
+        line = next(x for x in text.splitlines() if "attempts run" in x)
+        argv = shlex.split(line.split("agent-cli-gateway", 1)[1])
+        argv = [re.sub(r"^\[|\]$", "", arg) for arg in argv if arg not in ("[", "]")]
+        argv = [arg for arg in argv if arg != "|"]
+        parsed = parser.parse_args(argv)
+        assert parsed.attempts_command == "run" and parsed.target, block.first
+        if block.first.startswith("$"):
+            assert re.search(r"^winner: \S+ \(judge \(grok\): ", text, re.MULTILINE)

@@ -1,8 +1,8 @@
 """`attempts list|show|pick`: attempt groups from the shell (issue 39; docs/attempts.md).
 
 The same code as the MCP tools: `show` prints llm_attempts_status's comparison, `pick`
-runs llm_attempts_pick's (whose apply and discard are llm_job_changes'). `attempts run` is
-not there yet: start a group with the `llm_attempts` tool.
+runs llm_attempts_pick's (whose apply and discard are llm_job_changes'); `run` starts a
+group and follows it (attempts_run.py).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 from gateway import proc
+from gateway.cli import attempts_run
 from gateway.cli.arguments import CommandTree
 from gateway.cli.common import EXIT_OK, CliError, load, run, store_settings, with_store
 from gateway.config import Settings
@@ -24,8 +25,9 @@ def add_parsers(tree: CommandTree) -> None:
     """`attempts list`, `attempts show GROUP [--json]`, `attempts pick GROUP [JOB] [--keep]
     [--discard]`."""
     attempts = tree.add("attempts", help="attempt groups (best-of-N): list, show, pick",
-                        description="Groups started with the llm_attempts tool.")
+                        description="Groups of attempts at one task (best-of-N).")
     actions = attempts.add_subparsers(dest="attempts_command", metavar="ACTION", required=True)
+    attempts_run.add_parser(actions, tree.common)
     listed = actions.add_parser("list", parents=[tree.common], help="recent groups")
     listed.add_argument("--json", action="store_true", help="print JSON")
     listed.set_defaults(handler=cmd_list)

@@ -172,7 +172,7 @@ async def _drive(settings: Settings, request: dict[str, Any], *, detached: bool,
     for sig in (signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, task.cancel)
     try:
-        await _start(gateway, tell=not detached and sys.stderr.isatty(), debug=debug)
+        await start_gateway(gateway, tell=not detached and sys.stderr.isatty(), debug=debug)
         manager = await gateway.manager()
         submit = SubmitRequest(prompt=request.get("prompt"), model=request.get("model"),
                                working_dir=request.get("working_dir"),
@@ -203,7 +203,7 @@ async def _drive(settings: Settings, request: dict[str, Any], *, detached: bool,
             await asyncio.shield(gateway.stop())
 
 
-async def _start(gateway: Gateway, *, tell: bool, debug: bool) -> None:
+async def start_gateway(gateway: Gateway, *, tell: bool, debug: bool) -> None:
     """Start the gateway, waiting up to START_TIMEOUT_S for a store that is down. While it
     retries, a person at a terminal gets one plain line per retry (`tell`) instead of a
     JSON log record each; a script gets only the final error. A cause that no retry fixes

@@ -342,6 +342,9 @@ class AttemptsConfig(_Section):
     # never a shell string); empty: no check unless the call gives one.
     check: list[str] = Field(default_factory=list)
     judge_max_diff_bytes: int = Field(default=32 * 1024, ge=1024, le=1024 * 1024)
+    # How long a group's judge (one more CLI job) may run; past it the judge's job times out
+    # and the group keeps its deterministic order (judge.error says so).
+    judge_timeout_s: float = Field(default=600.0, gt=0, le=24 * 3600)
 
 
 def _default_providers() -> dict[str, ProviderConfig]:

@@ -471,8 +471,10 @@ def main(binary: str) -> None:
         write_files(run)
     if run.d.get("script"):
         # `@script=FILE`: run a Python file in this process, in the cwd, as an agent's own
-        # commands (tampering with its worktree, planting git config): what a job did.
-        runpy.run_path(run.d["script"], run_name="__fake_script__")
+        # commands (tampering with its worktree, planting git config): what a job did. The
+        # script sees this run as `fake_run` (it may set fake_run.answer: a judge's verdict).
+        runpy.run_path(run.d["script"], init_globals={"fake_run": run},
+                       run_name="__fake_script__")
     try:
         if "auth" in run.d:
             code = AUTH[run.binary](run)

@@ -242,6 +242,35 @@ async def test_racing_picks_of_one_group_exactly_one_applies(
     assert row is not None and row.status is applied[0]
 
 
+async def test_racing_judge_claims_of_one_group_exactly_one_is_set(
+        store_factory: Callable[[], Awaitable[JobStore]]) -> None:
+    """One judge per group: judge_job_id is set once, whoever races (a running group's
+    transition to running that names a judge is the coordinator's claim)."""
+    stores = [await store_factory() for _ in range(2)]
+    new = group()
+    await stores[0].insert_attempt_group(new, attempt_jobs(2), TTL_S)
+    claimed: list[str] = []
+
+    async def claim(s: JobStore, judge_id: str) -> None:
+        if await s.end_attempt_group(GroupEnd(new.group_id, (GroupStatus.RUNNING,),
+                                              GroupStatus.RUNNING, judge_job_id=judge_id)):
+            claimed.append(judge_id)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(10):
+            tg.start_soon(claim, stores[i % 2], f"judge-{i}")
+    assert len(claimed) == 1
+    row = await stores[0].get_attempt_group(new.group_id)
+    assert row is not None and row.judge_job_id == claimed[0]
+    assert row.status is GroupStatus.RUNNING and row.ended_at is None
+    # The same judge again applies (a gateway that joined it); the group then ends with it.
+    again = GroupEnd(new.group_id, (GroupStatus.RUNNING,), GroupStatus.DONE,
+                     judge_job_id=claimed[0], judge_result={"pick": None, "error": "garbage"})
+    assert await stores[1].end_attempt_group(again)
+    row = await stores[0].get_attempt_group(new.group_id)
+    assert row is not None and row.judge_result == {"pick": None, "error": "garbage"}
+
+
 async def test_groups_are_listed_newest_first_and_by_principal(store: JobStore) -> None:
     older, newer, other = group(), group(), group(principal="bob")
     for new in (older, newer, other):

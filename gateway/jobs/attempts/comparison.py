@@ -176,12 +176,34 @@ async def comparison(store: JobStore, hostname: str, group: AttemptGroupRow,
         winner = {"job_id": group.winner_job_id, "reason": group.winner_reason}
     elif done and ranking.winner is not None:
         winner = {"job_id": ranking.winner, "reason": ranking.reason}
-    judge = None
-    if group.judge is not None:
-        judge = {**group.judge, "job_id": group.judge_job_id, **(group.judge_result or {})}
+    judge, judge_usage = await _judge_view(store, group)
+    pick = (group.judge_result or {}).get("pick")
+    if pick is not None:  # the judged attempt goes first (it qualifies: the best class)
+        rows.sort(key=lambda row: row["job_id"] != pick)
+    usage = usage_total([*rows, {"usage": judge_usage}] if judge_usage is not None else rows)
     return {"group_id": group.group_id, "status": str(group.status), "done": done,
             "base_sha": group.base_sha, "until": group.until, "attempts": rows,
-            "winner": winner, "judge": judge, "usage": usage_total(rows)}
+            "winner": winner, "judge": judge, "usage": usage}
+
+
+async def _judge_view(store: JobStore, group: AttemptGroupRow,
+                      ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The status's `judge` ({job_id, provider, model, status, pick, reason, error}) and the
+    judge job's usage (it counts in the group's)."""
+    if group.judge is None:
+        return None, None
+    view: dict[str, Any] = {"provider": group.judge.get("provider"),
+                            "model": group.judge.get("model"), "job_id": group.judge_job_id,
+                            "status": "pending", "pick": None, "reason": None}
+    usage = None
+    if group.judge_job_id is not None:
+        job = await store.get_job(group.judge_job_id, with_output=False)
+        if job is not None:
+            view["status"] = str(job.status)
+            found = _parsed(job.result_json).get("usage")
+            usage = found if isinstance(found, dict) else None
+    view.update(group.judge_result or {})
+    return view, usage
 
 
 def comparison_table(data: dict[str, Any]) -> str:
@@ -195,6 +217,11 @@ def comparison_table(data: dict[str, Any]) -> str:
         lines.append(f"  {row['rank']}  {row['job_id']}  {row['provider']:<8} "
                      f"{row['status']:<9} +{changes['insertions']}/-{changes['deletions']} "
                      f"in {changes['files_changed']} files  {shown}")
+    judge = data.get("judge")
+    if judge:
+        said = (f"picked {judge['pick']}" if judge.get("pick")
+                else judge.get("error") or judge.get("status"))
+        lines.append(f"judge: {judge.get('provider')} {judge.get('job_id') or ''}: {said}")
     winner = data.get("winner")
     lines.append(f"winner: {winner['job_id']} ({winner['reason']})" if winner
                  else "winner: none yet" if not data["done"] else "winner: none")

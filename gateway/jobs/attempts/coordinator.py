@@ -17,6 +17,11 @@ with the winner the ranking names (compare-and-set running -> done). `until =
 "first_passing"`: once one check passes, the other attempts still running are cancelled
 through the manager's cancel, and when the group ends the worktrees of all but the winner are
 discarded (worktrees/changes.py, the code of `llm_job_changes`).
+
+A group with a judge (judge.py) whose attempts have all ended and been checked, with at
+least two qualifying, starts one more job, the judge, and ends only when it has: the judged
+attempt wins when the answer names a qualifying one, else the deterministic winner stays and
+`judge.error` says why.
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ from typing import Any
 import structlog
 
 from gateway import proc
-from gateway.jobs.attempts import checks
+from gateway.jobs.attempts import checks, judge
 from gateway.jobs.attempts.comparison import attempt_view, ranked
+from gateway.jobs.attempts.ranking import NO_CHECK, PASSED, Ranking
 from gateway.jobs.manager import JobManager
 from gateway.jobs.run import supervisor as sup
 from gateway.jobs.run.runner import ProcessRun
@@ -256,16 +262,94 @@ class AttemptCoordinator:
         views = [await attempt_view(self.store, self.manager.hostname, group, attempt, job)
                  for attempt, job in zip(attempts, jobs, strict=True) if job is not None]
         _, ranking = ranked(views, group.check_argv is not None)
+        winner, reason, judged = ranking.winner, ranking.reason, None
+        if group.judge is not None:
+            decided = await self._judge(group, ranking, [j for j in jobs if j is not None])
+            if decided is None:
+                return  # the judge still runs (or was just started)
+            judged = decided
+            if decided.get("pick") is not None:
+                winner = decided["pick"]
+                reason = f"judge ({group.judge.get('provider')}): {decided.get('reason')}"
         ended = await self.store.end_attempt_group(GroupEnd(
             group.group_id, (GroupStatus.RUNNING,), GroupStatus.DONE,
-            winner_job_id=ranking.winner, winner_reason=ranking.reason))
+            winner_job_id=winner, winner_reason=reason, judge_result=judged))
         if not ended:
             return
         log.info("attempt group done", action="attempts_done", group_id=group.group_id,
-                 winner=ranking.winner)
-        if group.until == "first_passing" and ranking.winner is not None:
+                 winner=winner)
+        if group.until == "first_passing" and winner is not None:
             await discard_all_but(self.manager.hostname,
-                                  [job for job in jobs if job is not None], ranking.winner)
+                                  [job for job in jobs if job is not None], winner)
+
+    # -- the judge (judge.py) --------------------------------------------------------------
+    async def _judge(self, group: AttemptGroupRow, ranking: Ranking,
+                     jobs: list[JobRow]) -> dict[str, Any] | None:
+        """The judge's result to record with the group's end, or None while it runs."""
+        wanted = PASSED if group.check_argv is not None else NO_CHECK
+        qualifying = [row.evidence.job_id for row in ranking.rows if row.rank == wanted]
+        if len(qualifying) < 2:
+            return {"status": "not_run", "pick": None, "reason": None,
+                    "error": f"{len(qualifying)} qualifying attempt(s): nothing to judge"}
+        if group.judge_job_id is None:
+            return await self._start_judge(group, qualifying, jobs)
+        job = await self.store.get_job(group.judge_job_id, with_output=False)
+        if job is not None and job.status.is_active:
+            return None
+        result: dict[str, Any] = {"status": str(job.status) if job else "gone", "pick": None,
+                                  "reason": None}
+        failure = judge.judge_failure(job)
+        if failure is not None:
+            return {**result, "error": failure}
+        page = await self.store.read_output(group.judge_job_id, 0, judge.ANSWER_CHARS,
+                                            answer=True)
+        answer = page[0].decode("utf-8", errors="replace") if page else ""
+        try:
+            pick, why = judge.verdict(answer, qualifying)
+        except judge.InvalidVerdict as invalid:
+            return {**result, "error": str(invalid)}
+        return {**result, "pick": pick, "reason": why}
+
+    async def _start_judge(self, group: AttemptGroupRow, qualifying: list[str],
+                           jobs: list[JobRow]) -> dict[str, Any] | None:
+        """Submit the judge's job and claim it on the group row (set once: of any number of
+        gateways one sets it; a loser whose job differs cancels its own)."""
+        by_id = {job.id: job for job in jobs}
+        attempts = {a.job_id: a for a in await self.store.list_attempts(group.group_id)}
+        candidates = [await asyncio.to_thread(
+            self._candidate, by_id[job_id], attempts[job_id].check_output_tail)
+            for job_id in qualifying]
+        assert group.judge is not None
+        request = judge.judge_request(group, judge.judge_prompt(group, candidates),
+                                      self.settings.attempts.judge_timeout_s)
+        try:
+            submitted = await self.manager.submit(str(group.judge["provider"]), request)
+        except GatewayError as err:
+            return {"status": "not_run", "pick": None, "reason": None,
+                    "error": f"the judge could not start: {err.message}"}
+        job_id = submitted.job.id
+        claimed = await self.store.end_attempt_group(GroupEnd(
+            group.group_id, (GroupStatus.RUNNING,), GroupStatus.RUNNING, judge_job_id=job_id))
+        if claimed:
+            log.info("attempt group judged by a job", action="attempts_judge",
+                     group_id=group.group_id, job_id=job_id)
+        else:
+            current = await self.store.get_attempt_group(group.group_id)
+            if current is None or current.judge_job_id != job_id:
+                with contextlib.suppress(GatewayError, StoreUnavailable):
+                    await self.manager.cancel(job_id)
+        return None
+
+    def _candidate(self, job: JobRow, check_tail: str | None) -> judge.Candidate:
+        """One qualifying attempt for the judge's prompt: its patch, capped."""
+        cap = self.settings.attempts.judge_max_diff_bytes
+        try:
+            page = changes.diff(job, self.manager.hostname, fmt="patch", max_bytes=cap)
+            text, cut = page.text, page.next_offset is not None
+        except GatewayError as err:
+            text, cut = f"(the diff could not be read: {err.message})", False
+        tail = (check_tail or "")[-judge.CHECK_TAIL_CHARS:] or None
+        return judge.Candidate(job.id, job.provider, job.model, text, cut, tail)
 
 
 async def discard_all_but(hostname: str, jobs: list[JobRow], keep: str | None) -> list[

@@ -110,6 +110,8 @@ class MemoryAttempts:
         row = self.groups.get(end.group_id)
         if row is None or row.status not in end.expected:
             return False
+        if end.judge_job_id is not None and row.judge_job_id not in (None, end.judge_job_id):
+            return False  # one judge per group: judge_job_id is set once
         row.status, row.updated_at = end.status, now
         row.winner_job_id = end.winner_job_id or row.winner_job_id
         row.winner_reason = end.winner_reason or row.winner_reason

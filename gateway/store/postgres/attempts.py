@@ -101,7 +101,8 @@ UPDATE attempts SET check_state = 'done', check_exit_code = $2, check_output_tai
     check_duration_s = $4, check_reason = $5, check_ended_at = {_NOW}
 WHERE job_id = $1 AND check_state = 'running'"""
 
-# Invariant: a group moves only from a status its caller read; picked/discarded are final.
+# Invariant: a group moves only from a status its caller read; picked/discarded are final;
+# judge_job_id is set once (one judge per group, whoever races to start it).
 END_GROUP = f"""
 UPDATE attempt_groups SET status = $2, updated_at = {_NOW},
     winner_job_id = COALESCE($3, winner_job_id),
@@ -109,7 +110,8 @@ UPDATE attempt_groups SET status = $2, updated_at = {_NOW},
     judge_job_id = COALESCE($5, judge_job_id),
     judge_result_json = COALESCE($6, judge_result_json),
     ended_at = CASE WHEN $7 THEN COALESCE(ended_at, {_NOW}) ELSE ended_at END
-WHERE group_id = $1 AND status = ANY($8::text[])"""
+WHERE group_id = $1 AND status = ANY($8::text[])
+  AND ($5::text IS NULL OR judge_job_id IS NULL OR judge_job_id = $5::text)"""
 
 
 async def insert_group(conn: asyncpg.Connection, group: NewAttemptGroup,

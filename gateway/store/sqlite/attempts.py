@@ -107,6 +107,8 @@ WHERE job_id = :job_id AND check_state = 'running'"""
 
 # Invariant: a group moves only from the status its caller read (`expected`): of two picks
 # (or a pick and the end of the group) exactly one applies; picked and discarded are final.
+# And a group has one judge: judge_job_id is set once (a transition that names another
+# judge than the one set does not apply), so of gateways racing to start it one claims it.
 END_GROUP = """
 UPDATE attempt_groups SET status = :status, updated_at = :now,
     winner_job_id = COALESCE(:winner_job_id, winner_job_id),
@@ -114,7 +116,8 @@ UPDATE attempt_groups SET status = :status, updated_at = :now,
     judge_job_id = COALESCE(:judge_job_id, judge_job_id),
     judge_result_json = COALESCE(:judge_result_json, judge_result_json),
     ended_at = CASE WHEN :final THEN COALESCE(ended_at, :now) ELSE ended_at END
-WHERE group_id = :group_id AND status IN (SELECT value FROM json_each(:expected))"""
+WHERE group_id = :group_id AND status IN (SELECT value FROM json_each(:expected))
+  AND (:judge_job_id IS NULL OR judge_job_id IS NULL OR judge_job_id = :judge_job_id)"""
 
 
 def insert_group(db: sqlite3.Connection, group: NewAttemptGroup, job_ids: Sequence[str],
