@@ -94,6 +94,7 @@ CHECKS: dict[tuple[str, str, str], str] = {
     ("docs/attempts.md", "json", '{"job_id": "b9261272-...'):
         "test_the_attempts_examples_use_the_tools_fields",
     ("docs/operations.md", "toml", "[persistence]"): "test_every_gateway_config_example_loads",
+    ("docs/operations.md", "toml", "[worker]"): "test_every_gateway_config_example_loads",
     ("docs/operations.md", "sh", "sqlite3 ~/.agent-cli-gateway/jobs.db"):
         "test_the_backup_commands_name_the_real_files_and_tables",
     ("docs/operations.md", "sh", "pg_dump"):
@@ -251,7 +252,8 @@ def test_every_gateway_config_example_loads(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     examples = blocks_checked_by("test_every_gateway_config_example_loads")
-    assert len(examples) == 3, examples  # operations.md: several hosts, a build box
+    # operations.md: several hosts, a build box, a build box's checkouts
+    assert len(examples) == 4, examples
     for i, block in enumerate(examples):
         path = tmp_path / f"example-{i}.toml"
         path.write_text(block.body, encoding="utf-8")

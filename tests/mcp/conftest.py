@@ -37,6 +37,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import TextContent
 
+from gateway import platform
 from gateway.config import merge_tables
 from tests.waiting import scaled
 
@@ -90,6 +91,9 @@ def server_env(home: Path, config: Path, **extra: str) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         **extra,
     }
+    # The platform_impl fixture's choice (set for its test only) reaches the gateway too.
+    if platform.ENV_VAR in os.environ:
+        env.setdefault(platform.ENV_VAR, os.environ[platform.ENV_VAR])
     return env
 
 

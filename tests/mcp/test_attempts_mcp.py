@@ -111,6 +111,7 @@ def by_provider(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {row["provider"]: row for row in data["attempts"]}
 
 
+@pytest.mark.usefixtures("platform_impl")  # the run lifecycle of both platforms
 async def test_three_agents_rank_one_three_four_and_apply_keeps_the_fix(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_config: dict[str, Any]) -> None:
     repo = scratch_repo(tmp_path)
@@ -154,6 +155,7 @@ async def test_three_agents_rank_one_three_four_and_apply_keeps_the_fix(
                 assert after["winner"]["job_id"] == right["job_id"]
 
 
+@pytest.mark.usefixtures("platform_impl")  # the run lifecycle of both platforms
 async def test_first_passing_cancels_the_others(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = scratch_repo(tmp_path)

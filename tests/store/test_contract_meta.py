@@ -18,8 +18,10 @@ pytestmark = pytest.mark.anyio
 
 # -- the protocol itself ------------------------------------------------------------------
 
-# The roles JobStore is composed of (gateway/store/base.py), each a protocol of its own.
-ROLES = tuple(base for base in JobStore.__bases__ if base.__module__ == JobStore.__module__)
+# The roles JobStore is composed of (gateway/store/base.py and protocol_roles.py), each a
+# protocol of its own.
+ROLES = tuple(base for base in JobStore.__bases__
+              if base.__module__ in {"gateway.store.base", "gateway.store.protocol_roles"})
 
 
 def methods_of(role: type) -> list[str]:
