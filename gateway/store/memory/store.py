@@ -671,7 +671,7 @@ class MemoryJobStore:
 
     async def end_attempt_group(self, end: GroupEnd) -> bool:
         async with self._lock:
-            return self._groups.end(end, self.clock())
+            return self._groups.end(end, self.clock(), self._outbox)
 
     # -- the completion-notice outbox (store/outbox.py) ------------------------------------
     async def claim_notices(self, instance_id: str, lease_s: float,
