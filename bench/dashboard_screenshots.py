@@ -76,7 +76,8 @@ async def main_async() -> None:
             ]
             for gateway, job in finished:
                 await settle(gateway, job)
-            group_id, _ = await finished_group(second, attempts_checkout(Path(tmp) / "attempts"))
+            group_id, _ = await finished_group(  # python3 from PATH: no host path on the page
+                second, attempts_checkout(Path(tmp) / "attempts"), interpreter="python3")
             running = await submit(first, "devin", "Port the build to the new toolchain "
                                    "@stream=4000:0.05")
             page = await browser.new_page(viewport=VIEWPORT)

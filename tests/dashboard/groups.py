@@ -17,30 +17,29 @@ GIT_ID = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
 CHECK = ("import sys, pathlib\n"
          "sys.exit(0 if 'fake-claude' in pathlib.Path('notes.txt').read_text() else 1)\n")
-CHECK_ARGV = ["./check.py"]  # its interpreter on its first line: the pages show no host path
 
 
 def checkout(path: Path) -> Path:
     """A caller's repository: README.md and check.py, one commit."""
     path.mkdir()
     (path / "README.md").write_text("hello\n")
-    check = path / "check.py"
-    check.write_text(f"#!{sys.executable}\n{CHECK}")
-    check.chmod(0o755)
+    (path / "check.py").write_text(CHECK)
     for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "init"]):
         subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True,
                        env={"PATH": "/usr/bin:/bin", "HOME": str(path.parent), **GIT_ID})
     return path
 
 
-async def finished_group(gateway: Gateway, repo: Path) -> tuple[str, dict[str, str]]:
+async def finished_group(gateway: Gateway, repo: Path, interpreter: str = sys.executable,
+                         ) -> tuple[str, dict[str, str]]:
     """Start the group, wait until the gateway has checked both attempts (group `done`);
-    its id and its job ids by provider."""
+    its id and its job ids by provider. `interpreter`: the check's argv[0] (the tests name
+    this Python by its path: nothing from the host PATH)."""
     manager = await gateway.manager()
     submitted = await submit_group(manager, GroupRequest(
         prompt="edit notes @write=notes.txt", working_dir=str(repo),
         targets=[AttemptTarget("claude"), AttemptTarget("codex")],
-        check=CHECK_ARGV, check_timeout_s=60))
+        check=[interpreter, "check.py"], check_timeout_s=60))
     group_id = submitted.group.group_id
 
     async def done() -> bool:
