@@ -23,6 +23,8 @@ if str(ROOT) not in sys.path:
 
 from gateway.jobs.requests import SubmitRequest  # noqa: E402
 from gateway.runtime import Gateway  # noqa: E402
+from tests.dashboard.groups import checkout as attempts_checkout  # noqa: E402
+from tests.dashboard.groups import finished_group  # noqa: E402
 from tests.dashboard.site import chromium, site  # noqa: E402
 
 IMAGES = ROOT / "docs" / "images"
@@ -74,6 +76,8 @@ async def main_async() -> None:
             ]
             for gateway, job in finished:
                 await settle(gateway, job)
+            group_id, _ = await finished_group(  # python3 from PATH: no host path on the page
+                second, attempts_checkout(Path(tmp) / "attempts"), interpreter="python3")
             running = await submit(first, "devin", "Port the build to the new toolchain "
                                    "@stream=4000:0.05")
             page = await browser.new_page(viewport=VIEWPORT)
@@ -88,6 +92,8 @@ async def main_async() -> None:
             await page.wait_for_function(
                 "document.getElementById('tail').textContent.split('\\n').length > 25")
             await page.screenshot(path=str(IMAGES / "dashboard-job-tail.png"))
+            await page.goto(f"{root}attempts/{group_id}")
+            await page.screenshot(path=str(IMAGES / "dashboard-attempts.png"), full_page=True)
             await page.goto(f"{root}usage")
             await page.screenshot(path=str(IMAGES / "dashboard-usage.png"), full_page=True)
             await page.goto(f"{root}gateways")

@@ -351,12 +351,13 @@ def _default_providers() -> dict[str, ProviderConfig]:
     return {name: ProviderConfig() for name in PROVIDER_NAMES}
 
 
-NotifyStatus = Literal["completed", "failed", "timed_out", "orphaned", "cancelled"]
+# A job's ends, and `done`: an attempt group's comparison is complete (store/outbox.py).
+NotifyStatus = Literal["completed", "failed", "timed_out", "orphaned", "cancelled", "done"]
 
 
 def _default_notify_on() -> list[NotifyStatus]:
     """Every end but a cancel (the caller's own doing)."""
-    return ["completed", "failed", "timed_out", "orphaned"]
+    return ["completed", "failed", "timed_out", "orphaned", "done"]
 
 
 def _webhook_url(url: str | None) -> str | None:

@@ -2,9 +2,9 @@
 the actions (only with --allow-actions), each through the code path its MCP tool and CLI
 command use.
 
-Pages: Jobs (`/`), Job (`/jobs/{id}`), Usage (`/usage`), Gateways (`/gateways`). A page is
-added with one route and one entry in NAV (the attempts page lands here with the attempts
-issue: `/attempts`, beside the others).
+Pages: Jobs (`/`), Job (`/jobs/{id}`), Attempts (`/attempts`, `/attempts/{group}`: attempts.py
+builds them), Usage (`/usage`), Gateways (`/gateways`). A page is added with one route and one
+entry in NAV.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from starlette.types import ASGIApp
 
 from gateway import proc
 from gateway.config import Settings
-from gateway.dashboard import charts, live, views
+from gateway.dashboard import attempts, charts, live, views
 from gateway.dashboard.auth import COOKIE_NAME, TOKEN_PARAM, Sessions
 from gateway.dashboard.guard import DashboardGuard
 from gateway.jobs.budgets import budget_status
@@ -50,7 +50,7 @@ DIFF_MAX_BYTES = 400_000  # a worktree diff shown on the job page (the rest: `jo
 ANSWER_MAX_BYTES = 256 * 1024  # a finished job's answer shown on its page
 USAGE_DAYS = 30  # the usage page's window
 OWNED_COUNT_LIMIT = 100_000  # active jobs counted per instance (as `instances` counts)
-NAV = (("/", "Jobs"), ("/usage", "Usage"), ("/gateways", "Gateways"))
+NAV = (("/", "Jobs"), ("/attempts", "Attempts"), ("/usage", "Usage"), ("/gateways", "Gateways"))
 NOTICES = {"cancel": "Cancel requested: the owning gateway stops the job within its "
                      "cancel poll.",
            "apply": "The job's changes were applied to its checkout as uncommitted edits.",
@@ -85,6 +85,9 @@ def build_dashboard_app(options: DashboardOptions, rule: HostOriginRule | None) 
     pages = Pages(options, env)
     routes = [
         Route("/", pages.jobs), Route("/jobs/{job_id}", pages.job),
+        Route("/attempts", pages.attempt_groups),
+        Route("/attempts/{group_id}", pages.attempt_group),
+        Route("/attempts/{group_id}/pick", pages.pick, methods=["POST"]),
         Route("/usage", pages.usage), Route("/gateways", pages.gateways),
         Route("/events/jobs", pages.jobs_events),
         Route("/events/jobs/{job_id}", pages.job_events),
@@ -251,10 +254,59 @@ class Pages:
         return _sse(live.job_stream(self.settings, store, request.path_params["job_id"],
                                     self._status_html, request.is_disconnected))
 
+    # -- attempt groups --------------------------------------------------------------
+    async def attempt_groups(self, request: Request) -> Response:
+        store = await self._store(request)
+        if isinstance(store, Response):
+            return store
+        return self._render(request, "attempts.html", title="Attempts",
+                            groups=await attempts.group_lines(store))
+
+    async def attempt_group(self, request: Request) -> Response:
+        store = await self._store(request)
+        if isinstance(store, Response):
+            return store
+        group_id = request.path_params["group_id"]
+        group = await store.get_attempt_group(group_id)
+        if group is None:
+            return self._render(request, "error.html", 404, title="No such attempt group",
+                                message=f"No attempt group {views.shown(group_id)!r} in "
+                                        "this store.")
+        notice = attempts.DONE.get(request.query_params.get("done") or "", "")
+        return self._render(request, "attempt_group.html", title=f"Group {group_id[:8]}",
+                            page=await attempts.group_page(store, group), notice=notice)
+
+    async def pick(self, request: Request) -> Response:
+        """apply / keep / discard of a group: llm_attempts_pick's code (attempts.do_pick),
+        a POST with the session's CSRF token, only with --allow-actions."""
+        body = await self._allowed_form(request)
+        if isinstance(body, Response):
+            return body
+        action = (body.get("action") or [""])[0]
+        job_id = (body.get("job_id") or [""])[0] or None
+        store = await self._store(request)
+        if isinstance(store, Response):
+            return store
+        group_id = request.path_params["group_id"]
+        group = await store.get_attempt_group(group_id)
+        if group is None:
+            return self._render(request, "error.html", 404, title="No such attempt group",
+                                message=f"No attempt group {views.shown(group_id)!r} in "
+                                        "this store.")
+        try:
+            await attempts.do_pick(self.settings, store, group, job_id, action)
+        except GatewayError as exc:
+            return self._render(request, "error.html", 409, title="Could not pick",
+                                message=views.shown(exc.message))
+        log.info("dashboard action", action=f"dashboard_pick_{action}", group_id=group_id,
+                 job_id=job_id)
+        return RedirectResponse(f"{self.options.prefix}/attempts/{group_id}?done={action}",
+                                status_code=303)
+
     # -- actions ---------------------------------------------------------------------
-    async def act(self, request: Request) -> Response:
-        """cancel, apply, discard: POST with the session's CSRF token, only with
-        --allow-actions; the same code as `jobs cancel` and `llm_job_changes`."""
+    async def _allowed_form(self, request: Request) -> dict[str, list[str]] | Response:
+        """The POSTed form, or the refusal: actions not allowed, or a CSRF token that is
+        not the session's."""
         if not self.options.allow_actions:
             return self._render(request, "error.html", 403, title="Read-only dashboard",
                                 message="This dashboard was started without "
@@ -265,6 +317,14 @@ class Pages:
             return self._render(request, "error.html", 403, title="Refused",
                                 message="The form's CSRF token is missing or stale: reload "
                                         "the page and try again.")
+        return body
+
+    async def act(self, request: Request) -> Response:
+        """cancel, apply, discard: POST with the session's CSRF token, only with
+        --allow-actions; the same code as `jobs cancel` and `llm_job_changes`."""
+        body = await self._allowed_form(request)
+        if isinstance(body, Response):
+            return body
         action = request.path_params["action"]
         if action not in NOTICES:
             return self._render(request, "error.html", 404, title="No such action",

@@ -14,6 +14,8 @@ from playwright.async_api import Browser, Page, expect
 
 from gateway.jobs.requests import SubmitRequest
 from gateway.runtime import Gateway
+from tests.dashboard.groups import checkout as attempts_checkout
+from tests.dashboard.groups import finished_group
 from tests.dashboard.site import Site
 from tests.mcp.conftest import TOKEN, free_port, start_http_server
 from tests.waiting import wait_for
@@ -233,3 +235,24 @@ async def test_serve_over_http_shows_the_dashboard_at_ui_behind_its_bearer_token
         assert refused.status == 403  # /ui is read-only
     finally:
         await anyio.to_thread.run_sync(server.stop)
+
+
+async def test_an_attempt_groups_page_shows_ranks_and_winner_and_apply_changes_the_checkout(
+        dashboard_site: Site, browser: Browser, tmp_path: Path) -> None:
+    repo = attempts_checkout(tmp_path / "checkout")
+    gateway = await dashboard_site.start_gateway()
+    group_id, jobs = await finished_group(gateway, repo)
+    page = await opened(browser, await dashboard_site.dashboard("--allow-actions"))
+    await page.locator("nav a", has_text="Attempts").click()
+    await page.locator(f"#group-{group_id} a").click()
+    await expect(page.locator(f"#attempt-{jobs['claude']} .rank")).to_have_text("1 ★")
+    await expect(page.locator(f"#attempt-{jobs['codex']} .rank")).not_to_have_text(
+        re.compile("^1"))
+    await expect(page.locator("#winner")).to_contain_text(jobs["claude"][:8])
+    await expect(page.locator(".side-by-side .side")).to_have_count(2)
+    assert not (repo / "notes.txt").exists()
+    page.on("dialog", lambda dialog: dialog.accept())
+    await page.locator(f"#apply-{jobs['claude']}").click()
+    await expect(page.locator(".notice")).to_contain_text("applied")
+    await expect(page.locator("#group-status")).to_have_text("picked")
+    assert "written by fake-claude" in (repo / "notes.txt").read_text()

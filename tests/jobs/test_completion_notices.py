@@ -23,6 +23,7 @@ from gateway.jobs.requests import SubmitRequest
 from gateway.model import JobStatus
 from gateway.store import open_store
 from tests.children import Children
+from tests.dashboard.groups import checkout, finished_group
 from tests.fakes.fake_webhook import FakeWebhook
 from tests.jobs.conftest import FakeLog, MakeSettings, StartGateway, store_of
 from tests.jobs.test_detach import start_owner
@@ -224,3 +225,33 @@ async def test_a_run_that_ended_with_no_gateway_alive_is_told_by_its_finalizer(
         assert notice.claimed_by in finalizers
     finally:
         await store.close()
+
+
+@pytest.mark.slow
+async def test_an_attempt_groups_end_is_told_once_with_its_winner(
+    make_settings: MakeSettings, start_gateway: StartGateway, webhook: FakeWebhook,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    log = tmp_path / "command.jsonl"
+    settings = make_settings(notify=notify(webhook, log))
+    gateway = await start_gateway(settings)
+    group_id, jobs = await finished_group(gateway, checkout(tmp_path / "checkout"))
+    notice_id = f"group:{group_id}:done"
+    await wait_for(lambda: notice_id in webhook.ids(), DELIVERED_WITHIN_S, step=0.05)
+    await wait_for(lambda: any(line["notice"]["id"] == notice_id
+                               for line in command_lines(log)), DELIVERED_WITHIN_S)
+    store = (await gateway.manager()).store
+
+    async def settled() -> bool:
+        return any(n.id == notice_id and n.outcome == "delivered"
+                   for n in await store.list_notices(limit=100))
+
+    await wait_for(settled, DELIVERED_WITHIN_S)
+    assert webhook.ids().count(notice_id) == 1
+    body = next(r["body"] for r in webhook.received if r["body"]["id"] == notice_id)
+    assert body["group_id"] == group_id and body["winner_job_id"] == jobs["claude"]
+    assert body["read_with"] == f"agent-cli-gateway attempts show {group_id}"
+    assert f"winner {jobs['claude'][:8]}" in body["summary"]
+    [line] = [line for line in command_lines(log) if line["notice"]["id"] == notice_id]
+    assert line["argv"] == [jobs["claude"], "done"]

@@ -57,7 +57,8 @@ def plain(text: str, limit: int = BODY_LIMIT_CHARS) -> str:
 def desktop_argv(payload: Mapping[str, Any], platform: str = sys.platform) -> list[str] | None:
     """The argv that shows the notice on this machine's desktop, or None when neither
     notifier is installed (doctor says so)."""
-    title = plain(f"agent-cli-gateway: {payload['provider']} job {payload['status']}", 120)
+    what = "attempt group" if payload.get("group_id") else f"{payload['provider']} job"
+    title = plain(f"agent-cli-gateway: {what} {payload['status']}", 120)
     body = plain(str(payload["summary"]))
     if platform == "darwin":
         osascript = shutil.which("osascript")

@@ -78,4 +78,4 @@ class MemoryAttemptGroups(MemoryRole):
 
     async def end_attempt_group(self, end: GroupEnd) -> bool:
         async with self._lock:
-            return self._groups.end(end, self.clock())
+            return self._groups.end(end, self.clock(), self._outbox)

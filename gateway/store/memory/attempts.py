@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 from gateway.store.attempts import (
     AttemptGroupRow,
@@ -20,6 +21,8 @@ from gateway.store.attempts import (
     NewAttemptGroup,
     group_params,
 )
+from gateway.store.memory.outbox import MemoryOutbox
+from gateway.store.outbox import NOTIFIED_GROUP_STATUSES
 
 
 @dataclass(slots=True)
@@ -106,7 +109,9 @@ class MemoryAttempts:
         row.check_ended_at = now
         return True
 
-    def end(self, end: GroupEnd, now: float) -> bool:
+    def end(self, end: GroupEnd, now: float, outbox: MemoryOutbox) -> bool:
+        """The group's move and, to a notified status, its notice (under the store's lock:
+        both or neither)."""
         row = self.groups.get(end.group_id)
         if row is None or row.status not in end.expected:
             return False
@@ -120,4 +125,6 @@ class MemoryAttempts:
             row.judge_result = dict(end.judge_result)
         if end.status is not GroupStatus.RUNNING and row.ended_at is None:
             row.ended_at = now
+        if end.status in NOTIFIED_GROUP_STATUSES:
+            outbox.add_group(row, datetime.fromtimestamp(now, UTC))
         return True

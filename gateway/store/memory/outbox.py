@@ -8,7 +8,8 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from gateway.model import JobRow
-from gateway.store.outbox import NOTICE_ERROR_CHARS, Notice, Settlement
+from gateway.store.attempts import AttemptGroupRow
+from gateway.store.outbox import NOTICE_ERROR_CHARS, Notice, Settlement, group_notice
 
 
 class MemoryOutbox:
@@ -34,6 +35,11 @@ class MemoryOutbox:
                 error_kind=job.error_kind,
                 error=job.error[:NOTICE_ERROR_CHARS] if job.error else None,
                 duration_s=duration, cost_usd=cost_usd, created_at=now, next_attempt_at=now)
+
+    def add_group(self, group: AttemptGroupRow, now: datetime) -> None:
+        """The notice of a group's end (store/outbox.py): a second add is a no-op."""
+        notice = group_notice(group, now)
+        self._notices.setdefault(notice.id, notice)
 
     def claim(self, instance_id: str, lease_s: float, limit: int, now: datetime) -> list[Notice]:
         due = sorted((n for n in self._notices.values() if _claimable(n, now)),

@@ -20,6 +20,12 @@ from gateway.store.attempts import (
     end_params,
     group_params,
 )
+from gateway.store.outbox import (
+    GROUP_PREFIX,
+    GROUP_PROVIDER,
+    NOTICE_ERROR_CHARS,
+    NOTIFIED_GROUP_STATUSES,
+)
 
 # A migration (sql.py names its version), additive: two new tables.
 ATTEMPTS_SCHEMA = (
@@ -103,7 +109,15 @@ WHERE job_id = $1 AND check_state = 'running'"""
 
 # Invariant: a group moves only from a status its caller read; picked/discarded are final;
 # judge_job_id is set once (one judge per group, whoever races to start it).
+_NOTIFIED = ", ".join(f"'{status}'" for status in NOTIFIED_GROUP_STATUSES)
+# One statement, so one transaction: the group's move and, when it moved to a notified status
+# (store/outbox.py: `done`), its notice. The command tag is the final SELECT's: `SELECT 1`
+# when the row moved, `SELECT 0` when it was not in an expected status.
+# Invariant: the group moves only from one of the expected statuses (re-checked on the locked
+# row); its notice is added only from the moved row (`ended`), once (the id
+# `group:<group id>:<status>`: a second add is a no-op).
 END_GROUP = f"""
+WITH ended AS (
 UPDATE attempt_groups SET status = $2, updated_at = {_NOW},
     winner_job_id = COALESCE($3, winner_job_id),
     winner_reason = COALESCE($4, winner_reason),
@@ -111,7 +125,17 @@ UPDATE attempt_groups SET status = $2, updated_at = {_NOW},
     judge_result_json = COALESCE($6, judge_result_json),
     ended_at = CASE WHEN $7 THEN COALESCE(ended_at, {_NOW}) ELSE ended_at END
 WHERE group_id = $1 AND status = ANY($8::text[])
-  AND ($5::text IS NULL OR judge_job_id IS NULL OR judge_job_id = $5::text)"""
+  AND ($5::text IS NULL OR judge_job_id IS NULL OR judge_job_id = $5::text)
+RETURNING group_id, status, winner_job_id, winner_reason, created_at, updated_at, ended_at),
+noticed AS (
+INSERT INTO completion_notices (id, job_id, provider, status, error, duration_s, created_at,
+                                next_attempt_at)
+SELECT '{GROUP_PREFIX}' || group_id || ':' || status, COALESCE(winner_job_id, group_id),
+       '{GROUP_PROVIDER}', status, substr(winner_reason, 1, {NOTICE_ERROR_CHARS}),
+       GREATEST(COALESCE(ended_at, updated_at) - created_at, 0), now(), now()
+FROM ended WHERE status IN ({_NOTIFIED})
+ON CONFLICT (id) DO NOTHING)
+SELECT 1 FROM ended"""
 
 
 async def insert_group(conn: asyncpg.Connection, group: NewAttemptGroup,

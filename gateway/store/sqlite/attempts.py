@@ -21,6 +21,12 @@ from gateway.store.attempts import (
     end_params,
     group_params,
 )
+from gateway.store.outbox import (
+    GROUP_PREFIX,
+    GROUP_PROVIDER,
+    NOTICE_ERROR_CHARS,
+    NOTIFIED_GROUP_STATUSES,
+)
 
 # A migration (sql.py names its version), additive: two new tables. The partial unique
 # index is the arbiter of group dedup: one running group per dedup key, whoever races.
@@ -150,8 +156,27 @@ def record_check(db: sqlite3.Connection, job_id: str, result: CheckResult, now: 
         "duration_s": result.duration_s, "reason": result.reason, "now": now}).rowcount == 1
 
 
+# Invariant: a group's end to a notified status (store/outbox.py: `done`) adds its notice in
+# the transaction of that end, once: run only after END_GROUP moved the row, and the id
+# `group:<group id>:<status>` makes a second add a no-op.
+ADD_GROUP_NOTICE = f"""
+INSERT INTO completion_notices (id, job_id, provider, status, error, duration_s, created_at,
+                                next_attempt_at)
+SELECT '{GROUP_PREFIX}' || group_id || ':' || status, COALESCE(winner_job_id, group_id),
+       '{GROUP_PROVIDER}', status, substr(winner_reason, 1, {NOTICE_ERROR_CHARS}),
+       MAX(COALESCE(ended_at, updated_at) - created_at, 0), :now, :now
+FROM attempt_groups WHERE group_id = :group_id AND status = :status
+ON CONFLICT (id) DO NOTHING"""
+
+
 def end_group(db: sqlite3.Connection, end: GroupEnd, now: float) -> bool:
-    return db.execute(END_GROUP, {**end_params(end), "now": now}).rowcount == 1
+    """END_GROUP, and the group's notice with it when it ends in a notified status (inside
+    the caller's transaction: both or neither)."""
+    moved = db.execute(END_GROUP, {**end_params(end), "now": now}).rowcount == 1
+    if moved and end.status in NOTIFIED_GROUP_STATUSES:
+        db.execute(ADD_GROUP_NOTICE, {"group_id": end.group_id, "status": str(end.status),
+                                      "now": now})
+    return moved
 
 
 def group_row(row: sqlite3.Row) -> AttemptGroupRow:
