@@ -17,6 +17,7 @@ from pydantic import Field
 from gateway import __version__, platform
 from gateway.config import MAX_OUTPUT_BYTES_BOUND
 from gateway.jobs.budgets import budget_status
+from gateway.mcp.admission import MAX_WAIT_S
 from gateway.mcp.changes import change_tools
 from gateway.mcp.principal import owned, visible_jobs
 from gateway.mcp.progress import Progress
@@ -38,7 +39,6 @@ DEFAULT_RESULT_PAGE_BYTES = 200_000  # one page of llm_job_result: comfortable i
 # message size (the SDK's HTTP client refuses an SSE event over 1 MiB): stay well under.
 MAX_RESULT_PAGE_BYTES = 400_000
 DEFAULT_WAIT_S = 30.0  # llm_job_wait's default: well under the common 60 s tool timeout
-MAX_WAIT_S = 50.0  # llm_job_wait's bound: under the common 60 s client tool timeout
 DEFAULT_LIST_LIMIT = 20
 MAX_LIST_LIMIT = 200
 # gateway_status waits this long for the store like any tool's first call (runtime.py
