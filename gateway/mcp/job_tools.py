@@ -76,8 +76,9 @@ class JobTools:
         """A page of a job's answer (raw: its stdout), also while it runs; repeat with
         offset=next_offset until null."""
         reads = await self.state.reads()
-        owned(self.state.principal, await reads.get(job_id))
-        page = await reads.read_result(job_id, offset, max_bytes, raw)
+        seen = owned(self.state.principal, await reads.get(job_id))
+        # A finished job's page is read with the row just read (one store read, not two).
+        page = await reads.read_result(job_id, offset, max_bytes, raw, terminal=seen)
         row = page.job
         # A job still running has no parsed answer yet: what it has is the CLI's stdout
         # so far (stream-json, JSONL), and the answer says so rather than `raw: false`.
