@@ -15,6 +15,11 @@ server's ratio to the first one within a round (a round sees one speed of the bo
 
 Each server gets a fresh HOME (so a fresh store) in a temp dir; PYTHONPATH is this
 checkout. Every process started is killed before the next starts.
+
+Beside the wall time, the CPU time the server used until its answer (user + system, from
+`wait4` once it is killed at the answer): on a loaded box the wall time is mostly waiting
+for a core, and the CPU time is what the server itself spends, so its ratio is the one a
+busy 2-core box can still read (the wall ratio moved by +-10% between runs at load 10).
 """
 
 from __future__ import annotations
@@ -41,8 +46,9 @@ INITIALIZE = json.dumps({
 }) + "\n"
 
 
-def first_answer_s(argv: list[str], home: Path) -> float:
-    """Seconds from the spawn to the answer's line on stdout."""
+def first_answer_s(argv: list[str], home: Path) -> tuple[float, float]:
+    """Seconds from the spawn to the answer's line on stdout, and the CPU seconds the
+    server spent until then (it is killed at once when the answer arrives)."""
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONDONTWRITEBYTECODE",) and not k.startswith("AGENT_GATEWAY_")}
@@ -60,30 +66,43 @@ def first_answer_s(argv: list[str], home: Path) -> float:
                 raise RuntimeError(f"{argv}: no answer within {ANSWER_TIMEOUT_S} s")
             line = server.stdout.readline()
         elapsed = time.perf_counter() - started
+        server.kill()
+        _, status, usage = os.wait4(server.pid, 0)
+        server.returncode = os.waitstatus_to_exitcode(status)
         if b'"id":1' not in line.replace(b" ", b""):
             raise RuntimeError(f"{argv}: not an answer to initialize: {line[:200]!r}")
-        return elapsed
+        return elapsed, usage.ru_utime + usage.ru_stime
     finally:
-        server.kill()
-        server.wait()
+        if server.returncode is None:
+            server.kill()
+            server.wait()
 
 
 def run(servers: dict[str, list[str]], runs: int, workdir: Path) -> dict[str, Any]:
     names = list(servers)
     samples: dict[str, list[float]] = {name: [] for name in names}
     ratios: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    cpu_ratios: dict[str, list[float]] = {name: [] for name in names}
+    load_at_start = os.getloadavg()[0]
     for i in range(runs + 1):
         this_round = {name: first_answer_s(argv, workdir / f"{name}-{i}")
                       for name, argv in servers.items()}
         if i:
+            first_wall, first_cpu = this_round[names[0]]
             for name in names:
-                samples[name].append(this_round[name])
-                ratios[name].append(this_round[name] / this_round[names[0]])
-    return {"runs": runs, "load_at_start": os.getloadavg()[0],
+                wall, used = this_round[name]
+                samples[name].append(wall)
+                ratios[name].append(wall / first_wall)
+                cpu[name].append(used)
+                cpu_ratios[name].append(used / first_cpu)
+    return {"runs": runs, "load_at_start": load_at_start, "load_at_end": os.getloadavg()[0],
             "rows": {name: {"median_ms": 1000 * statistics.median(samples[name]),
-                            f"ratio_to_{names[0]}": statistics.median(ratios[name])}
+                            f"ratio_to_{names[0]}": statistics.median(ratios[name]),
+                            "median_cpu_ms": 1000 * statistics.median(cpu[name]),
+                            f"cpu_ratio_to_{names[0]}": statistics.median(cpu_ratios[name])}
                      for name in names},
-            "raw": samples}
+            "raw": samples, "raw_cpu": cpu}
 
 
 def main() -> None:
@@ -97,10 +116,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="first-answer-") as workdir:
         result = run(servers, args.runs, Path(workdir))
     first = next(iter(servers))
-    print(f"load {result['load_at_start']:.1f}; medians of {args.runs} rounds in turns")
+    print(f"load {result['load_at_start']:.1f} -> {result['load_at_end']:.1f}; medians of "
+          f"{args.runs} rounds in turns (ratios: the median of the rounds' ratios to {first})")
     for name, row in result["rows"].items():
-        print(f"{name:<10} {row['median_ms']:8.1f} ms   x{row[f'ratio_to_{first}']:.3f} "
-              f"(median of the rounds' ratios to {first})")
+        print(f"{name:<10} wall {row['median_ms']:8.1f} ms x{row[f'ratio_to_{first}']:.3f}   "
+              f"cpu {row['median_cpu_ms']:7.1f} ms x{row[f'cpu_ratio_to_{first}']:.3f}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     sys.exit(0)

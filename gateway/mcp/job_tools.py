@@ -18,6 +18,7 @@ from pydantic import Field
 from gateway import __version__, platform
 from gateway.config import MAX_OUTPUT_BYTES_BOUND
 from gateway.jobs.budgets import budget_status
+from gateway.mcp.admission import MAX_WAIT_S
 from gateway.mcp.changes import change_tools
 from gateway.mcp.principal import owned, visible_jobs
 from gateway.mcp.progress import Progress
@@ -41,7 +42,6 @@ DEFAULT_RESULT_PAGE_BYTES = 200_000  # one page of llm_job_result: comfortable i
 # message size (the SDK's HTTP client refuses an SSE event over 1 MiB): stay well under.
 MAX_RESULT_PAGE_BYTES = 400_000
 DEFAULT_WAIT_S = 30.0  # llm_job_wait's default: well under the common 60 s tool timeout
-MAX_WAIT_S = 50.0  # llm_job_wait's bound: under the common 60 s client tool timeout
 MAX_WAIT_JOBS = 50  # llm_job_wait's job_ids: one wait task and one read each
 DEFAULT_LIST_LIMIT = 20
 MAX_LIST_LIMIT = 200
@@ -79,8 +79,9 @@ class JobTools:
     ) -> CallToolResult:
         """A page of a job's answer, also while it runs; repeat with next_offset."""
         reads = await self.state.reads()
-        owned(self.state.principal, await reads.get(job_id))
-        page = await reads.read_result(job_id, offset, max_bytes, raw)
+        seen = owned(self.state.principal, await reads.get(job_id))
+        # A finished job's page is read with the row just read (one store read, not two).
+        page = await reads.read_result(job_id, offset, max_bytes, raw, terminal=seen)
         row = page.job
         # A job still running has no parsed answer yet: what it has is the CLI's stdout
         # so far (stream-json, JSONL), and the answer says so rather than `raw: false`.

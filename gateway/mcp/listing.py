@@ -24,7 +24,6 @@ from mcp.types import CallToolResult
 
 from gateway.config import Settings
 from gateway.mcp.results import failure
-from gateway.mcp.tools import build_job_tools, request_tools
 from gateway.model import ErrorKind
 from providers.registry import CLI_PROVIDERS, missing_command, provider_binary
 
@@ -100,6 +99,9 @@ class ToolListing:
 
     def initial(self) -> list[Tool]:
         """The tools to list at startup, in order: provider tools, then the job tools."""
+        # Loaded at the first request that needs a tool, not before the handshake.
+        from gateway.mcp.tools import build_job_tools  # deferred: start-up
+
         self._job_tools = build_job_tools(self.state)
         # Listed with a broken setup too (every call then answers setup_error): a model told
         # to "use codex" must find codex_request, and its answer says what is wrong.
@@ -139,6 +141,8 @@ class ToolListing:
                            and provider_binary(name, config.command, search) is None)
             key = (name, remote_only)
             if key not in self._built:
+                from gateway.mcp.tools import request_tools  # deferred: start-up (initial())
+
                 self._built[key] = request_tools(self.state, name, remote_only)
             tools += self._built[key]
         return [*tools, *self._job_tools]

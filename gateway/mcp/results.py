@@ -14,7 +14,6 @@ from typing import Any
 from mcp.types import CallToolResult, TextContent
 from pydantic import ValidationError
 
-from gateway.jobs.worktrees.finish import worktree_of
 from gateway.model import RETRYABLE, ErrorKind, GatewayError, JobRow, JobStatus
 
 STDERR_EXCERPT_CHARS = 2000  # enough of a CLI's stderr to see why it failed, not a flood
@@ -109,6 +108,9 @@ def job_fields(row: JobRow) -> dict[str, Any]:
     if parsed is not None:
         fields["native_session_id"] = parsed.get("session_id")
         fields["usage"] = parsed.get("usage")
+    # The worktree machinery loads with the tools, after the handshake, not with the server.
+    from gateway.jobs.worktrees.finish import worktree_of  # deferred: start-up
+
     worktree = worktree_of(row.request_json, row.result_json)
     if worktree is not None:  # an isolated job (#27): its worktree, branch and changes
         fields["worktree"] = worktree

@@ -19,9 +19,9 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, RequestParams
 from pydantic import ConfigDict, Field
 
+from gateway.mcp.admission import TASK_ADMISSION, TaskAdmission
 from gateway.mcp.principal import owned
 from gateway.mcp.server_state import ServerState
-from gateway.mcp.tools import TASK_ADMISSION, TaskAdmission, final_answer
 from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 
 if TYPE_CHECKING:  # the job machinery loads after the handshake (startup stays light)
@@ -142,6 +142,9 @@ def task_error(err: GatewayError) -> MCPError:
 
 async def task_result(reads: JobReads, row: JobRow) -> dict[str, Any]:
     """The finished task's result: exactly the sync tool's answer, as wire JSON."""
+    # The tools load at the first request that needs them, not with the server.
+    from gateway.mcp.tools import final_answer  # deferred: start-up
+
     try:
         answer = await final_answer(reads, row)
     except GatewayError as err:

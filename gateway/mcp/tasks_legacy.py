@@ -34,7 +34,7 @@ from mcp.types import (
 )
 from pydantic import ConfigDict
 
-from gateway.mcp.job_tools import MAX_WAIT_S
+from gateway.mcp.admission import MAX_WAIT_S
 from gateway.mcp.principal import visible_jobs
 from gateway.mcp.server_state import ServerState
 from gateway.mcp.task_state import (

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
@@ -25,6 +23,7 @@ from pydantic import ValidationError
 
 from gateway.jobs.requests import SubmitRequest
 from gateway.jobs.worktrees.finish import worktree_of
+from gateway.mcp.admission import TASK_ADMISSION
 from gateway.mcp.job_tools import DEFAULT_RESULT_PAGE_BYTES, JobTools
 from gateway.mcp.progress import Progress
 from gateway.mcp.results import (
@@ -55,7 +54,6 @@ from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 from providers.registry import CLI_PROVIDERS
 
 if TYPE_CHECKING:
-    from gateway.jobs.manager import Submission
     from gateway.jobs.reads import JobReads
     from gateway.mcp.server_state import ServerState
 
@@ -64,16 +62,6 @@ log = structlog.get_logger(__name__)
 INLINE_ANSWER_BYTES = DEFAULT_RESULT_PAGE_BYTES  # a sync answer longer than this is paged
 
 
-@dataclass(slots=True)
-class TaskAdmission:
-    """Set around a `<provider>_request` call that becomes an MCP task (task_state.py): the tool
-    validates and admits exactly as a plain call, then hands the durable job over instead
-    of waiting on it. One admission path, so a task and a sync call can never differ."""
-
-    submission: Submission | None = None
-
-
-TASK_ADMISSION: ContextVar[TaskAdmission | None] = ContextVar("task_admission", default=None)
 
 
 # -- error handling -------------------------------------------------------------------------
