@@ -25,13 +25,13 @@ from typing import Any
 
 from gateway.cli.arguments import positive_float
 from gateway.cli.common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError, load
-from gateway.cli.format import duration
 from gateway.cli.run import refused
 from gateway.cli.version import PROG
 from gateway.config import Settings
 from gateway.jobs.attempts.admit import AttemptTarget, GroupRequest
 from gateway.model import GatewayError
 from gateway.store.attempts import CheckState, GroupStatus
+from neutral.durations import duration
 
 POLL_S = 0.5  # how often the group is read while it runs (one store read each)
 

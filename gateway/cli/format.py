@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, BinaryIO, TextIO, cast
 
 from gateway.model import JobStatus
+from neutral.durations import duration
 from neutral.visible import visible as visible  # re-exported: the CLI shows job data with it
 
 FALLBACK_COLUMNS = 100  # the width assumed when stdout is not a terminal
@@ -125,23 +126,6 @@ def iso(moment: datetime | None) -> str | None:
     if moment is None:
         return None
     return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def duration(seconds: float | None) -> str:
-    """A short human duration: 850ms, 12.3s, 4m05s, 2h03m, 3d04h."""
-    if seconds is None:
-        return "-"
-    seconds = max(0.0, seconds)
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
 def ago(moment: datetime | None, now: float) -> str:

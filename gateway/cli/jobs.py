@@ -31,7 +31,6 @@ from gateway.cli.common import (
 from gateway.cli.format import (
     STATUS_COLOURS,
     ago,
-    duration,
     first_line,
     iso,
     paint,
@@ -48,6 +47,7 @@ from gateway.config import Settings
 from gateway.jobs.job_views import prompt_of, ran_for, request_of
 from gateway.model import InstanceRow, JobRow, JobStatus
 from gateway.store.base import JobStore
+from neutral.durations import duration
 
 # `jobs result` copies the answer in pieces this big: a 50 MB answer (the output cap) never
 # sits whole in memory, and each piece is one store read.

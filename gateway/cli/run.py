@@ -37,13 +37,14 @@ from gateway.cli.common import (
     job_exit_code,
     load,
 )
-from gateway.cli.format import duration, size, terminal_safe, visible
+from gateway.cli.format import size, terminal_safe, visible
 from gateway.cli.version import PROG
 from gateway.config import Settings
 from gateway.jobs.requests import SubmitRequest
 from gateway.logs import configure_logging
 from gateway.model import ErrorKind, GatewayError, JobRow, JobStatus
 from gateway.store.base import JobStore
+from neutral.durations import duration
 
 if TYPE_CHECKING:  # `run` loads the job machinery only once it drives a job (_drive)
     from gateway.jobs.reads import JobReads

@@ -15,12 +15,12 @@ from typing import BinaryIO
 
 import anyio
 
-from gateway.cli.format import duration
 from gateway.cli.version import PROG
 from gateway.config import Settings
 from gateway.jobs.tail import TAIL_POLL_S, Follower, parser_for
 from gateway.model import JobRow
 from gateway.store.base import JobStore
+from neutral.durations import duration
 
 
 def to_stderr(message: str) -> None:

@@ -23,6 +23,7 @@ from gateway.jobs.worktrees import changes
 from gateway.model import GatewayError, JobRow, JobStatus
 from gateway.store.attempts import PICKABLE, AttemptGroupRow
 from gateway.store.base import JobStore
+from neutral.durations import duration
 
 GROUPS_SHOWN = 100  # the list page: the newest groups
 PROMPT_CHARS = 120
@@ -49,7 +50,7 @@ class GroupLine:
 def group_line(group: AttemptGroupRow, attempts: int, now: float) -> GroupLine:
     return GroupLine(
         group_id=group.group_id, status=str(group.status),
-        age=views.duration(now - group.created_at) if group.created_at else "-",
+        age=duration(now - group.created_at) if group.created_at else "-",
         base_sha=group.base_sha[:12], attempts=attempts,
         prompt=views.shown(views.first_line(group.prompt))[:PROMPT_CHARS],
         winner=(group.winner_job_id or "")[:8])
@@ -111,7 +112,7 @@ def attempt_line(row: dict[str, Any], winner: str | None) -> AttemptLine:
                  f"{found['files_changed']} files",
         applies="-" if applies is None else "yes" if applies else "no",
         cost=views.cost_of({"usage": row.get("usage") or {}}),
-        ran=views.duration(row.get("duration_s")), winner=row["job_id"] == winner,
+        ran=duration(row.get("duration_s")), winner=row["job_id"] == winner,
         pickable=JobStatus(row["status"]).is_terminal and found["files_changed"] > 0)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from gateway.jobs.job_views import prompt_of, ran_for, request_of
 from gateway.jobs.worktrees.finish import worktree_of
 from gateway.model import InstanceRow, JobRow
+from neutral.durations import duration
 from neutral.visible import visible
 from providers.parsing import strip_ansi
 
@@ -35,23 +36,6 @@ def when(moment: datetime | None) -> str:
     if moment is None:
         return "-"
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def duration(seconds: float | None) -> str:
-    """850ms, 12.3s, 4m05s, 2h03m, 3d04h (as the CLI shows them)."""
-    if seconds is None:
-        return "-"
-    seconds = max(0.0, seconds)
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
 def result_fields(row: JobRow) -> dict[str, Any]:
