@@ -163,6 +163,9 @@ class JobRow:
     claimed_at: datetime | None = None
     # Why no live host can take it now (NULL: one can, or it is not a remote job).
     unschedulable_reason: str | None = None
+    # When a gateway last adopted it (schema 15; NULL: never adopted). The adopter is its
+    # owner_instance until a later re-queue or claim moves the job on.
+    adopted_at: datetime | None = None
 
     @classmethod
     def column_names(cls) -> tuple[str, ...]:

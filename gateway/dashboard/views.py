@@ -101,17 +101,31 @@ class Step:
 
 
 def timeline(row: JobRow) -> list[Step]:
-    """Admitted, started, re-queued, cancel requested, ended: what the row records."""
-    steps = [Step("admitted", when(row.created_at))]
+    """Admitted, then what the row records in the order it happened (re-queued, adopted,
+    started, cancel requested), then how it ended. The adopter is named only while it is
+    still the owner the adoption made (no later re-queue or worker claim moved the job on)."""
+    middle: list[tuple[datetime, str]] = []
     if row.requeued_at is not None:
-        steps.append(Step(f"re-queued ({row.requeue_count}x)", when(row.requeued_at)))
+        middle.append((row.requeued_at, f"re-queued ({row.requeue_count}x)"))
+    if row.adopted_at is not None:
+        middle.append((row.adopted_at, _adopted_label(row, row.adopted_at)))
     if row.started_at is not None:
-        steps.append(Step("started", when(row.started_at)))
+        middle.append((row.started_at, "started"))
     if row.cancel_requested_at is not None:
-        steps.append(Step("cancel requested", when(row.cancel_requested_at)))
+        middle.append((row.cancel_requested_at, "cancel requested"))
+    steps = [Step("admitted", when(row.created_at))]
+    steps += [Step(label, when(at)) for at, label in sorted(middle, key=lambda step: step[0])]
     if row.status.is_terminal:
         steps.append(Step(row.status.value, when(row.finished_at)))
     return steps
+
+
+def _adopted_label(row: JobRow, adopted_at: datetime) -> str:
+    moved_on = any(later is not None and later > adopted_at
+                   for later in (row.requeued_at, row.claimed_at))
+    if moved_on or not row.owner_instance:
+        return "adopted"
+    return f"adopted (by {shown(row.owner_instance[:8])})"
 
 
 def job_detail(row: JobRow, now: float) -> dict[str, Any]:

@@ -38,8 +38,9 @@ from gateway.store.usage import BudgetWindow, GroupBy, UsageRow
 # `gateway_instances.capabilities`;
 # 12: `attempt_groups` and `attempts` (best-of-N, issue 39: store/attempts.py);
 # 13: `completion_notices` (the outbox of issue 40: store/outbox.py);
-# 14: `remote_patches`: what a worker ran of a worktree job, and removal requests.
-SCHEMA_VERSION = 14
+# 14: `remote_patches`: what a worker ran of a worktree job, and removal requests;
+# 15: `jobs.adopted_at` (when a gateway last adopted the job: the dashboard's timeline).
+SCHEMA_VERSION = 15
 
 # The reaper reads at most this many candidates per sweep (oldest lease first; the rest are
 # read by the next sweep): a sweep's cost is bounded whatever happened to the table.

@@ -158,10 +158,15 @@ async def test_adopt_job_is_one_compare_and_set_on_the_owner(store: JobStore) ->
     assert await store.adopt_job(take(job, "someone-else", JobStatus.RUNNING)) is None
     assert await store.adopt_job(take(job, "gone", JobStatus.QUEUED)) is None
     assert await store.adopt_job(take(job, "gone", JobStatus.RUNNING, boot_id="boot-2")) is None
+    assert (await get(store, job.id)).adopted_at is None  # a losing CAS stamps nothing
     adopted = await store.adopt_job(take(job, "gone", JobStatus.RUNNING))
     assert adopted is not None and adopted.owner_instance == OTHER
     assert adopted.status is JobStatus.RUNNING and adopted.pid == job.pid
+    assert adopted.adopted_at is not None and job.started_at is not None
+    assert adopted.adopted_at >= job.started_at
+    assert (await get(store, job.id)).adopted_at == adopted.adopted_at
     assert await store.adopt_job(take(job, "gone", JobStatus.RUNNING, by="third")) is None
+    assert (await get(store, job.id)).adopted_at == adopted.adopted_at
     # The adopter finalizes it as its own (and a heartbeat of the old owner changes nothing).
     assert await store.complete(job.id, OTHER, done())
     assert (await get(store, job.id)).status is JobStatus.COMPLETED
@@ -181,7 +186,7 @@ async def test_requeue_job_queues_unstarted_work_again_each_time_an_owner_left_i
 ) -> None:
     job = await orphaned(store, new_job(owner="gone"))
     requeued = await store.requeue_job(take(job, "gone", JobStatus.ORPHANED))
-    assert requeued is not None
+    assert requeued is not None and requeued.adopted_at is None  # a re-queue is no adoption
     assert (requeued.status, requeued.owner_instance) == (JobStatus.QUEUED, OTHER)
     assert requeued.requeued_at is not None and requeued.started_at is None
     assert (requeued.pid, requeued.error_kind, requeued.finished_at) == (None, None, None)

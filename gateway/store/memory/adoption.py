@@ -91,7 +91,7 @@ class MemoryAdoption(MemoryRole):
                 return None
             now = self._now()
             job.owner_instance = take.instance_id
-            job.updated_at = now
+            job.updated_at = job.adopted_at = now
             if job.status in ACTIVE_STATUSES:
                 deadline = now + timedelta(seconds=take.ttl_s)
                 job.lease_deadline = max(job.lease_deadline or deadline, deadline)

@@ -151,7 +151,9 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (11, SCHEMA_V11),  # worker hosts (workers.py)
     (12, ATTEMPTS_SCHEMA),  # attempt groups (attempts.py)
     (13, OUTBOX_SCHEMA),  # completion notices (outbox.py)
-    (14, SCHEMA_V14))  # worktree jobs' patches of worker hosts (workers.py)
+    (14, SCHEMA_V14),  # worktree jobs' patches of worker hosts (workers.py)
+    # v15: when a gateway last adopted the job (the dashboard's timeline).
+    (15, ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS adopted_at timestamptz",)))
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
@@ -519,8 +521,9 @@ LIMIT $4"""
 # of any number of gateways adopting at once exactly one wins (the others' UPDATE re-reads
 # the committed row and no longer matches). Only a job of this host ($5); a running one only
 # of this boot ($6). The status stays: an orphaned row is healed by the adopter's complete().
+# The winner stamps adopted_at (the job page's timeline); a losing CAS writes nothing.
 ADOPT_JOB = f"""
-UPDATE jobs SET owner_instance = $4, updated_at = now(),
+UPDATE jobs SET owner_instance = $4, updated_at = now(), adopted_at = now(),
                 lease_deadline = CASE WHEN status IN {ACTIVE_STATUSES_SQL}
                                       THEN GREATEST(COALESCE(lease_deadline, now()),
                                                     now() + make_interval(secs => $7)) END

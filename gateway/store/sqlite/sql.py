@@ -29,7 +29,7 @@ _REAPER_COLUMNS = ", ".join(REAPER_COLUMNS)
 _NEW_JOB_COLUMNS = ", ".join(NEW_JOB_COLUMNS)
 _JOB_TIME_FIELDS = (
     "lease_deadline", "created_at", "started_at", "finished_at", "updated_at",
-    "cancel_requested_at", "requeued_at", "claimed_at",
+    "cancel_requested_at", "requeued_at", "claimed_at", "adopted_at",
 )
 _INSTANCE_TIME_FIELDS = ("started_at", "heartbeat_at", "lease_expires_at", "stopped_at")
 
@@ -194,6 +194,19 @@ _SCHEMA_V11 = (
     "ALTER TABLE gateway_instances ADD COLUMN capabilities TEXT",
 )
 
+# v15: `adopted_at` (when a gateway last adopted the job). Rebuilt like v11, not ADD COLUMN:
+# that appends after `output`, and complete()'s in-place blob write needs `output` last.
+_V11_COLUMNS = ", ".join(column for column, _ in _V11_COLUMN_DEFS)
+_V15_COLUMN_DEFS = (*(c for c in _V11_COLUMN_DEFS if c[0] != "output"),
+                    ("adopted_at", "REAL"), ("output", "TEXT"))
+_SCHEMA_V15 = (
+    _create_jobs_table("jobs_v15", _V15_COLUMN_DEFS),
+    f"INSERT INTO jobs_v15 ({_V11_COLUMNS}) SELECT {_V11_COLUMNS} FROM jobs",
+    "DROP TABLE jobs",
+    "ALTER TABLE jobs_v15 RENAME TO jobs",
+    *_SCHEMA_V1[2:],
+)
+
 # (version, statements) in order, each version in one transaction; re-running a version's
 # statements in order changes nothing.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
@@ -205,7 +218,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (11, _SCHEMA_V11),  # worker hosts
     (12, ATTEMPTS_SCHEMA),  # attempt groups (attempts.py)
     (13, OUTBOX_SCHEMA),  # completion notices (outbox.py)
-    (14, ()))  # remote worktree patches: PostgreSQL only (one host has no remote job)
+    (14, ()),  # remote worktree patches: PostgreSQL only (one host has no remote job)
+    (15, _SCHEMA_V15))
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION, "add a migration when SCHEMA_VERSION changes"
 
 # -- instances ----------------------------------------------------------------------------
@@ -497,9 +511,10 @@ LIMIT :limit"""
 # Adoption: one compare-and-set on owner_instance, from the owner the adopter read, so of
 # any number of gateways adopting at once exactly one wins. Only a job of this host; a
 # running one only of this boot (its supervisor's pid means something only here). The
-# status stays: an orphaned row is healed by the adopter's guarded complete().
+# status stays: an orphaned row is healed by the adopter's guarded complete(). The winner
+# stamps adopted_at (the job page's timeline); a losing CAS writes nothing.
 ADOPT_JOB = f"""
-UPDATE jobs SET owner_instance = :instance_id, updated_at = :now,
+UPDATE jobs SET owner_instance = :instance_id, updated_at = :now, adopted_at = :now,
                 lease_deadline = CASE WHEN status IN {ACTIVE_STATUSES_SQL}
                                       THEN MAX(COALESCE(lease_deadline, 0), :now + :ttl_s) END
 WHERE id = :job_id AND owner_instance IS :expected_owner AND status = :expected_status

@@ -4,8 +4,11 @@ Host/Origin rule every HTTP listener shares."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from gateway.dashboard import charts, live, views
 from gateway.dashboard.auth import MAX_SESSIONS, Sessions
+from gateway.model import JobRow, JobStatus
 from neutral.host_origin import HostOriginRule
 
 
@@ -84,3 +87,30 @@ def test_the_host_origin_rule_accepts_only_the_listeners_own_names() -> None:
     assert rule.refusal(server, "127.0.0.1:8080", "null") == "origin"
     wildcard = HostOriginRule.of("0.0.0.0")
     assert wildcard.refusal(("10.0.0.5", 80), "anything", "http://10.0.0.5") is None
+
+
+def _row(**times: object) -> JobRow:
+    return JobRow(id="j1", provider="claude", status=JobStatus.RUNNING, request_key="k",
+                  owner_instance="0123456789abcdef", created_at=_AT, **times)  # type: ignore[arg-type]
+
+
+_AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def test_the_timeline_shows_an_adoption_in_order_and_names_the_adopter() -> None:
+    row = _row(started_at=_AT + timedelta(seconds=1), adopted_at=_AT + timedelta(seconds=2))
+    assert [step.label for step in views.timeline(row)] == [
+        "admitted", "started", "adopted (by 01234567)"]
+    assert views.timeline(row)[2].at == "2026-01-02 03:04:07"
+
+
+def test_the_timeline_has_no_adoption_when_none_happened() -> None:
+    row = _row(started_at=_AT + timedelta(seconds=1))
+    assert [step.label for step in views.timeline(row)] == ["admitted", "started"]
+
+
+def test_the_timeline_names_no_adopter_once_a_later_requeue_moved_the_job_on() -> None:
+    row = _row(adopted_at=_AT + timedelta(seconds=1), requeued_at=_AT + timedelta(seconds=2),
+               requeue_count=1)
+    assert [step.label for step in views.timeline(row)] == [
+        "admitted", "adopted", "re-queued (1x)"]
