@@ -13,6 +13,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import logging
 import os
 import pwd
 import shutil
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 import pytest
+import structlog
 
 from gateway import platform
 from gateway.jobs.run import forks
@@ -545,3 +547,17 @@ def platform_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv(platform.ENV_VAR, name)
     return name
 
+
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """A test that runs the CLI in this process (`main([...])`) points structlog and the
+    root logger at the stream it had then: pytest's capture of that test, closed after it.
+    Each test gets back the logging it started with, so a later in-process gateway never
+    writes to a closed file (it did: 'I/O operation on closed file' in the next tests)."""
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    structlog.configure(**saved)
+    root.handlers[:] = handlers
+    root.setLevel(level)

@@ -21,17 +21,19 @@ import shlex
 import signal
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.cli.arguments import positive_float
 from gateway.cli.common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError, load
 from gateway.cli.run import refused
 from gateway.cli.version import PROG
 from gateway.config import Settings
-from gateway.jobs.attempts.admit import AttemptTarget, GroupRequest
 from gateway.model import GatewayError
 from gateway.store.attempts import CheckState, GroupStatus
 from neutral.durations import duration
+
+if TYPE_CHECKING:
+    from gateway.jobs.attempts.admit import GroupRequest
 
 POLL_S = 0.5  # how often the group is read while it runs (one store read each)
 
@@ -72,6 +74,9 @@ def _provider_model(spec: str, what: str) -> tuple[str, str | None]:
 
 def group_request(args: argparse.Namespace) -> GroupRequest:
     """The group the command line asks for (usage errors exit 2)."""
+    # The job machinery: only `attempts run` needs it, not the parser every command builds.
+    from gateway.jobs.attempts.admit import AttemptTarget, GroupRequest  # deferred: start-up
+
     if args.count < 1:
         raise CliError("-n must be at least 1", EXIT_USAGE)
     targets = [AttemptTarget(*_provider_model(spec, "--target"), count=args.count)

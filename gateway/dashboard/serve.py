@@ -59,28 +59,36 @@ async def serve_dashboard(settings: Settings, run: DashboardRun,
     token = run.token or new_token()
     store: JobStore = await open_store(settings, role="dashboard")
     try:
-        sock = _bind(run.host, run.port)
-        port = sock.getsockname()[1]
-
-        async def the_store() -> JobStore:
-            return store
-
-        options = DashboardOptions(settings=settings, store=the_store,
-                                   sessions=Sessions(token, one_time=one_time),
-                                   allow_actions=run.allow_actions)
-        app = build_dashboard_app(options, HostOriginRule.of(run.host,
-                                                             settings.http.allowed_origins))
-        address = f"http://{host_literal(run.host)}:{port}/"
-        url = f"{address}?{TOKEN_PARAM}={token}" if one_time else address
-        announce(url if one_time else
-                 f"{address}?{TOKEN_PARAM}=<[http] auth_token>  (the token is not printed)")
-        if run.open_browser and one_time:
-            with contextlib.suppress(webbrowser.Error):
-                await asyncio.to_thread(webbrowser.open, url)
-        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-                                server_header=False)
-        await uvicorn.Server(config).serve(sockets=[sock])
-        return 0
+        # uvicorn serves on the socket but leaves it open: closed here, whatever ends the serve.
+        with _bind(run.host, run.port) as sock:
+            return await _serve_on(sock, settings, store, run, token, announce)
     finally:
         await store.close()
+
+
+async def _serve_on(sock: socket.socket, settings: Settings, store: JobStore,
+                    run: DashboardRun, token: str, announce: Callable[[str], None]) -> int:
+    """The dashboard app on `sock`, its address announced, served until a stop signal."""
+    one_time = run.token is None
+    port = sock.getsockname()[1]
+
+    async def the_store() -> JobStore:
+        return store
+
+    options = DashboardOptions(settings=settings, store=the_store,
+                               sessions=Sessions(token, one_time=one_time),
+                               allow_actions=run.allow_actions)
+    app = build_dashboard_app(options, HostOriginRule.of(run.host,
+                                                         settings.http.allowed_origins))
+    address = f"http://{host_literal(run.host)}:{port}/"
+    url = f"{address}?{TOKEN_PARAM}={token}" if one_time else address
+    announce(url if one_time else
+             f"{address}?{TOKEN_PARAM}=<[http] auth_token>  (the token is not printed)")
+    if run.open_browser and one_time:
+        with contextlib.suppress(webbrowser.Error):
+            await asyncio.to_thread(webbrowser.open, url)
+    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+                            server_header=False)
+    await uvicorn.Server(config).serve(sockets=[sock])
+    return 0
