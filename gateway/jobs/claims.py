@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,7 +22,7 @@ import structlog
 
 from gateway.jobs.manager import JobManager
 from gateway.jobs.placement import repo_names
-from gateway.jobs.requests import SubmitRequest, stored_fields
+from gateway.jobs.requests import SubmitRequest, stored_fields, with_worktree
 from gateway.jobs.targets import CliLaunch, request_of_row, resolve_target
 from gateway.jobs.worktrees.create import plan_worktree
 from gateway.jobs.worktrees.remote import checkout_for, ensure_commit, remove_requested
@@ -135,8 +136,33 @@ class Claimer:
                     status=JobStatus.FAILED, error_kind=err.kind,
                     error=f"On worker {self.identity.hostname}: {err.message}"))
             return
+        if isinstance(target, CliLaunch) and target.worktree is not None:
+            recorded = await self._record_plan(row, target.worktree.as_dict())
+            if recorded is None:
+                ticket.release()
+                return
+            row = recorded
         log.info("job claimed", action="claim", job_id=row.id, provider=row.provider)
         manager.start_local(row, target, ticket, request)
+
+    async def _record_plan(self, row: JobRow, plan: dict[str, Any]) -> JobRow | None:
+        """The claimed row with its worktree plan, written to the store before the run can
+        start: a worker restarted mid-run adopts it from the row, settles the worktree and
+        stores the patch (the plan names a path only this host knows). None: the job is no
+        longer ours to start. A store that is down does not hold the run back: it starts,
+        and only an adoption of it would lack the plan (logged)."""
+        request_json = with_worktree(row.request_json, plan)
+        try:
+            if not await self.manager.store.record_worktree_plan(
+                    row.id, self.identity.instance_id, request_json):
+                log.info("claimed job not started: no longer this worker's", action="claim",
+                         job_id=row.id)
+                return None
+        except StoreUnavailable as exc:
+            log.warning("worktree plan not recorded; the run starts without it in the row",
+                        action="claim", job_id=row.id, error=str(exc))
+            return row
+        return dataclasses.replace(row, request_json=request_json)
 
 
     def _worktree_request(self, normalized: Mapping[str, Any], request: SubmitRequest) -> None:

@@ -67,6 +67,14 @@ def stored_request(normalized: dict[str, Any], timeout_s: float | None,
     return canonical_json(stored)
 
 
+def with_worktree(request_json: str | None, worktree: dict[str, Any]) -> str:
+    """A stored request with the worktree a worker planned for it at its claim (a remote
+    job is planned where it runs, not where it was admitted)."""
+    stored = stored_fields(request_json)
+    stored[WORKTREE_KEY] = worktree
+    return canonical_json(stored)
+
+
 def stored_fields(request_json: str | None) -> dict[str, Any]:
     """The fields of a job's request_json, as `stored_request` wrote them: the one reader of
     a stored request (re-queue and adoption rebuild the request from it, the worktree plan

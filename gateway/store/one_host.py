@@ -28,6 +28,10 @@ class NoRemoteJobs:
                                 reasons: Mapping[str, str | None]) -> int:
         return 0
 
+    async def record_worktree_plan(self, job_id: str, owner_instance: str,
+                                   request_json: str) -> bool:
+        return False
+
     async def fail_unscheduled(self, owner_instance: str, queue_timeout_s: float,
                                error: str) -> list[str]:
         return []

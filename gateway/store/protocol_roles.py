@@ -89,6 +89,14 @@ class WorkerQueue(Protocol):
         """Write each named job's unschedulable_reason (None clears it), only while it is
         still queued, unclaimed and owned by `owner_instance`. Returns rows changed."""
 
+    async def record_worktree_plan(self, job_id: str, owner_instance: str,
+                                   request_json: str) -> bool:
+        """Replace the request of a remote job `owner_instance` claimed with one that names
+        the worktree it planned, only while the job is still queued, claimed and its: the
+        claimer writes it before the run starts, so whoever adopts the run on this host
+        finds the plan in the row (and settles the worktree and stores its patch). False:
+        the job is no longer this claimer's to start."""
+
     async def put_patch(self, patch: RemotePatch) -> bool:
         """Store the patch of a worktree job this worker ran (once: False if one exists)."""
 

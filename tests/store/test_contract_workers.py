@@ -65,6 +65,7 @@ async def test_one_host_stores_claim_nothing_and_sweep_nothing(store: JobStore) 
     assert await store.claim_jobs(worker("w1"), 10) == []
     assert await store.set_unschedulable(OWNER, {job.id: "nobody"}) == 0
     assert await store.fail_unscheduled(OWNER, 0.0, "no worker") == []
+    assert not await store.record_worktree_plan(job.id, OWNER, "{}")
     assert (await get(store, job.id)).status is JobStatus.QUEUED
 
 
@@ -168,6 +169,61 @@ async def test_a_requeued_remote_job_goes_back_to_the_pool(postgres_only: JobSto
     assert again is not None and again.claimed_at is None
     [second] = await store.claim_jobs(worker("w2"), 1)
     assert second.id == job.id and second.owner_instance == "w2"
+
+
+async def test_only_the_claimer_records_a_worktree_plan_and_only_before_the_run(
+        postgres_only: JobStore) -> None:
+    store = postgres_only
+    job = remote("any")
+    await store.insert_job(job, TTL_S)
+    planned = json.dumps({"prompt": "p", "worktree": {"path": "/w/1"}})
+    assert not await store.record_worktree_plan(job.id, "w1", planned)  # not claimed yet
+    [row] = await store.claim_jobs(worker("w1"), 1)
+    assert not await store.record_worktree_plan(row.id, "w2", planned)  # not its claimer
+    assert not await store.record_worktree_plan(row.id, OWNER, planned)  # nor the admitter
+    assert await store.record_worktree_plan(row.id, "w1", planned)
+    assert (await get(store, job.id)).request_json == planned
+    assert await store.mark_running(row.id, "w1", TTL_S)
+    assert not await store.record_worktree_plan(row.id, "w1", "{}")  # the run has started
+    assert (await get(store, job.id)).request_json == planned
+
+
+async def test_a_plan_racing_a_return_to_the_pool_lands_only_if_it_came_first(
+    postgres_only: JobStore, store_factory: Callable[[], Awaitable[JobStore]],
+) -> None:
+    """A claimer that writes its plan while the reaper hands the lapsed job back to the
+    pool: the plan lands only if it came first (then the pool takes the row with it, and
+    the next claimer writes its own); once the row went back, the claimer's write fails."""
+    store = postgres_only
+    for _ in range(10):
+        job = remote("any", owner="gone-instance")
+        await store.insert_job(job, EXPIRED_TTL_S)
+        claim = dataclasses.replace(worker("w9"), ttl_s=EXPIRED_TTL_S)
+        [row] = await store.claim_jobs(claim, 1)
+        other = await store_factory()
+        planned = json.dumps({"prompt": "p", "worktree": {"path": f"/w/{job.id}"}})
+        outcome: dict[str, object] = {}
+
+        async def plan(writer: JobStore = other, job_id: str = row.id,
+                       text: str = planned) -> None:
+            outcome["plan"] = await writer.record_worktree_plan(job_id, "w9", text)
+
+        taker = instance("reaper-host-gateway", hostname="host-2")
+
+        async def pool(job_id: str = row.id) -> None:
+            outcome["pool"] = await store.return_to_pool(taker, TTL_S, 0.0, [job_id])
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                group.start_soon(plan)
+                group.start_soon(pool)
+        if outcome["pool"] == []:  # SKIP LOCKED past the plan's write: the next sweep
+            assert outcome["plan"] is True
+            assert await store.return_to_pool(taker, TTL_S, 0.0, [row.id]) == [row.id]
+        after = await get(store, row.id)
+        assert after.claimed_at is None and after.owner_instance == "reaper-host-gateway"
+        assert outcome["plan"] == (after.request_json == planned), outcome
+        assert not await other.record_worktree_plan(row.id, "w9", planned)  # not its now
 
 
 async def test_racing_workers_claim_each_job_exactly_once(

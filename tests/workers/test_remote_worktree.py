@@ -7,6 +7,7 @@ store that `apply` puts into the laptop's checkout; the worker then removes its 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,14 +62,27 @@ def checkouts(tmp_path: Path) -> dict[str, Path]:
     return {"worker": worker, "laptop": laptop, "origin": origin}
 
 
+# A lease that outlives a worker's restart: its runs are adopted, not orphaned.
+RESTART_LEASE = {"heartbeat_s": 0.3, "ttl_s": 30.0, "http_job_grace_s": 30.0,
+                 "sweep_interval_s": 0.3, "instance_gc_s": 30.0, "cancel_poll_s": 0.3}
+
+
 @pytest.fixture
-def hosts(tmp_path: Path, postgres_dsn: str,
-          checkouts: dict[str, Path]) -> Iterator[dict[str, Host]]:
+def lease() -> dict[str, Any]:
+    """The hosts' [lease] section over FAST_LEASE (a test parametrizes it to change it)."""
+    return {}
+
+
+@pytest.fixture
+def hosts(tmp_path: Path, postgres_dsn: str, checkouts: dict[str, Path],
+          lease: dict[str, Any]) -> Iterator[dict[str, Host]]:
+    """The laptop and the buildbox."""
     need_namespaces()
+    overrides = {"lease": lease} if lease else {}
     made = {
-        "laptop": Host(tmp_path, "laptop", postgres_dsn, ("claude",)),
+        "laptop": Host(tmp_path, "laptop", postgres_dsn, ("claude",), **overrides),
         "buildbox": Host(tmp_path, "buildbox", postgres_dsn, ("codex",),
-                         worker={"repos": {"proj": str(checkouts["worker"])}}),
+                         worker={"repos": {"proj": str(checkouts["worker"])}}, **overrides),
     }
     try:
         yield made
@@ -154,3 +168,42 @@ async def test_a_worktree_job_on_the_worker_comes_back_as_a_patch_apply_puts_her
     assert patch_row.hostname == "buildbox" and patch_row.discard_requested
     assert [s["prompt"] for s in buildbox.spawns()] == ["edit @write=notes.txt,README.md"]
     assert laptop.spawns() == []
+
+
+@pytest.mark.parametrize("lease", [RESTART_LEASE])
+async def test_a_worker_killed_mid_run_of_a_worktree_job_stores_its_patch_once_restarted(
+        hosts: dict[str, Host], checkouts: dict[str, Path], postgres_dsn: str,
+        tmp_path: Path) -> None:
+    """The worker writes the plan it made at the claim into the row before the run starts:
+    the worker started again on its host adopts the run, commits the worktree and stores
+    the patch, which `apply` puts into the laptop's checkout."""
+    laptop, buildbox = hosts["laptop"], hosts["buildbox"]
+    mine = checkouts["laptop"]
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with observer(postgres_dsn, tmp_path) as store:
+            buildbox.start_worker()
+            await wait_for(lambda: worker_holds(store, str(checkouts["origin"])),
+                           timeout=READY_TIMEOUT_S, step=0.1)
+            async with laptop.client() as client:
+                await call(client, "gateway_status")
+                started = await call(client, "codex_request_async",
+                                     prompt="slow edit @sleep=3 @write=notes.txt",
+                                     working_dir=str(mine), isolation="worktree",
+                                     runs_on="any")
+                job_id = started["job_id"]
+                await wait_for(buildbox.spawns, timeout=60, step=0.05)
+                row = await store.get_job(job_id, with_output=False)
+                assert row is not None and '"worktree"' in (row.request_json or ""), row
+                buildbox.signal(signal.SIGKILL)  # mid-run: the run goes on, its worker not
+                assert buildbox.process is not None
+                buildbox.process.wait(10)
+                buildbox.start_worker()  # the same host again: adopts the run
+                done = await ended(client, job_id)
+                assert done["status"] == "completed", (done, buildbox.stderr())
+                applied = await call(client, "llm_job_changes", job_id=job_id,
+                                     action="apply")
+            patch_row = await store.get_patch(job_id)
+    assert patch_row is not None and patch_row.patch is not None, buildbox.stderr()
+    assert applied["files"] == ["notes.txt"], applied
+    assert "written by fake-codex" in (mine / "notes.txt").read_text()
+    assert [s["prompt"] for s in buildbox.spawns()] == ["slow edit @sleep=3 @write=notes.txt"]

@@ -57,6 +57,13 @@ class PostgresWorkerQueue(PostgresRole):
                                     float(queue_timeout_s), error)
         return [row["id"] for row in rows]
 
+    async def record_worktree_plan(self, job_id: str, owner_instance: str,
+                                   request_json: str) -> bool:
+        async with self._connection("record worktree plan") as conn:
+            return _status_count(await conn.execute(
+                postgres_workers.RECORD_WORKTREE_PLAN, job_id, owner_instance,
+                request_json)) == 1
+
     async def put_patch(self, patch: RemotePatch) -> bool:
         async with self._connection("put patch") as conn:
             return _status_count(await conn.execute(

@@ -126,6 +126,14 @@ WHERE jobs.id = d.id AND jobs.owner_instance = $1 AND jobs.status = 'queued'
   AND jobs.claimed_at IS NULL AND jobs.runs_on IS NOT NULL
   AND jobs.unschedulable_reason IS DISTINCT FROM d.reason"""
 
+# Invariant: a claimed remote job's plan is written by its claimer only, and only before
+# its run can start (status queued: the queued -> running CAS comes after this write); a job
+# re-queued to the pool (claimed_at cleared) or taken by another is not touched.
+RECORD_WORKTREE_PLAN = """
+UPDATE jobs SET request_json = $3, updated_at = now()
+WHERE id = $1 AND owner_instance = $2 AND status = 'queued' AND claimed_at IS NOT NULL
+  AND runs_on IS NOT NULL"""
+
 # Invariant: only a remote job that is still queued, unclaimed, without a cancel request and
 # the caller's ends `no_worker`, and only once it waited past $2 seconds (from admission, or
 # from its last re-queue) on the database clock. A worker's claim that committed first wins
