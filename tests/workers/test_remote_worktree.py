@@ -69,7 +69,7 @@ RESTART_LEASE = {"heartbeat_s": 0.3, "ttl_s": 30.0, "http_job_grace_s": 30.0,
 
 @pytest.fixture
 def lease() -> dict[str, Any]:
-    """The hosts' [lease] section over FAST_LEASE (a test parametrizes it to change it)."""
+    """What the hosts' [lease] sections change of FAST_LEASE (a test parametrizes it)."""
     return {}
 
 
@@ -78,11 +78,10 @@ def hosts(tmp_path: Path, postgres_dsn: str, checkouts: dict[str, Path],
           lease: dict[str, Any]) -> Iterator[dict[str, Host]]:
     """The laptop and the buildbox."""
     need_namespaces()
-    overrides = {"lease": lease} if lease else {}
     made = {
-        "laptop": Host(tmp_path, "laptop", postgres_dsn, ("claude",), **overrides),
+        "laptop": Host(tmp_path, "laptop", postgres_dsn, ("claude",), lease=lease),
         "buildbox": Host(tmp_path, "buildbox", postgres_dsn, ("codex",),
-                         worker={"repos": {"proj": str(checkouts["worker"])}}, **overrides),
+                         worker={"repos": {"proj": str(checkouts["worker"])}}, lease=lease),
     }
     try:
         yield made
