@@ -1,4 +1,4 @@
-"""A short chaos run over worker hosts (issue 42; a 200-job run is still to be written):
+"""A short chaos run over worker hosts (issue 42; the 200-job run is bench/worker_chaos.py):
 a laptop gateway submits 40 codex jobs with runs_on="any" to 3 workers, each a host of its
 own (UTS namespace, HOME, PATH), while one worker is SIGKILLed and restarted and another is
 SIGSTOPped for a moment. Verdict: none lost (every job completes), none run twice (each
