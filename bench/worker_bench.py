@@ -39,7 +39,7 @@ from tests.workers.hosts import Host, namespaces_available, observer, structured
 READY_TIMEOUT_S = 120.0
 
 
-async def _call(client: Any, tool: str, **args: Any) -> dict[str, Any]:
+async def call(client: Any, tool: str, **args: Any) -> dict[str, Any]:
     result = await client.call_tool(tool, args)
     data = structured(result)
     if result.is_error:
@@ -66,7 +66,7 @@ async def _ended(store: Any, ids: list[str]) -> bool:
 
 
 async def _submit_all(client: Any, prompts: list[str], runs_on: str) -> list[str]:
-    return [(await _call(client, "codex_request_async", prompt=p, runs_on=runs_on))["job_id"]
+    return [(await call(client, "codex_request_async", prompt=p, runs_on=runs_on))["job_id"]
             for p in prompts]
 
 
@@ -79,7 +79,7 @@ async def claim_latency(root: Path, dsn: str, jobs: int) -> dict[str, Any]:
             await _until(lambda: _workers_ready(store, {worker.name}), READY_TIMEOUT_S)
             latencies = []
             async with laptop.client() as client:
-                await _call(client, "gateway_status")
+                await call(client, "gateway_status")
                 for index in range(jobs):
                     [job_id] = await _submit_all(client, [f"latency-{index}"], "any")
                     await _until(lambda j=job_id: _ended(store, [j]), 60, 0.05)
@@ -114,7 +114,7 @@ async def throughput(root: Path, dsn: str, jobs: int, slots: int,
             await _until(lambda: _workers_ready(store, {w.name for w in workers}),
                          READY_TIMEOUT_S)
             async with laptop.client() as client:
-                await _call(client, "gateway_status")
+                await call(client, "gateway_status")
                 started = time.monotonic()
                 ids = await _submit_all(client, [f"{p} workers" for p in prompts], "any")
                 await _until(lambda: _ended(store, ids), 600, 0.1)

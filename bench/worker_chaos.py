@@ -44,10 +44,11 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.worker_bench import call  # noqa: E402
 from gateway.jobs.placement import live_hosts  # noqa: E402
 from gateway.model import JobStatus  # noqa: E402
 from gateway.store.base import JobStore  # noqa: E402
-from tests.workers.hosts import Host, namespaces_available, observer, structured  # noqa: E402
+from tests.workers.hosts import Host, namespaces_available, observer  # noqa: E402
 
 WORKERS = ("c1", "c2", "c3")
 SLOTS = 4
@@ -67,14 +68,6 @@ class Tally:
     idle_while_queued: int = 0
     paused_until: dict[str, float] = field(default_factory=dict)  # stopped or restarting
     idle_since: dict[str, float] = field(default_factory=dict)
-
-
-async def _call(client: Any, tool: str, **args: Any) -> dict[str, Any]:
-    result = await client.call_tool(tool, args)
-    data = structured(result)
-    if result.is_error:
-        raise RuntimeError(f"{tool}: {data}")
-    return data
 
 
 async def _ready(store: JobStore) -> bool:
@@ -157,13 +150,13 @@ async def run(dsn: str, jobs: int, every_s: float, seed: int) -> int:
                 done = asyncio.Event()
                 ids: list[str] = []
                 async with laptop.client() as client:
-                    await _call(client, "gateway_status")
+                    await call(client, "gateway_status")
                     chaos = asyncio.create_task(monkey(workers, every_s, rng, tally, done))
                     spread = asyncio.create_task(watch_spread(store, ids, workers, tally,
                                                               done))
                     for index in range(jobs):
                         sleep = 0.3 + (index % 7) * 0.2
-                        answer = await _call(client, "codex_request_async",
+                        answer = await call(client, "codex_request_async",
                                              prompt=f"job-{index} @sleep={sleep:g}",
                                              runs_on="any")
                         ids.append(answer["job_id"])
