@@ -40,6 +40,7 @@ READY_TIMEOUT_S = 120.0
 
 
 async def call(client: Any, tool: str, **args: Any) -> dict[str, Any]:
+    """A tool's structured answer; an error answer raises (a bench stops on it)."""
     result = await client.call_tool(tool, args)
     data = structured(result)
     if result.is_error:
