@@ -267,12 +267,15 @@ async def stdio_client(home: Path, config: Path, mode: str,
 
 
 @contextlib.asynccontextmanager
-async def http_client(url: str, token: str | None, mode: str = "legacy") -> AsyncIterator[Client]:
+async def http_client(url: str, token: str | None, mode: str = "legacy",
+                      **client_options: Any) -> AsyncIterator[Client]:
+    """An SDK client over Streamable HTTP (`client_options`: Client's own, e.g. a
+    logging_callback)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120)) as http,
         Client(streamable_http_client(url, http_client=http), mode=mode,
-               read_timeout_seconds=CLIENT_TIMEOUT_S) as client,
+               read_timeout_seconds=CLIENT_TIMEOUT_S, **client_options) as client,
     ):
         yield client
 

@@ -1,6 +1,7 @@
 """A connected session that submitted a job is told when it ends (issue 40): a
 `notifications/message`, level info, logger agent-cli-gateway, whose data is the notice.
-Over stdio, with the handshake-era client (the era whose sessions always get log messages)."""
+Over stdio and Streamable HTTP, with the handshake-era client (the era whose sessions always
+get log messages)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,14 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp_types import LoggingMessageNotificationParams
 
-from tests.mcp.conftest import CLIENT_TIMEOUT_S, Harness, own_harness, server_env
+from tests.mcp.conftest import (
+    CLIENT_TIMEOUT_S,
+    TOKEN,
+    Harness,
+    http_client,
+    own_harness,
+    server_env,
+)
 from tests.mcp.test_tools import succeed
 
 pytestmark = pytest.mark.anyio
@@ -32,6 +40,11 @@ async def listening_client(harness: Harness, on_log: Any) -> AsyncIterator[Clien
         harness.monkeypatch.setenv("HOME", str(harness.home))
         harness.monkeypatch.setenv("PATH", server_env(harness.home, config)["PATH"])
         target: Any = build_server(load_settings(config))
+    elif harness.transport == "http":
+        server = harness.http_server({})
+        async with http_client(server.url, TOKEN, logging_callback=on_log) as client:
+            yield client
+        return
     else:
         target = StdioServerParameters(command=sys.executable, args=["-m", "gateway"],
                                        env=server_env(harness.home, config),
@@ -41,7 +54,7 @@ async def listening_client(harness: Harness, on_log: Any) -> AsyncIterator[Clien
         yield client
 
 
-@pytest.mark.parametrize("transport", ["stdio-legacy"])
+@pytest.mark.parametrize("transport", ["stdio-legacy", "http"])
 async def test_the_session_that_submitted_a_job_is_told_when_it_ends(
         transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     gate = tmp_path / f"gate-{uuid.uuid4().hex[:6]}"
