@@ -8,8 +8,10 @@ import math
 import pytest
 
 from gateway.backoff import Backoff
+from gateway.config import NotifyConfig
 from gateway.jobs.drive import TERMINAL_WRITE_RETRY
 from gateway.jobs.manager import ADOPT_RETRY
+from gateway.jobs.notify.deliver import RETRY as NOTICE_RETRY
 from gateway.store.postgres.pool import BUSY_RETRY
 from gateway.store.sqlite.store import WAL_RETRY
 
@@ -49,3 +51,13 @@ def test_each_retry_loop_keeps_the_cadence_it_had(backoff: Backoff, first: float
     assert backoff.delay(1) == first
     assert backoff.delay(2) == 2 * first
     assert backoff.delay(1000) == cap
+
+
+def test_a_notice_outlasts_a_webhook_down_for_a_minute_at_the_default_max_attempts() -> None:
+    """#40: a webhook down for 60 s loses nothing. With `[notify] max_attempts` at its
+    default, the last attempt comes later than 60 s after the first even when every wait is
+    jittered to its shortest, so a notice is tried again after the webhook is back."""
+    attempts = NotifyConfig().max_attempts
+    shortest = sum(NOTICE_RETRY.delay(failures) * (1 - NOTICE_RETRY.jitter)
+                   for failures in range(1, attempts))
+    assert shortest > 60.0, (attempts, shortest)
