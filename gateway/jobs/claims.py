@@ -60,8 +60,12 @@ class Claimer:
             capabilities = await self.read_capabilities()
             self._read_at = time.monotonic()
             if capabilities != self.capabilities:
-                await self.manager.store.publish_capabilities(
-                    self.identity.instance_id, json.dumps(capabilities, sort_keys=True))
+                text = json.dumps(capabilities, sort_keys=True)
+                # On the identity too: the lease keeper's re-registration (an upsert, after
+                # instances GC removed a row whose lease lapsed in a store outage) carries
+                # them, or the row would come back without them and offer nothing.
+                self.identity.capabilities = text
+                await self.manager.store.publish_capabilities(self.identity.instance_id, text)
                 log.info("capabilities published", action="publish_capabilities",
                          providers=sorted(usable_providers(capabilities)))
             self.capabilities = capabilities

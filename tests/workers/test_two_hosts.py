@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import asyncpg
 import pytest
 from mcp import Client
 
@@ -21,6 +22,7 @@ from gateway import proc
 from gateway.jobs.placement import live_hosts
 from gateway.model import JobStatus
 from gateway.store.base import JobStore
+from tests.conftest import PostgresServer
 from tests.waiting import wait_for
 from tests.workers.hosts import Host, need_namespaces, observer, structured
 
@@ -197,3 +199,52 @@ async def test_a_serving_gateway_that_accepts_remote_work_claims_too(
     assert done["status"] == "completed", (done, desktop.stderr())
     assert row is not None and row.hostname == "desktop" and row.claimed_at is not None
     assert [s["prompt"] for s in desktop.spawns()] == ["on the desktop"]
+
+
+async def test_a_worker_that_loses_postgresql_for_a_while_takes_work_again_once_it_is_back(
+        make_postgres_server: Callable[[dict[str, str]], PostgresServer],
+        tmp_path: Path) -> None:
+    """PostgreSQL crashes (an immediate stop) under a live worker and comes back: the same
+    worker process, never restarted, publishes its capabilities again and runs the next job
+    the laptop submits (its instance row may have been collected meanwhile)."""
+    need_namespaces()
+    server = make_postgres_server({})
+    server.create_database("fleet")
+    dsn = server.dsn_for("fleet")
+    laptop = Host(tmp_path, "laptop", dsn, ("claude",))
+    buildbox = Host(tmp_path, "buildbox", dsn, ("codex", "claude"))
+    try:
+        with anyio.fail_after(TEST_TIMEOUT_S):
+            async with observer(dsn, tmp_path) as store:
+                await start_buildbox(buildbox, store)
+            worker_pid = buildbox.process.pid if buildbox.process else None
+            server.stop()  # like a crash: every connection drops
+            await wait_for(lambda: "heartbeat failed" in buildbox.stderr(), timeout=60,
+                           step=0.1)
+            server.start()
+            async with observer(dsn, tmp_path) as store:
+                await wait_for(lambda: worker_ready(store, "buildbox"), timeout=READY_TIMEOUT_S,
+                               step=0.1)
+                # Its row collected, as instances GC does to a lease lapsed in an outage:
+                # the worker registers again, with its capabilities.
+                conn = await asyncpg.connect(dsn)
+                try:
+                    await conn.execute("DELETE FROM gateway_instances WHERE hostname = $1",
+                                       "buildbox")
+                finally:
+                    await conn.close()
+                await wait_for(lambda: worker_ready(store, "buildbox"), timeout=READY_TIMEOUT_S,
+                               step=0.1)
+                async with laptop.client() as client:
+                    await call(client, "gateway_status")
+                    started = await call(client, "codex_request_async",
+                                         prompt="after the outage", runs_on="any")
+                    done = await call(client, "llm_job_wait", job_id=started["job_id"],
+                                      timeout_s=45)
+            assert done["status"] == "completed", (done, buildbox.stderr()[-3000:])
+        assert buildbox.process is not None and buildbox.process.poll() is None
+        assert buildbox.process.pid == worker_pid  # the same worker, never restarted
+        assert [s["prompt"] for s in buildbox.spawns()] == ["after the outage"]
+    finally:
+        for host in (laptop, buildbox):
+            host.stop()
