@@ -204,9 +204,10 @@ async def test_a_serving_gateway_that_accepts_remote_work_claims_too(
 async def test_a_worker_that_loses_postgresql_for_a_while_takes_work_again_once_it_is_back(
         make_postgres_server: Callable[[dict[str, str]], PostgresServer],
         tmp_path: Path) -> None:
-    """PostgreSQL crashes (an immediate stop) under a live worker and comes back: the same
-    worker process, never restarted, publishes its capabilities again and runs the next job
-    the laptop submits (its instance row may have been collected meanwhile)."""
+    """PostgreSQL crashes (an immediate stop) under a live worker with a run under way, and
+    comes back: the run went on and ended during the outage, and its end is written once
+    the store is back; the same worker process, never restarted, publishes its capabilities
+    again (its row collected meanwhile) and runs the next job the laptop submits."""
     need_namespaces()
     server = make_postgres_server({})
     server.create_database("fleet")
@@ -215,12 +216,21 @@ async def test_a_worker_that_loses_postgresql_for_a_while_takes_work_again_once_
     buildbox = Host(tmp_path, "buildbox", dsn, ("codex", "claude"))
     try:
         with anyio.fail_after(TEST_TIMEOUT_S):
+            gate = tmp_path / "gate"
             async with observer(dsn, tmp_path) as store:
                 await start_buildbox(buildbox, store)
+                async with laptop.client() as client:
+                    await call(client, "gateway_status")
+                    during = await call(client, "codex_request_async",
+                                        prompt=f"through the outage @until={gate}",
+                                        runs_on="any")
+                await wait_for(buildbox.spawns, timeout=60, step=0.05)
             worker_pid = buildbox.process.pid if buildbox.process else None
             server.stop()  # like a crash: every connection drops
             await wait_for(lambda: "heartbeat failed" in buildbox.stderr(), timeout=60,
                            step=0.1)
+            gate.touch()  # the run ends while the store is down
+            await wait_for(lambda: any(buildbox.home.rglob("end.json")), timeout=60, step=0.1)
             server.start()
             async with observer(dsn, tmp_path) as store:
                 await wait_for(lambda: worker_ready(store, "buildbox"), timeout=READY_TIMEOUT_S,
@@ -241,10 +251,16 @@ async def test_a_worker_that_loses_postgresql_for_a_while_takes_work_again_once_
                                          prompt="after the outage", runs_on="any")
                     done = await call(client, "llm_job_wait", job_id=started["job_id"],
                                       timeout_s=45)
+                    through = await call(client, "llm_job_wait", job_id=during["job_id"],
+                                         timeout_s=45)
+                    answer = await call(client, "llm_job_result", job_id=during["job_id"])
             assert done["status"] == "completed", (done, buildbox.stderr()[-3000:])
+            assert through["status"] == "completed", (through, buildbox.stderr()[-3000:])
+            assert "through the outage" in json.dumps(answer)
         assert buildbox.process is not None and buildbox.process.poll() is None
         assert buildbox.process.pid == worker_pid  # the same worker, never restarted
-        assert [s["prompt"] for s in buildbox.spawns()] == ["after the outage"]
+        assert [s["prompt"] for s in buildbox.spawns()] == [
+            f"through the outage @until={gate}", "after the outage"]
     finally:
         for host in (laptop, buildbox):
             host.stop()
