@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -255,3 +256,40 @@ async def test_an_attempt_groups_end_is_told_once_with_its_winner(
     assert f"winner {jobs['claude'][:8]}" in body["summary"]
     [line] = [line for line in command_lines(log) if line["notice"]["id"] == notice_id]
     assert line["argv"] == [jobs["claude"], "done"]
+
+
+async def test_the_desktop_sink_runs_notify_send_once_with_plain_text(
+    make_settings: MakeSettings, start_gateway: StartGateway, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`desktop = true` on Linux: `notify-send` (a fake first on PATH that records its argv)
+    runs once per notified end, the title and body as separate arguments after `--`, with
+    no markup or terminal escape left for the notifier to interpret."""
+    fake_bin, calls = tmp_path / "desktop-bin", tmp_path / "notify-send.log"
+    fake_bin.mkdir()
+    script = fake_bin / "notify-send"
+    script.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                      f"with open({str(calls)!r}, 'a') as f:\n"
+                      f"    f.write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    script.chmod(0o700)
+    monkeypatch.setenv("PATH", f"{fake_bin}{os.pathsep}{os.environ['PATH']}")
+    settings = make_settings(notify={"desktop": True, "min_duration_s": 0, "timeout_s": 5})
+    gateway = await start_gateway(settings)
+    # It fails with markup and an escape in its stderr, which the summary quotes.
+    prompt = f"@exit=1 @stderr=<b>bold</b>&amp;\x1b[31mred {time.time_ns()}"
+    sub = await (await gateway.manager()).submit("claude", SubmitRequest(prompt=prompt))
+    store = store_of(gateway)
+
+    async def delivered() -> bool:
+        found = [n for n in await store.list_notices() if n.job_id == sub.job.id]
+        return bool(found) and found[0].delivered_at is not None
+
+    await wait_for(delivered, DELIVERED_WITHIN_S)
+    lines = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert len(lines) == 1, lines
+    [argv] = lines
+    assert argv[:2] == ["--app-name=agent-cli-gateway", "--"], argv
+    title, body = argv[2:]
+    assert title == "agent-cli-gateway: claude job failed"
+    assert "bold" in body and "red" in body, body  # the text is there, its markup not:
+    assert "<b>" not in body and "&amp;" not in body and "\x1b" not in body, body
