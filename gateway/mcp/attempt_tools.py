@@ -17,10 +17,15 @@ from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
+from gateway.config import MAX_TIMEOUT_S, MAX_USD
 from gateway.mcp.progress import Progress
 from gateway.mcp.results import next_call, ok
 from gateway.model import ErrorKind, GatewayError
-from gateway.store.attempts import DEFAULT_CHECK_TIMEOUT_S, AttemptGroupRow
+from gateway.store.attempts import (
+    DEFAULT_CHECK_TIMEOUT_S,
+    MAX_CHECK_TIMEOUT_S,
+    AttemptGroupRow,
+)
 
 if TYPE_CHECKING:
     from gateway.jobs.attempts.admit import AttemptTarget
@@ -89,11 +94,14 @@ def attempt_tools(state: _State) -> list[tuple[str, ToolBody, ToolAnnotations]]:
         working_dir: Annotated[str, Field(description="A git dir.")],
         base_ref: Annotated[str, Field(description="Start.")] = "HEAD",
         check: Annotated[list[str] | None, Field(description="argv")] = None,
-        check_timeout_s: Annotated[float, Field(description="s")] = DEFAULT_CHECK_TIMEOUT_S,
+        check_timeout_s: Annotated[float, Field(description="s", gt=0, le=MAX_CHECK_TIMEOUT_S)
+                                   ] = DEFAULT_CHECK_TIMEOUT_S,
         until: Annotated[Literal["all", "first_passing"], Field(description="End.")] = "all",
         judge: Annotated[dict[str, Any] | None, Field(description="{provider,model}")] = None,
-        timeout_s: Annotated[float | None, Field(description="Each, s")] = None,
-        max_cost_usd: Annotated[float | None, Field(description="Each, USD")] = None,
+        timeout_s: Annotated[float | None, Field(description="Each, s", gt=0,
+                                                 le=MAX_TIMEOUT_S)] = None,
+        max_cost_usd: Annotated[float | None, Field(description="Each, USD", ge=0,
+                                                    le=MAX_USD)] = None,
     ) -> CallToolResult:
         """One task as N attempts in worktrees, checked and ranked."""
         # The job machinery loads after the handshake, never for tools/list.

@@ -27,6 +27,7 @@ from typing import Any
 
 
 DEFAULT_CHECK_TIMEOUT_S = 600  # a group's check_timeout_s when the call gives none
+MAX_CHECK_TIMEOUT_S = 24 * 3600  # a check that needs longer is not a check
 
 
 class GroupStatus(enum.StrEnum):

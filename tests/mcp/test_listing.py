@@ -37,7 +37,9 @@ NOTICE_TIMEOUT_S = 20.0  # a change is announced on gateway_status at once (time
 PROVIDERS = ("claude", "codex", "gemini", "grok", "mistral", "devin", "cursor")
 FAKE_COMMAND = {"claude": "claude", "codex": "codex", "gemini": "agy", "grok": "grok",
                 "mistral": "vibe", "devin": "devin", "cursor": "cursor-agent"}
-NO_CLI_BUDGET = 5_000
+# 5 000 until the attempt tools (issue 39), listed with no CLI too, had every number bounded
+# (#23 item 9: check_timeout_s, timeout_s and max_cost_usd each gained a maximum).
+NO_CLI_BUDGET = 5_200
 # 12 000 until runs_on (issue 42) and the attempt tools (issue 39); DESIGN's bound is 13 KB.
 THREE_CLI_BUDGET = 13_000
 ONE_TOOL_BUDGET = 2_000
@@ -93,7 +95,7 @@ async def listed(client: Client) -> dict[str, Tool]:
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_with_no_cli_installed_only_the_job_tools_are_listed_in_under_5_kb(
+async def test_with_no_cli_installed_only_the_job_tools_are_listed_in_about_5_kb(
         machine: Machine, mode: str) -> None:
     with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
         async with machine.client(mode) as client:

@@ -28,6 +28,7 @@ from gateway.jobs.worktrees.create import plan_for
 from gateway.model import ErrorKind, GatewayError, NewJob
 from gateway.store.attempts import (
     DEFAULT_CHECK_TIMEOUT_S,
+    MAX_CHECK_TIMEOUT_S,
     AttemptGroupRow,
     DuplicateActiveGroup,
     NewAttemptGroup,
@@ -97,8 +98,8 @@ def _validate(request: GroupRequest, max_attempts: int, check: list[str] | None)
     if request.until == "first_passing" and check is None:
         raise _invalid("until = \"first_passing\" needs a check: pass check (an argv list) "
                        "or set [attempts] check.")
-    if not 0 < request.check_timeout_s <= 24 * 3600:
-        raise _invalid("check_timeout_s must be above 0 and at most 86400.")
+    if not 0 < request.check_timeout_s <= MAX_CHECK_TIMEOUT_S:
+        raise _invalid(f"check_timeout_s must be above 0 and at most {MAX_CHECK_TIMEOUT_S}.")
 
 
 def dedup_key(request: GroupRequest, base_sha: str, check: list[str] | None) -> str:
