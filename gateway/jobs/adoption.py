@@ -312,6 +312,7 @@ class Adopter:
         same CAS (one winner; this gateway owns it, so its heartbeat keeps the lease), its
         claim cleared, and any worker that meets it claims it again (claims.py)."""
         take = dataclasses.replace(self._take(job), requeue_reasons=reasons)
+        self.manager.owns_remote_jobs = True  # before the CAS: sweep_remote never misses it
         row = await self.store.requeue_job(take)
         if row is None:
             return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -62,6 +63,9 @@ class JobDriver:
         self.spool_root = spool.spool_root(settings.state_dir)
         self.settled_spools = SettledSpools(self.spool_root)
         self._local = local
+        # Told after each terminal write of this instance: the notice deliverer and the
+        # attempts coordinator sweep at once instead of polling an idle store often.
+        self.end_listeners: list[Callable[[], None]] = []
 
     async def drive(self, job: LocalJob) -> None:
         """queued -> running -> terminal for one job. Never raises; always sets job.done."""
@@ -295,6 +299,8 @@ class JobDriver:
             return
         job.terminal = written
         job.spool_settled = True  # drive() removes the spool
+        for listener in self.end_listeners:
+            listener()
 
     async def _fail(self, job: LocalJob, err: GatewayError) -> None:
         await self._finish(job, Completion(status=JobStatus.FAILED, error=err.message,

@@ -50,7 +50,6 @@ from gateway import proc
 from gateway.config import LeaseConfig, Settings
 from gateway.jobs.adoption import Adopter
 from gateway.jobs.manager import JobManager
-from gateway.jobs.notify.deliver import POLL_S as NOTICE_POLL_S
 from gateway.jobs.notify.deliver import Deliverer
 from gateway.jobs.remote import sweep_remote
 from gateway.jobs.run import spool
@@ -121,6 +120,7 @@ class LeaseKeeper:
         self.sweeps_run = 0  # reaper passes this instance made (one sweeper per interval)
         # Completion notices (issue 40): every live gateway delivers, one claim per notice.
         self.deliverer = Deliverer(settings, store, identity.instance_id)
+        manager.on_job_end(self.deliverer.wake)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -136,12 +136,13 @@ class LeaseKeeper:
             "heartbeat": (self.lease.heartbeat_s, self.heartbeat_once),
             "reaper": (self.lease.sweep_interval_s, self.sweep_tick),
             "cancel_poller": (self.lease.cancel_poll_s, self.poll_cancels_once),
-            "notices": (NOTICE_POLL_S, self.deliverer.sweep),
         }
         if self.store.backend == "postgres":  # jobs for other hosts exist there only
             loops["remote_queue"] = (self.lease.cancel_poll_s, self.sweep_remote_once)
         for name, (interval, tick) in loops.items():
             self.run_loop(name, interval, tick)
+        # Completion notices (issue 40): polls less while idle, woken by a job's end here.
+        self._tasks.append(asyncio.create_task(self.deliverer.run(), name="notices"))
 
     def run_loop(self, name: str, interval: float,
                  tick: Callable[[], Awaitable[object]]) -> None:
@@ -378,6 +379,7 @@ class LeaseKeeper:
             self.identity, self.lease.ttl_s, grace,
             [row.id for row in candidates if row.status is JobStatus.QUEUED]))
         if pooled:
+            self.manager.owns_remote_jobs = True
             log.info("jobs for other hosts back in the pool: their owner's lease lapsed "
                      "before they started", action="return_to_pool", job_ids=sorted(pooled))
         candidates = [row for row in candidates if row.id not in pooled]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,9 +82,18 @@ class JobManager:
         self.spool_root = spool.spool_root(settings.state_dir)
         self._local: dict[str, LocalJob] = {}
         self._background: set[asyncio.Task[None]] = set()
+        # Whether this instance may own a job for other hosts (it admitted one, or took one
+        # back to the pool): only then does sweep_remote read the store (idle windows on
+        # one PostgreSQL hold no connection for it). Never reset: a miss would strand one.
+        self.owns_remote_jobs = False
         self.reads = JobReads(settings, store, hostname, self._local)
         self._driver = JobDriver(settings, store, instance_id, self.admission, self.limiter,
                                  self._local, launch)
+
+    def on_job_end(self, listener: Callable[[], None]) -> None:
+        """Call `listener` after each terminal write this instance makes (no arguments: a
+        wake-up, the listener reads the store)."""
+        self._driver.end_listeners.append(listener)
 
     # -- admission state, for readers (gateway_status, the lease loops, tests) --------------
     @property
@@ -181,6 +190,7 @@ class JobManager:
         if refusal is not None:
             raise refusal
         job_id = str(uuid.uuid4())
+        self.owns_remote_jobs = True  # before the insert: sweep_remote never misses it
         new = NewJob(
             id=job_id, provider=provider, request_key=key, owner_instance=self.instance_id,
             transport=target.transport, correlation_id=request.correlation_id or job_id,

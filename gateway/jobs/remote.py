@@ -42,7 +42,8 @@ async def cancel_unclaimed(manager: JobManager, row: JobRow) -> JobRow | None:
 async def sweep_remote(manager: JobManager) -> list[str]:
     """One pass over this gateway's waiting remote jobs; returns the ids ended no_worker."""
     store = manager.store
-    if store.backend != "postgres" or not manager.admission.open:
+    if (store.backend != "postgres" or not manager.admission.open
+            or not manager.owns_remote_jobs):
         return []
     rows = [row for row in await store.list_jobs(
         statuses=[JobStatus.QUEUED], owner_instance=manager.instance_id, limit=REMOTE_BATCH,

@@ -53,6 +53,7 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     """Retries within a test's time: the backoff rule is the same, its first wait shorter."""
     monkeypatch.setattr(deliver, "RETRY", QUICK_RETRY)
     monkeypatch.setattr(deliver, "POLL_S", 0.1)
+    monkeypatch.setattr(deliver, "IDLE_POLL_MAX_S", 0.2)
 
 
 def notify(hook: FakeWebhook, command_log: Path | None = None, **more: Any) -> dict[str, Any]:

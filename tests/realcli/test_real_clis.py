@@ -44,7 +44,9 @@ RUN_TIMEOUT_S = scaled(60)  # one real run: claude ~1 s, gemini ~2 s, slower on 
 WAIT_S = scaled(30)  # bound on waiting for a condition (codex's first event, a rollout file)
 POLL_S = 0.05
 PARALLEL_RUNS = 3  # real CLIs are heavy (node, a native binary); 3 at once on 2 cores
-CODEX_TIMEOUT_S = 3.0  # wall clock for the timeout test: codex is still retrying by then
+CODEX_TIMEOUT_S = scaled(3.0)  # wall clock for the timeout test: codex is still retrying by then
+# (scaled: on a busy box codex takes longer than 3 s to print its first event, and a run
+# ended before it had would leave the test waiting for an event that never comes)
 KILL_GRACE_S = 2.0
 
 

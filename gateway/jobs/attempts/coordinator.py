@@ -57,7 +57,11 @@ from gateway.store.base import StoreUnavailable
 log = structlog.get_logger(__name__)
 
 BUSY_TICK_S = 0.25  # between sweeps while a group of this host runs
-IDLE_TICK_S = 2.0  # between sweeps otherwise
+# Otherwise from IDLE_TICK_S, doubling up to IDLE_TICK_MAX_S while nothing runs: a check
+# left by a gone gateway waits at most that long; an attempt that ends here pokes at once
+# (JobManager.on_job_end), and idle windows on one PostgreSQL read it seldom.
+IDLE_TICK_S = 2.0
+IDLE_TICK_MAX_S = 15.0
 GROUPS_PER_SWEEP = 100
 
 
@@ -88,6 +92,7 @@ class AttemptCoordinator:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        manager.on_job_end(self.poke)  # an attempt that ended here is checked at once
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -116,6 +121,7 @@ class AttemptCoordinator:
             await asyncio.wait(tasks, timeout=self.settings.limits.kill_grace_s + 5.0)
 
     async def _loop(self) -> None:
+        idle_s = IDLE_TICK_S / 2
         while True:
             busy = False
             try:
@@ -126,8 +132,12 @@ class AttemptCoordinator:
             except Exception:
                 log.exception("attempt sweep failed", action="attempts_sweep")
             self._wake.clear()
+            idle_s = IDLE_TICK_S / 2 if busy else min(idle_s * 2, IDLE_TICK_MAX_S)
+            # asyncio.timeout, not wait_for: 3.11's wait_for swallows a cancel that comes as
+            # the event is set (a job's end pokes as the gateway stops), and stop() hung.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), BUSY_TICK_S if busy else IDLE_TICK_S)
+                async with asyncio.timeout(BUSY_TICK_S if busy else idle_s):
+                    await self._wake.wait()
 
     # -- one sweep -------------------------------------------------------------------------
     async def sweep(self) -> bool:

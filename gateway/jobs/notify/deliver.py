@@ -31,7 +31,12 @@ from gateway.store.outbox import CLAIM_BATCH, Notice, Settlement
 
 log = structlog.get_logger(__name__)
 
-POLL_S = 1.0  # a live gateway looks for due notices this often (a job's end to its notice)
+POLL_S = 1.0  # a live gateway looks for due notices this often while it finds some
+# Finding none, it looks less and less often, up to this: forty idle windows on one
+# PostgreSQL must not hold its connections with a read a second each. A job this gateway
+# ends wakes it at once (JobManager.on_job_end); one ended elsewhere (its owner gone
+# mid-delivery, a finalizer) waits at most this long.
+IDLE_POLL_MAX_S = 15.0
 # A claim outlives every sink's timeout in turn, plus this margin (a slow store write).
 CLAIM_MARGIN_S = 30.0
 # A failed delivery is retried after 5 s, 10 s, 20 s ... at most 10 minutes apart: a
@@ -52,6 +57,11 @@ class Deliverer:
         self.instance_id = instance_id
         self.on_notice = on_notice  # told of each notice claimed (the MCP sessions' hook)
         self._secret_names = secret_env_names(settings)
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Sweep now: a job ended here, its notice is due."""
+        self._wake.set()
 
     @property
     def claim_lease_s(self) -> float:
@@ -77,11 +87,13 @@ class Deliverer:
         return total
 
     async def run(self) -> None:
-        """Forever: sweep, then wait POLL_S (at once again after a full batch)."""
-        failures = 0
+        """Forever: sweep, then wait POLL_S while notices come, doubling up to
+        IDLE_POLL_MAX_S while none do (at once again after a full batch or a wake)."""
+        failures, idle_s = 0, POLL_S
         while True:
+            self._wake.clear()
             try:
-                full = await self.sweep() >= CLAIM_BATCH
+                found = await self.sweep()
                 failures = 0
             except StoreUnavailable as exc:
                 failures += 1
@@ -89,8 +101,15 @@ class Deliverer:
                             error=str(exc))
                 await asyncio.sleep(STORE_DOWN.wait(failures))
                 continue
-            if not full:
-                await asyncio.sleep(POLL_S)
+            except Exception as exc:  # one bad notice must not end delivery for good
+                log.warning("notice delivery failed", action="deliver_notices", error=repr(exc))
+                found = 0
+            if found >= CLAIM_BATCH:
+                continue
+            idle_s = POLL_S if found else min(idle_s * 2, IDLE_POLL_MAX_S)
+            with contextlib.suppress(TimeoutError):  # not wait_for: see coordinator._loop
+                async with asyncio.timeout(idle_s):
+                    await self._wake.wait()
 
     async def _deliver(self, notice: Notice) -> None:
         config = self.settings.notify
