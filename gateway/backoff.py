@@ -10,6 +10,8 @@ that differs by loop; how the wait grows does not.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import math
 import random
@@ -49,3 +51,12 @@ class Backoff:
     def waits(self) -> Iterator[float]:
         """The wait after each failure of a loop, in order, for as long as it retries."""
         return (self.wait(failures) for failures in itertools.count(1))
+
+
+async def woken_or_after(wake: asyncio.Event, seconds: float) -> None:
+    """Return when `wake` is set or after `seconds`, whichever comes first (the caller
+    clears it). asyncio.timeout, not wait_for: 3.11's wait_for swallows a cancel that comes
+    as the event is set, and a loop stopped at that moment never ended."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await wake.wait()

@@ -34,6 +34,7 @@ from typing import Any
 import structlog
 
 from gateway import proc
+from gateway.backoff import Backoff, woken_or_after
 from gateway.jobs.attempts import checks, judge
 from gateway.jobs.attempts.comparison import attempt_view, ranked
 from gateway.jobs.attempts.ranking import NO_CHECK, PASSED, Ranking
@@ -121,7 +122,7 @@ class AttemptCoordinator:
             await asyncio.wait(tasks, timeout=self.settings.limits.kill_grace_s + 5.0)
 
     async def _loop(self) -> None:
-        idle_s = IDLE_TICK_S / 2
+        idle = 0  # sweeps in a row with no group of this host running
         while True:
             busy = False
             try:
@@ -132,12 +133,9 @@ class AttemptCoordinator:
             except Exception:
                 log.exception("attempt sweep failed", action="attempts_sweep")
             self._wake.clear()
-            idle_s = IDLE_TICK_S / 2 if busy else min(idle_s * 2, IDLE_TICK_MAX_S)
-            # asyncio.timeout, not wait_for: 3.11's wait_for swallows a cancel that comes as
-            # the event is set (a job's end pokes as the gateway stops), and stop() hung.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(BUSY_TICK_S if busy else idle_s):
-                    await self._wake.wait()
+            idle = 0 if busy else idle + 1
+            await woken_or_after(self._wake, BUSY_TICK_S if busy else Backoff(
+                first_s=IDLE_TICK_S, max_s=IDLE_TICK_MAX_S).delay(idle))
 
     # -- one sweep -------------------------------------------------------------------------
     async def sweep(self) -> bool:

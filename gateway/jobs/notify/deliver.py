@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from gateway.backoff import Backoff
+from gateway.backoff import Backoff, woken_or_after
 from gateway.childenv import secret_env_names
 from gateway.config import Settings
 from gateway.jobs.notify.sinks import SinkError, send
@@ -89,7 +89,7 @@ class Deliverer:
     async def run(self) -> None:
         """Forever: sweep, then wait POLL_S while notices come, doubling up to
         IDLE_POLL_MAX_S while none do (at once again after a full batch or a wake)."""
-        failures, idle_s = 0, POLL_S
+        failures, idle = 0, 0  # store failures, sweeps that found nothing, in a row
         while True:
             self._wake.clear()
             try:
@@ -106,10 +106,10 @@ class Deliverer:
                 found = 0
             if found >= CLAIM_BATCH:
                 continue
-            idle_s = POLL_S if found else min(idle_s * 2, IDLE_POLL_MAX_S)
-            with contextlib.suppress(TimeoutError):  # not wait_for: see coordinator._loop
-                async with asyncio.timeout(idle_s):
-                    await self._wake.wait()
+            idle = 0 if found else idle + 1
+            wait = Backoff(first_s=2 * POLL_S, max_s=IDLE_POLL_MAX_S).delay(idle) if idle \
+                else POLL_S
+            await woken_or_after(self._wake, wait)
 
     async def _deliver(self, notice: Notice) -> None:
         config = self.settings.notify
