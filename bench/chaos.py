@@ -191,6 +191,10 @@ RESTART_DELAY_S = (0.2, 1.5)  # a supervisor restarts a dead gateway after a mom
 STOP_DURATION_S = (0.3, 4.0)  # SIGSTOP lengths, below and above ttl (1 s) and the call timeout
 ACTION_GAP_S = (1.5, 4.0)  # pause between two chaos actions
 VICTIM_WORK_LEFT_S = 0.5  # a victim's run in flight should have this long to go, if one has
+# The anchor: one job held (@until=) from the start until the chaos window closes, so the
+# first fault always finds a run in flight to leave behind, however slowly a loaded box
+# starts the others (at load 18 three runs in a row saw every fault miss every short run).
+ANCHOR = "anchor"
 ACTION_WEIGHTS = {"kill": 0.3, "stop": 0.3, "term": 0.15, "stop_kill": 0.15,
                   "zygote_kill": 0.1}
 SUBMIT_ATTEMPTS = 5  # a request is retried on other instances this often
@@ -255,6 +259,9 @@ class ChaosOptions:
     # the audit counts each notified job's deliveries per sink (none lost; duplicates only
     # where a deliverer died mid-delivery, counted).
     notify: bool = False
+    # With notify: the webhook is down (connection refused) for this long, from a fifth into
+    # the window, with the default retry schedule (0: up throughout, generous retries).
+    webhook_outage_s: float = 0.0
     # How many long-lived MCP sessions (Streamable HTTP) the driver holds with each instance
     # (the load scenario: 2 per gateway, so 2 gateways take 4 sessions), and the share of
     # calls made instead by a brand-new client of its own (0: only those sessions).
@@ -773,6 +780,7 @@ class ChaosRun:
         self.webhook = FakeWebhook()  # started only with --notify
         self.notice_counts = (0, 0)
         self.notices_expected = 0
+        self.notices_retried = 0
         self.tmp_dir = self.workdir / "tmp"
         self.lives: list[InstanceLife] = []
         self.slots: list[InstanceLife | None] = [None] * options.instances
@@ -808,6 +816,9 @@ class ChaosRun:
         self.tamper_every = max(1, options.jobs // max(1, options.tamper_worktrees))
         self.tg: Any = None
         self.t0 = 0.0
+        self.anchor_gate = self.workdir / "anchor.go"
+        self.anchor = LogicalJob(-1, PROVIDERS[0], math.inf,
+                                 f"{self.tag}-{ANCHOR} @until={self.anchor_gate}")
 
     # -- setup ---------------------------------------------------------------------------
     def write_config(self) -> Settings:
@@ -843,10 +854,12 @@ class ChaosRun:
             self.webhook = FakeWebhook()
             self.webhook.start()
             config["notify"] = {
-                "webhook_url": self.webhook.url, "min_duration_s": 0, "max_attempts": 50,
+                "webhook_url": self.webhook.url, "min_duration_s": 0,
                 "timeout_s": 5, "on": ["completed", "failed", "timed_out", "orphaned"],
                 "command": [sys.executable, str(NOTICE_SINK), str(self.notice_log),
                             "{id}"]}
+            if not self.o.webhook_outage_s:  # killed deliverers' lapsed claims count too
+                config["notify"]["max_attempts"] = 50
         if self.o.tamper_worktrees:
             self.tamper = TamperScene.prepare(self.workdir)
             config["worktrees"] = {"root": str(self.workdir / "worktrees")}
@@ -1123,7 +1136,8 @@ class ChaosRun:
             if attempt.outcome.startswith("refused"):
                 await anyio.sleep(pause)  # a client backs off from a refusing gateway
                 pause *= 2
-        if job.job_ids and self.rng.random() < self.o.cancel_fraction:
+        if job.job_ids and job is not self.anchor \
+                and self.rng.random() < self.o.cancel_fraction:
             await anyio.sleep(self.rng.uniform(*CANCEL_DELAY_S))
             await self.cancel(job)
 
@@ -1147,6 +1161,8 @@ class ChaosRun:
         window = max(1.0, self.o.duration_s - self.o.sleep_s[1])
         lo, hi = self.o.sleep_s
         async with anyio.create_task_group() as tg:
+            self.jobs.append(self.anchor)
+            tg.start_soon(self.submit, self.anchor)
             for index in range(self.o.jobs):
                 due = self.t0 + window * index / max(1, self.o.jobs)
                 await anyio.sleep(max(0.0, due - time.time()))
@@ -1168,6 +1184,12 @@ class ChaosRun:
         if (self.o.backend == "postgres" and self.o.store_control is not None
                 and self.o.on_shutdown == "stop"):
             outage_at = self.t0 + self.o.duration_s * 0.45
+        # The first fault waits (within the window) for the anchor's run: victim() then
+        # aims it at the anchor's owner, so it surely leaves a run behind.
+        running = {spawn.prompt for spawn in self.watcher.alive()}
+        while self.anchor.prompt not in running and time.time() < end - self.o.sleep_s[1]:
+            await anyio.sleep(POLL_S)
+            running = {spawn.prompt for spawn in self.watcher.alive()}
         async with anyio.create_task_group() as tg:
             while True:
                 await anyio.sleep(self.rng.uniform(*ACTION_GAP_S))
@@ -1190,8 +1212,9 @@ class ChaosRun:
                 tg.start_soon(self.act, kind, target)
 
     def victim(self, healthy: list[InstanceLife]) -> InstanceLife:
-        """A random healthy instance, one with a run in flight if there is one, and better
-        one whose run has a while to go: a fault that finds no work to leave behind proves
+        """The anchor's owner while it runs the anchor (the first fault), else a random
+        healthy instance, one with a run in flight if there is one, and better one whose
+        run has a while to go: a fault that finds no work to leave behind proves
         nothing (on a loaded box a run may get a single action, see the detach scenario's
         take-over check), and since the zygote a run that is about to end did end before
         the signal landed (the portable detach run, CI)."""
@@ -1204,7 +1227,8 @@ class ChaosRun:
                 working.add(job.owner_instance)
                 if started[job.prompt] + job.sleep_s - now >= VICTIM_WORK_LEFT_S:
                     lasting.add(job.owner_instance)
-        for owners in (lasting, working):
+        anchor_owner = {self.anchor.owner_instance} if self.anchor.prompt in started else set()
+        for owners in (anchor_owner, lasting, working):
             picked = [life for life in healthy if life.instance_id in owners]
             if picked:
                 return self.rng.choice(picked)
@@ -1394,12 +1418,15 @@ class ChaosRun:
             outer.start_soon(self.observe_terminal, settings)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self.submitter)
+                if self.o.notify and self.o.webhook_outage_s:
+                    tg.start_soon(self.webhook_outage)
                 if self.o.kill_once_at is not None:
                     tg.start_soon(self.kill_once, self.o.kill_once_at)
                 elif self.o.actions:
                     tg.start_soon(self.chaos_monkey)
             # Every act has finished: stopped instances got SIGCONT, dead slots run again.
             chaos_end = time.time()
+            self.anchor_gate.touch()  # the anchor's run may end now
             await self.settle(settings)
             if self.o.notify:
                 await self.settle_notices(settings)
@@ -1411,10 +1438,20 @@ class ChaosRun:
             self.webhook.stop()
             report.notices_lost, report.notices_duplicated = self.notice_counts
             report.info["notices_expected"] = self.notices_expected
+            report.info["notices_retried"] = self.notices_retried
         report.info.update(self.tamper_info)
         report.info["chaos_s"] = round(chaos_end - self.t0, 1)
         report.info["settle_s"] = round(self.settle_s, 1)
         return report
+
+    async def webhook_outage(self) -> None:
+        """The webhook receiver down (its port refuses connections) for webhook_outage_s,
+        from a fifth into the window, then up again on the same port."""
+        await anyio.sleep(max(0.0, self.t0 + self.o.duration_s * 0.2 - time.time()))
+        self.webhook.stop()
+        await anyio.sleep(self.o.webhook_outage_s)
+        self.webhook.start()
+        self.actions["webhook_outage"] += 1
 
     async def settle_notices(self, settings: Settings) -> None:
         """Wait (bounded) until every notice of a notified end is delivered to both sinks,
@@ -1434,6 +1471,8 @@ class ChaosRun:
         finally:
             await store.close()
         self.notices_expected = len(wanted)
+        # Delivered after a failed try (the webhook was down when they were first sent).
+        self.notices_retried = sum(1 for n in notices if n.status in NOTIFIED and n.attempts > 1)
         duplicated = sum(max(hooked[i] - 1, 0) + max(commanded[i] - 1, 0) for i in wanted)
         self.notice_counts = (len(missing), duplicated)
 
@@ -1796,6 +1835,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="jobs that run isolated and tamper with their worktree (#38)")
     parser.add_argument("--notify", action="store_true",
                         help="completion notices to a loopback webhook and a command sink")
+    parser.add_argument("--webhook-outage", type=float, default=0.0,
+                        help="with --notify: seconds the webhook is down (from a fifth into "
+                             "the window), with the default retry schedule")
+    parser.add_argument("--no-actions", action="store_true",
+                        help="no kills, stops or outages of gateways or the store")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, db)")
     args = parser.parse_args(argv)
 
@@ -1824,7 +1868,9 @@ def main(argv: list[str] | None = None) -> int:
                            kill_once_at=args.kill_once_at,
                            sessions_per_instance=args.sessions_per_instance,
                            fresh_session_fraction=args.fresh_clients,
-                           tamper_worktrees=args.tamper_worktrees, notify=args.notify)
+                           tamper_worktrees=args.tamper_worktrees, notify=args.notify,
+                           webhook_outage_s=args.webhook_outage,
+                           actions=not args.no_actions)
     ok = False
     try:
         report = anyio.run(run_chaos, options)

@@ -22,6 +22,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool, ToolManager
 from mcp.server.subscriptions import InMemorySubscriptionBus
+from mcp.types import SubscriptionsListenRequestParams
 from mcp.types import Tool as MCPTool
 from pydantic import ValidationError
 
@@ -37,6 +38,7 @@ from gateway.mcp.listing import (
 from gateway.mcp.results import failure, invalid_arguments
 from gateway.mcp.sdk_fence import FencedMCPServer
 from gateway.mcp.server_state import ServerState
+from gateway.mcp.task_listen import TaskListenHandler
 from gateway.mcp.task_state import TASK_TOOLS
 from gateway.mcp.tasks import TasksExtension
 from gateway.mcp.tasks_legacy import LegacyTasksMiddleware
@@ -112,6 +114,10 @@ class GatewayServer(FencedMCPServer[ServerState]):
         self._tools_built = False
         self.drop_request_handlers(UNSERVED_METHODS)
         lowlevel = self.lowlevel
+        # The tasks extension's `taskIds` on a listen (notifications/tasks); any other
+        # listen is still the SDK's own handler's.
+        lowlevel.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams,
+                                     TaskListenHandler(state, bus))
         handshake_options = lowlevel.create_initialization_options
 
         def with_list_changed(notification_options: NotificationOptions | None = None,

@@ -131,6 +131,16 @@ async def load_task(state: ServerState, task_id: str) -> tuple[JobManager, JobRo
         raise task_error(err) from None
 
 
+async def detailed_task(manager: JobManager, row: JobRow) -> dict[str, Any]:
+    """The 2026-07-28 `DetailedTask`: what `tasks/get` answers (less its `resultType`) and
+    what `notifications/tasks` carries, the finished task's result inlined."""
+    task = view(manager, row)
+    data = task.fields()
+    if task.status == "completed":
+        data["result"] = await task_result(manager.reads, row)
+    return data
+
+
 def task_error(err: GatewayError) -> MCPError:
     """A job-layer failure as the JSON-RPC error the task specs name."""
     if err.kind in (ErrorKind.JOB_NOT_FOUND, ErrorKind.LEGACY_JOB):

@@ -12,9 +12,7 @@ Two wire versions are served (docs/tools.md, MCP Tasks, summarizes both):
 - protocol 2025-11-25, the experimental tasks (SEP-1686): `params.task` on `tools/call`,
   `tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel` (tasks_legacy.py).
 
-`notifications/tasks` over `subscriptions/listen` is not served: the SDK owns
-`subscriptions/listen` and its filter has no `taskIds`, so clients poll `tasks/get`
-(at `pollIntervalMs`), which is what the extension's clients do anyway.
+`notifications/tasks` (the extension's push over `subscriptions/listen`) is task_listen.py.
 """
 
 from __future__ import annotations
@@ -35,9 +33,9 @@ from gateway.mcp.task_state import (
     LEGACY_TASKS_VERSION,
     TaskIdParams,
     admit_as_task,
+    detailed_task,
     load_task,
     task_error,
-    task_result,
     view,
 )
 from gateway.model import GatewayError
@@ -112,13 +110,9 @@ class TasksExtension(Extension):
                    params: TaskIdParams) -> dict[str, Any]:
         require_opt_in(ctx)
         manager, row = await load_task(self.state, params.task_id)
-        task = view(manager, row)
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            return tasks_legacy.legacy_fields(task)
-        data = {"resultType": "complete", **task.fields()}
-        if task.status == "completed":
-            data["result"] = await task_result(manager.reads, row)
-        return data
+            return tasks_legacy.legacy_fields(view(manager, row))
+        return {"resultType": "complete", **await detailed_task(manager, row)}
 
     async def _update(self, ctx: ServerRequestContext[Any, Any],
                       params: UpdateParams) -> dict[str, Any]:

@@ -105,10 +105,13 @@ async def detached_job(make_settings: Any, start_gateway: Any, fake_log: FakeLog
 
 
 async def test_a_detached_run_goes_on_and_the_next_gateway_finalizes_its_answer(
-    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path
 ) -> None:
-    settings, job_id = await detached_job(make_settings, start_gateway, fake_log,
-                                          "survive the window @sleep=1.5")
+    # The run is held (@until=) until the next gateway has seen it running: a 1.5 s sleep
+    # ended first at load 18.
+    go = tmp_path / "go"
+    prompt = f"survive the window @until={go}"
+    settings, job_id = await detached_job(make_settings, start_gateway, fake_log, prompt)
     pid = fake_log.spawns()[-1]["pid"]
     assert alive(pid)  # nothing was killed
     reader = await start_gateway(make_settings())
@@ -120,10 +123,11 @@ async def test_a_detached_run_goes_on_and_the_next_gateway_finalizes_its_answer(
     stopped = {i.instance_id: i.stopped_at for i in await store_of(reader).list_instances()}
     assert all(stopped[i] is not None for i in stopped if i != reader.instance_id)
     manager = await reader.manager()
+    go.touch()
     done = await wait_for(lambda: terminal(manager, job_id), DONE_S)
     assert done.status is JobStatus.COMPLETED and done.exit_code == 0
     page = await manager.reads.read_result(job_id)
-    assert page.output == "fake-claude answer: survive the window @sleep=1.5"
+    assert page.output == f"fake-claude answer: {prompt}"
     assert page.parsed is not None and page.parsed["session_id"]
     assert len(fake_log.spawns()) == 1
     await wait_for(lambda: not spool_of(settings, job_id).exists())  # the row holds it now
@@ -164,20 +168,24 @@ async def test_the_timeout_holds_while_no_gateway_is_alive(
 
 
 async def test_a_duplicate_request_joins_a_detached_job(
-    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path
 ) -> None:
-    _, job_id = await detached_job(make_settings, start_gateway, fake_log, "once @sleep=1.5")
+    go = tmp_path / "go"  # held until the duplicate has joined it (see above)
+    _, job_id = await detached_job(make_settings, start_gateway, fake_log, f"once @until={go}")
     manager = await (await start_gateway(make_settings())).manager()
-    again = await manager.submit("claude", SubmitRequest(prompt="once @sleep=1.5"))
+    again = await manager.submit("claude", SubmitRequest(prompt=f"once @until={go}"))
     assert again.deduplicated and again.job.id == job_id
+    go.touch()
     row = await wait_for(lambda: terminal(manager, job_id), DONE_S)
     assert row.status is JobStatus.COMPLETED and len(fake_log.spawns()) == 1
 
 
 async def test_three_gateways_starting_together_adopt_once_and_run_once(
-    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path
 ) -> None:
-    _, job_id = await detached_job(make_settings, start_gateway, fake_log, "one answer @sleep=1")
+    go = tmp_path / "go"  # held until all three have started (see above)
+    prompt = f"one answer @until={go}"
+    _, job_id = await detached_job(make_settings, start_gateway, fake_log, prompt)
     gateways: list[Any] = []
 
     async def start() -> None:
@@ -187,12 +195,13 @@ async def test_three_gateways_starting_together_adopt_once_and_run_once(
         for _ in range(3):
             tg.start_soon(start)
     managers = [await gw.manager() for gw in gateways]
+    go.touch()
     row = await wait_for(lambda: terminal(managers[0], job_id), DONE_S)
     assert row.status is JobStatus.COMPLETED
     assert row.owner_instance in {gw.instance_id for gw in gateways}
     assert len(fake_log.spawns()) == 1
     page = await managers[1].reads.read_result(job_id)
-    assert page.output == "fake-claude answer: one answer @sleep=1"
+    assert page.output == f"fake-claude answer: {prompt}"
 
 
 async def test_queued_work_released_at_detach_is_requeued_once_and_runs_once(

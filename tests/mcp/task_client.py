@@ -125,19 +125,33 @@ class RawStdioClient:
         self.next_id = 0
         self.buffer = b""
         self.notifications: list[dict[str, Any]] = []
+        self.answers: list[dict[str, Any]] = []
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        return await self.answer(await self.start(method, params))
+
+    async def start(self, method: str, params: dict[str, Any] | None = None) -> int:
+        """Send a request without waiting for its answer (a listen's answer ends its stream);
+        its id, for `answer`."""
         self.next_id += 1
         message = {"jsonrpc": "2.0", "id": self.next_id, "method": method,
                    "params": params or {}}
         assert self.process.stdin is not None
         await self.process.stdin.send(json.dumps(message).encode() + b"\n")
+        return self.next_id
+
+    async def answer(self, request_id: int) -> dict[str, Any]:
+        """The answer to request `request_id`; notifications read meanwhile are kept."""
         while True:
-            answer = await self.read()
-            if answer.get("id") == self.next_id:
-                return answer
-            if "id" not in answer:
-                self.notifications.append(answer)
+            for message in self.answers:
+                if message.get("id") == request_id:
+                    self.answers.remove(message)
+                    return message
+            message = await self.read()
+            if "id" not in message:
+                self.notifications.append(message)
+            else:
+                self.answers.append(message)
 
     async def notify(self, method: str) -> None:
         assert self.process.stdin is not None
@@ -145,13 +159,17 @@ class RawStdioClient:
                                       + b"\n")
 
     async def notification(self, method: str) -> dict[str, Any]:
+        """The oldest notification of `method` not taken yet (waiting for one if need be)."""
         while True:
             for message in self.notifications:
                 if message.get("method") == method:
+                    self.notifications.remove(message)
                     return message
             message = await self.read()
             if "id" not in message:
                 self.notifications.append(message)
+            else:
+                self.answers.append(message)
 
     async def read(self) -> dict[str, Any]:
         assert self.process.stdout is not None

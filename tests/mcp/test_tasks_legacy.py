@@ -61,7 +61,7 @@ def run_ts_client(harness: Harness, scenario: str, prompt: str) -> dict[str, dic
          prompt],
         env={"PATH": os.environ.get("PATH", os.defpath), "TS_MCP_SDK": str(TS_SDK),
              "HOME": str(harness.home)},
-        capture_output=True, text=True, timeout=TEST_TIMEOUT_S, check=False)
+        capture_output=True, text=True, timeout=scaled(TEST_TIMEOUT_S), check=False)
     assert completed.returncode == 0, completed.stderr
     steps = [json.loads(line) for line in completed.stdout.splitlines() if line.strip()]
     return {step.pop("step"): step for step in steps}
