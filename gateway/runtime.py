@@ -8,7 +8,6 @@ migrates it and registers the instance in the background; tools await `manager()
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import uuid
 from typing import TYPE_CHECKING
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from gateway import __version__, proc
+from gateway.backoff import woken_or_after
 from gateway.config import Settings
 from gateway.fs import foreign_link_problem, shared_dir_problem
 from gateway.model import ErrorKind, GatewayError, InstanceRow
@@ -85,8 +85,7 @@ class Gateway:
 
     async def _start_when_due(self, defer_s: float) -> None:
         if defer_s > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._start_due.wait(), defer_s)
+            await woken_or_after(self._start_due, defer_s)
         self._start_due.set()  # later start_soon() calls have nothing left to hurry
         await self.start()
 
@@ -229,8 +228,7 @@ class Gateway:
         failed: a status report then says what really is, with the cause. True if ready."""
         self.start_soon()
         if not self._attempted.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._attempted.wait(), wait_s)
+            await woken_or_after(self._attempted, wait_s)
         return self._ready.is_set()
 
     def connection_report(self) -> dict[str, object]:

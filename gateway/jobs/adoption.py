@@ -27,8 +27,6 @@ have reached the API and been billed).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import json
 from collections.abc import Callable
@@ -38,6 +36,7 @@ from typing import Any
 import structlog
 
 from gateway import proc
+from gateway.backoff import woken_or_after
 from gateway.jobs.execution import ProcessExecution
 from gateway.jobs.manager import JobManager
 from gateway.jobs.run import supervisor as sup
@@ -250,8 +249,7 @@ class Adopter:
         local = next((j for j in self.manager.local_jobs() if j.row.id == job_id), None)
         if local is None:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(local.done.wait(), FINALIZE_ENDED_WITHIN_S)
+        await woken_or_after(local.done, FINALIZE_ENDED_WITHIN_S)
 
     async def _finish_unstarted(self, job: JobRow, completion: Completion) -> int:
         """End a job whose run provably never started and whose cancel was requested (also

@@ -92,7 +92,10 @@ class JobDriver:
         limits = self.settings.limits
         if not job.ticket.granted:
             try:
-                await asyncio.wait_for(job.ticket.wait(), limits.queue_timeout_s)
+                # asyncio.timeout, not wait_for: 3.11's wait_for loses a cancel that comes
+                # as the ticket is granted (backoff.woken_or_after).
+                async with asyncio.timeout(limits.queue_timeout_s):
+                    await job.ticket.wait()
             except (TimeoutError, asyncio.CancelledError):
                 if self.admission.detached:
                     raise  # released at detach: it stays queued for the next gateway

@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from gateway.backoff import Backoff
+from gateway.backoff import Backoff, woken_or_after
 from gateway.config import Settings
 from gateway.jobs.admission import AdmissionState
 from gateway.jobs.drive import JobDriver
@@ -388,8 +388,7 @@ class JobManager:
                 await self.store.request_cancel(job_id)
             self.cancel_local(job_id, ErrorKind.CANCELLED)
             grace = self.settings.limits.kill_grace_s + 2.0
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(local.done.wait(), grace)
+            await woken_or_after(local.done, grace)
             return CancelOutcome("cancelled", await self.reads.get(job_id))
         row = await self.reads.get(job_id)
         if row.status is JobStatus.ORPHANED and row.hostname == self.hostname \

@@ -21,6 +21,7 @@ from typing import Any
 import asyncpg
 import structlog
 
+from gateway.backoff import woken_or_after
 from gateway.store.postgres.pool import APPLICATION_NAME, CONNECT_TIMEOUT_S
 
 log = structlog.get_logger(__name__)
@@ -64,8 +65,7 @@ class JobNotices:
         event = asyncio.Event()
         self._waiters.setdefault(job_id, set()).add(event)
         try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout_s)
+            await woken_or_after(event, timeout_s)
         finally:
             waiters = self._waiters.get(job_id)
             if waiters is not None:
