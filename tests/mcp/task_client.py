@@ -11,7 +11,7 @@ import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
 import anyio
@@ -142,16 +142,7 @@ class RawStdioClient:
 
     async def answer(self, request_id: int) -> dict[str, Any]:
         """The answer to request `request_id`; notifications read meanwhile are kept."""
-        while True:
-            for message in self.answers:
-                if message.get("id") == request_id:
-                    self.answers.remove(message)
-                    return message
-            message = await self.read()
-            if "id" not in message:
-                self.notifications.append(message)
-            else:
-                self.answers.append(message)
+        return await self._take(self.answers, lambda m: m.get("id") == request_id)
 
     async def notify(self, method: str) -> None:
         assert self.process.stdin is not None
@@ -160,16 +151,19 @@ class RawStdioClient:
 
     async def notification(self, method: str) -> dict[str, Any]:
         """The oldest notification of `method` not taken yet (waiting for one if need be)."""
+        return await self._take(self.notifications, lambda m: m.get("method") == method)
+
+    async def _take(self, kept: list[dict[str, Any]],
+                    wanted: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """The oldest message of `kept` that is `wanted`, reading (and keeping answers and
+        notifications apart) until one comes."""
         while True:
-            for message in self.notifications:
-                if message.get("method") == method:
-                    self.notifications.remove(message)
+            for message in kept:
+                if wanted(message):
+                    kept.remove(message)
                     return message
             message = await self.read()
-            if "id" not in message:
-                self.notifications.append(message)
-            else:
-                self.answers.append(message)
+            (self.answers if "id" in message else self.notifications).append(message)
 
     async def read(self) -> dict[str, Any]:
         assert self.process.stdout is not None
