@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from mcp import Client, MCPError
 from mcp.types import INTERNAL_ERROR, Tool
@@ -254,14 +254,20 @@ def scalar_properties(tool: Tool) -> dict[str, str]:
             if (kind := scalar_kind(prop)) is not None}
 
 
-async def refused_as_invalid(session: Session, name: str, arguments: dict[str, Any]) -> None:
-    with anyio.fail_after(scaled(CALL_TIMEOUT_S)):
-        result = await session.client.call_tool(name, arguments)
+async def refused_as_invalid(session: Session, name: str, arguments: dict[str, Any]) -> bool:
+    """Whether the call could be made (and then it was refused as invalid input): the SDK
+    client cannot serialize a lone surrogate, so nothing reaches the gateway then."""
+    try:
+        with anyio.fail_after(scaled(CALL_TIMEOUT_S)):
+            result = await session.client.call_tool(name, arguments)
+    except UnicodeEncodeError:
+        return False
     structured = result.structured_content or {}
     note_job_ids(session, structured)
     text = " ".join(getattr(c, "text", "") for c in result.content)
     assert result.is_error, (name, arguments, text)
     assert structured.get("error_kind") == "invalid_input", (name, arguments, text)
+    return True
 
 
 def test_every_number_in_every_tool_input_is_bounded(session: Session) -> None:
@@ -294,5 +300,7 @@ def test_mistyped_arguments_are_refused_strictly_by_every_tool(
     arguments[target] = wrong
     before = set(session.job_ids)
     assert session.portal is not None
-    session.portal.call(refused_as_invalid, session, name, arguments)
+    # A surrogate drawn for another argument: a case the client cannot send (the other
+    # property test sends those; test_bad_unicode sends raw bytes).
+    assume(session.portal.call(refused_as_invalid, session, name, arguments))
     assert session.job_ids == before, "a refused call made a job"
