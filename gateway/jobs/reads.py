@@ -106,6 +106,15 @@ class JobReads:
                             f"jobs); finished jobs are kept "
                             f"{self.settings.persistence.retention_days:g} days.")
 
+    async def wait_end(self, job_id: str, step_s: float, read: JobRow | None = None,
+                       stop: Callable[[], bool] = lambda: False) -> JobRow:
+        """Until the job ends or `stop()` says so, re-arming a `wait` of step_s: a watch
+        that lasts as long as the job (a session's or a task listener's)."""
+        row = await self.wait(job_id, step_s, read=read)
+        while row.status.is_active and not stop():
+            row = await self.wait(job_id, step_s, read=row)
+        return row
+
     async def wait(self, job_id: str, timeout_s: float,
                    on_progress: ProgressCallback | None = None,
                    read: JobRow | None = None) -> JobRow:

@@ -53,9 +53,7 @@ class JobWatches:
 
 async def _tell_when_done(session: Any, reads: JobReads, job_id: str) -> None:
     try:
-        row = await reads.wait(job_id, WATCH_STEP_S)
-        while row.status.is_active:
-            row = await reads.wait(job_id, WATCH_STEP_S, read=row)
+        row = await reads.wait_end(job_id, WATCH_STEP_S)
     except Exception as exc:  # the store is down for good, the job was purged: stop watching
         log.info("job watch ended", action="job_watch", job_id=job_id, error=repr(exc))
         return

@@ -160,8 +160,8 @@ class TaskListenHandler:
             try:
                 manager, row = await load_task(self._state, task_id)
                 await send.send(_notification(await detailed_task(manager, row), meta))
-                while row.status.is_active and not manager.closing:
-                    row = await manager.reads.wait(task_id, WATCH_STEP_S, read=row)
+                row = await manager.reads.wait_end(task_id, WATCH_STEP_S, read=row,
+                                                   stop=lambda: manager.closing)
                 if not row.status.is_active:
                     await send.send(_notification(await detailed_task(manager, row), meta))
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):

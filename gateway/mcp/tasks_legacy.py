@@ -137,9 +137,8 @@ async def _notify_when_done(ctx: ServerRequestContext[Any, Any], manager: JobMan
     Best effort by design: the client polls anyway, so a closed connection, a stopping
     gateway or an unreachable store just ends the watch."""
     try:
-        row = await manager.reads.wait(task_id, WATCH_STEP_S)
-        while row.status.is_active and not manager.closing:
-            row = await manager.reads.wait(task_id, WATCH_STEP_S)
+        row = await manager.reads.wait_end(task_id, WATCH_STEP_S,
+                                           stop=lambda: manager.closing)
         if row.status.is_active:
             return
         fields = legacy_fields(view(manager, row))
