@@ -310,8 +310,12 @@ class Gateway:
         if manager is not None:
             from gateway.jobs.run.runner import ZYGOTE  # deferred: start-up (see start())
 
-            ZYGOTE.close()  # no run comes any more: it exits (its supervisors run on)
+            # The spools of ended jobs go first: the zygote, at its EOF, starts a finalizer
+            # for each run whose end record is still there, and one started for a run
+            # settled here would only re-create its spool dir with its log (and find
+            # nothing to do).
             await manager.remove_settled_spools()
+            ZYGOTE.close()  # no run comes any more: it exits (its supervisors run on)
         if store is not None:
             try:
                 await store.close()
