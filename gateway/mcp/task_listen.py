@@ -10,7 +10,8 @@ so this handler takes `subscriptions/listen` over:
   otherwise, as the spec says). The acknowledgement names the task ids honoured: those a
   `tasks/get` by this caller would resolve (an unknown, purged or foreign id is left out,
   never an error). Each honoured task's `DetailedTask` is sent at once (so a task that ended
-  before the listen is not waited for forever) and again when it ends, exactly what
+  before the listen is not waited for forever: it is told that once) and again when it
+  ends, exactly what
   `tasks/get` would answer at that moment. The core events the same filter asks for ride
   the same stream, as the SDK's handler would send them.
 
@@ -154,12 +155,15 @@ class TaskListenHandler:
     async def _watch(self, task_id: str,
                      send: anyio.streams.memory.MemoryObjectSendStream[Frame],
                      meta: dict[str, Any]) -> None:
-        """Send the task as it is now, then once more when it ends. Best effort: a store
+        """Send the task as it is now, then once more when it ends (once in all, if it had
+        ended already). Best effort: a store
         that went away or a purged row ends the watch (the client can still poll)."""
         async with send:
             try:
                 manager, row = await load_task(self._state, task_id)
                 await send.send(_notification(await detailed_task(manager, row), meta))
+                if not row.status.is_active:
+                    return  # it had ended: that was its final state, told once
                 row = await manager.reads.wait_end(task_id, WATCH_STEP_S, read=row,
                                                    stop=lambda: manager.closing)
                 if not row.status.is_active:
