@@ -15,6 +15,7 @@ commands talk to a human on stdout and put errors on stderr.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -24,20 +25,6 @@ from importlib import resources
 from pathlib import Path
 
 from gateway import platform, proc
-from gateway.cli import (
-    attempts,
-    config_show,
-    dashboard,
-    doctor,
-    finalize,
-    instances,
-    jobs,
-    notices,
-    run,
-    usage,
-    worker,
-    worktrees,
-)
 from gateway.cli.arguments import CommandTree, Parser, port
 from gateway.cli.common import (
     EXIT_FAILURE,
@@ -84,14 +71,35 @@ def stdio_hint() -> str:
 
 
 # Each adds its commands (`add_parsers`), in the order `--help` lists them, after serve and
-# init (this module's).
-COMMAND_MODULES = (doctor, run, instances, notices, usage, finalize, jobs, worktrees, dashboard, worker,
-                   attempts,
-                   config_show)
+# init (this module's). Imported only for a command line that may name one of them: serving,
+# the default, builds serve's own parser, and an MCP client's first answer does not wait for
+# every command's imports (the worktree machinery among them).
+COMMAND_MODULES = ("doctor", "run", "instances", "notices", "usage", "finalize", "jobs",
+                   "worktrees", "dashboard", "worker", "attempts", "config_show")
+# The options that may come before the command name; --config takes a value.
+LEADING_OPTIONS = {"--config": 1, "--debug": 0}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command tree. `--config` and `--debug` work before or after the command."""
+def serves(argv: list[str]) -> bool:
+    """Whether `argv` asks for `serve` (named, or no command at all) and no help: then the
+    other commands' parsers are not needed. Anything it does not recognise is left to the
+    whole parser (its errors, its help)."""
+    tokens = iter(argv)
+    for token in tokens:
+        if token == "serve":
+            return True
+        name = token.split("=", 1)[0]
+        if name not in LEADING_OPTIONS:
+            return False  # another command, --help, --version, or a mistake
+        if "=" not in token:
+            for _ in range(LEADING_OPTIONS[name]):
+                next(tokens, None)
+    return True
+
+
+def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
+    """The command tree, whole (`commands`), or serve and init only. `--config` and
+    `--debug` work before or after the command."""
     # On subcommands these default to SUPPRESS so they never overwrite a value given before
     # the subcommand name (`agent-cli-gateway --config X doctor`).
     common = Parser(add_help=False)
@@ -115,8 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.set_defaults(handler=cmd_serve, transport="stdio", host=None, port=None,
                         no_auth=False)
     tree = CommandTree(parser.add_subparsers(dest="command", metavar="COMMAND"), common)
-    for add_parsers in (_add_parsers, *(m.add_parsers for m in COMMAND_MODULES)):
-        add_parsers(tree)
+    _add_parsers(tree)
+    for name in COMMAND_MODULES if commands else ():
+        importlib.import_module(f"gateway.cli.{name}").add_parsers(tree)
     return parser
 
 
@@ -142,7 +151,8 @@ def _add_parsers(tree: CommandTree) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the process exit code (never raises, never a bare traceback)."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(commands=not serves(argv))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error argparse reported
@@ -224,11 +234,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.transport == "stdio" and _isatty(sys.stdin):
         print(stdio_hint(), file=sys.stderr)  # stderr: stdout is the protocol channel
 
-    from gateway.cli.worker import capability_reader, claims_remote  # deferred: start-up
+    read_capabilities = None
+    if settings.claims_remote:
+        from gateway.cli.worker import capability_reader  # deferred: start-up
 
+        read_capabilities = capability_reader(settings)
     return serve(settings, transport=args.transport, host=host, port=port,
-                 no_auth=args.no_auth, read_capabilities=capability_reader(settings)
-                 if claims_remote(settings) else None)
+                 no_auth=args.no_auth, read_capabilities=read_capabilities)
 
 
 def _isatty(stream: object) -> bool:

@@ -116,12 +116,6 @@ def capability_reader(settings: Settings) -> Callable[[], Awaitable[Mapping[str,
     return read
 
 
-def claims_remote(settings: Settings) -> bool:
-    """Whether a `serve` gateway also claims jobs of other hosts: "any live gateway or
-    worker that can run it, the admitting one included" (DESIGN §9)."""
-    return settings.worker.accept_remote and settings.persistence.backend == "postgres"
-
-
 def cmd_worker(args: argparse.Namespace) -> int:
     settings = worker_settings(args)
     proc.keep_secrets_from_children(WORKER_SECRET_ENV)

@@ -432,6 +432,12 @@ class Settings(_Section):
         return self
 
     @property
+    def claims_remote(self) -> bool:
+        """Whether a `serve` gateway also claims jobs of other hosts: "any live gateway or
+        worker that can run it, the admitting one included" (DESIGN §9)."""
+        return self.worker.accept_remote and self.persistence.backend == "postgres"
+
+    @property
     def state_dir(self) -> Path:
         """Where per-job spool directories live: beside the SQLite file, else the home dir."""
         if self.persistence.backend == "sqlite":

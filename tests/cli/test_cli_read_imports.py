@@ -75,3 +75,27 @@ def test_a_read_command_loads_no_mcp_http_or_job_machinery(sqlite_cli: Cli,
     assert "read me" in done.stdout or "usage" in command  # it did read the store
     loaded = done.stdout.splitlines()[-1]
     assert loaded == "LOADED -", f"`{' '.join(command)}` loaded what only serving needs: {loaded}"
+
+
+# What serving loads of the operator's command line: the parser and the shared helpers,
+# none of the other commands (each imports its own machinery: worktrees, the dashboard...).
+SERVING_CLI = {"gateway.cli", "gateway.cli.arguments", "gateway.cli.common",
+               "gateway.cli.main", "gateway.cli.version"}
+SERVE_PROBE = ("import sys\n"
+               "from gateway.entry import main\n"
+               "code = main()\n"
+               "print('LOADED', ' '.join(sorted(m for m in sys.modules\n"
+               "                                if m.startswith('gateway.cli'))))\n"
+               "sys.exit(code)\n")
+
+
+def test_serving_loads_no_other_command(sqlite_cli: Cli) -> None:
+    """Served over stdio until its stdin ends (at once): the first answer's imports."""
+    done = subprocess.run([sys.executable, "-c", SERVE_PROBE, "--config",
+                           str(sqlite_cli.config)], cwd=sqlite_cli.home,
+                          env=hermetic_env(sqlite_cli.home, {"PYTHONPATH": str(REPO)}),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.splitlines()[-1].split()[1:])
+    assert loaded == SERVING_CLI, f"serving loaded other commands: {loaded - SERVING_CLI}"
