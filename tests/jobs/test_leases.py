@@ -7,6 +7,7 @@ import contextlib
 import os
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -31,11 +32,14 @@ def new_row(owner: str, **kw: Any) -> NewJob:
 
 
 async def test_a_fresh_instance_starting_never_orphans_a_live_instances_jobs(
-    make_settings: MakeSettings, start_gateway: StartGateway
+    make_settings: MakeSettings, start_gateway: StartGateway, tmp_path: Path,
 ) -> None:
     settings = make_settings()
     owner = await (await start_gateway(settings)).manager()
-    sub = await owner.submit("claude", SubmitRequest(prompt="long @sleep=4"))
+    # Held until the sweeps are done (a fixed sleep ended first when the newcomers were
+    # slow to start on a loaded box, and the test then saw `completed`).
+    gate = tmp_path / "gate"
+    sub = await owner.submit("claude", SubmitRequest(prompt=f"long @until={gate}"))
     # Several fresh instances start (as MCP clients spawn them) and sweep many times over
     # several TTLs while the owner keeps heartbeating.
     newcomers = [await start_gateway(settings) for _ in range(3)]
@@ -46,7 +50,8 @@ async def test_a_fresh_instance_starting_never_orphans_a_live_instances_jobs(
         row = await owner.reads.get(sub.job.id)
         assert row.status in (JobStatus.QUEUED, JobStatus.RUNNING), row.status
         await anyio.sleep(0.05)
-    assert (await owner.reads.wait(sub.job.id, 20)).status == JobStatus.COMPLETED
+    gate.touch()
+    assert (await owner.reads.wait(sub.job.id, scaled(20))).status == JobStatus.COMPLETED
 
 
 async def test_a_dead_instances_jobs_are_orphaned_within_ttl_plus_sweep(
@@ -127,7 +132,7 @@ async def _terminal(manager: JobManager, job_id: str) -> JobRow | None:
 
 
 async def test_a_stale_owner_that_revives_writes_the_real_result_over_orphaned(
-    make_settings: MakeSettings, start_gateway: StartGateway
+    make_settings: MakeSettings, start_gateway: StartGateway, tmp_path: Path,
 ) -> None:
     settings = make_settings()
     owner_gw = await start_gateway(settings)
@@ -135,12 +140,14 @@ async def test_a_stale_owner_that_revives_writes_the_real_result_over_orphaned(
     judge = await start_gateway(settings)
     # The judge sits on another host: it cannot see the owner's process, only its lease.
     leases_of(judge).identity.hostname = "another-host"
-    sub = await owner.submit("claude", SubmitRequest(prompt="outlive my lease @sleep=2.5"))
+    gate = tmp_path / "gate"  # the run ends once it is orphaned, however long that takes
+    sub = await owner.submit("claude", SubmitRequest(prompt=f"outlive my lease @until={gate}"))
     await wait_for(lambda: _status(owner.store, sub.job.id, JobStatus.RUNNING))
     await leases_of(owner_gw).stop()  # the owner stops heartbeating (as if SIGSTOPped)
     await wait_for(lambda: _status(owner.store, sub.job.id, JobStatus.ORPHANED), 10)
     assert judge.leases is not None  # the other instance is the one that orphaned it
     # The run finishes on its revived owner, whose guarded write self-heals the row.
+    gate.touch()
     await wait_for(lambda: _status(owner.store, sub.job.id, JobStatus.COMPLETED), 20)
 
 
@@ -306,7 +313,7 @@ async def test_an_instance_whose_own_lease_lapsed_on_the_store_clock_judges_nobo
 
 @pytest.mark.parametrize("backend", ["sqlite"])
 async def test_a_deleted_sqlite_file_stops_admission_and_no_write_vanishes_into_it(
-    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog
+    make_settings: MakeSettings, start_gateway: StartGateway, fake_log: FakeLog, tmp_path: Path,
 ) -> None:
     """Regression: with its file deleted the gateway went on writing into the unlinked
     inode (results vanished at stop), and a second gateway created an empty file, so an
@@ -315,7 +322,8 @@ async def test_a_deleted_sqlite_file_stops_admission_and_no_write_vanishes_into_
     settings = make_settings()
     gw = await start_gateway(settings)
     manager = await gw.manager()
-    running = await manager.submit("claude", SubmitRequest(prompt="mine @sleep=1"))
+    gate = tmp_path / "gate"  # the run ends after its file is gone, however slow the box
+    running = await manager.submit("claude", SubmitRequest(prompt=f"mine @until={gate}"))
     await wait_for(lambda: len(fake_log.spawns()) == 1)
     db = settings.persistence.path
     with structlog.testing.capture_logs() as logs:
@@ -330,6 +338,7 @@ async def test_a_deleted_sqlite_file_stops_admission_and_no_write_vanishes_into_
             await manager.submit("claude", SubmitRequest(prompt="mine @sleep=1"))
         assert refused.value.kind == ErrorKind.UNAVAILABLE
         assert "deleted" in refused.value.message
+        gate.touch()
         # The run ends, but its result is not written into the unlinked file: the terminal
         # write is refused (and retried: a restored file would take it), the spool stays.
         await wait_for(lambda: any(e.get("action") == "complete" and "deleted" in e.get("error", "")
