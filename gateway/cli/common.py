@@ -15,7 +15,7 @@ import shlex
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import anyio
 import structlog
@@ -25,9 +25,10 @@ from gateway.config import Settings, load_settings, unknown_env_warnings
 from gateway.fs import uncreatable
 from gateway.logs import configure_logging
 from gateway.model import JobRow, JobStatus
-from gateway.store import POSTGRES_DRIVER_MISSING, open_store
-from gateway.store.base import SCHEMA_VERSION, JobStore
 from neutral.redaction import redact_text
+
+if TYPE_CHECKING:  # the store's modules load with the commands that read it, not for serve
+    from gateway.store.base import JobStore
 
 log = structlog.get_logger(__name__)
 
@@ -115,7 +116,9 @@ def store_settings(args: argparse.Namespace) -> Settings | None:
     The schema is inspected read-only first: a reading command never creates a store, nor
     migrates one that an older or newer gateway wrote (that is `serve`'s decision).
     """
-    # Loads sqlite3: only the commands that read the store pay for it.
+    # Loads sqlite3 and the store's modules: only the commands that read the store pay.
+    from gateway.store import POSTGRES_DRIVER_MISSING  # deferred: start-up
+    from gateway.store.base import SCHEMA_VERSION  # deferred: start-up
     from gateway.store.inspect import inspect_schema  # deferred: start-up
 
     settings = load(args, quiet=True)
@@ -143,6 +146,8 @@ def store_settings(args: argparse.Namespace) -> Settings | None:
 
 async def with_store(settings: Settings, action: Callable[[JobStore], Awaitable[T]]) -> T:
     """Open the store, run `action`, close it (also when cancelled)."""
+    from gateway.store import open_store  # deferred: start-up (serve does not read it here)
+
     store = await open_store(settings)
     try:
         return await action(store)

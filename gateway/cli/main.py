@@ -42,7 +42,6 @@ from gateway.config import ConfigError, default_config_path, unknown_env_warning
 from gateway.fs import ensure_private_dir
 from gateway.platform import ENV_VAR as PLATFORM_ENV
 from gateway.platform import UnknownPlatform
-from gateway.store.base import StoreUnavailable
 from neutral.loopback import is_loopback_host
 
 CONFIG_FILE_MODE = 0o600
@@ -171,17 +170,18 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         error(str(exc))
         return exc.code
-    except StoreUnavailable as exc:
-        if args.debug:
-            traceback.print_exc(file=sys.stderr)
-        error(f"the job store is unavailable: {exc}")
-        return EXIT_FAILURE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as exc:
+        # Imported here: serving must not load the store's modules before its first answer.
+        from gateway.store.base import StoreUnavailable  # deferred: start-up
+
         if args.debug:
             traceback.print_exc(file=sys.stderr)
-        error(f"error: {type(exc).__name__}: {exc}")
+        if isinstance(exc, StoreUnavailable):
+            error(f"the job store is unavailable: {exc}")
+        else:
+            error(f"error: {type(exc).__name__}: {exc}")
         return EXIT_FAILURE
 
 

@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from gateway.store.outbox import notice_of
-
 if TYPE_CHECKING:  # the job machinery loads after tools/list is answered
     from gateway.jobs.reads import JobReads
 
@@ -52,6 +50,9 @@ class JobWatches:
 
 
 async def _tell_when_done(session: Any, reads: JobReads, job_id: str) -> None:
+    # Deferred: the store's modules load after the first answer, with the job machinery.
+    from gateway.store.outbox import notice_of  # deferred: start-up
+
     try:
         row = await reads.wait_end(job_id, WATCH_STEP_S)
     except Exception as exc:  # the store is down for good, the job was purged: stop watching

@@ -99,3 +99,18 @@ def test_serving_loads_no_other_command(sqlite_cli: Cli) -> None:
     assert done.returncode == 0, done.stderr
     loaded = set(done.stdout.splitlines()[-1].split()[1:])
     assert loaded == SERVING_CLI, f"serving loaded other commands: {loaded - SERVING_CLI}"
+
+
+def test_serving_imports_no_store_module_before_its_first_answer(tmp_path: Path) -> None:
+    """The store opens after the handshake (gateway/mcp/server.py): what the serving command
+    line and the MCP front end import must not load it (nor the worktree machinery)."""
+    code = ("import sys\n"
+            "from gateway.cli.main import build_parser\n"
+            "build_parser(commands=False)\n"
+            "import gateway.mcp.serve\n"
+            "print(' '.join(sorted(m for m in sys.modules\n"
+            "                      if m.startswith(('gateway.store', 'gateway.jobs')))))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path,
+                          env=hermetic_env(tmp_path, {"PYTHONPATH": str(REPO)}),
+                          capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=True)
+    assert done.stdout.split() == [], done.stdout
