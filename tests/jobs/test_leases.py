@@ -390,12 +390,17 @@ async def test_a_sweep_removes_the_spool_an_ended_jobs_killed_writer_left_and_no
     settings = make_settings()
     gw = await start_gateway(settings)
     manager = await gw.manager()
-    ended = await manager.submit("claude", SubmitRequest(prompt="done @sleep=0"))
-    assert (await manager.reads.wait(ended.job.id, 20)).status == JobStatus.COMPLETED
+    # Two ended jobs: one whose dir a killed writer left idle, one whose dir was changed just
+    # now (two, since the gateway's own reaper loop may still be removing the first's path
+    # when the test makes the second's: a CI run saw its mkdir lose the parent it had made).
+    ended, ended_now = [await manager.submit("claude", SubmitRequest(prompt=f"done {n} @sleep=0"))
+                        for n in range(2)]
     root = manager.spool_root
-    # Its own gateway removes its spool shortly after the answer (settled_spools.py): the
-    # dirs made below stand for one a killed writer left, so that removal must be over.
-    await wait_for(lambda: not (root / ended.job.id).exists(), 20)
+    for sub in (ended, ended_now):
+        assert (await manager.reads.wait(sub.job.id, 20)).status == JobStatus.COMPLETED
+        # Its own gateway removes its spool shortly after the answer (settled_spools.py): the
+        # dirs made below stand for one a killed writer left, so that removal must be over.
+        await wait_for(lambda sub=sub: not (root / sub.job.id).exists(), 20)
     running = await manager.submit("claude", SubmitRequest(prompt="still going @sleep=30"))
     await wait_for(lambda: _status(manager.store, running.job.id, JobStatus.RUNNING), 20)
     idle = time.time() - 60
@@ -409,7 +414,8 @@ async def test_a_sweep_removes_the_spool_an_ended_jobs_killed_writer_left_and_no
 
     stale = left_behind(ended.job.id)
     unknown = left_behind(str(uuid.uuid4()))  # no row: retention's, or another store's
-    peer = await manager.store.insert_job(new_row("a-peer"), settings.lease.ttl_s)
+    # Its lease outlasts the test however slow the box: never orphaned (and settled) here.
+    peer = await manager.store.insert_job(new_row("a-peer"), 3600)
     peers = left_behind(peer.id)  # an active job of another gateway's
     live = root / running.job.id  # a local run's own spool, however idle
     os.utime(live, (idle, idle))
@@ -419,7 +425,7 @@ async def test_a_sweep_removes_the_spool_an_ended_jobs_killed_writer_left_and_no
     # Changed just now (its writer may be removing it): dated ahead, so it stays recent
     # however long the sweep takes to look on a loaded box (SETTLED_SPOOL_IDLE_S is 2 s; a
     # PostgreSQL sweep in CI once took longer and removed it).
-    fresh = left_behind(ended.job.id, idle_since=time.time() + 3600)
+    fresh = left_behind(ended_now.job.id, idle_since=time.time() + 3600)
     await leases_of(gw).sweep_once()
     assert fresh.exists()
     await manager.cancel(running.job.id)
