@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import time
 import uuid
@@ -382,6 +383,10 @@ async def test_stopping_the_loops_is_bounded_when_one_ignores_its_cancel(
         await stuck
 
 
+def gone(path: Path) -> bool:
+    return not path.exists()
+
+
 async def test_a_sweep_removes_the_spool_an_ended_jobs_killed_writer_left_and_nothing_else(
     make_settings: MakeSettings, start_gateway: StartGateway
 ) -> None:
@@ -396,11 +401,11 @@ async def test_a_sweep_removes_the_spool_an_ended_jobs_killed_writer_left_and_no
     ended, ended_now = [await manager.submit("claude", SubmitRequest(prompt=f"done {n} @sleep=0"))
                         for n in range(2)]
     root = manager.spool_root
-    for sub in (ended, ended_now):
-        assert (await manager.reads.wait(sub.job.id, 20)).status == JobStatus.COMPLETED
+    for job_dir in (root / ended.job.id, root / ended_now.job.id):
+        assert (await manager.reads.wait(job_dir.name, 20)).status == JobStatus.COMPLETED
         # Its own gateway removes its spool shortly after the answer (settled_spools.py): the
         # dirs made below stand for one a killed writer left, so that removal must be over.
-        await wait_for(lambda sub=sub: not (root / sub.job.id).exists(), 20)
+        await wait_for(functools.partial(gone, job_dir), 20)
     running = await manager.submit("claude", SubmitRequest(prompt="still going @sleep=30"))
     await wait_for(lambda: _status(manager.store, running.job.id, JobStatus.RUNNING), 20)
     idle = time.time() - 60
