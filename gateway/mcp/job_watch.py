@@ -50,8 +50,7 @@ class JobWatches:
 
 
 async def _tell_when_done(session: Any, reads: JobReads, job_id: str) -> None:
-    # Deferred: the store's modules load after the first answer, with the job machinery.
-    from gateway.store.outbox import notice_of  # deferred: start-up
+    from gateway.store.outbox import notice_of  # deferred: start-up (the store loads later)
 
     try:
         row = await reads.wait_end(job_id, WATCH_STEP_S)
