@@ -75,24 +75,20 @@ def stdio_hint() -> str:
 # every command's imports (the worktree machinery among them).
 COMMAND_MODULES = ("doctor", "run", "instances", "notices", "usage", "finalize", "jobs",
                    "worktrees", "dashboard", "worker", "attempts", "config_show")
-# The options that may come before the command name; --config takes a value.
-LEADING_OPTIONS = {"--config": 1, "--debug": 0}
 
 
 def serves(argv: list[str]) -> bool:
     """Whether `argv` asks for `serve` (named, or no command at all) and no help: then the
-    other commands' parsers are not needed. Anything it does not recognise is left to the
-    whole parser (its errors, its help)."""
+    other commands' parsers are not needed. Anything but `--config PATH`, `--config=PATH` and
+    `--debug` before the command is left to the whole parser (its errors, its help)."""
     tokens = iter(argv)
     for token in tokens:
         if token == "serve":
             return True
-        name = token.split("=", 1)[0]
-        if name not in LEADING_OPTIONS:
+        if token == "--config":
+            next(tokens, None)  # its value, whatever it reads
+        elif token != "--debug" and not token.startswith("--config="):
             return False  # another command, --help, --version, or a mistake
-        if "=" not in token:
-            for _ in range(LEADING_OPTIONS[name]):
-                next(tokens, None)
     return True
 
 
