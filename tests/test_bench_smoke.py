@@ -30,8 +30,8 @@ EVERY_ROW = {
     "startup", "startup_discover", "tools_none", "tools_three", "tools_largest",
     "supervisor_rss", "adopt_after_kill", "detach_after_signal", "finalize_at_start",
     "worktree_create", "sync_overhead_instant", "sync_overhead_instant_portable",
-    "short_jobs", "short_jobs_portable", "burst_refused", "burst_terminal",
-    "burst_refused_portable", "burst_terminal_portable", "zygote_rss",
+    "short_jobs", "short_jobs_wait_all", "short_jobs_portable", "burst_refused",
+    "burst_terminal", "burst_refused_portable", "burst_terminal_portable", "zygote_rss",
     "forked_supervisor_rss",
 }
 
@@ -64,10 +64,14 @@ def test_bench_produces_every_row_and_writes_them_as_json(tmp_path: Path) -> Non
                 "heartbeat_sqlite", "reaper_sqlite", "startup", "supervisor_rss",
                 "adopt_after_kill", "detach_after_signal", "finalize_at_start",
                 "sync_overhead_instant", "sync_overhead_instant_portable", "short_jobs",
-                "short_jobs_portable", "burst_terminal", "burst_terminal_portable"):
+                "short_jobs_wait_all", "short_jobs_portable", "burst_terminal",
+                "burst_terminal_portable"):
         assert rows[key]["ratio"] > 0, key
-    for key in ("short_jobs", "short_jobs_portable"):
+    for key in ("short_jobs", "short_jobs_wait_all", "short_jobs_portable"):
         assert rows[key]["detail"]["statuses"] == {"completed": 16}, key
+        cpu = rows[key]["detail"]["cpu_ms_per_job"]  # where a short job's CPU went
+        assert set(cpu) == {"cli", "supervisor", "zygote", "gateway", "client"}, key
+        assert cpu["cli"] > 0 and cpu["gateway"] > 0 and cpu["client"] > 0, key
     for key in ("burst_terminal", "burst_terminal_portable"):
         assert rows[key]["detail"]["statuses"] == {"completed": 20}, key
     assert rows["sync_overhead_instant"]["met"] == (
