@@ -169,6 +169,25 @@ def ensure_private_file(path: Path, mode: int) -> None:
         os.chmod(path, mode)
 
 
+def write_private_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Replace `path` with `data` by a rename, so a reader sees the old file or the new one,
+    never half of one; the file is `mode` (the user's only) from its creation, in a private
+    directory made if missing. The temporary name is per process (two writers never share
+    one) and is removed if anything fails."""
+    ensure_private_dir(path.parent)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            os.fchmod(fd, mode)  # a crashed writer's leftover keeps its mode otherwise
+            file.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        with suppress(OSError):
+            temporary.unlink()
+        raise
+
+
 def uncreatable(path: Path) -> str | None:
     """Why the gateway could not create `path` (doctor, and the reading commands before they
     say "no jobs yet"), or None. Permission bits do not tell (root

@@ -39,7 +39,7 @@ from gateway.cli.common import (
 )
 from gateway.cli.version import PROG, version_line
 from gateway.config import ConfigError, default_config_path, unknown_env_warnings
-from gateway.fs import ensure_private_dir
+from gateway.fs import ensure_private_dir, write_private_atomically
 from gateway.platform import ENV_VAR as PLATFORM_ENV
 from gateway.platform import UnknownPlatform
 from neutral.loopback import is_loopback_host
@@ -283,14 +283,7 @@ def write_private_file(path: Path, text: str, *, overwrite: bool) -> None:
                            f"to replace it with the defaults)") from None
         _write_all(fd, text)
         return
-    temporary = directory / f".{path.name}.{os.getpid()}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, CONFIG_FILE_MODE)
-    try:
-        _write_all(fd, text)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    write_private_atomically(path, text.encode("utf-8"), CONFIG_FILE_MODE)
 
 
 def _write_all(fd: int, text: str) -> None:

@@ -21,8 +21,10 @@ import structlog
 from mcp.server.mcpserver.tools import Tool
 from mcp.shared.subscriptions import ToolsListChanged
 from mcp.types import CallToolResult
+from mcp.types import Tool as MCPTool
 
 from gateway.config import Settings
+from gateway.mcp.listing_cache import cache_path, listing_key, read_listing, write_listing
 from gateway.mcp.results import failure
 from gateway.model import ErrorKind
 from providers.registry import CLI_PROVIDERS, missing_command, provider_binary
@@ -96,6 +98,8 @@ class ToolListing:
         self._built: dict[tuple[str, bool], list[Tool]] = {}
         self._job_tools: list[Tool] = []
         self.sessions: weakref.WeakSet[ServerSession] = weakref.WeakSet()
+        self._cache_key: str | None = None  # of the first listing (listing_cache.py)
+        self._from_cache = False  # whether the first listing was kept (or read) already
 
     def initial(self) -> list[Tool]:
         """The tools to list at startup, in order: provider tools, then the job tools."""
@@ -103,10 +107,29 @@ class ToolListing:
         from gateway.mcp.tools import build_job_tools  # deferred: start-up
 
         self._job_tools = build_job_tools(self.state)
+        self._list_initial()
+        return self.tools_for(self.listed)
+
+    def _list_initial(self) -> None:
         # Listed with a broken setup too (every call then answers setup_error): a model told
         # to "use codex" must find codex_request, and its answer says what is wrong.
         self.listed = self.state.listed_providers = listed_providers(self.state.settings)
-        return self.tools_for(self.listed)
+        self._cache_key = listing_key(self.state.settings, self.listed, self.state.setup_error)
+
+    def cached_initial(self) -> list[MCPTool] | None:
+        """The first listing as the last start with the same key wrote it (listing_cache.py),
+        or None: then `initial()` derives the tools and `keep_initial` writes it."""
+        self._list_initial()
+        assert self._cache_key is not None
+        tools = read_listing(cache_path(self.state.settings), self._cache_key)
+        self._from_cache = tools is not None
+        return tools
+
+    def keep_initial(self, tools: list[MCPTool]) -> None:
+        """Keep the first listing for the next start, unless it came from there."""
+        if self._cache_key is not None and not self._from_cache:
+            write_listing(cache_path(self.state.settings), self._cache_key, tools)
+            self._from_cache = True
 
     async def refresh_workers(self) -> None:
         """Read which providers the live workers have (PostgreSQL: the instance rows);

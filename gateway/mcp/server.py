@@ -59,6 +59,9 @@ VERSION_PROBE_START_WAIT_S = 15.0  # probe CLI versions once the store is up (or
 # A stdio client lists the tools right after `initialize`; the job machinery loads once that
 # answer is out (a few ms to write it), so it never delays the handshake.
 START_AFTER_LISTING_S = 0.1
+# A listing answered from the cache (listing_cache.py): the tools are derived this long
+# after it (or at a call that comes sooner), before the gateway's own start.
+BUILD_AFTER_CACHED_LISTING_S = 0.05
 START_DEFER_MAX_S = 1.0  # a stdio client that never lists tools: start anyway after this
 LIST_CHANGED = NotificationOptions(tools_changed=True)  # the provider tools follow the machine
 USAGE = (
@@ -181,8 +184,15 @@ class GatewayServer(FencedMCPServer[ServerState]):
             self.listing.listed, self.state.setup_error)
 
     async def list_tools(self) -> list[MCPTool]:
-        self._ensure_tools()
-        tools = await super().list_tools()
+        tools = None if self._tools_built else self.listing.cached_initial()
+        if tools is not None:  # the last start's listing: derive the tools after answering
+            self._describe_listing()
+            asyncio.get_running_loop().call_later(BUILD_AFTER_CACHED_LISTING_S,
+                                                  self._ensure_tools)
+        else:
+            self._ensure_tools()
+            tools = await super().list_tools()
+            self.listing.keep_initial(tools)
         if self.state.gateway is not None:
             self.state.gateway.start_soon(START_AFTER_LISTING_S)  # the handshake is over
         return tools

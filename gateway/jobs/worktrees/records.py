@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.fs import ensure_private_dir
+from gateway.fs import write_private_atomically
 
 RECORD_VERSION = 1
 RECORD_SUFFIX = ".json"
@@ -64,18 +63,7 @@ class WorktreeRecord:
 
     def save(self) -> None:
         """Atomically (a rename), private to the user (0600)."""
-        target = self.file
-        ensure_private_dir(target.parent)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(asdict(self), fh, sort_keys=True)
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        write_private_atomically(self.file, json.dumps(asdict(self), sort_keys=True).encode())
 
     def bury(self, state: str) -> None:
         """Keep the record as a tombstone (APPLIED or DISCARDED) once worktree and branch
