@@ -27,7 +27,7 @@ EVERY_ROW = {
     "status_roundtrip", "wait_roundtrip", "status_burst", "tasks_get_roundtrip", "result_roundtrip",
     "tasks_optin", "heartbeat_sqlite", "heartbeat_postgres", "reaper_sqlite",
     "reaper_postgres", "stream_runner", "stream_gateway", "rss_idle", "rss_after_jobs",
-    "startup", "startup_discover", "tools_none", "tools_three", "tools_largest",
+    "startup", "startup_cold", "startup_discover", "tools_none", "tools_three", "tools_largest",
     "supervisor_rss", "adopt_after_kill", "detach_after_signal", "finalize_at_start",
     "worktree_create", "sync_overhead_instant", "sync_overhead_instant_portable",
     "short_jobs", "short_jobs_wait_all", "short_jobs_portable", "burst_refused",
