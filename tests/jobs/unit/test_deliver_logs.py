@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ async def ended_job(store: MemoryJobStore) -> str:
     return job.id
 
 
-def settled(logs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def settled(logs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
     return [(entry["log_level"], entry["outcome"]) for entry in logs
             if entry.get("action") == "settle_notice"]
 
