@@ -60,13 +60,19 @@ async def status_of(client: Client) -> dict[str, Any]:
     return dict(result.structured_content or {})
 
 
-async def test_a_restart_lists_exactly_what_the_tools_derive_to_and_calls_work_at_once(
-        machine: Machine) -> None:
+async def first_start(machine: Machine) -> tuple[Path, dict[str, dict[str, Any]], Path]:
+    """Claude installed, one config: the first start's listing (derived, then kept) and the
+    file it was kept in."""
     machine.install("claude")
     config = machine.config()
+    derived = await listing(machine, config)
+    return config, derived, cache_file(machine, config)
+
+
+async def test_a_restart_lists_exactly_what_the_tools_derive_to_and_calls_work_at_once(
+        machine: Machine) -> None:
     with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
-        derived = await listing(machine, config)
-        path = cache_file(machine, config)
+        config, derived, path = await first_start(machine)
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert await listing(machine, config) == derived  # answered from the file
 
@@ -83,12 +89,8 @@ async def test_a_restart_lists_exactly_what_the_tools_derive_to_and_calls_work_a
 
 async def test_a_changed_configuration_or_a_damaged_file_lists_freshly_derived_tools(
         machine: Machine) -> None:
-    machine.install("claude")
-    config = machine.config()
     with anyio.fail_after(scaled(TEST_TIMEOUT_S)):
-        derived = await listing(machine, config)
-        path = cache_file(machine, config)
-
+        config, derived, path = await first_start(machine)
         plant_description(path, "claude_request")
         # The same store and state dir, another sync_defer_after_s: another key.
         changed = config.with_name("changed.toml")
