@@ -33,7 +33,7 @@ import structlog
 from mcp.types import Tool as MCPTool
 
 from gateway.config import Settings
-from gateway.config.errors import SECRET_KEY_PARTS
+from gateway.config.errors import is_secret_path
 from gateway.fs import foreign_link_problem, shared_dir_problem, write_private_atomically
 
 log = structlog.get_logger(__name__)
@@ -67,12 +67,14 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def _without_secrets(node: Any) -> Any:
+def _without_secrets(node: Any, parts: tuple[str, ...] = ()) -> Any:
+    """The settings as plain data, every key that holds a secret (`is_secret_path`, the
+    rule `config show` redacts by) left out: no secret is hashed into a file."""
     if isinstance(node, dict):
-        return {key: _without_secrets(value) for key, value in node.items()
-                if not any(part in str(key) for part in SECRET_KEY_PARTS)}
+        return {key: _without_secrets(value, (*parts, str(key))) for key, value in node.items()
+                if not is_secret_path((*parts, str(key)))}
     if isinstance(node, list):
-        return [_without_secrets(value) for value in node]
+        return [_without_secrets(value, parts) for value in node]
     return node
 
 
