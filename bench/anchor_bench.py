@@ -64,16 +64,9 @@ def anchor_text(result: Any) -> dict[str, Any]:
 
 async def anchor_finished_job(client: Client) -> str:
     """An instant fake job on the anchor, polled until it has ended."""
-    job = anchor_text(await client.call_tool("claude_request_async",
-                                             {"prompt": f"anchor {uuid.uuid4().hex[:8]}"}))
-    job_id = str(job["job"]["id"])
-    deadline = time.monotonic() + ANCHOR_DONE_S
-    while time.monotonic() < deadline:
-        status = anchor_text(await client.call_tool("llm_job_status", {"jobId": job_id}))
-        if status["job"]["status"] not in ("running", "queued", "pending"):
-            return job_id
-        await asyncio.sleep(POLL_S)
-    raise RuntimeError(f"the anchor's job {job_id} did not end within {ANCHOR_DONE_S} s")
+    job_id = await _anchor_submit(client, f"anchor {uuid.uuid4().hex[:8]}")
+    await anchor_wait_all(client, [job_id])
+    return job_id
 
 
 async def ours_finished_job(client: Client) -> str:
@@ -83,13 +76,7 @@ async def ours_finished_job(client: Client) -> str:
     return str(submitted["job_id"])
 
 
-async def checked(client: Client, tool: str, args: dict[str, Any]) -> None:
-    result = await client.call_tool(tool, args)
-    if result.is_error:
-        raise RuntimeError(f"{tool} failed: {result.content}")
-
-
-Call = Callable[[], Awaitable[None]]
+Call = Callable[[], Awaitable[object]]  # one call, raising if it failed
 
 
 async def timed(calls: dict[str, Call], rounds: int) -> dict[str, list[float]]:
@@ -149,10 +136,10 @@ async def jobs_rows(servers: Servers, ours_params: StdioServerParameters,
             argv, stdin = _direct_argv(config, prompt)
             direct = await runner_bench._direct_once(argv, stdin, servers.workdir / "direct")
             started = time.perf_counter()
-            await checked(ours, "claude_request", {"prompt": prompt, "force_refresh": True})
+            await call(ours, "claude_request", {"prompt": prompt, "force_refresh": True})
             mine = time.perf_counter() - started
             started = time.perf_counter()
-            await checked(node, "claude_request", {"prompt": prompt})
+            await call(node, "claude_request", {"prompt": prompt})
             theirs = time.perf_counter() - started
             if i >= 3:
                 for name, value in (("direct", direct), ("ours", mine), ("anchor", theirs)):
@@ -200,13 +187,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         await node.list_tools()
         ours_job = await ours_finished_job(ours)
         node_job = await anchor_finished_job(node)
-        noop: Call = lambda: checked(minimal, "noop", {})  # noqa: E731
+        noop: Call = lambda: call(minimal, "noop", {})  # noqa: E731
         calls: dict[str, Call] = {
             "noop": noop,
-            "ours_status": lambda: checked(ours, "llm_job_status", {"job_id": ours_job}),
-            "anchor_status": lambda: checked(node, "llm_job_status", {"jobId": node_job}),
-            "ours_result": lambda: checked(ours, "llm_job_result", {"job_id": ours_job}),
-            "anchor_result": lambda: checked(node, "llm_job_result", {"jobId": node_job}),
+            "ours_status": lambda: call(ours, "llm_job_status", {"job_id": ours_job}),
+            "anchor_status": lambda: call(node, "llm_job_status", {"jobId": node_job}),
+            "ours_result": lambda: call(ours, "llm_job_result", {"job_id": ours_job}),
+            "anchor_result": lambda: call(node, "llm_job_result", {"jobId": node_job}),
         }
         times = await timed(calls, args.rounds)
         rates = await bursts({"noop": noop, "ours_status": calls["ours_status"],

@@ -99,7 +99,7 @@ class ToolListing:
         self._job_tools: list[Tool] = []
         self.sessions: weakref.WeakSet[ServerSession] = weakref.WeakSet()
         self._cache_key: str | None = None  # of the first listing (listing_cache.py)
-        self._from_cache = False  # whether the first listing was kept (or read) already
+        self._kept = False  # whether the cache file holds the first listing already
 
     def initial(self) -> list[Tool]:
         """The tools to list at startup, in order: provider tools, then the job tools."""
@@ -107,29 +107,31 @@ class ToolListing:
         from gateway.mcp.tools import build_job_tools  # deferred: start-up
 
         self._job_tools = build_job_tools(self.state)
-        self._list_initial()
+        self._initial_key()  # sets self.listed
         return self.tools_for(self.listed)
 
-    def _list_initial(self) -> None:
-        # Listed with a broken setup too (every call then answers setup_error): a model told
-        # to "use codex" must find codex_request, and its answer says what is wrong.
-        self.listed = self.state.listed_providers = listed_providers(self.state.settings)
-        self._cache_key = listing_key(self.state.settings, self.listed, self.state.setup_error)
+    def _initial_key(self) -> str:
+        """The first listing's providers (set once, here) and its cache key."""
+        if self._cache_key is None:
+            # Listed with a broken setup too (every call then answers setup_error): a model
+            # told to "use codex" must find codex_request, and its answer says what is wrong.
+            self.listed = self.state.listed_providers = listed_providers(self.state.settings)
+            self._cache_key = listing_key(self.state.settings, self.listed,
+                                          self.state.setup_error)
+        return self._cache_key
 
     def cached_initial(self) -> list[MCPTool] | None:
         """The first listing as the last start with the same key wrote it (listing_cache.py),
         or None: then `initial()` derives the tools and `keep_initial` writes it."""
-        self._list_initial()
-        assert self._cache_key is not None
-        tools = read_listing(cache_path(self.state.settings), self._cache_key)
-        self._from_cache = tools is not None
+        tools = read_listing(cache_path(self.state.settings), self._initial_key())
+        self._kept = tools is not None
         return tools
 
     def keep_initial(self, tools: list[MCPTool]) -> None:
         """Keep the first listing for the next start, unless it came from there."""
-        if self._cache_key is not None and not self._from_cache:
-            write_listing(cache_path(self.state.settings), self._cache_key, tools)
-            self._from_cache = True
+        if not self._kept:
+            write_listing(cache_path(self.state.settings), self._initial_key(), tools)
+            self._kept = True
 
     async def refresh_workers(self) -> None:
         """Read which providers the live workers have (PostgreSQL: the instance rows);
